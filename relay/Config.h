@@ -1,0 +1,80 @@
+#pragma once
+// The daemon's configuration: SPEC.md "Daemon options", from the command line and the INI file
+// named by --config (command line wins), plus [route.NAME] sections.
+// Error contract: every bad input throws UsageError with one line that names the option, key,
+// file or value at fault. Thread affinity: none (plain values).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/Log.h"
+#include "common/SocketAddress.h"
+
+namespace splicegate {
+
+enum class AuditDurability { Strict, Batch, None };
+enum class AuditOnError { FailClosed, FailOpen };
+enum class SpliceEngine { Chain, Inline };
+enum class XdpMode { Native, Generic, Auto };
+
+struct UpstreamConfig {
+    std::string text;                     // as configured, e.g. "backend.local:443"
+    std::vector<SocketAddress> addresses;  // resolved when the config is loaded
+};
+
+struct RouteConfig {
+    std::string name;  // "default" for --listen/--upstream
+    SocketAddress listen;
+    std::vector<UpstreamConfig> upstreams;  // round robin; next one on connect failure
+    bool audit = true;
+
+    friend bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept;
+};
+
+struct Config {
+    std::string configFile;  // empty: none
+    std::vector<RouteConfig> routes;
+    unsigned workers = 0;  // 0 = one per CPU (resolved by the caller)
+    std::string adminSocket = "/run/splicegate/admin.sock";
+    std::string adminGroup = "splicegate";
+    std::string metricsListen = "127.0.0.1:9464";
+    std::string auditDir = "/var/lib/splicegate/audit";
+    AuditDurability auditDurability = AuditDurability::Batch;
+    uint32_t auditFsyncIntervalMs = 50;
+    AuditOnError auditOnError = AuditOnError::FailClosed;
+    uint64_t auditRetentionBytes = 0;
+    uint64_t auditRetentionHours = 0;
+    std::optional<SpliceEngine> spliceEngine;  // unset: the default chosen by measurement
+    uint64_t pipeSize = 1048576;
+    uint64_t pipeBudgetBytes = 0;  // extension: cap on all pipes' capacity; 0 = system's limit
+    uint64_t maxConnections = 65536;
+    uint32_t connectTimeoutMs = 5000;
+    uint32_t idleTimeoutMs = 0;
+    uint32_t drainTimeoutMs = 30000;
+    std::string xdpInterface;
+    XdpMode xdpMode = XdpMode::Auto;
+    std::vector<std::string> xdpDeny;   // validated CIDR text
+    std::vector<std::string> xdpAllow;  // validated CIDR text
+    uint32_t xdpSynRate = 0;
+    uint32_t xdpSynBurst = 0;
+    LogLevel logLevel = LogLevel::Info;
+};
+
+struct CommandLine {
+    enum class Action { Run, Help, Version };
+    Action action = Action::Run;
+    std::string helpText;  // filled for Action::Help
+    Config config;
+};
+
+// Parses argv (argv[0] is the program name) and the --config file it names.
+// Throws UsageError (exit code 2 for the caller) on any bad input.
+CommandLine parseCommandLine(int argc, const char* const* argv);
+
+// Same, for SIGHUP: re-reads the config file named in `args` (argv without argv[0]).
+Config loadConfig(const std::vector<std::string>& args);
+
+const char* toString(SpliceEngine engine) noexcept;
+
+}  // namespace splicegate

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Installs every Debian 12 package splicegate needs to build, test, benchmark and package.
+# Idempotent; safe to run on a fresh machine as root (or with sudo available).
+set -eu
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+PACKAGES="
+  build-essential cmake pkg-config ninja-build git
+  liburing-dev
+  libboost-program-options-dev
+  libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev
+  libgtest-dev libgmock-dev
+  libssl-dev
+  libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
+  iproute2 procps util-linux
+  haproxy
+  python3
+"
+missing=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  $SUDO apt-get update -q
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
