@@ -1,0 +1,46 @@
+#pragma once
+// A relayed TCP connection: client socket, upstream socket and one Flow per direction.
+// Owned by one worker (slot in its table); never touched by another thread.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "common/SocketAddress.h"
+#include "common/UniqueFd.h"
+#include "relay/Flow.h"
+#include "relay/Route.h"
+
+namespace splicegate {
+
+enum class ConnectionState : std::uint8_t { Connecting, Relaying, Closing };
+
+struct Connection {
+    std::uint64_t id = 0;
+    std::uint32_t slot = 0;
+    std::uint16_t generation = 0;
+    ConnectionState state = ConnectionState::Connecting;
+    std::shared_ptr<const Route> route;
+    UniqueFd client;
+    UniqueFd upstream;
+    SocketAddress clientAddress;
+    SocketAddress upstreamAddress;
+    std::uint32_t upstreamIndex = 0;     // into route->upstreams, round robin start + attempts
+    std::uint32_t connectAttempts = 0;
+    std::uint32_t operationsInFlight = 0;  // SQEs whose completion is still to come
+    bool flowBusy[2] = {false, false};     // a poll or move of that direction is in flight
+    Flow flows[2];
+    std::chrono::steady_clock::time_point opened;
+    std::chrono::steady_clock::time_point lastActivity;
+    const char* closeReason = nullptr;
+
+    Flow& flow(Direction d) noexcept { return flows[static_cast<int>(d)]; }
+    bool& busy(Direction d) noexcept { return flowBusy[static_cast<int>(d)]; }
+    int sourceFd(Direction d) const noexcept {
+        return d == Direction::ClientToUpstream ? client.get() : upstream.get();
+    }
+    int sinkFd(Direction d) const noexcept {
+        return d == Direction::ClientToUpstream ? upstream.get() : client.get();
+    }
+};
+
+}  // namespace splicegate

@@ -1,0 +1,168 @@
+#include "relay/Daemon.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "relay/Config.h"
+#include "relay/Relay.h"
+#include "relay/Ring.h"
+
+namespace splicegate {
+namespace {
+constexpr std::uint64_t kReservedFds = 64;  // listeners, rings, eventfds, logs, admin...
+
+// Raises the soft fd limit to the hard one and returns how many connections fit in it.
+std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes) {
+    rlimit limit{};
+    checkSys(::getrlimit(RLIMIT_NOFILE, &limit), "getrlimit(RLIMIT_NOFILE)");
+    if (limit.rlim_cur < limit.rlim_max) {
+        auto previous = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        checkSys(::setrlimit(RLIMIT_NOFILE, &limit), "setrlimit(RLIMIT_NOFILE)");
+        logInfo("raised the open-file limit from ", previous, " to ", limit.rlim_cur);
+    }
+    // Each connection costs two sockets and, while bytes are in flight, a pipe's two ends.
+    auto reserved = kReservedFds + workers * (routes + 4);
+    auto fitting = limit.rlim_cur > reserved ? (limit.rlim_cur - reserved) / 2 : 0;
+    if (fitting < wantedConnections) {
+        logWarn("--max-connections ", wantedConnections, " needs ", wantedConnections * 2 + reserved,
+                " file descriptors but the limit is ", limit.rlim_cur, ": at most ", fitting,
+                " connections will be accepted (raise LimitNOFILE)");
+        return fitting;
+    }
+    return wantedConnections;
+}
+
+void checkKernel() {
+    auto missing = missingOpcodes();
+    if (missing.empty()) return;
+    std::string names;
+    for (const auto& name : missing) names += (names.empty() ? "" : ", ") + name;
+    throw std::runtime_error("this kernel's io_uring lacks " + names +
+                             "; splicegate needs Linux 6.1 or later");
+}
+
+std::uint64_t pipeBudget(const Config& config) {
+    if (config.pipeBudgetBytes != 0) return config.pipeBudgetBytes;
+    return PipeBudget::systemLimitBytes();
+}
+
+RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) {
+    RelaySettings settings;
+    settings.engine = config.spliceEngine.value_or(SpliceEngine::Inline);
+    settings.pipeSize = config.pipeSize;
+    auto systemMax = PipeBudget::systemMaxPipeSize();
+    if (settings.pipeSize > systemMax) {
+        logWarn("--pipe-size ", config.pipeSize, " is above fs.pipe-max-size; using ", systemMax);
+        settings.pipeSize = systemMax;
+    }
+    settings.maxConnections = maxConnections;
+    settings.connectTimeoutMs = config.connectTimeoutMs;
+    settings.idleTimeoutMs = config.idleTimeoutMs;
+    return settings;
+}
+
+void warnAboutLaterFeatures(const Config& config) {
+    if (!config.auditDir.empty())
+        logWarn("audit logging is not in this build yet; --audit-dir ", config.auditDir,
+                " is ignored");
+    if (!config.adminSocket.empty())
+        logWarn("the admin socket is not in this build yet; --admin-socket ignored");
+    if (!config.metricsListen.empty())
+        logWarn("the metrics endpoint is not in this build yet; --metrics-listen ignored");
+    if (!config.xdpInterface.empty())
+        logWarn("the XDP edge filter is not in this build yet; --xdp-interface ignored");
+}
+
+sigset_t controlSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, sig);
+    return set;
+}
+
+// Serves signals until a drain is asked for; then drains and stops the relay.
+void serveSignals(Relay& relay, const Config& startConfig, const std::vector<std::string>& args) {
+    auto signals = controlSignals();
+    auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
+    for (;;) {
+        siginfo_t info{};
+        timespec poll{1, 0};
+        int sig = ::sigtimedwait(&signals, &info, &poll);
+        if (sig == SIGHUP) {
+            try {
+                auto config = loadConfig(args);
+                relay.reload(config);
+                logInfo("configuration reloaded from ", config.configFile, ": ",
+                        config.routes.size(), " routes");
+            } catch (const std::exception& error) {
+                logError("reload failed, keeping the running configuration: ", error.what());
+            }
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
+                    drainTimeout.count(), " ms");
+            relay.drain();
+            if (!relay.waitFinished(drainTimeout))
+                logWarn("drain timeout reached: closing the remaining connections");
+            relay.stop();
+            return;
+        }
+    }
+}
+}  // namespace
+
+int runDaemon(int argc, const char* const* argv) {
+    CommandLine commandLine;
+    try {
+        commandLine = parseCommandLine(argc, argv);
+    } catch (const std::exception& error) {
+        std::cerr << "splicegate: " << error.what() << "\n";
+        return 2;
+    }
+    if (commandLine.action == CommandLine::Action::Help) {
+        std::cout << commandLine.helpText;
+        return 0;
+    }
+    if (commandLine.action == CommandLine::Action::Version) {
+        std::cout << "splicegate " << SPLICEGATE_VERSION << "\n";
+        return 0;
+    }
+    const Config& config = commandLine.config;
+    setLogLevel(config.logLevel);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    try {
+        checkKernel();
+        // Signals are taken synchronously by the main thread; workers inherit the mask.
+        auto signals = controlSignals();
+        ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        // A splice into a socket whose peer is gone must return EPIPE, not kill the process.
+        ::signal(SIGPIPE, SIG_IGN);
+        unsigned workers = config.workers != 0 ? config.workers
+                                               : std::max(1u, std::thread::hardware_concurrency());
+        auto maxConnections = raiseFdLimit(config.maxConnections, workers, config.routes.size());
+        warnAboutLaterFeatures(config);
+        auto settings = relaySettings(config, maxConnections);
+        auto budget = pipeBudget(config);
+        Relay relay(config, workers, settings, budget);
+        logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
+                toString(settings.engine), " engine, pipe size ", settings.pipeSize,
+                " B, pipe budget ", budget == 0 ? std::string("unlimited")
+                                                : std::to_string(budget) + " B");
+        serveSignals(relay, config, args);
+        logInfo("stopped");
+        return 0;
+    } catch (const std::exception& error) {
+        logError(error.what());
+        return 1;
+    }
+}
+
+}  // namespace splicegate

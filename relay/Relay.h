@@ -1,0 +1,40 @@
+#pragma once
+// The relay as a whole: the shared context and the workers. Owned by the daemon's main thread;
+// its methods are called from that thread only.
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "relay/Config.h"
+#include "relay/RelayContext.h"
+#include "relay/Worker.h"
+
+namespace splicegate {
+
+class Relay {
+public:
+    // Starts `workerCount` workers with the config's routes. Throws (naming the route and
+    // address) when a worker cannot start, e.g. a listen address in use.
+    Relay(const Config& config, unsigned workerCount, RelaySettings settings,
+          std::uint64_t pipeBudgetBytes);
+    ~Relay();
+
+    // Swaps in the routes of `config` (SIGHUP). Established connections keep their routes.
+    void reload(const Config& config);
+    // Stops accepting; connections finish on their own.
+    void drain();
+    // Waits until every worker has finished or `timeout` has passed; true when all finished.
+    bool waitFinished(std::chrono::milliseconds timeout);
+    // Closes whatever is still open and joins the workers.
+    void stop();
+
+    const RelayContext& context() const noexcept { return *context_; }
+
+private:
+    std::unique_ptr<RelayContext> context_;
+    std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+std::shared_ptr<const RouteTable> buildRouteTable(const Config& config);
+
+}  // namespace splicegate

@@ -1,0 +1,47 @@
+#pragma once
+// What all workers share: settings fixed at start, the current route table, and a few atomics
+// touched once per connection (never per byte).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "pipes/PipePool.h"
+#include "relay/Config.h"
+#include "relay/Route.h"
+
+namespace splicegate {
+
+struct RelaySettings {
+    SpliceEngine engine = SpliceEngine::Inline;
+    std::size_t pipeSize = 1048576;
+    std::uint64_t maxConnections = 65536;
+    std::uint32_t connectTimeoutMs = 5000;
+    std::uint32_t idleTimeoutMs = 0;
+};
+
+class RelayContext {
+public:
+    RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
+        : settings(relaySettings), pipeBudget(pipeBudgetBytes) {}
+
+    const RelaySettings settings;
+    PipeBudget pipeBudget;
+    std::atomic<std::uint64_t> nextConnectionId{1};
+    std::atomic<std::uint64_t> activeConnections{0};
+
+    std::shared_ptr<const RouteTable> routes() const {
+        std::lock_guard lock(routesMutex_);
+        return routes_;
+    }
+    void setRoutes(std::shared_ptr<const RouteTable> table) {
+        std::lock_guard lock(routesMutex_);
+        routes_ = std::move(table);
+    }
+
+private:
+    mutable std::mutex routesMutex_;
+    std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
+};
+
+}  // namespace splicegate

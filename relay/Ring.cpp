@@ -1,0 +1,83 @@
+#include "relay/Ring.h"
+
+#include <memory>
+
+#include "common/Error.h"
+
+namespace splicegate {
+
+Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers) {
+    io_uring_params params{};
+    // One thread submits; completions are reaped by the same thread.
+    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CLAMP;
+    params.flags |= IORING_SETUP_CQSIZE;
+    params.cq_entries = entries * 4;
+    int rc = io_uring_queue_init_params(entries, &ring_, &params);
+    if (rc == -EINVAL) {  // kernels before 6.0 lack SINGLE_ISSUER: retry without the hints
+        params = {};
+        params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
+        params.cq_entries = entries * 4;
+        rc = io_uring_queue_init_params(entries, &ring_, &params);
+    }
+    checkNeg(rc, "io_uring_queue_init(" + std::to_string(entries) + " entries)");
+    unsigned limits[2] = {maxBoundWorkers, maxUnboundWorkers};
+    rc = io_uring_register_iowq_max_workers(&ring_, limits);
+    if (rc < 0) {
+        io_uring_queue_exit(&ring_);
+        throwErrno(-rc, "io_uring_register_iowq_max_workers");
+    }
+}
+
+Ring::~Ring() { io_uring_queue_exit(&ring_); }
+
+io_uring_sqe* Ring::sqe() noexcept {
+    io_uring_sqe* entry = io_uring_get_sqe(&ring_);
+    while (entry == nullptr) {
+        io_uring_submit(&ring_);
+        entry = io_uring_get_sqe(&ring_);
+    }
+    return entry;
+}
+
+int Ring::submit() noexcept { return io_uring_submit(&ring_); }
+
+int Ring::submitAndWait(unsigned timeoutMs) noexcept {
+    __kernel_timespec timeout{};
+    timeout.tv_sec = timeoutMs / 1000;
+    timeout.tv_nsec = static_cast<long long>(timeoutMs % 1000) * 1000000;
+    io_uring_cqe* cqe = nullptr;
+    return io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &timeout, nullptr);
+}
+
+const std::vector<RequiredOpcode>& requiredOpcodes() {
+    static const std::vector<RequiredOpcode> opcodes = {
+        {IORING_OP_ACCEPT, "IORING_OP_ACCEPT (multishot accept, 5.19)"},
+        {IORING_OP_CONNECT, "IORING_OP_CONNECT (upstream connect)"},
+        {IORING_OP_LINK_TIMEOUT, "IORING_OP_LINK_TIMEOUT (connect timeout)"},
+        {IORING_OP_POLL_ADD, "IORING_OP_POLL_ADD (socket readiness)"},
+        {IORING_OP_POLL_REMOVE, "IORING_OP_POLL_REMOVE"},
+        {IORING_OP_ASYNC_CANCEL, "IORING_OP_ASYNC_CANCEL (5.19 cancel by fd)"},
+        {IORING_OP_SPLICE, "IORING_OP_SPLICE (zero-copy moves)"},
+        {IORING_OP_TEE, "IORING_OP_TEE (audit copy)"},
+        {IORING_OP_TIMEOUT, "IORING_OP_TIMEOUT (timers)"},
+        {IORING_OP_READ, "IORING_OP_READ (control events)"},
+        {IORING_OP_RECV, "IORING_OP_RECV (multishot recv, 6.0)"},
+        {IORING_OP_FSYNC, "IORING_OP_FSYNC (audit durability)"},
+        {IORING_OP_SHUTDOWN, "IORING_OP_SHUTDOWN"},
+    };
+    return opcodes;
+}
+
+std::vector<std::string> missingOpcodes() {
+    std::unique_ptr<io_uring_probe, decltype(&io_uring_free_probe)> probe(io_uring_get_probe(),
+                                                                         io_uring_free_probe);
+    if (!probe) throwErrno(ENOSYS, "io_uring_get_probe (is io_uring disabled by sysctl?)");
+    std::vector<std::string> missing;
+    for (const auto& required : requiredOpcodes()) {
+        if (!io_uring_opcode_supported(probe.get(), required.opcode))
+            missing.push_back(required.name);
+    }
+    return missing;
+}
+
+}  // namespace splicegate

@@ -1,0 +1,581 @@
+#include "relay/Worker.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate {
+namespace {
+constexpr unsigned kRingEntries = 4096;
+constexpr unsigned kMaxBoundIoWorkers = 2;
+// Chain engine only: splices run in io-wq (NOTES.md 1). They are non-blocking, so a few threads
+// per ring keep up; the cap keeps a flood of connections from becoming a flood of threads.
+constexpr unsigned kMaxUnboundIoWorkers = 4;
+constexpr std::size_t kMaxIdlePipes = 16;
+// Moves one flow may make before others get a turn (inline engine).
+constexpr int kPumpBudget = 32;
+constexpr unsigned kSpliceFlags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
+
+std::uint64_t timerPeriodMs(const RelaySettings& settings) {
+    std::uint64_t period = 1000;
+    if (settings.idleTimeoutMs > 0 && settings.idleTimeoutMs / 4 < period)
+        period = settings.idleTimeoutMs / 4 > 10 ? settings.idleTimeoutMs / 4 : 10;
+    return period;
+}
+
+void setNoDelay(int fd) noexcept {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A close with SO_LINGER {1, 0} sends RST: how a reset on one side is passed to the other.
+void armReset(int fd) noexcept {
+    linger option{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
+}
+
+const char* sourceResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? "client-reset" : "upstream-reset";
+}
+const char* sinkResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? "upstream-reset" : "client-reset";
+}
+}  // namespace
+
+std::uint64_t Worker::pack(Op op, Direction d, std::uint32_t slot, std::uint16_t gen) noexcept {
+    return static_cast<std::uint64_t>(op) << 56 | static_cast<std::uint64_t>(d) << 48 |
+           static_cast<std::uint64_t>(gen) << 32 | slot;
+}
+
+Worker::Worker(unsigned index, RelayContext& context)
+    : index_(index),
+      context_(context),
+      pipePool_(context.pipeBudget, context.settings.pipeSize, kMaxIdlePipes) {
+    controlFd_.reset(checkSys(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), "eventfd"));
+}
+
+Worker::~Worker() {
+    requestStop();
+    join();
+}
+
+void Worker::join() {
+    if (thread_.joinable()) thread_.join();
+}
+
+std::future<void> Worker::start() {
+    auto started = std::make_shared<std::promise<void>>();
+    auto future = started->get_future();
+    thread_ = std::thread([this, started] { run(*started); });
+    return future;
+}
+
+void Worker::signal(std::uint32_t request) noexcept {
+    requests_.fetch_or(request, std::memory_order_release);
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto written = ::write(controlFd_.get(), &one, sizeof one);
+}
+
+void Worker::run(std::promise<void>& started) {
+    try {
+        // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq
+        // limits are per submitting thread.
+        ring_ = std::make_unique<Ring>(kRingEntries, kMaxBoundIoWorkers, kMaxUnboundIoWorkers);
+        now_ = std::chrono::steady_clock::now();
+        applyRoutes(true);
+        armControl();
+        armTimer();
+        started.set_value();
+    } catch (...) {
+        started.set_exception(std::current_exception());
+        finished_.store(true, std::memory_order_release);
+        return;
+    }
+    loop();
+    // Pipes and fds are released by the destructors; the ring goes last.
+    connections_.clear();
+    listeners_.clear();
+    ring_.reset();
+    finished_.store(true, std::memory_order_release);
+}
+
+void Worker::loop() {
+    while (!(stopping_ && liveConnections_ == 0) && !(draining_ && liveConnections_ == 0)) {
+        int rc = deferred_.empty() ? ring_->submitAndWait(1000) : ring_->submit();
+        if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
+            logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
+        now_ = std::chrono::steady_clock::now();
+        ring_->drainCompletions([this](const io_uring_cqe& cqe) { handleCompletion(cqe); });
+        runDeferred();
+    }
+}
+
+void Worker::handleCompletion(const io_uring_cqe& cqe) {
+    auto op = static_cast<Op>(cqe.user_data >> 56);
+    auto direction = static_cast<Direction>((cqe.user_data >> 48) & 0xff);
+    auto generation = static_cast<std::uint16_t>(cqe.user_data >> 32);
+    auto slot = static_cast<std::uint32_t>(cqe.user_data);
+    switch (op) {
+        case Op::Ignore: return;
+        case Op::Control: handleControl(); return;
+        case Op::Timer: onTimer(); return;
+        case Op::Accept:
+            if (slot < listeners_.size() && listeners_[slot].generation == generation)
+                onAccept(slot, cqe);
+            return;
+        default: break;
+    }
+    Connection* c = lookup(slot, generation);
+    if (c == nullptr) return;
+    --c->operationsInFlight;
+    switch (op) {
+        case Op::Connect: onConnect(*c, cqe.res); break;
+        case Op::ConnectTimeout: break;
+        case Op::Poll: onPoll(*c, direction, cqe.res); break;
+        case Op::Fill:
+        case Op::Forward: onMove(*c, direction, op, cqe.res); break;
+        default: break;
+    }
+    if (c->state == ConnectionState::Closing && c->operationsInFlight == 0) releaseConnection(*c);
+}
+
+// ---- control and timers ---------------------------------------------------------------------
+
+void Worker::armControl() {
+    auto* sqe = ring_->sqe();
+    io_uring_prep_read(sqe, controlFd_.get(), &controlValue_, sizeof controlValue_, 0);
+    io_uring_sqe_set_data64(sqe, pack(Op::Control, Direction::ClientToUpstream, 0, 0));
+}
+
+void Worker::handleControl() {
+    auto requests = requests_.exchange(0, std::memory_order_acquire);
+    if (requests & kStop) {
+        stopping_ = true;
+        for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
+        for (auto& c : connections_)
+            if (c && c->state != ConnectionState::Closing && c->id != 0)
+                closeConnection(*c, "shutdown", false);
+    } else if (requests & kDrain) {
+        draining_ = true;
+        for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
+    } else if (requests & kReload) {
+        if (!draining_) applyRoutes(false);
+    }
+    armControl();
+}
+
+void Worker::armTimer() {
+    auto period = timerPeriodMs(context_.settings);
+    timerInterval_.tv_sec = static_cast<long long>(period / 1000);
+    timerInterval_.tv_nsec = static_cast<long long>(period % 1000) * 1000000;
+    auto* sqe = ring_->sqe();
+    io_uring_prep_timeout(sqe, &timerInterval_, 0, 0);
+    io_uring_sqe_set_data64(sqe, pack(Op::Timer, Direction::ClientToUpstream, 0, 0));
+}
+
+void Worker::onTimer() {
+    auto idleLimit = context_.settings.idleTimeoutMs;
+    if (idleLimit > 0) {
+        auto limit = std::chrono::milliseconds(idleLimit);
+        for (auto& c : connections_) {
+            if (c && c->id != 0 && c->state == ConnectionState::Relaying &&
+                now_ - c->lastActivity >= limit)
+                closeConnection(*c, "idle-timeout", false);
+        }
+    }
+    // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
+    // tight loop.
+    for (std::uint32_t i = 0; i < listeners_.size(); ++i)
+        if (listeners_[i].fd && !listeners_[i].active && !draining_ && !stopping_) armAccept(i);
+    armTimer();
+}
+
+// ---- listeners ------------------------------------------------------------------------------
+
+void Worker::applyRoutes(bool failOnError) {
+    auto table = context_.routes();
+    if (table == appliedRoutes_) return;
+    // Closed first, so a listen address moved to another route can be bound again.
+    for (std::uint32_t i = 0; i < listeners_.size(); ++i) {
+        auto& listener = listeners_[i];
+        if (!listener.fd) continue;
+        const Route* replacement = nullptr;
+        for (const auto& route : *table)
+            if (route->config.name == listener.route->config.name) replacement = route.get();
+        if (replacement == nullptr ||
+            !(replacement->config.listen == listener.route->config.listen))
+            closeListener(i);
+    }
+    for (const auto& route : *table) {
+        bool found = false;
+        for (auto& listener : listeners_) {
+            if (listener.fd && listener.route->config.name == route->config.name) {
+                listener.route = route;  // new upstreams apply to new connections only
+                found = true;
+            }
+        }
+        if (found) continue;
+        try {
+            openListener(route);
+        } catch (const std::exception& error) {
+            if (failOnError) throw;
+            logError("route ", route->config.name, ": ", error.what());
+        }
+    }
+    appliedRoutes_ = table;
+}
+
+void Worker::openListener(const std::shared_ptr<const Route>& route) {
+    const auto& address = route->config.listen;
+    const auto where = "route " + route->config.name + ": listen on " + address.toString();
+    UniqueFd fd(checkSys(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
+                         where + ": socket"));
+    int one = 1;
+    checkSys(::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one),
+             where + ": SO_REUSEADDR");
+    // One listener per worker on the same address: the kernel spreads connections across them.
+    checkSys(::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one),
+             where + ": SO_REUSEPORT");
+    if (address.family() == AF_INET6)
+        checkSys(::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one),
+                 where + ": IPV6_V6ONLY");
+    checkSys(::bind(fd.get(), address.get(), address.length()), where);
+    checkSys(::listen(fd.get(), 4096), where + ": listen");
+    std::uint32_t index = 0;
+    while (index < listeners_.size() && listeners_[index].fd) ++index;
+    if (index == listeners_.size()) listeners_.emplace_back();
+    auto& listener = listeners_[index];
+    listener.route = route;
+    listener.fd = std::move(fd);
+    ++listener.generation;
+    listener.active = false;
+    armAccept(index);
+    if (index_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
+}
+
+void Worker::closeListener(std::uint32_t index) {
+    auto& listener = listeners_[index];
+    if (!listener.fd) return;
+    auto* sqe = ring_->sqe();
+    io_uring_prep_cancel_fd(sqe, listener.fd.get(), IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(sqe, pack(Op::Ignore, Direction::ClientToUpstream, 0, 0));
+    ring_->submit();  // before the fd number can be reused
+    ++listener.generation;  // late accept completions of the old socket are ignored
+    listener.fd.reset();
+    listener.active = false;
+    if (index_ == 0)
+        logInfo("route ", listener.route->config.name, ": stopped listening on ",
+                listener.route->config.listen);
+}
+
+void Worker::armAccept(std::uint32_t index) {
+    auto& listener = listeners_[index];
+    auto* sqe = ring_->sqe();
+    io_uring_prep_multishot_accept(sqe, listener.fd.get(), nullptr, nullptr,
+                                   SOCK_NONBLOCK | SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(sqe, pack(Op::Accept, Direction::ClientToUpstream, index,
+                                      listener.generation));
+    listener.active = true;
+}
+
+void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
+    auto& listener = listeners_[index];
+    if (!(cqe.flags & IORING_CQE_F_MORE)) listener.active = false;  // re-armed by the timer
+    if (cqe.res < 0) {
+        if (cqe.res != -ECANCELED)
+            logWarn("route ", listener.route->config.name, ": accept: ", errnoText(cqe.res));
+        return;
+    }
+    UniqueFd client(cqe.res);
+    if (draining_ || stopping_) return;
+    auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
+    if (active >= context_.settings.maxConnections) {
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        if (now_ - lastRefusalLog_ > std::chrono::seconds(1)) {
+            logWarn("route ", listener.route->config.name, ": refusing connections: ",
+                    context_.settings.maxConnections, " connections open (--max-connections)");
+            lastRefusalLog_ = now_;
+        }
+        return;  // closing the accepted socket is the refusal
+    }
+    Connection* c = allocateConnection();
+    c->id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
+    c->route = listener.route;
+    c->client = std::move(client);
+    sockaddr_storage peer{};
+    socklen_t peerLength = sizeof peer;
+    if (::getpeername(c->client.get(), reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0)
+        c->clientAddress = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer),
+                                                       peerLength);
+    setNoDelay(c->client.get());
+    c->opened = c->lastActivity = now_;
+    c->upstreamIndex = static_cast<std::uint32_t>(
+        c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) % c->route->upstreams.size());
+    startConnect(*c);
+}
+
+// ---- connections ----------------------------------------------------------------------------
+
+Connection* Worker::allocateConnection() {
+    std::uint32_t slot;
+    if (!freeSlots_.empty()) {
+        slot = freeSlots_.back();
+        freeSlots_.pop_back();
+    } else {
+        slot = static_cast<std::uint32_t>(connections_.size());
+        connections_.push_back(nullptr);
+    }
+    auto previousGeneration = connections_[slot] ? connections_[slot]->generation : 0;
+    connections_[slot] = std::make_unique<Connection>();
+    auto* c = connections_[slot].get();
+    c->slot = slot;
+    c->generation = static_cast<std::uint16_t>(previousGeneration + 1);
+    ++liveConnections_;
+    return c;
+}
+
+Connection* Worker::lookup(std::uint32_t slot, std::uint16_t generation) noexcept {
+    if (slot >= connections_.size()) return nullptr;
+    auto* c = connections_[slot].get();
+    if (c == nullptr || c->id == 0 || c->generation != generation) return nullptr;
+    return c;
+}
+
+void Worker::startConnect(Connection& c) {
+    const auto& upstreams = c.route->upstreams;
+    c.upstreamAddress = upstreams[c.upstreamIndex % upstreams.size()];
+    int fd = ::socket(c.upstreamAddress.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        logWarn("route ", c.route->config.name, ": socket for ", c.upstreamAddress, ": ",
+                errnoText(errno));
+        closeConnection(c, "upstream-socket-error", false);
+        return;
+    }
+    c.upstream.reset(fd);
+    setNoDelay(fd);
+    ++c.connectAttempts;
+    auto* sqe = ring_->sqe();
+    io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
+    io_uring_sqe_set_data64(sqe, pack(Op::Connect, Direction::ClientToUpstream, c.slot,
+                                      c.generation));
+    sqe->flags |= IOSQE_IO_LINK;
+    static thread_local __kernel_timespec timeout{};
+    timeout.tv_sec = context_.settings.connectTimeoutMs / 1000;
+    timeout.tv_nsec = static_cast<long long>(context_.settings.connectTimeoutMs % 1000) * 1000000;
+    sqe = ring_->sqe();
+    io_uring_prep_link_timeout(sqe, &timeout, 0);
+    io_uring_sqe_set_data64(sqe, pack(Op::ConnectTimeout, Direction::ClientToUpstream, c.slot,
+                                      c.generation));
+    // The linked timeout's timespec is read at submission: submit before the next connect reuses
+    // it.
+    ring_->submit();
+    c.operationsInFlight += 2;
+}
+
+void Worker::onConnect(Connection& c, int result) {
+    if (c.state != ConnectionState::Connecting) return;
+    if (result == 0) {
+        startRelaying(c);
+        return;
+    }
+    const char* why = result == -ECANCELED ? "timed out" : nullptr;
+    logWarn("route ", c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
+            why ? why : errnoText(result).c_str(), " (connection ", c.id, ")");
+    c.upstream.reset();  // the linked timeout's completion may still come; it names no fd
+    if (c.connectAttempts < c.route->upstreams.size()) {
+        ++c.upstreamIndex;
+        startConnect(c);
+        return;
+    }
+    logWarn("route ", c.route->config.name, ": no upstream reachable for connection ", c.id,
+            " from ", c.clientAddress);
+    closeConnection(c, "upstream-unreachable", false);
+}
+
+void Worker::startRelaying(Connection& c) {
+    c.state = ConnectionState::Relaying;
+    logDebug("connection ", c.id, ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
+             c.route->config.name, ")");
+    for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient})
+        armPoll(c, d, c.sourceFd(d), POLLIN);
+}
+
+void Worker::closeConnection(Connection& c, const char* reason, bool resetPeers) {
+    if (c.state == ConnectionState::Closing) return;
+    c.state = ConnectionState::Closing;
+    c.closeReason = reason;
+    for (auto* fd : {&c.client, &c.upstream}) {
+        if (!*fd) continue;
+        if (c.operationsInFlight > 0) {
+            auto* sqe = ring_->sqe();
+            io_uring_prep_cancel_fd(sqe, fd->get(), IORING_ASYNC_CANCEL_ALL);
+            io_uring_sqe_set_data64(sqe, pack(Op::Ignore, Direction::ClientToUpstream, 0, 0));
+        }
+    }
+    if (c.operationsInFlight > 0) ring_->submit();  // cancel by fd before the fds are closed
+    if (resetPeers) {
+        if (c.client) armReset(c.client.get());
+        if (c.upstream) armReset(c.upstream.get());
+    }
+    // In-flight operations hold their own file references; closing now sends FIN/RST at once.
+    c.client.reset();
+    c.upstream.reset();
+    if (c.operationsInFlight == 0) releaseConnection(c);
+}
+
+void Worker::releaseConnection(Connection& c) {
+    if (c.id == 0) return;  // already released
+    for (auto& flow : c.flows) {
+        if (flow.pipe.valid()) pipePool_.release(std::move(flow.pipe), flow.bytesInPipe());
+    }
+    auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
+    logDebug("connection ", c.id, " closed (", c.closeReason, ") after ", lifetime.count(),
+             " ms: c2u ", c.flow(Direction::ClientToUpstream).bytesForwarded(), " B, u2c ",
+             c.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+    c.id = 0;
+    c.route.reset();
+    freeSlots_.push_back(c.slot);
+    --liveConnections_;
+    context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// ---- data path ------------------------------------------------------------------------------
+
+void Worker::armPoll(Connection& c, Direction d, int fd, unsigned events) {
+    auto* sqe = ring_->sqe();
+    io_uring_prep_poll_add(sqe, fd, events);
+    io_uring_sqe_set_data64(sqe, pack(Op::Poll, d, c.slot, c.generation));
+    c.busy(d) = true;
+    ++c.operationsInFlight;
+}
+
+void Worker::onPoll(Connection& c, Direction d, int result) {
+    c.busy(d) = false;
+    if (c.state != ConnectionState::Relaying) return;
+    if (result < 0) {
+        if (result != -ECANCELED) closeConnection(c, "poll-error", true);
+        return;
+    }
+    c.lastActivity = now_;
+    auto& flow = c.flow(d);
+    flow.recordSourceReadable();
+    flow.recordSinkWritable();
+    pump(c, d);
+}
+
+void Worker::pump(Connection& c, Direction d) {
+    for (int step = 0; step < kPumpBudget; ++step) {
+        if (c.state != ConnectionState::Relaying || c.busy(d)) return;
+        if (!pumpStep(c, d)) return;
+    }
+    deferred_.push_back({c.slot, c.generation, d});  // let other flows have a turn
+}
+
+// Takes the flow's next step. Returns true when it made progress and may continue at once.
+bool Worker::pumpStep(Connection& c, Direction d) {
+    auto& flow = c.flow(d);
+    bool inlineMoves = context_.settings.engine == SpliceEngine::Inline;
+    switch (flow.next()) {
+        case FlowStep::Fill: {
+            if (!flow.pipe.valid()) {
+                int rc = pipePool_.acquire(flow.pipe);
+                if (rc < 0) {
+                    logError("connection ", c.id, ": no pipe: ", errnoText(rc));
+                    closeConnection(c, "pipe-error", true);
+                    return false;
+                }
+            }
+            auto request = flow.fillRequest();
+            if (!inlineMoves) {
+                submitMove(c, d, Op::Fill, c.sourceFd(d), flow.pipe.writeFd(), request);
+                return false;
+            }
+            auto moved = ::splice(c.sourceFd(d), nullptr, flow.pipe.writeFd(), nullptr, request,
+                                  kSpliceFlags);
+            return afterMove(c, d, flow.recordFill(moved < 0 ? -errno : moved, request),
+                             moved < 0 ? -errno : 0);
+        }
+        case FlowStep::Forward: {
+            auto request = flow.forwardRequest();
+            if (!inlineMoves) {
+                submitMove(c, d, Op::Forward, flow.pipe.readFd(), c.sinkFd(d), request);
+                return false;
+            }
+            auto moved = ::splice(flow.pipe.readFd(), nullptr, c.sinkFd(d), nullptr, request,
+                                  kSpliceFlags);
+            return afterMove(c, d, flow.recordForward(moved < 0 ? -errno : moved),
+                             moved < 0 ? -errno : 0);
+        }
+        case FlowStep::WaitReadable:
+            returnPipe(flow);
+            armPoll(c, d, c.sourceFd(d), POLLIN);
+            return false;
+        case FlowStep::WaitWritable:
+            armPoll(c, d, c.sinkFd(d), POLLOUT);
+            return false;
+        case FlowStep::ShutdownSink:
+            returnPipe(flow);
+            ::shutdown(c.sinkFd(d), SHUT_WR);
+            flow.recordSinkShutdown();
+            if (c.flow(Direction::ClientToUpstream).finished() &&
+                c.flow(Direction::UpstreamToClient).finished())
+                closeConnection(c, "closed", false);
+            return false;
+        case FlowStep::Finished: return false;
+    }
+    return false;
+}
+
+// Handles what a move's outcome means for the connection; true when the flow may go on.
+bool Worker::afterMove(Connection& c, Direction d, MoveOutcome outcome, int result) {
+    if (outcome != MoveOutcome::Failed) {
+        if (outcome == MoveOutcome::Moved) c.lastActivity = now_;
+        return true;
+    }
+    // A failed fill is the source's error; a failed forward the sink's (EPIPE, ECONNRESET).
+    bool sourceSide = c.flow(d).bytesInPipe() == 0 || result == -ECONNRESET;
+    const char* reason = sourceSide ? sourceResetReason(d) : sinkResetReason(d);
+    logDebug("connection ", c.id, ": ", toString(d), " move failed: ", errnoText(result));
+    closeConnection(c, reason, true);
+    return false;
+}
+
+void Worker::submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes) {
+    auto* sqe = ring_->sqe();
+    io_uring_prep_splice(sqe, in, -1, out, -1, static_cast<unsigned>(bytes), kSpliceFlags);
+    io_uring_sqe_set_data64(sqe, pack(op, d, c.slot, c.generation));
+    c.busy(d) = true;
+    ++c.operationsInFlight;
+}
+
+void Worker::onMove(Connection& c, Direction d, Op op, int result) {
+    c.busy(d) = false;
+    if (c.state != ConnectionState::Relaying) return;
+    auto& flow = c.flow(d);
+    auto outcome = op == Op::Fill ? flow.recordFill(result, flow.fillRequest())
+                                  : flow.recordForward(result);
+    if (afterMove(c, d, outcome, result)) pump(c, d);
+}
+
+void Worker::returnPipe(Flow& flow) noexcept {
+    if (flow.pipe.valid() && flow.pipeReturnable()) pipePool_.release(std::move(flow.pipe), 0);
+}
+
+void Worker::runDeferred() {
+    if (deferred_.empty()) return;
+    auto batch = std::move(deferred_);
+    deferred_.clear();
+    for (const auto& ref : batch) {
+        if (Connection* c = lookup(ref.slot, ref.generation)) pump(*c, ref.direction);
+    }
+}
+
+}  // namespace splicegate

@@ -1,0 +1,120 @@
+#pragma once
+// A worker: one thread, one io_uring, its own SO_REUSEPORT listener per route, and the
+// connections it accepted. Other threads talk to it only through requestReload(),
+// requestDrain() and requestStop(), which set a flag and wake it through an eventfd.
+//
+// Data path (NOTES.md 1, 2, 11): io_uring waits for what can wait (accept, connect, readiness);
+// the moves themselves are either direct non-blocking splice() calls made by this thread
+// (SpliceEngine::Inline) or IORING_OP_SPLICE SQEs (SpliceEngine::Chain). Both engines drive the
+// same Flow bookkeeping.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/UniqueFd.h"
+#include "pipes/PipePool.h"
+#include "relay/Connection.h"
+#include "relay/RelayContext.h"
+#include "relay/Ring.h"
+
+namespace splicegate {
+
+class Worker {
+public:
+    Worker(unsigned index, RelayContext& context);
+    ~Worker();
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    // Starts the thread; the future reports set-up failure (ring, listeners) as an exception.
+    std::future<void> start();
+    void requestReload() noexcept { signal(kReload); }
+    void requestDrain() noexcept { signal(kDrain); }
+    void requestStop() noexcept { signal(kStop); }
+    bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
+    void join();
+
+private:
+    enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4 };
+    enum class Op : std::uint8_t {
+        Ignore, Control, Timer, Accept, Connect, ConnectTimeout, Poll, Fill, Forward
+    };
+    struct Listener {
+        std::shared_ptr<const Route> route;
+        UniqueFd fd;
+        std::uint16_t generation = 0;
+        bool active = false;
+    };
+    struct FlowRef {
+        std::uint32_t slot;
+        std::uint16_t generation;
+        Direction direction;
+    };
+
+    static std::uint64_t pack(Op op, Direction d, std::uint32_t slot, std::uint16_t gen) noexcept;
+
+    void signal(std::uint32_t request) noexcept;
+    void run(std::promise<void>& started);
+    void loop();
+    void handleCompletion(const io_uring_cqe& cqe);
+    void handleControl();
+    void armControl();
+    void armTimer();
+    void onTimer();
+
+    // Listeners
+    void applyRoutes(bool failOnError);
+    void openListener(const std::shared_ptr<const Route>& route);
+    void closeListener(std::uint32_t index);
+    void armAccept(std::uint32_t index);
+    void onAccept(std::uint32_t index, const io_uring_cqe& cqe);
+
+    // Connections
+    Connection* allocateConnection();
+    Connection* lookup(std::uint32_t slot, std::uint16_t generation) noexcept;
+    void startConnect(Connection& c);
+    void onConnect(Connection& c, int result);
+    void startRelaying(Connection& c);
+    void closeConnection(Connection& c, const char* reason, bool resetPeers);
+    void completeOperation(Connection& c);
+    void releaseConnection(Connection& c);
+
+    // Data path
+    void pump(Connection& c, Direction d);
+    bool pumpStep(Connection& c, Direction d);
+    void submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes);
+    void armPoll(Connection& c, Direction d, int fd, unsigned events);
+    void onPoll(Connection& c, Direction d, int result);
+    void onMove(Connection& c, Direction d, Op op, int result);
+    bool afterMove(Connection& c, Direction d, MoveOutcome outcome, int result);
+    void returnPipe(Flow& flow) noexcept;
+    void runDeferred();
+
+    const unsigned index_;
+    RelayContext& context_;
+    std::unique_ptr<Ring> ring_;
+    PipePool pipePool_;
+    UniqueFd controlFd_;
+    std::uint64_t controlValue_ = 0;
+    std::atomic<std::uint32_t> requests_{0};
+    std::atomic<bool> finished_{false};
+    bool draining_ = false;
+    bool stopping_ = false;
+    __kernel_timespec timerInterval_{};
+    std::chrono::steady_clock::time_point now_;
+    std::shared_ptr<const RouteTable> appliedRoutes_;
+    std::vector<Listener> listeners_;
+    std::vector<std::unique_ptr<Connection>> connections_;
+    std::vector<std::uint32_t> freeSlots_;
+    std::size_t liveConnections_ = 0;
+    std::vector<FlowRef> deferred_;
+    std::chrono::steady_clock::time_point lastRefusalLog_{};
+    std::thread thread_;
+};
+
+}  // namespace splicegate

@@ -1,0 +1,229 @@
+// Failures at either end: refused upstreams (fail over, or close the client), resets in the
+// middle of a transfer in both directions, and the daemon carrying on afterwards.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/Daemon.h"
+#include "tests/support/PatternStream.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+// A fresh connection through the relay still forwards byte-exact.
+::testing::AssertionResult relayStillWorks(uint16_t port, uint64_t seed) {
+    int error = 0;
+    UniqueFd fd = connectTcp(port, error);
+    if (!fd) {
+        return ::testing::AssertionFailure()
+               << "new connection to the relay failed: " << std::strerror(error);
+    }
+    return echoRoundTrip(fd.get(), seed, 1 * kMiB, milliseconds(10000));
+}
+
+// First upstream refuses (nothing listens there), second is live: every connection must get
+// through, whichever upstream the round robin starts with.
+TEST(RelayUpstreamFailureTest, RefusedUpstreamFallsOverToTheNext) {
+    constexpr std::size_t kConnections = 6;
+    constexpr uint64_t kSize = 1 * kMiB;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer live(duplexUpstream(board, milliseconds(30000)));
+    uint16_t closed = pickFreePort();
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {loopback(closed), live.address()},
+                            {"--connect-timeout-ms", "1000"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+
+    std::vector<ClientRun> runs;
+    for (std::size_t i = 0; i < kConnections; ++i) {  // one after another: round robin moves on
+        runs.push_back(duplexClient(port, 200 + i, kSize, kSize, milliseconds(15000)));
+    }
+    board->waitSize(kConnections, deadlineIn(milliseconds(3000)));
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+    EXPECT_EQ(live.acceptedCount(), kConnections);
+}
+
+// All upstreams refuse: the client is closed promptly, the log says why, and the daemon goes on
+// serving (a second, healthy route from the config file; and the failing route again).
+TEST(RelayUpstreamFailureTest, AllUpstreamsRefusedClosesClientAndDaemonCarriesOn) {
+    TestServer echo(echoUpstream(milliseconds(20000)));
+    uint16_t closedA = pickFreePort();
+    uint16_t closedB = pickFreePort();
+    uint16_t port = pickFreePort();
+    uint16_t goodPort = pickFreePort();
+    TempDir configDir;
+    std::string config =
+        configDir.write("splicegate.conf", routeSection("good", loopback(goodPort), {echo.address()}));
+    Daemon daemon(relayArgs(port, {loopback(closedA), loopback(closedB)},
+                            {"--connect-timeout-ms", "500", "--config", config}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(goodPort)) << "route.good from the config not listening"
+                                            << daemon.why();
+
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        int error = 0;
+        UniqueFd client = connectTcp(port, error);
+        ASSERT_TRUE(client) << "the listener itself must accept: " << std::strerror(error)
+                            << daemon.why();
+        auto started = Clock::now();
+        int closeError = 0;
+        PeerClose end = waitPeerClose(client.get(), deadlineIn(milliseconds(4000)), nullptr,
+                                      &closeError);
+        auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
+        EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
+            << "attempt " << attempt << ": with every upstream refusing, the client saw "
+            << toString(end) << " after " << took << " ms (expected EOF or RST within 4 s)"
+            << daemon.why(20);
+    }
+    // The failure is in the log: it names the connect failure or the refused upstream.
+    std::string log = daemon.log();
+    bool mentioned = !grepLines(log, "refused").empty() ||
+                     !grepLines(log, std::to_string(closedA)).empty() ||
+                     !grepLines(log, std::to_string(closedB)).empty();
+    EXPECT_TRUE(mentioned) << "daemon log does not mention the failed upstream connects (looked for "
+                              "'refused', ports "
+                           << closedA << " and " << closedB << ")" << daemon.why();
+    ASSERT_TRUE(daemon.running()) << daemon.why();
+    EXPECT_TRUE(relayStillWorks(goodPort, 41)) << daemon.why(20);
+}
+
+// The client resets (SO_LINGER 0) in the middle of an upload, and again on an idle connection:
+// the upstream side must be closed within a bound (EOF or ECONNRESET).
+TEST(RelayResetTest, ClientResetClosesUpstream) {
+    struct Seen {
+        StreamResult result;
+        Clock::time_point at;
+    };
+    auto board = std::make_shared<ResultBoard<std::size_t, Seen>>();
+    auto progress = std::make_shared<std::atomic<uint64_t>>(0);
+    TestServer upstream([board, progress](int fd, std::size_t index) {
+        StreamResult result = receiveAll(fd, deadlineIn(milliseconds(20000)), UINT64_MAX,
+                                          progress.get());
+        board->put(index, Seen{result, Clock::now()});
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+
+    // 1. Mid-transfer: a paced upload, reset once the upstream has seen >= 2 MiB.
+    {
+        int error = 0;
+        UniqueFd client = connectTcp(port, error);
+        ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
+        std::atomic<bool> stop{false};
+        std::atomic<bool> done{false};
+        std::thread uploader([&] {
+            SendOptions options;
+            options.chunk = 64 * 1024;
+            options.pauseEveryChunk = std::chrono::microseconds(2000);
+            options.shutdownWrite = false;
+            options.cancel = &stop;
+            // Bounded: until cancelled, or 10 s.
+            sendPattern(client.get(), 51, 512 * kMiB, deadlineIn(milliseconds(10000)), options);
+            done = true;
+        });
+        Deadline until = deadlineIn(milliseconds(10000));
+        while (progress->load() < 2 * kMiB && Clock::now() < until && !done) {
+            std::this_thread::sleep_for(milliseconds(5));
+        }
+        stop = true;
+        uploader.join();
+        ASSERT_GE(progress->load(), 2 * kMiB) << "upload never reached the upstream" << daemon.why();
+        ASSERT_FALSE(board->waitSize(1, deadlineIn(milliseconds(0))))
+            << "upstream connection ended before the reset";
+        auto resetAt = Clock::now();
+        resetClose(client);
+        ASSERT_TRUE(board->waitSize(1, deadlineIn(milliseconds(3000))))
+            << "upstream still open 3 s after the client reset mid-transfer" << daemon.why(20);
+        const Seen seen = board->snapshot().back().second;
+        EXPECT_TRUE(seen.result.eof || seen.result.error == ECONNRESET)
+            << "upstream's connection ended oddly: " << seen.result.describe();
+        EXPECT_LT(std::chrono::duration_cast<milliseconds>(seen.at - resetAt).count(), 3000);
+    }
+    // 2. Idle: nothing sent either way, then RST.
+    {
+        int error = 0;
+        UniqueFd client = connectTcp(port, error);
+        ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
+        ASSERT_TRUE(upstream.waitAccepted(2, deadlineIn(milliseconds(3000))))
+            << "relay never connected upstream" << daemon.why();
+        resetClose(client);
+        ASSERT_TRUE(board->waitSize(2, deadlineIn(milliseconds(3000))))
+            << "upstream still open 3 s after an idle client reset" << daemon.why(20);
+        const Seen seen = board->snapshot().back().second;
+        EXPECT_TRUE(seen.result.eof || seen.result.error == ECONNRESET) << seen.result.describe();
+        EXPECT_EQ(seen.result.bytes, 0u);
+    }
+    ASSERT_TRUE(daemon.running()) << daemon.why();
+    // The daemon carries on: a sink connection with a full upload still arrives byte-exact.
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
+    StreamResult sent = sendPattern(client.get(), 52, 3 * kMiB, deadlineIn(milliseconds(10000)));
+    ASSERT_TRUE(board->waitSize(3, deadlineIn(milliseconds(10000)))) << daemon.why(20);
+    const Seen seen = board->snapshot().back().second;
+    EXPECT_TRUE(seen.result.eof) << seen.result.describe();
+    EXPECT_EQ(seen.result.bytes, 3 * kMiB);
+    EXPECT_EQ(seen.result.sha256, patternSha256(52, 3 * kMiB));
+    EXPECT_EQ(seen.result.sha256, sent.sha256);
+}
+
+// The upstream resets in the middle of a download (and on an idle connection): the client side
+// must be closed within a bound, and the daemon carries on.
+TEST(RelayResetTest, UpstreamResetClosesClient) {
+    std::atomic<int> mode{0};  // 0: stream then reset, 1: reset at once (idle), 2: echo
+    auto pushed = std::make_shared<std::atomic<uint64_t>>(0);
+    TestServer upstream([&mode, pushed](int fd, std::size_t) {
+        int m = mode.load();
+        if (m == 2) {
+            echoUpstream(milliseconds(10000))(fd, 0);
+            return;
+        }
+        if (m == 0) {
+            SendOptions options;
+            options.progress = pushed.get();
+            options.shutdownWrite = false;
+            sendPattern(fd, 61, 4 * kMiB, deadlineIn(milliseconds(10000)), options);
+        } else {
+            std::this_thread::sleep_for(milliseconds(200));
+        }
+        armReset(fd);  // the server closes the fd on return: RST
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+
+    for (int m : {0, 1}) {
+        mode = m;
+        int error = 0;
+        UniqueFd client = connectTcp(port, error);
+        ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
+        uint64_t got = 0;
+        int closeError = 0;
+        PeerClose end =
+            waitPeerClose(client.get(), deadlineIn(milliseconds(5000)), &got, &closeError);
+        EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
+            << (m == 0 ? "mid-transfer" : "idle") << " upstream reset: the client saw "
+            << toString(end) << " after " << got << " bytes (expected EOF or RST within 5 s)"
+            << daemon.why(20);
+        EXPECT_LE(got, 4 * kMiB);
+    }
+    ASSERT_TRUE(daemon.running()) << daemon.why();
+    mode = 2;
+    EXPECT_TRUE(relayStillWorks(port, 62)) << daemon.why(20);
+}
+
+}  // namespace
+}  // namespace splicegate::test

@@ -1,0 +1,240 @@
+// Byte-exact forwarding through the real daemon: full duplex under load, half-close in both
+// orders, back-pressure from a slow reader, a tiny pipe budget, IPv6. Every transfer is checked
+// by SHA-256 at both ends against an independently computed digest (NOTES.md 10).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/Daemon.h"
+#include "tests/support/PatternStream.h"
+#include "tests/support/Sha256.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::vector<std::string> engineArgs(const std::string& engine) {
+    if (engine == "default") return {};
+    return {"--splice-engine", engine};
+}
+
+std::string engineName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+class RelayDuplexTest : public ::testing::TestWithParam<std::string> {};
+
+// 8 connections x 64 MiB each way at the same time; SHA-256 equal at both ends both ways.
+TEST_P(RelayDuplexTest, EightConnections64MiBEachWayAtOnce) {
+    constexpr std::size_t kConnections = 8;
+    constexpr uint64_t kSize = 64 * kMiB;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}, engineArgs(GetParam())));
+    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
+
+    auto runs = duplexClients(port, kConnections, 100, kSize, kSize, milliseconds(90000));
+    board->waitSize(kConnections, deadlineIn(milliseconds(5000)));
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+// --pipe-size 4096 --pipe-budget 16384: 4 small pipes shared by 32 busy connections.
+TEST_P(RelayDuplexTest, TinyPipeBudgetSharedBy32Connections) {
+    constexpr std::size_t kConnections = 32;
+    constexpr uint64_t kSize = 4 * kMiB;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
+    uint16_t port = pickFreePort();
+    auto extra = engineArgs(GetParam());
+    extra.insert(extra.end(), {"--pipe-size", "4096", "--pipe-budget", "16384"});
+    Daemon daemon(relayArgs(port, {upstream.address()}, extra));
+    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
+
+    auto runs = duplexClients(port, kConnections, 1000, kSize, kSize, milliseconds(90000));
+    board->waitSize(kConnections, deadlineIn(milliseconds(5000)));
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, RelayDuplexTest,
+                         ::testing::Values(std::string("default"), std::string("chain"),
+                                           std::string("inline")),
+                         engineName);
+
+// Client sends, then SHUT_WR; the upstream must see every byte then EOF, and only then replies
+// and closes; the client must get the whole reply, then EOF.
+TEST(RelayHalfCloseTest, ClientHalfClosesThenUpstreamReplies) {
+    constexpr uint64_t kRequest = 4 * kMiB + 123;
+    constexpr uint64_t kReply = 3 * kMiB + 7;
+    constexpr uint64_t kRequestSeed = 11, kReplySeed = 12;
+    auto board = std::make_shared<SinkBoard>();
+    auto replies = std::make_shared<SinkBoard>();
+    TestServer upstream([board, replies](int fd, std::size_t index) {
+        Deadline deadline = deadlineIn(milliseconds(20000));
+        StreamResult request = receiveAll(fd, deadline);
+        board->put(index, request);
+        if (!request.eof || request.bytes == 0) return;  // only reply after a full request + EOF
+        replies->put(index, sendPattern(fd, kReplySeed, kReply, deadline));
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    Deadline deadline = deadlineIn(milliseconds(20000));
+    StreamResult sent = sendPattern(client.get(), kRequestSeed, kRequest, deadline);
+    ASSERT_TRUE(sent.ok() && sent.bytes == kRequest) << "client send: " << sent.describe();
+    StreamResult reply = receiveAll(client.get(), deadline);
+
+    ASSERT_TRUE(board->waitSize(1, deadlineIn(milliseconds(2000))))
+        << "upstream never saw EOF after the client's SHUT_WR" << daemon.why();
+    StreamResult request = board->snapshot().front().second;
+    EXPECT_TRUE(request.eof) << "upstream's read ended without EOF: " << request.describe();
+    EXPECT_EQ(request.bytes, kRequest) << "upstream got " << request.describe();
+    EXPECT_EQ(request.sha256, patternSha256(kRequestSeed, kRequest)) << "request corrupted";
+    EXPECT_EQ(request.sha256, sent.sha256);
+
+    EXPECT_TRUE(reply.eof) << "client's read of the reply ended without EOF: " << reply.describe();
+    EXPECT_EQ(reply.bytes, kReply) << "client got " << reply.describe();
+    EXPECT_EQ(reply.sha256, patternSha256(kReplySeed, kReply)) << "reply corrupted";
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+// The mirror image: the upstream sends and half-closes first; the client reads to EOF, then its
+// own direction must still flow.
+TEST(RelayHalfCloseTest, UpstreamHalfClosesThenClientStillSends) {
+    constexpr uint64_t kGreeting = 2 * kMiB + 5;
+    constexpr uint64_t kUpload = 5 * kMiB + 9;
+    constexpr uint64_t kGreetingSeed = 21, kUploadSeed = 22;
+    auto uploads = std::make_shared<SinkBoard>();
+    TestServer upstream([uploads](int fd, std::size_t index) {
+        Deadline deadline = deadlineIn(milliseconds(20000));
+        StreamResult greeting = sendPattern(fd, kGreetingSeed, kGreeting, deadline);  // + SHUT_WR
+        if (!greeting.ok()) return;
+        uploads->put(index, receiveAll(fd, deadline));
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    Deadline deadline = deadlineIn(milliseconds(20000));
+    StreamResult greeting = receiveAll(client.get(), deadline);
+    EXPECT_TRUE(greeting.eof) << "no EOF after the upstream's SHUT_WR: " << greeting.describe();
+    EXPECT_EQ(greeting.bytes, kGreeting);
+    EXPECT_EQ(greeting.sha256, patternSha256(kGreetingSeed, kGreeting)) << "greeting corrupted";
+
+    StreamResult sent = sendPattern(client.get(), kUploadSeed, kUpload, deadline);
+    EXPECT_TRUE(sent.ok() && sent.bytes == kUpload)
+        << "client could not send after the upstream half-closed: " << sent.describe()
+        << daemon.why(20);
+    ASSERT_TRUE(uploads->waitSize(1, deadlineIn(milliseconds(10000))))
+        << "upstream never got EOF of the upload" << daemon.why();
+    StreamResult upload = uploads->snapshot().front().second;
+    EXPECT_TRUE(upload.eof) << upload.describe();
+    EXPECT_EQ(upload.bytes, kUpload) << "upload at upstream: " << upload.describe();
+    EXPECT_EQ(upload.sha256, patternSha256(kUploadSeed, kUpload)) << "upload corrupted";
+    // The connection ends once both directions are done: the client sees EOF (or at worst RST).
+    PeerClose end = waitPeerClose(client.get(), deadlineIn(milliseconds(5000)));
+    EXPECT_NE(end, PeerClose::Timeout) << "connection not closed after both halves ended";
+}
+
+// Upstream pushes 256 MiB as fast as it can; the client reads ~1 KiB/10 ms for 3 s. The daemon
+// must hold back (bounded RSS, upstream blocked), then deliver all of it byte-exact.
+TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
+    constexpr uint64_t kSize = 256 * kMiB;
+    constexpr uint64_t kSeed = 31;
+    constexpr long kRssBoundKiB = 64 * 1024;
+    constexpr uint64_t kBufferedBound = 128 * kMiB;
+    auto sent = std::make_shared<SinkBoard>();
+    auto pushed = std::make_shared<std::atomic<uint64_t>>(0);
+    TestServer upstream([sent, pushed](int fd, std::size_t index) {
+        SendOptions options;
+        options.progress = pushed.get();
+        sent->put(index, sendPattern(fd, kSeed, kSize, deadlineIn(milliseconds(60000)), options));
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    long rssBefore = daemon.rssKiB();
+
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    Sha256 sha;
+    uint64_t received = 0;
+    std::vector<uint8_t> buffer(256 * 1024);
+    long maxRss = rssBefore;
+    Deadline slowUntil = deadlineIn(milliseconds(3000));
+    while (Clock::now() < slowUntil) {
+        ssize_t got = ::recv(client.get(), buffer.data(), 1024, 0);
+        if (got > 0) {
+            sha.update(buffer.data(), static_cast<std::size_t>(got));
+            received += static_cast<uint64_t>(got);
+        } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+            FAIL() << "connection ended during the slow phase after " << received << " bytes"
+                   << daemon.why();
+        }
+        maxRss = std::max(maxRss, daemon.rssKiB());
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    uint64_t pushedWhileSlow = pushed->load();
+    EXPECT_LT(maxRss, kRssBoundKiB) << "daemon RSS peaked at " << maxRss
+                                    << " KiB while back-pressured (at start " << rssBefore
+                                    << " KiB); bound " << kRssBoundKiB << " KiB";
+    EXPECT_LT(pushedWhileSlow, kBufferedBound)
+        << "upstream pushed " << pushedWhileSlow << " bytes while the client had read only "
+        << received << ": the relay is not back-pressuring the upstream";
+
+    Deadline deadline = deadlineIn(milliseconds(30000));
+    for (;;) {
+        ssize_t got = ::recv(client.get(), buffer.data(), buffer.size(), 0);
+        if (got > 0) {
+            sha.update(buffer.data(), static_cast<std::size_t>(got));
+            received += static_cast<uint64_t>(got);
+            continue;
+        }
+        if (got == 0) break;
+        if ((errno == EAGAIN || errno == EINTR) && Clock::now() < deadline) continue;
+        ADD_FAILURE() << "fast phase ended without EOF: " << std::strerror(errno);
+        break;
+    }
+    EXPECT_EQ(received, kSize) << "client got " << received << " of " << kSize << " bytes"
+                               << daemon.why(20);
+    EXPECT_EQ(sha.finishHex(), patternSha256(kSeed, kSize)) << "stream corrupted";
+    ASSERT_TRUE(sent->waitSize(1, deadlineIn(milliseconds(2000))));
+    EXPECT_EQ(sent->snapshot().front().second.bytes, kSize);
+}
+
+// Listener and upstream on ::1.
+TEST(RelayIpv6Test, ListenAndUpstreamOnIpv6Loopback) {
+    constexpr uint64_t kSize = 4 * kMiB;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer upstream(duplexUpstream(board, milliseconds(30000)), /*ipv6=*/true);
+    uint16_t port = pickFreePort();
+    Daemon daemon({"--listen", loopback(port, true), "--upstream", upstream.address(), "--workers",
+                   "2"});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    std::vector<ClientRun> runs{duplexClient(port, 7, kSize, kSize, milliseconds(30000), true)};
+    board->waitSize(1, deadlineIn(milliseconds(5000)));
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+}
+
+}  // namespace
+}  // namespace splicegate::test

@@ -1,0 +1,380 @@
+#include "tests/support/Sockets.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "tests/support/PatternStream.h"
+#include "tests/support/Sha256.h"
+
+namespace splicegate::test {
+namespace {
+
+[[noreturn]] void throwErrno(const std::string& what) {
+    throw std::system_error(errno, std::generic_category(), what);
+}
+
+socklen_t makeLoopback(sockaddr_storage& storage, uint16_t port, bool ipv6) {
+    std::memset(&storage, 0, sizeof storage);
+    if (ipv6) {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&storage);
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        a->sin6_addr = in6addr_loopback;
+        return sizeof(sockaddr_in6);
+    }
+    auto* a = reinterpret_cast<sockaddr_in*>(&storage);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return sizeof(sockaddr_in);
+}
+
+uint16_t boundPort(int fd) {
+    sockaddr_storage storage{};
+    socklen_t length = sizeof storage;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) {
+        throwErrno("getsockname");
+    }
+    if (storage.ss_family == AF_INET6) {
+        return ntohs(reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port);
+    }
+    return ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
+}
+
+bool isTimeout(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
+
+}  // namespace
+
+std::string loopback(uint16_t port, bool ipv6) {
+    return (ipv6 ? std::string("[::1]:") : std::string("127.0.0.1:")) + std::to_string(port);
+}
+
+UniqueFd listenTcp(uint16_t& port, bool ipv6, int backlog) {
+    UniqueFd fd(::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throwErrno("socket");
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage storage{};
+    socklen_t length = makeLoopback(storage, port, ipv6);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&storage), length) != 0) {
+        throwErrno("bind " + loopback(port, ipv6));
+    }
+    if (::listen(fd.get(), backlog) != 0) throwErrno("listen");
+    port = boundPort(fd.get());
+    return fd;
+}
+
+uint16_t pickFreePort() {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throwErrno("socket");
+    sockaddr_storage storage{};
+    socklen_t length = makeLoopback(storage, 0, false);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&storage), length) != 0) {
+        throwErrno("bind 127.0.0.1:0");
+    }
+    return boundPort(fd.get());
+}
+
+void setIoTimeout(int fd, milliseconds timeout) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+UniqueFd connectTcp(uint16_t port, int& error, milliseconds timeout, bool ipv6) {
+    error = 0;
+    UniqueFd fd(::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+        error = errno;
+        return {};
+    }
+    sockaddr_storage storage{};
+    socklen_t length = makeLoopback(storage, port, ipv6);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&storage), length) != 0) {
+        if (errno != EINPROGRESS) {
+            error = errno;
+            return {};
+        }
+        pollfd p{fd.get(), POLLOUT, 0};
+        int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+        if (ready <= 0) {
+            error = ready == 0 ? ETIMEDOUT : errno;
+            return {};
+        }
+        int soError = 0;
+        socklen_t soLength = sizeof soError;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &soLength);
+        if (soError != 0) {
+            error = soError;
+            return {};
+        }
+    }
+    int flags = ::fcntl(fd.get(), F_GETFL);
+    ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+    setIoTimeout(fd.get(), milliseconds(250));
+    return fd;
+}
+
+void armReset(int fd) {
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+void resetClose(UniqueFd& fd) {
+    if (!fd) return;
+    armReset(fd.get());
+    fd.reset();
+}
+
+bool isListening(uint16_t port) {
+    char wanted[8];
+    std::snprintf(wanted, sizeof wanted, "%04X", static_cast<unsigned>(port));
+    for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream in(path);
+        std::string line;
+        std::getline(in, line);  // header
+        while (std::getline(in, line)) {
+            std::istringstream fields(line);
+            std::string slot, local, remote, state;
+            fields >> slot >> local >> remote >> state;
+            if (state != "0A") continue;  // TCP_LISTEN
+            auto colon = local.rfind(':');
+            if (colon != std::string::npos && local.compare(colon + 1, 4, wanted) == 0 &&
+                local.size() == colon + 5) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+bool waitListening(uint16_t port, bool wanted, Deadline deadline) {
+    for (;;) {
+        if (isListening(port) == wanted) return true;
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+}
+
+uint64_t raiseFdLimit() {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    return limit.rlim_cur;
+}
+
+std::string StreamResult::describe() const {
+    std::ostringstream out;
+    out << bytes << " bytes, sha256 " << (sha256.empty() ? "-" : sha256.substr(0, 16) + "...");
+    if (eof) out << ", EOF";
+    if (error != 0) out << ", error " << std::strerror(error);
+    if (timedOut) out << ", TIMED OUT";
+    return out.str();
+}
+
+bool sendAll(int fd, const void* data, std::size_t size, Deadline deadline, int& error) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    error = 0;
+    while (size > 0) {
+        ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            size -= static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && isTimeout(errno)) {
+            if (Clock::now() >= deadline) {
+                error = ETIMEDOUT;
+                return false;
+            }
+            continue;
+        }
+        error = n < 0 ? errno : EPIPE;
+        return false;
+    }
+    return true;
+}
+
+bool recvExact(int fd, void* data, std::size_t size, Deadline deadline, int& error) {
+    auto* p = static_cast<uint8_t*>(data);
+    error = 0;
+    while (size > 0) {
+        ssize_t n = ::recv(fd, p, size, 0);
+        if (n > 0) {
+            p += n;
+            size -= static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n == 0) {
+            error = -1;
+            return false;
+        }
+        if (isTimeout(errno)) {
+            if (Clock::now() >= deadline) {
+                error = ETIMEDOUT;
+                return false;
+            }
+            continue;
+        }
+        error = errno;
+        return false;
+    }
+    return true;
+}
+
+StreamResult sendPattern(int fd, uint64_t seed, uint64_t size, Deadline deadline,
+                         const SendOptions& options) {
+    StreamResult result;
+    PatternStream stream(seed);
+    Sha256 sha;
+    std::vector<uint8_t> buffer(options.chunk);
+    uint64_t left = size;
+    while (left > 0) {
+        if (options.cancel != nullptr && options.cancel->load()) {
+            result.sha256 = sha.finishHex();
+            return result;
+        }
+        std::size_t n = left < buffer.size() ? static_cast<std::size_t>(left) : buffer.size();
+        stream.fill(buffer.data(), n);
+        std::size_t offset = 0;
+        while (offset < n) {
+            ssize_t sent = ::send(fd, buffer.data() + offset, n - offset, MSG_NOSIGNAL);
+            if (sent > 0) {
+                sha.update(buffer.data() + offset, static_cast<std::size_t>(sent));
+                offset += static_cast<std::size_t>(sent);
+                result.bytes += static_cast<uint64_t>(sent);
+                if (options.progress != nullptr) {
+                    options.progress->fetch_add(static_cast<uint64_t>(sent));
+                }
+                continue;
+            }
+            if (sent < 0 && isTimeout(errno)) {
+                if (options.cancel != nullptr && options.cancel->load()) break;
+                if (Clock::now() >= deadline) {
+                    result.timedOut = true;
+                    result.sha256 = sha.finishHex();
+                    return result;
+                }
+                continue;
+            }
+            result.error = sent < 0 ? errno : EPIPE;
+            result.sha256 = sha.finishHex();
+            return result;
+        }
+        left -= n;
+        if (options.pauseEveryChunk.count() > 0) std::this_thread::sleep_for(options.pauseEveryChunk);
+    }
+    if (options.shutdownWrite && ::shutdown(fd, SHUT_WR) != 0) result.error = errno;
+    result.sha256 = sha.finishHex();
+    return result;
+}
+
+StreamResult receiveAll(int fd, Deadline deadline, uint64_t limit,
+                        std::atomic<uint64_t>* progress) {
+    StreamResult result;
+    Sha256 sha;
+    std::vector<uint8_t> buffer(256 * 1024);
+    while (result.bytes < limit) {
+        uint64_t want = limit - result.bytes;
+        std::size_t n = want < buffer.size() ? static_cast<std::size_t>(want) : buffer.size();
+        ssize_t got = ::recv(fd, buffer.data(), n, 0);
+        if (got > 0) {
+            sha.update(buffer.data(), static_cast<std::size_t>(got));
+            result.bytes += static_cast<uint64_t>(got);
+            if (progress != nullptr) progress->fetch_add(static_cast<uint64_t>(got));
+            continue;
+        }
+        if (got == 0) {
+            result.eof = true;
+            break;
+        }
+        if (isTimeout(errno)) {
+            if (Clock::now() >= deadline) {
+                result.timedOut = true;
+                break;
+            }
+            continue;
+        }
+        result.error = errno;
+        break;
+    }
+    result.sha256 = sha.finishHex();
+    return result;
+}
+
+DuplexResult duplex(int fd, uint64_t seed, uint64_t size, Deadline deadline) {
+    DuplexResult result;
+    std::thread sender([&] { result.sent = sendPattern(fd, seed, size, deadline); });
+    result.received = receiveAll(fd, deadline);
+    sender.join();
+    return result;
+}
+
+const char* toString(PeerClose kind) noexcept {
+    switch (kind) {
+        case PeerClose::Eof: return "EOF";
+        case PeerClose::Reset: return "RST";
+        case PeerClose::Timeout: return "no close before the deadline";
+        case PeerClose::OtherError: return "error";
+    }
+    return "?";
+}
+
+PeerClose waitPeerClose(int fd, Deadline deadline, uint64_t* discarded, int* error) {
+    std::vector<uint8_t> buffer(256 * 1024);
+    for (;;) {
+        ssize_t got = ::recv(fd, buffer.data(), buffer.size(), 0);
+        if (got > 0) {
+            if (discarded != nullptr) *discarded += static_cast<uint64_t>(got);
+            if (Clock::now() >= deadline) return PeerClose::Timeout;
+            continue;
+        }
+        if (got == 0) return PeerClose::Eof;
+        int e = errno;
+        if (isTimeout(e)) {
+            if (Clock::now() >= deadline) return PeerClose::Timeout;
+            continue;
+        }
+        if (error != nullptr) *error = e;
+        return e == ECONNRESET ? PeerClose::Reset : PeerClose::OtherError;
+    }
+}
+
+bool sendHeader(int fd, const StreamHeader& header, Deadline deadline, int& error) {
+    uint8_t bytes[16];
+    for (int i = 0; i < 8; ++i) {
+        bytes[i] = static_cast<uint8_t>(header.id >> (8 * i));
+        bytes[8 + i] = static_cast<uint8_t>(header.size >> (8 * i));
+    }
+    return sendAll(fd, bytes, sizeof bytes, deadline, error);
+}
+
+bool recvHeader(int fd, StreamHeader& header, Deadline deadline, int& error) {
+    uint8_t bytes[16];
+    if (!recvExact(fd, bytes, sizeof bytes, deadline, error)) return false;
+    header = {};
+    for (int i = 0; i < 8; ++i) {
+        header.id |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+        header.size |= static_cast<uint64_t>(bytes[8 + i]) << (8 * i);
+    }
+    return true;
+}
+
+}  // namespace splicegate::test

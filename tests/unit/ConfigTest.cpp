@@ -1,0 +1,660 @@
+// Daemon options (SPEC.md "Daemon options"): defaults, command line, INI file, route sections and
+// the one-line UsageError for every kind of bad input. Only loopback addresses and "localhost"
+// are used, so nothing here needs a network beyond resolving localhost.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/Error.h"
+#include "relay/Config.h"
+
+namespace splicegate {
+namespace {
+
+using Args = std::vector<std::string>;
+
+CommandLine parseArgs(const Args& args) {
+    std::vector<const char*> argv{"splicegate"};
+    for (const auto& arg : args) argv.push_back(arg.c_str());
+    return parseCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+Config parseConfig(const Args& args) {
+    auto result = parseArgs(args);
+    EXPECT_EQ(result.action, CommandLine::Action::Run);
+    return result.config;
+}
+
+// The smallest valid command line plus `extra`.
+Args withDefaultRoute(Args extra = {}) {
+    Args args{"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:9000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+SocketAddress numeric(const char* text) {
+    auto address = SocketAddress::parseNumeric(text);
+    EXPECT_TRUE(address.has_value()) << text;
+    return address.value_or(SocketAddress{});
+}
+
+std::vector<std::string> upstreamTexts(const RouteConfig& route) {
+    std::vector<std::string> texts;
+    for (const auto& upstream : route.upstreams) texts.push_back(upstream.text);
+    return texts;
+}
+
+void replaceAll(std::string& text, const std::string& from, const std::string& to) {
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+        text.replace(at, from.size(), to);
+}
+
+// A private directory for config files, removed with everything in it at the end of the test.
+class TempDir {
+  public:
+    TempDir() {
+        std::string pattern = (std::filesystem::temp_directory_path() / "configtest.XXXXXX");
+        if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    ~TempDir() {
+        std::error_code ignored;  // a leftover temp dir must not turn into a test failure
+        std::filesystem::remove_all(path_, ignored);
+    }
+
+    std::string write(const std::string& name, const std::string& content) const {
+        auto file = path_ / name;
+        std::ofstream(file) << content;
+        return file.string();
+    }
+    std::string path() const { return path_.string(); }
+
+  private:
+    std::filesystem::path path_;
+};
+
+// ---- Command line -------------------------------------------------------------------------
+
+TEST(ConfigTest, DefaultsMatchTheSpec) {
+    auto config = parseConfig(withDefaultRoute());
+    EXPECT_EQ(config.configFile, "");
+    EXPECT_EQ(config.workers, 0u);
+    EXPECT_EQ(config.adminSocket, "/run/splicegate/admin.sock");
+    EXPECT_EQ(config.adminGroup, "splicegate");
+    EXPECT_EQ(config.metricsListen, "127.0.0.1:9464");
+    EXPECT_EQ(config.auditDir, "/var/lib/splicegate/audit");
+    EXPECT_EQ(config.auditDurability, AuditDurability::Batch);
+    EXPECT_EQ(config.auditFsyncIntervalMs, 50u);
+    EXPECT_EQ(config.auditOnError, AuditOnError::FailClosed);
+    EXPECT_EQ(config.auditRetentionBytes, 0u);
+    EXPECT_EQ(config.auditRetentionHours, 0u);
+    EXPECT_FALSE(config.spliceEngine.has_value());
+    EXPECT_EQ(config.pipeSize, 1048576u);
+    EXPECT_EQ(config.pipeBudgetBytes, 0u);
+    EXPECT_EQ(config.maxConnections, 65536u);
+    EXPECT_EQ(config.connectTimeoutMs, 5000u);
+    EXPECT_EQ(config.idleTimeoutMs, 0u);
+    EXPECT_EQ(config.drainTimeoutMs, 30000u);
+    EXPECT_EQ(config.xdpInterface, "");
+    EXPECT_EQ(config.xdpMode, XdpMode::Auto);
+    EXPECT_TRUE(config.xdpDeny.empty());
+    EXPECT_TRUE(config.xdpAllow.empty());
+    EXPECT_EQ(config.xdpSynRate, 0u);
+    EXPECT_EQ(config.xdpSynBurst, 0u);
+    EXPECT_EQ(config.logLevel, LogLevel::Info);
+}
+
+TEST(ConfigTest, ListenAndUpstreamMakeTheDefaultRoute) {
+    auto config = parseConfig(withDefaultRoute());
+    ASSERT_EQ(config.routes.size(), 1u);
+    const auto& route = config.routes.front();
+    EXPECT_EQ(route.name, "default");
+    EXPECT_EQ(route.listen, numeric("127.0.0.1:8443"));
+    ASSERT_EQ(route.upstreams.size(), 1u);
+    EXPECT_EQ(route.upstreams[0].text, "127.0.0.1:9000");
+    EXPECT_EQ(route.upstreams[0].addresses, std::vector{numeric("127.0.0.1:9000")});
+    EXPECT_TRUE(route.audit);
+}
+
+TEST(ConfigTest, EveryOptionFromTheCommandLine) {
+    // Both spellings: "--name value" and "--name=value".
+    auto config = parseConfig(withDefaultRoute({"--workers",
+                                                "4",
+                                                "--admin-socket=/tmp/a.sock",
+                                                "--admin-group",
+                                                "wheel",
+                                                "--metrics-listen=[::1]:9100",
+                                                "--audit-dir",
+                                                "/tmp/audit",
+                                                "--audit-durability=strict",
+                                                "--audit-fsync-interval-ms",
+                                                "7",
+                                                "--audit-on-error",
+                                                "fail-open",
+                                                "--audit-retention-bytes=1000000",
+                                                "--audit-retention-hours",
+                                                "48",
+                                                "--splice-engine=inline",
+                                                "--pipe-size",
+                                                "65536",
+                                                "--pipe-budget=8388608",
+                                                "--max-connections",
+                                                "10",
+                                                "--connect-timeout-ms=250",
+                                                "--idle-timeout-ms",
+                                                "60000",
+                                                "--drain-timeout-ms=1",
+                                                "--xdp-interface",
+                                                "lo",
+                                                "--xdp-mode=generic",
+                                                "--xdp-deny",
+                                                "10.0.0.0/8",
+                                                "--xdp-allow=::1/128",
+                                                "--xdp-syn-rate",
+                                                "100",
+                                                "--xdp-syn-burst=20",
+                                                "--log-level",
+                                                "debug"}));
+    EXPECT_EQ(config.workers, 4u);
+    EXPECT_EQ(config.adminSocket, "/tmp/a.sock");
+    EXPECT_EQ(config.adminGroup, "wheel");
+    EXPECT_EQ(config.metricsListen, "[::1]:9100");
+    EXPECT_EQ(config.auditDir, "/tmp/audit");
+    EXPECT_EQ(config.auditDurability, AuditDurability::Strict);
+    EXPECT_EQ(config.auditFsyncIntervalMs, 7u);
+    EXPECT_EQ(config.auditOnError, AuditOnError::FailOpen);
+    EXPECT_EQ(config.auditRetentionBytes, 1000000u);
+    EXPECT_EQ(config.auditRetentionHours, 48u);
+    EXPECT_EQ(config.spliceEngine, SpliceEngine::Inline);
+    EXPECT_EQ(config.pipeSize, 65536u);
+    EXPECT_EQ(config.pipeBudgetBytes, 8388608u);
+    EXPECT_EQ(config.maxConnections, 10u);
+    EXPECT_EQ(config.connectTimeoutMs, 250u);
+    EXPECT_EQ(config.idleTimeoutMs, 60000u);
+    EXPECT_EQ(config.drainTimeoutMs, 1u);
+    EXPECT_EQ(config.xdpInterface, "lo");
+    EXPECT_EQ(config.xdpMode, XdpMode::Generic);
+    EXPECT_EQ(config.xdpDeny, std::vector<std::string>{"10.0.0.0/8"});
+    EXPECT_EQ(config.xdpAllow, std::vector<std::string>{"::1/128"});
+    EXPECT_EQ(config.xdpSynRate, 100u);
+    EXPECT_EQ(config.xdpSynBurst, 20u);
+    EXPECT_EQ(config.logLevel, LogLevel::Debug);
+}
+
+TEST(ConfigTest, EveryEnumValueIsAccepted) {
+    auto engine = [](const char* name) {
+        return parseConfig(withDefaultRoute({"--splice-engine", name})).spliceEngine;
+    };
+    EXPECT_EQ(engine("chain"), SpliceEngine::Chain);
+    EXPECT_EQ(engine("inline"), SpliceEngine::Inline);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-durability", "none"})).auditDurability,
+              AuditDurability::None);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--xdp-mode", "native"})).xdpMode, XdpMode::Native);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "warn"})).logLevel, LogLevel::Warn);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "error"})).logLevel, LogLevel::Error);
+}
+
+TEST(ConfigTest, NumbersAtTheirLimitsAreAccepted) {
+    auto config = parseConfig(withDefaultRoute(
+        {"--pipe-size", "4096", "--workers", "1024", "--max-connections", "1",
+         "--connect-timeout-ms", "4294967295", "--audit-retention-bytes", "18446744073709551615"}));
+    EXPECT_EQ(config.pipeSize, 4096u);
+    EXPECT_EQ(config.workers, 1024u);
+    EXPECT_EQ(config.maxConnections, 1u);
+    EXPECT_EQ(config.connectTimeoutMs, 4294967295u);
+    EXPECT_EQ(config.auditRetentionBytes, 18446744073709551615u);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--pipe-size", "1073741824"})).pipeSize, 1u << 30);
+}
+
+TEST(ConfigTest, ListenAcceptsBracketedIPv6) {
+    auto config = parseConfig({"--listen", "[::1]:8443", "--upstream", "[::1]:9000"});
+    ASSERT_EQ(config.routes.size(), 1u);
+    EXPECT_EQ(config.routes[0].listen, numeric("[::1]:8443"));
+    EXPECT_EQ(config.routes[0].listen.family(), AF_INET6);
+}
+
+TEST(ConfigTest, RepeatedUpstreamsKeepTheirOrder) {
+    auto config = parseConfig({"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:9002",
+                               "--upstream=localhost:9001", "--upstream", "[::1]:9003"});
+    EXPECT_EQ(upstreamTexts(config.routes.at(0)),
+              (std::vector<std::string>{"127.0.0.1:9002", "localhost:9001", "[::1]:9003"}));
+    const auto& resolved = config.routes[0].upstreams[1].addresses;
+    ASSERT_FALSE(resolved.empty());
+    for (const auto& address : resolved) EXPECT_EQ(address.port(), 9001u);
+}
+
+TEST(ConfigTest, CidrsAreNormalized) {
+    auto config = parseConfig(
+        withDefaultRoute({"--xdp-deny", "10.1.2.3/8", "--xdp-deny", "192.0.2.7", "--xdp-deny",
+                          "2001:DB8::1/32", "--xdp-allow", "::1", "--xdp-allow", "0.0.0.0/0"}));
+    EXPECT_EQ(config.xdpDeny,
+              (std::vector<std::string>{"10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"}));
+    EXPECT_EQ(config.xdpAllow, (std::vector<std::string>{"::1/128", "0.0.0.0/0"}));
+}
+
+TEST(ConfigTest, EmptyValuesTurnFeaturesOff) {
+    auto config =
+        parseConfig(withDefaultRoute({"--admin-socket=", "--audit-dir", "", "--metrics-listen="}));
+    EXPECT_EQ(config.adminSocket, "");
+    EXPECT_EQ(config.auditDir, "");
+    EXPECT_EQ(config.metricsListen, "");
+}
+
+TEST(ConfigTest, HelpDescribesEveryOption) {
+    for (const char* flag : {"--help", "-h"}) {
+        auto result = parseArgs({flag});  // no route needed to ask for help
+        EXPECT_EQ(result.action, CommandLine::Action::Help) << flag;
+        EXPECT_EQ(result.helpText.rfind("Usage: splicegate [OPTIONS]", 0), 0u) << flag;
+        for (const char* option : {"--config", "--listen", "--upstream", "--workers",
+                                   "--pipe-budget", "--xdp-deny", "--log-level", "[route.NAME]"})
+            EXPECT_NE(result.helpText.find(option), std::string::npos) << option;
+    }
+}
+
+TEST(ConfigTest, VersionAction) {
+    EXPECT_EQ(parseArgs({"--version"}).action, CommandLine::Action::Version);
+}
+
+TEST(ConfigTest, SpliceEngineNames) {
+    EXPECT_STREQ(toString(SpliceEngine::Chain), "chain");
+    EXPECT_STREQ(toString(SpliceEngine::Inline), "inline");
+}
+
+TEST(ConfigTest, RouteEqualityComparesEveryField) {
+    auto route = parseConfig(withDefaultRoute()).routes.at(0);
+    auto same = route;
+    EXPECT_TRUE(route == same);
+    auto otherName = route;
+    otherName.name = "other";
+    EXPECT_FALSE(route == otherName);
+    auto noAudit = route;
+    noAudit.audit = false;
+    EXPECT_FALSE(route == noAudit);
+    auto otherListen = route;
+    otherListen.listen = numeric("127.0.0.1:1");
+    EXPECT_FALSE(route == otherListen);
+    auto otherUpstream = route;
+    otherUpstream.upstreams[0].addresses = {numeric("127.0.0.1:1")};
+    EXPECT_FALSE(route == otherUpstream);
+}
+
+// ---- Config file ---------------------------------------------------------------------------
+
+class ConfigFileTest : public ::testing::Test {
+  protected:
+    TempDir dir_;
+};
+
+TEST_F(ConfigFileTest, EveryOptionFromTheFile) {
+    auto file = dir_.write("all.conf", R"(# every option as a key
+listen = 127.0.0.1:8443
+upstream = 127.0.0.1:9000
+workers=3
+admin-socket = /tmp/admin.sock
+admin-group = adm
+metrics-listen = 127.0.0.1:9200
+audit-dir = /tmp/audit
+audit-durability = none
+audit-fsync-interval-ms = 9
+audit-on-error = fail-open
+audit-retention-bytes = 5
+audit-retention-hours = 6
+splice-engine = chain
+pipe-size = 8192
+pipe-budget = 16384
+max-connections = 11
+connect-timeout-ms = 12
+idle-timeout-ms = 13
+drain-timeout-ms = 14
+xdp-interface = lo
+xdp-mode = native
+xdp-deny = 10.0.0.0/8
+xdp-deny = 172.16.0.0/12
+xdp-allow = 10.1.0.0/16
+xdp-syn-rate = 15
+xdp-syn-burst = 16
+log-level = warn
+)");
+    auto config = parseConfig({"--config", file});
+    EXPECT_EQ(config.configFile, file);
+    ASSERT_EQ(config.routes.size(), 1u);
+    EXPECT_EQ(config.routes[0].name, "default");
+    EXPECT_EQ(config.routes[0].listen, numeric("127.0.0.1:8443"));
+    EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9000"});
+    EXPECT_EQ(config.workers, 3u);
+    EXPECT_EQ(config.adminSocket, "/tmp/admin.sock");
+    EXPECT_EQ(config.adminGroup, "adm");
+    EXPECT_EQ(config.metricsListen, "127.0.0.1:9200");
+    EXPECT_EQ(config.auditDir, "/tmp/audit");
+    EXPECT_EQ(config.auditDurability, AuditDurability::None);
+    EXPECT_EQ(config.auditFsyncIntervalMs, 9u);
+    EXPECT_EQ(config.auditOnError, AuditOnError::FailOpen);
+    EXPECT_EQ(config.auditRetentionBytes, 5u);
+    EXPECT_EQ(config.auditRetentionHours, 6u);
+    EXPECT_EQ(config.spliceEngine, SpliceEngine::Chain);
+    EXPECT_EQ(config.pipeSize, 8192u);
+    EXPECT_EQ(config.pipeBudgetBytes, 16384u);
+    EXPECT_EQ(config.maxConnections, 11u);
+    EXPECT_EQ(config.connectTimeoutMs, 12u);
+    EXPECT_EQ(config.idleTimeoutMs, 13u);
+    EXPECT_EQ(config.drainTimeoutMs, 14u);
+    EXPECT_EQ(config.xdpInterface, "lo");
+    EXPECT_EQ(config.xdpMode, XdpMode::Native);
+    EXPECT_EQ(config.xdpDeny, (std::vector<std::string>{"10.0.0.0/8", "172.16.0.0/12"}));
+    EXPECT_EQ(config.xdpAllow, std::vector<std::string>{"10.1.0.0/16"});
+    EXPECT_EQ(config.xdpSynRate, 15u);
+    EXPECT_EQ(config.xdpSynBurst, 16u);
+    EXPECT_EQ(config.logLevel, LogLevel::Warn);
+}
+
+TEST_F(ConfigFileTest, CommandLineBeatsTheFile) {
+    auto file = dir_.write("base.conf",
+                           "listen = 127.0.0.1:8443\n"
+                           "upstream = 127.0.0.1:9001\nupstream = 127.0.0.1:9002\n"
+                           "workers = 2\nlog-level = error\nxdp-deny = 10.0.0.0/8\n");
+    auto config = parseConfig({"--config", file, "--workers", "5", "--upstream", "127.0.0.1:9009",
+                               "--xdp-deny=192.0.2.0/24"});
+    EXPECT_EQ(config.workers, 5u);
+    EXPECT_EQ(config.logLevel, LogLevel::Error);  // only in the file: the file's value holds
+    EXPECT_EQ(config.routes.at(0).listen, numeric("127.0.0.1:8443"));
+    // A repeatable option on the command line replaces the file's values rather than adding.
+    EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9009"});
+    EXPECT_EQ(config.xdpDeny, std::vector<std::string>{"192.0.2.0/24"});
+}
+
+TEST_F(ConfigFileTest, FileUpstreamsKeepTheirOrder) {
+    auto file = dir_.write("order.conf",
+                           "listen = 127.0.0.1:8443\nupstream = 127.0.0.1:9003\n"
+                           "upstream = 127.0.0.1:9001\nupstream = 127.0.0.1:9002\n");
+    EXPECT_EQ(upstreamTexts(parseConfig({"--config", file}).routes.at(0)),
+              (std::vector<std::string>{"127.0.0.1:9003", "127.0.0.1:9001", "127.0.0.1:9002"}));
+}
+
+TEST_F(ConfigFileTest, RouteSectionsFollowTheDefaultRouteInFileOrder) {
+    auto file = dir_.write("routes.conf", R"(
+[route.web]
+listen = 127.0.0.1:8080
+upstream = 127.0.0.1:80
+upstream = localhost:81
+
+[route.db-2]   # audit off for this one
+listen = [::1]:5432
+upstream = [::1]:15432
+audit = false
+)");
+    auto config = parseConfig(withDefaultRoute({"--config", file}));
+    ASSERT_EQ(config.routes.size(), 3u);
+    EXPECT_EQ(config.routes[0].name, "default");
+    EXPECT_EQ(config.routes[1].name, "web");
+    EXPECT_EQ(config.routes[1].listen, numeric("127.0.0.1:8080"));
+    EXPECT_EQ(upstreamTexts(config.routes[1]),
+              (std::vector<std::string>{"127.0.0.1:80", "localhost:81"}));
+    EXPECT_TRUE(config.routes[1].audit);
+    EXPECT_EQ(config.routes[2].name, "db-2");
+    EXPECT_EQ(config.routes[2].listen, numeric("[::1]:5432"));
+    EXPECT_FALSE(config.routes[2].audit);
+}
+
+TEST_F(ConfigFileTest, RouteAuditAcceptsEveryBooleanSpelling) {
+    for (auto [text, expected] : {std::pair{"true", true},
+                                  {"yes", true},
+                                  {"1", true},
+                                  {"false", false},
+                                  {"no", false},
+                                  {"0", false}}) {
+        auto file = dir_.write("bool.conf", std::string("[route.r]\nlisten = 127.0.0.1:8080\n"
+                                                        "upstream = 127.0.0.1:80\naudit = ") +
+                                                text + "\n");
+        EXPECT_EQ(parseConfig({"--config", file}).routes.at(0).audit, expected) << text;
+    }
+}
+
+TEST_F(ConfigFileTest, SectionRouteMayBeNamedDefaultWithoutListenOption) {
+    auto file = dir_.write("default.conf",
+                           "[route.default]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n");
+    auto config = parseConfig({"--config", file});
+    ASSERT_EQ(config.routes.size(), 1u);
+    EXPECT_EQ(config.routes[0].name, "default");
+}
+
+TEST_F(ConfigFileTest, LoadConfigRereadsTheFile) {
+    auto file = dir_.write("reload.conf", "listen = 127.0.0.1:8443\nupstream = 127.0.0.1:9000\n");
+    Args args{"--config", file, "--workers", "2"};
+    EXPECT_EQ(loadConfig(args).routes.size(), 1u);
+    dir_.write("reload.conf",
+               "listen = 127.0.0.1:8443\nupstream = 127.0.0.1:9000\n"
+               "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n");
+    auto reloaded = loadConfig(args);
+    ASSERT_EQ(reloaded.routes.size(), 2u);
+    EXPECT_EQ(reloaded.routes[1].name, "web");
+    EXPECT_EQ(reloaded.workers, 2u);
+}
+
+// ---- Bad input: one UsageError whose single line names the option/key and the value --------
+
+struct BadInput {
+    const char* name;                   // test name suffix
+    Args args;                          // "@DIR@" is the temp dir
+    const char* file;                   // nullptr: no --config; otherwise its content
+    std::vector<std::string> expected;  // fragments of the message; "@FILE@" is the file path
+};
+
+void PrintTo(const BadInput& input, std::ostream* out) {
+    *out << input.name;
+}
+
+class BadInputTest : public ::testing::TestWithParam<BadInput> {
+  protected:
+    TempDir dir_;
+};
+
+TEST_P(BadInputTest, IsAUsageErrorNamingTheCulprit) {
+    const auto& input = GetParam();
+    Args args = input.args;
+    std::string file;
+    if (input.file != nullptr) {
+        file = dir_.write("bad.conf", input.file);
+        args.insert(args.begin(), {"--config", file});
+    }
+    for (auto& arg : args) replaceAll(arg, "@DIR@", dir_.path());
+    try {
+        parseArgs(args);
+        FAIL() << "no error for " << input.name;
+    } catch (const UsageError& error) {
+        std::string message = error.what();
+        EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+        for (auto fragment : input.expected) {
+            replaceAll(fragment, "@FILE@", file);
+            EXPECT_NE(message.find(fragment), std::string::npos)
+                << "'" << fragment << "' not in: " << message;
+        }
+    }
+}
+
+const Args kRoute{"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:9000"};
+
+Args routeAnd(Args extra) {
+    extra.insert(extra.end(), kRoute.begin(), kRoute.end());
+    return extra;
+}
+
+const BadInput kBadInputs[] = {
+    // Unknown names.
+    {"UnknownOption", routeAnd({"--colour", "red"}), nullptr, {"--colour"}},
+    {"AbbreviatedOption", routeAnd({"--work", "2"}), nullptr, {"--work"}},
+    {"StrayArgument", routeAnd({"stray"}), nullptr, {"stray"}},
+    {"UnknownFileKey", kRoute, "foo = 1\n", {"@FILE@", "unknown key 'foo'"}},
+    {"CommandLineOnlyKeyInFile", kRoute, "config = /etc/other.conf\n", {"@FILE@", "'config'"}},
+    {"UnknownRouteKey",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:8080\ncolour = red\n",
+     {"@FILE@", "route 'web'", "colour"}},
+    {"UnknownSection", kRoute, "[global]\nworkers = 1\n", {"@FILE@", "global"}},
+    {"MalformedLine", kRoute, "workers 2\n", {"@FILE@", "workers 2"}},
+    {"ScalarTwice", routeAnd({"--workers", "1", "--workers", "2"}), nullptr, {"workers"}},
+    {"ScalarTwiceInFile", kRoute, "log-level = info\nlog-level = warn\n", {"@FILE@", "log-level"}},
+    // Listen addresses.
+    {"ListenWithoutPort",
+     {"--listen", "127.0.0.1", "--upstream", "127.0.0.1:80"},
+     nullptr,
+     {"--listen", "'127.0.0.1'"}},
+    {"ListenPortZero",
+     {"--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:80"},
+     nullptr,
+     {"--listen", "127.0.0.1:0"}},
+    {"ListenPortTooBig",
+     {"--listen", "127.0.0.1:70000", "--upstream", "127.0.0.1:80"},
+     nullptr,
+     {"--listen", "127.0.0.1:70000"}},
+    {"ListenHostname",
+     {"--listen", "localhost:8443", "--upstream", "127.0.0.1:80"},
+     nullptr,
+     {"--listen", "localhost:8443"}},
+    {"ListenBareIPv6",
+     {"--listen", "::1:8443", "--upstream", "127.0.0.1:80"},
+     nullptr,
+     {"--listen", "::1:8443"}},
+    {"RouteListenPortZero",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:0\nupstream = 127.0.0.1:80\n",
+     {"@FILE@", "route 'web'", "listen", "127.0.0.1:0"}},
+    {"MetricsListenHostname",
+     routeAnd({"--metrics-listen", "localhost:9464"}),
+     nullptr,
+     {"--metrics-listen", "localhost:9464"}},
+    // Upstreams and route completeness.
+    {"UpstreamWithoutPort",
+     {"--listen", "127.0.0.1:8443", "--upstream", "localhost"},
+     nullptr,
+     {"--upstream", "localhost"}},
+    {"UpstreamPortZero",
+     {"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:0"},
+     nullptr,
+     {"--upstream", "127.0.0.1:0"}},
+    {"ListenWithoutUpstream", {"--listen", "127.0.0.1:8443"}, nullptr, {"--listen", "upstream"}},
+    {"UpstreamWithoutListen", {"--upstream", "127.0.0.1:80"}, nullptr, {"--upstream", "listen"}},
+    {"NoRoute", {}, nullptr, {"no route configured", "--listen", "[route.NAME]"}},
+    {"NoRouteInFile", {}, "workers = 1\n", {"no route configured"}},
+    {"DuplicateListen",
+     kRoute,
+     "[route.web]\nlisten = 127.0.0.1:8443\nupstream = 127.0.0.1:80\n",
+     {"127.0.0.1:8443", "'default'", "'web'"}},
+    {"DuplicateListenInSections",
+     {},
+     "[route.a]\nlisten = [::1]:8080\nupstream = [::1]:80\n"
+     "[route.b]\nlisten = [::1]:8080\nupstream = [::1]:81\n",
+     {"[::1]:8080", "'a'", "'b'"}},
+    {"DefaultSectionWithListenOption",
+     kRoute,
+     "[route.default]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n",
+     {"@FILE@", "route 'default'", "--listen"}},
+    {"BadRouteName",
+     {},
+     "[route.bad name]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n",
+     {"@FILE@", "'bad name'"}},
+    {"EmptyRouteName", {}, "[route.]\nlisten = 127.0.0.1:8080\n", {"@FILE@", "route name ''"}},
+    {"RouteNameTooLong",
+     {},
+     "[route.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n"
+     "listen = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n",
+     {"@FILE@", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}},
+    {"EmptyRouteSection", kRoute, "[route.web]\n", {"@FILE@", "route 'web'", "empty"}},
+    {"RouteWithoutUpstream",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:8080\n",
+     {"route 'web'", "upstream"}},
+    {"RouteWithoutListen", {}, "[route.web]\nupstream = 127.0.0.1:80\n", {"route 'web'", "listen"}},
+    {"RouteListenTwice",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:1\nlisten = 127.0.0.1:2\n",
+     {"route 'web'", "listen"}},
+    // Enumerations.
+    {"BadDurability",
+     routeAnd({"--audit-durability", "sometimes"}),
+     nullptr,
+     {"--audit-durability", "'sometimes'", "strict, batch or none"}},
+    {"BadOnError", routeAnd({"--audit-on-error=ignore"}), nullptr, {"--audit-on-error", "ignore"}},
+    {"BadSpliceEngine",
+     routeAnd({"--splice-engine", "turbo"}),
+     nullptr,
+     {"--splice-engine", "turbo"}},
+    {"BadXdpMode", routeAnd({"--xdp-mode", "offload"}), nullptr, {"--xdp-mode", "offload"}},
+    {"BadLogLevel", routeAnd({"--log-level", "verbose"}), nullptr, {"--log-level", "verbose"}},
+    {"BadLogLevelInFile", kRoute, "log-level = loud\n", {"@FILE@", "log-level", "loud"}},
+    {"BadRouteAudit",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\naudit = maybe\n",
+     {"route 'web'", "audit", "maybe"}},
+    // Numbers.
+    {"NegativeWorkers", routeAnd({"--workers=-1"}), nullptr, {"--workers", "-1"}},
+    {"NegativeAsSeparateToken", routeAnd({"--workers", "-1"}), nullptr, {"--workers"}},
+    {"NegativeInFile", kRoute, "max-connections = -5\n", {"@FILE@", "max-connections", "-5"}},
+    {"NonNumeric", routeAnd({"--pipe-size", "1MiB"}), nullptr, {"--pipe-size", "1MiB"}},
+    {"TrailingGarbage",
+     routeAnd({"--connect-timeout-ms", "12x"}),
+     nullptr,
+     {"--connect-timeout-ms", "12x"}},
+    {"PlusSign", routeAnd({"--idle-timeout-ms", "+5"}), nullptr, {"--idle-timeout-ms", "+5"}},
+    {"EmptyNumber", routeAnd({"--drain-timeout-ms="}), nullptr, {"--drain-timeout-ms"}},
+    {"Overflow64",
+     routeAnd({"--audit-retention-bytes", "99999999999999999999"}),
+     nullptr,
+     {"--audit-retention-bytes", "99999999999999999999"}},
+    {"Overflow32",
+     routeAnd({"--idle-timeout-ms", "4294967296"}),
+     nullptr,
+     {"--idle-timeout-ms", "4294967296"}},
+    {"PipeSizeTooSmall", routeAnd({"--pipe-size", "4095"}), nullptr, {"--pipe-size", "4095"}},
+    {"PipeSizeTooBig",
+     routeAnd({"--pipe-size", "1073741825"}),
+     nullptr,
+     {"--pipe-size", "1073741825"}},
+    {"ZeroMaxConnections",
+     routeAnd({"--max-connections", "0"}),
+     nullptr,
+     {"--max-connections", "'0'"}},
+    {"TooManyWorkers", routeAnd({"--workers", "1025"}), nullptr, {"--workers", "1025"}},
+    {"ZeroFsyncInterval",
+     routeAnd({"--audit-fsync-interval-ms", "0"}),
+     nullptr,
+     {"--audit-fsync-interval-ms", "'0'"}},
+    // CIDRs.
+    {"CidrLengthTooBig",
+     routeAnd({"--xdp-deny", "10.0.0.0/33"}),
+     nullptr,
+     {"--xdp-deny", "10.0.0.0/33"}},
+    {"CidrShortAddress", routeAnd({"--xdp-deny", "1.2.3/8"}), nullptr, {"--xdp-deny", "1.2.3/8"}},
+    {"CidrV6LengthTooBig",
+     routeAnd({"--xdp-allow", "::1/129"}),
+     nullptr,
+     {"--xdp-allow", "::1/129"}},
+    {"CidrGarbage", routeAnd({"--xdp-deny", "garbage"}), nullptr, {"--xdp-deny", "garbage"}},
+    {"CidrEmptyLength",
+     routeAnd({"--xdp-deny", "10.0.0.0/"}),
+     nullptr,
+     {"--xdp-deny", "10.0.0.0/"}},
+    {"CidrInFile", kRoute, "xdp-allow = 10.0.0.0/99\n", {"@FILE@", "xdp-allow", "10.0.0.0/99"}},
+    // Strings and files.
+    {"XdpInterfaceTooLong",
+     routeAnd({"--xdp-interface", "a-very-long-interface"}),
+     nullptr,
+     {"--xdp-interface", "a-very-long-interface"}},
+    {"MissingFile",
+     routeAnd({"--config", "@DIR@/missing.conf"}),
+     nullptr,
+     {"missing.conf", "No such file or directory"}},
+    {"FileIsADirectory", routeAnd({"--config", "@DIR@"}), nullptr, {"Is a directory"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(ConfigTest, BadInputTest, ::testing::ValuesIn(kBadInputs),
+                         [](const auto& param) { return std::string(param.param.name); });
+
+}  // namespace
+}  // namespace splicegate

@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# splicegate benchmark: direct vs splicegate (chain and inline engines) vs HAProxy mode tcp with
+# and without splice, side by side, on loopback inside one private network namespace.
+# See tools/bench/README.md for what each number means.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+ALL_PARTIES="direct,splicegate-chain,splicegate-inline,haproxy-splice,haproxy-nosplice"
+ALL_TESTS="bulk1,bulk8,rr,churn,idle"
+
+usage() {
+    cat <<EOF
+usage: tools/bench/run.sh [options]
+
+Runs every party inside one private network namespace (re-executes itself under
+'unshare --net'), on loopback, and prints a markdown table of medians that is also
+written to tools/bench/results-<date>.md.
+
+options:
+  --runs N            repetitions of every measurement; medians are reported (default 3)
+  --quick             smoke mode: 1 run, 2-s windows, 2-s idle hold
+  --duration S        measuring window of bulk, rr and churn in seconds (default 5)
+  --warmup S          traffic before each window opens, not counted (default 0.5)
+  --idle-conns N      connections held by the idle test (default 8000)
+  --idle-hold S       how long the idle test holds them (default 6)
+  --direction D       bulk direction: down (upstream to client, default) or up
+  --parties LIST      comma-separated subset of: $ALL_PARTIES
+  --tests LIST        comma-separated subset of: $ALL_TESTS
+  --bench PATH        splicegate-bench binary (default build/bin, then build-bench/bin)
+  --splicegate PATH   daemon binary (default build/bin/splicegate); parties are skipped
+                      with a note when it is missing
+  --out FILE          markdown output (default tools/bench/results-<date>.md)
+  --keep-logs         keep the work directory with every process's log
+  --help              this text
+
+Needs root (or unprivileged user namespaces) for the network namespace, haproxy on PATH.
+EOF
+}
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+# alive PID: running and not a zombie (kill -0 succeeds on an unreaped zombie).
+alive() {
+    local state
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $state && ${state%% *} != Z ]]
+}
+
+RUNS=3 DURATION=5 WARMUP=0.5 IDLE_CONNS=8000 IDLE_HOLD=6 DIRECTION=down QUICK=0
+PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0
+ORIGINAL_ARGS=("$@")
+while (($#)); do
+    case $1 in
+        --runs) RUNS=${2:?--runs needs a value}; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --duration) DURATION=${2:?}; shift 2 ;;
+        --warmup) WARMUP=${2:?}; shift 2 ;;
+        --idle-conns) IDLE_CONNS=${2:?}; shift 2 ;;
+        --idle-hold) IDLE_HOLD=${2:?}; shift 2 ;;
+        --direction) DIRECTION=${2:?}; shift 2 ;;
+        --parties) PARTIES=${2:?}; shift 2 ;;
+        --tests) TESTS=${2:?}; shift 2 ;;
+        --bench) BENCH=${2:?}; shift 2 ;;
+        --splicegate) SPLICEGATE=${2:?}; shift 2 ;;
+        --out) OUT=${2:?}; shift 2 ;;
+        --keep-logs) KEEP_LOGS=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+if ((QUICK)); then RUNS=1 DURATION=2 WARMUP=0.3 IDLE_HOLD=2; fi
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --runs wants a positive integer" >&2; exit 2; }
+[[ $IDLE_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --idle-conns wants a positive integer" >&2; exit 2; }
+[[ $DIRECTION == down || $DIRECTION == up ]] || { echo "run.sh: --direction wants down or up" >&2; exit 2; }
+for p in ${PARTIES//,/ }; do
+    [[ ,$ALL_PARTIES, == *",$p,"* ]] || { echo "run.sh: unknown party '$p'" >&2; exit 2; }
+done
+for t in ${TESTS//,/ }; do
+    [[ ,$ALL_TESTS, == *",$t,"* ]] || { echo "run.sh: unknown test '$t'" >&2; exit 2; }
+done
+
+# ---- into a private network namespace ------------------------------------------------------
+if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
+    command -v unshare >/dev/null || die "unshare (util-linux) is needed"
+    export SPLICEGATE_BENCH_CMDLINE="tools/bench/run.sh${ORIGINAL_ARGS[*]:+ ${ORIGINAL_ARGS[*]}}"
+    if ((EUID == 0)); then
+        exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "${ORIGINAL_ARGS[@]}"
+    fi
+    exec unshare --user --map-root-user --net -- env SPLICEGATE_BENCH_IN_NETNS=1 \
+        bash "$0" "${ORIGINAL_ARGS[@]}"
+fi
+
+ip link set lo up
+sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 ||
+    die "cannot set the namespace's sysctls"
+
+# ---- binaries -------------------------------------------------------------------------------
+if [[ -z $BENCH ]]; then
+    for candidate in "$ROOT/build/bin/splicegate-bench" "$ROOT/build-bench/bin/splicegate-bench"; do
+        if [[ -x $candidate ]]; then BENCH=$candidate; break; fi
+    done
+fi
+[[ -n $BENCH && -x $BENCH ]] || die "splicegate-bench not found; build it: cmake --build build --target splicegate-bench (or pass --bench PATH)"
+SPLICEGATE=${SPLICEGATE:-$ROOT/build/bin/splicegate}
+NOTES=()
+note() { NOTES+=("$*"); echo "run.sh: NOTE: $*" >&2; }
+
+SELECTED=()
+for p in ${PARTIES//,/ }; do
+    case $p in
+        splicegate-*)
+            if [[ ! -x $SPLICEGATE ]]; then
+                note "$p skipped: no daemon binary at $SPLICEGATE"
+                continue
+            fi ;;
+        haproxy-*)
+            if ! command -v haproxy >/dev/null; then
+                note "$p skipped: haproxy is not installed"
+                continue
+            fi ;;
+    esac
+    SELECTED+=("$p")
+done
+((${#SELECTED[@]})) || die "no party left to measure"
+
+# ---- limits -------------------------------------------------------------------------------
+HARD_FDS=$(ulimit -Hn)
+if [[ $HARD_FDS != unlimited ]]; then ulimit -n "$HARD_FDS"; fi
+SOFT_FDS=$(ulimit -n)
+RELAY_FDS=$((2 * IDLE_CONNS + 200))
+if [[ $SOFT_FDS == unlimited ]] || ((RELAY_FDS <= SOFT_FDS)); then
+    FD_STATEMENT="fd limit $SOFT_FDS per process; the idle test's $IDLE_CONNS connections need about $RELAY_FDS fds in a relay (2 sockets each + overhead): fits"
+else
+    FD_STATEMENT="fd limit $SOFT_FDS per process; the idle test's $IDLE_CONNS connections need about $RELAY_FDS fds in a relay: DOES NOT FIT, expect refused or failed connections"
+    note "$FD_STATEMENT"
+fi
+
+# ---- processes and cleanup ----------------------------------------------------------------
+WORK=$(mktemp -d /tmp/splicegate-bench.XXXXXX)
+RAW=$WORK/raw.tsv
+: >"$RAW"
+PIDS=()
+FAILED=0
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    PIDS=()
+    if ((KEEP_LOGS || FAILED)); then
+        echo "run.sh: logs kept in $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'echo "run.sh: interrupted" >&2; FAILED=1; exit 130' INT TERM HUP
+
+forget_pid() {
+    local keep=() pid
+    for pid in "${PIDS[@]}"; do [[ $pid == "$1" ]] || keep+=("$pid"); done
+    PIDS=("${keep[@]}")
+}
+
+# Listening ports sit above the ephemeral range (1024-65000 here): a listener on a port that a
+# client socket in TIME_WAIT holds would fail to bind with EADDRINUSE.
+SOURCE_ADDR=127.0.0.1:65001 SINK_ADDR=127.0.0.1:65002 ECHO_ADDR=127.0.0.1:65003
+start_server() {  # mode address
+    "$BENCH" server --mode "$1" --listen "$2" --threads 2 --duration 7200 \
+        </dev/null >"$WORK/server-$1.log" 2>&1 &
+    PIDS+=($!)
+    "$BENCH" waitport --connect "$2" --timeout 10 || die "server $1 did not start (see $WORK/server-$1.log)"
+}
+start_server source "$SOURCE_ADDR"
+start_server sink "$SINK_ADDR"
+start_server echo "$ECHO_ADDR"
+
+NEXT_PORT=65010  # every relay start gets a fresh port in 65010-65529
+RELAY_PID="" RELAY_ADDR="" RELAY_LOG="" RELAY_PARTY=""
+# start_relay PARTY UPSTREAM TAG: sets RELAY_ADDR (and RELAY_PID unless direct); 1 on failure.
+start_relay() {
+    local party=$1 upstream=$2 tag=$3
+    RELAY_PID="" RELAY_ADDR="" RELAY_LOG="$WORK/$tag.log" RELAY_PARTY=$party
+    if [[ $party == direct ]]; then
+        RELAY_ADDR=$upstream
+        return 0
+    fi
+    RELAY_ADDR=127.0.0.1:$NEXT_PORT
+    NEXT_PORT=$((NEXT_PORT >= 65529 ? 65010 : NEXT_PORT + 1))
+    case $party in
+        splicegate-chain|splicegate-inline)
+            "$SPLICEGATE" --listen "$RELAY_ADDR" --upstream "$upstream" --workers 2 \
+                --admin-socket '' --metrics-listen '' --audit-dir '' \
+                --splice-engine "${party#splicegate-}" </dev/null >"$RELAY_LOG" 2>&1 &
+            ;;
+        haproxy-splice|haproxy-nosplice)
+            BENCH_LISTEN=$RELAY_ADDR BENCH_UPSTREAM=$upstream \
+                haproxy -db -f "$HERE/$party.cfg" </dev/null >"$RELAY_LOG" 2>&1 &
+            ;;
+    esac
+    RELAY_PID=$!
+    PIDS+=("$RELAY_PID")
+    if ! "$BENCH" waitport --connect "$RELAY_ADDR" --timeout 10 2>>"$RELAY_LOG"; then
+        note "$tag: $party did not start listening on $RELAY_ADDR within 10 s: $(tail -n 3 "$RELAY_LOG" | tr '\n' ' ')"
+        stop_relay "$tag"
+        return 1
+    fi
+}
+
+# stop_relay TAG: SIGTERM, up to 5 s to exit, then SIGKILL; notes anything unusual.
+stop_relay() {
+    local tag=$1 status=0 clean=0
+    [[ -n $RELAY_PID ]] || return 0
+    if alive "$RELAY_PID"; then
+        kill -TERM "$RELAY_PID" 2>/dev/null || true
+        for _ in $(seq 50); do alive "$RELAY_PID" || break; sleep 0.1; done
+        if alive "$RELAY_PID"; then
+            note "$tag: relay pid $RELAY_PID still running 5 s after SIGTERM; killed"
+            kill -KILL "$RELAY_PID" 2>/dev/null || true
+        fi
+    fi
+    wait "$RELAY_PID" 2>/dev/null || status=$?
+    # splicegate must exit 0 on SIGTERM (SPEC: drain, then exit 0); haproxy -db hard-stops on
+    # SIGTERM and dies of the signal (status 143), which is normal for it.
+    [[ $RELAY_PARTY == haproxy-* && $status == 143 ]] && clean=1
+    if ((status != 0 && status != 137 && !clean)); then
+        note "$tag: relay exited with status $status after SIGTERM: $(tail -n 2 "$RELAY_LOG" | tr '\n' ' ')"
+    fi
+    forget_pid "$RELAY_PID"
+    RELAY_PID=""
+}
+
+# record RUN PARTY METRIC VALUE
+record() { [[ -n $4 ]] && printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; return 0; }
+
+# measure RUN TEST PARTY
+measure() {
+    local run=$1 test=$2 party=$3 tag="run$1-$2-$3" upstream args=() limit out rc=0
+    case $test in
+        bulk1|bulk8)
+            upstream=$SOURCE_ADDR
+            [[ $DIRECTION == up ]] && upstream=$SINK_ADDR
+            args=(bulk --streams "${test#bulk}" --direction "$DIRECTION" --duration "$DURATION" --warmup "$WARMUP")
+            limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 40 }') ;;
+        rr)
+            upstream=$ECHO_ADDR
+            args=(rr --conns 64 --size 64 --threads 2 --duration "$DURATION" --warmup "$WARMUP")
+            limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 30 }') ;;
+        churn)
+            upstream=$ECHO_ADDR
+            args=(churn --concurrency 32 --size 1024 --threads 2 --duration "$DURATION" --warmup "$WARMUP")
+            limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 30 }') ;;
+        idle)
+            upstream=$ECHO_ADDR
+            args=(idle --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" --open-timeout 60)
+            limit=$(awk -v h="$IDLE_HOLD" 'BEGIN { printf "%d", h + 100 }') ;;
+    esac
+    start_relay "$party" "$upstream" "$tag" || { FAILED=1; return 0; }
+    args+=(--connect "$RELAY_ADDR")
+    [[ -n $RELAY_PID ]] && args+=(--watch-pid "$RELAY_PID")
+    echo "run.sh: [$run/$RUNS] $test $party" >&2
+    out=$(timeout -k 5 "$limit" "$BENCH" "${args[@]}" 2>"$WORK/$tag.client.log") || rc=$?
+    if ((rc == 124 || rc == 137)); then
+        note "$tag: load generator did not finish within $limit s (relay hang?)"
+    elif ((rc != 0)); then
+        note "$tag: load generator exit $rc: $(tail -n 2 "$WORK/$tag.client.log" | tr '\n' ' ') $out"
+    fi
+    if [[ -n $RELAY_PID ]] && ! alive "$RELAY_PID"; then
+        local status=0
+        wait "$RELAY_PID" 2>/dev/null || status=$?
+        note "$tag: relay DIED during the test (exit status $status): $(tail -n 3 "$RELAY_LOG" | tr '\n' ' ')"
+        forget_pid "$RELAY_PID"
+        RELAY_PID=""
+        FAILED=1
+    fi
+    stop_relay "$tag"
+    ((rc == 0)) || FAILED=1
+    echo "  $out" >&2
+    # Parse "result=NAME key=value ..." into the raw table.
+    declare -A kv=()
+    local pair
+    for pair in $out; do kv[${pair%%=*}]=${pair#*=}; done
+    if [[ ${kv[result]:-} != "${args[0]}" || ${kv[ok]:-0} != 1 ]]; then
+        # A failed measurement counts as a failed run; only idle's figures stay meaningful
+        # (normalised by the connections actually held), the others are dropped.
+        record "$run" "$party" "${test}_failed" 1
+        [[ $test == idle && ${kv[result]:-} == idle ]] || return 0
+    fi
+    case $test in
+        bulk1|bulk8)
+            record "$run" "$party" "${test}_gbps" "${kv[gbps]:-}"
+            record "$run" "$party" "${test}_cpu_gib" "${kv[relay_cpu_s_per_gib]:-}"
+            record "$run" "$party" "${test}_cpu_pct" "${kv[relay_cpu_pct]:-}" ;;
+        rr)
+            record "$run" "$party" rr_rps "${kv[rps]:-}"
+            record "$run" "$party" rr_p50_us "${kv[p50_us]:-}"
+            record "$run" "$party" rr_p99_us "${kv[p99_us]:-}"
+            record "$run" "$party" rr_cpu_us "${kv[relay_cpu_us_per_req]:-}" ;;
+        churn)
+            record "$run" "$party" churn_cps "${kv[cps]:-}"
+            record "$run" "$party" churn_p99_us "${kv[p99_us]:-}"
+            record "$run" "$party" churn_errors "${kv[errors]:-}"
+            record "$run" "$party" churn_cpu_us "${kv[relay_cpu_us_per_conn]:-}" ;;
+        idle)
+            record "$run" "$party" idle_held "${kv[held]:-}"
+            record "$run" "$party" idle_open_s "${kv[open_seconds]:-}"
+            record "$run" "$party" idle_rss_before_kib "${kv[rss_before_kib]:-}"
+            record "$run" "$party" idle_rss_held_kib "${kv[rss_held_kib]:-}"
+            record "$run" "$party" idle_rss_per_conn_b "${kv[rss_per_conn_bytes]:-}"
+            record "$run" "$party" idle_threads_before "${kv[threads_before]:-}"
+            record "$run" "$party" idle_threads_held "${kv[threads_held]:-}"
+            record "$run" "$party" idle_threads_max "${kv[threads_max]:-}"
+            record "$run" "$party" idle_pipes_before "${kv[pipes_before]:-}"
+            record "$run" "$party" idle_pipes_held "${kv[pipes_held]:-}" ;;
+    esac
+    if [[ -f $RELAY_LOG ]] && (($(stat -c %s "$RELAY_LOG") > 1048576)); then
+        note "$tag: relay wrote $(($(stat -c %s "$RELAY_LOG") / 1024)) KiB of log (costs CPU)"
+    fi
+}
+
+# ---- the runs ---------------------------------------------------------------------------------
+START=$(date +%s)
+echo "run.sh: parties ${SELECTED[*]}; tests $TESTS; $RUNS run(s) of ${DURATION}s windows; work dir $WORK" >&2
+for run in $(seq "$RUNS"); do
+    for test in ${TESTS//,/ }; do
+        for party in "${SELECTED[@]}"; do
+            measure "$run" "$test" "$party"
+            sleep 0.3
+        done
+    done
+done
+ELAPSED=$(($(date +%s) - START))
+
+# ---- report -----------------------------------------------------------------------------------
+DATE=$(date -u +%Y-%m-%d-%H%M)
+OUT=${OUT:-$HERE/results-$DATE.md}
+SG_VERSION="not measured"
+if [[ " ${SELECTED[*]} " == *" splicegate-"* ]]; then
+    SG_VERSION=$("$SPLICEGATE" --version 2>&1 | head -n 1 || true)
+fi
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git -C "$ROOT" status --porcelain 2>/dev/null) ]]; then COMMIT="$COMMIT (+ uncommitted changes)"; fi
+CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+PARTY_LIST=$(IFS=,; echo "${SELECTED[*]}")
+{
+    echo "# splicegate benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "Command: \`${SPLICEGATE_BENCH_CMDLINE:-tools/bench/run.sh}\` (took ${ELAPSED} s)"
+    echo
+    echo "- Machine: $(nproc) CPUs ($CPU_MODEL), kernel $(uname -r); load generators, upstream"
+    echo "  servers and the relay share these CPUs. Loopback inside one private network namespace."
+    echo "- Relays: splicegate \`$SG_VERSION\` (commit $COMMIT), \`--workers 2\`, audit, admin and"
+    echo "  metrics off; $(haproxy -v 2>/dev/null | head -n 1 | cut -d' ' -f1-3), \`nbthread 2\`"
+    echo "  (tools/bench/haproxy-*.cfg)."
+    echo "- $RUNS run(s), medians; windows of ${DURATION} s after ${WARMUP} s warm-up; bulk direction"
+    echo "  \`$DIRECTION\` ($([[ $DIRECTION == down ]] && echo "upstream to client" || echo "client to upstream"));"
+    echo "  rr 64 B x 64 connections; churn 32 in flight, 1 KiB each way; idle $IDLE_CONNS connections"
+    echo "  held ${IDLE_HOLD} s."
+    echo "- $FD_STATEMENT."
+    echo "- CPU = utime+stime of the relay process (all threads, io-wq workers included) over the"
+    echo "  window; GiB = 2^30 bytes received end to end. See tools/bench/README.md."
+    echo
+    "$BENCH" report --raw "$RAW" --parties "$PARTY_LIST"
+    if ((${#NOTES[@]})); then
+        echo
+        echo "**Notes**"
+        echo
+        for n in "${NOTES[@]}"; do echo "- $n"; done
+    fi
+} >"$OUT"
+cat "$OUT"
+echo >&2
+echo "run.sh: written to $OUT" >&2
