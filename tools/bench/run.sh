@@ -27,7 +27,8 @@ options:
   --direction D       bulk direction: down (upstream to client, default) or up
   --parties LIST      comma-separated subset of: $ALL_PARTIES
   --tests LIST        comma-separated subset of: $ALL_TESTS
-  --bench PATH        splicegate-bench binary (default build/bin, then build-bench/bin)
+  --bench PATH        splicegate-bench binary (default: the newer of build/bin and
+                      build-bench/bin)
   --splicegate PATH   daemon binary (default build/bin/splicegate); parties are skipped
                       with a note when it is missing
   --out FILE          markdown output (default tools/bench/results-<date>.md)
@@ -46,7 +47,7 @@ alive() {
     [[ -n $state && ${state%% *} != Z ]]
 }
 
-RUNS=3 DURATION=5 WARMUP=0.5 IDLE_CONNS=8000 IDLE_HOLD=6 DIRECTION=down QUICK=0
+RUNS="" DURATION="" WARMUP="" IDLE_CONNS=8000 IDLE_HOLD="" DIRECTION=down QUICK=0
 PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -68,7 +69,11 @@ while (($#)); do
         *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-if ((QUICK)); then RUNS=1 DURATION=2 WARMUP=0.3 IDLE_HOLD=2; fi
+# --quick changes the defaults only; explicit options win wherever they stand.
+if ((QUICK)); then
+    RUNS=${RUNS:-1} DURATION=${DURATION:-2} WARMUP=${WARMUP:-0.3} IDLE_HOLD=${IDLE_HOLD:-2}
+fi
+RUNS=${RUNS:-3} DURATION=${DURATION:-5} WARMUP=${WARMUP:-0.5} IDLE_HOLD=${IDLE_HOLD:-6}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --runs wants a positive integer" >&2; exit 2; }
 [[ $IDLE_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --idle-conns wants a positive integer" >&2; exit 2; }
 [[ $DIRECTION == down || $DIRECTION == up ]] || { echo "run.sh: --direction wants down or up" >&2; exit 2; }
@@ -95,9 +100,9 @@ sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 ||
     die "cannot set the namespace's sysctls"
 
 # ---- binaries -------------------------------------------------------------------------------
-if [[ -z $BENCH ]]; then
+if [[ -z $BENCH ]]; then  # the newer of build/ and build-bench/
     for candidate in "$ROOT/build/bin/splicegate-bench" "$ROOT/build-bench/bin/splicegate-bench"; do
-        if [[ -x $candidate ]]; then BENCH=$candidate; break; fi
+        if [[ -x $candidate && ( -z $BENCH || $candidate -nt $BENCH ) ]]; then BENCH=$candidate; fi
     done
 fi
 [[ -n $BENCH && -x $BENCH ]] || die "splicegate-bench not found; build it: cmake --build build --target splicegate-bench (or pass --bench PATH)"
@@ -262,7 +267,13 @@ measure() {
     args+=(--connect "$RELAY_ADDR")
     [[ -n $RELAY_PID ]] && args+=(--watch-pid "$RELAY_PID")
     echo "run.sh: [$run/$RUNS] $test $party" >&2
-    out=$(timeout -k 5 "$limit" "$BENCH" "${args[@]}" 2>"$WORK/$tag.client.log") || rc=$?
+    # In the background + wait, so a signal to run.sh interrupts at once and cleanup stops it.
+    timeout -k 5 "$limit" "$BENCH" "${args[@]}" >"$WORK/$tag.client.out" 2>"$WORK/$tag.client.log" &
+    local client=$!
+    PIDS+=("$client")
+    wait "$client" || rc=$?
+    forget_pid "$client"
+    out=$(cat "$WORK/$tag.client.out")
     if ((rc == 124 || rc == 137)); then
         note "$tag: load generator did not finish within $limit s (relay hang?)"
     elif ((rc != 0)); then
