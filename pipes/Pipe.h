@@ -18,6 +18,9 @@ public:
     int writeFd() const noexcept { return write_.get(); }
     std::size_t capacity() const noexcept { return capacity_; }
     bool valid() const noexcept { return read_.valid(); }
+    // Whether this pipe's capacity is counted in a PipeBudget (set by the pool that made it).
+    bool budgeted() const noexcept { return budgeted_; }
+    void setBudgeted(bool budgeted) noexcept { budgeted_ = budgeted; }
     // Bytes currently buffered (FIONREAD); -errno on failure. A system call: not for hot paths.
     long bufferedBytes() const noexcept;
 
@@ -25,6 +28,7 @@ private:
     UniqueFd read_;
     UniqueFd write_;
     std::size_t capacity_ = 0;
+    bool budgeted_ = false;
 };
 
 }  // namespace splicegate

@@ -77,10 +77,12 @@ int PipePool::acquire(Pipe& out) noexcept {
         ++stats_.createFailures;
         return rc;
     }
-    if (fullSize && isOverflow(out)) {
+    if (fullSize && out.capacity() < pipeSize_) {
         // The kernel gave less (per-user allowance reached): it is an overflow pipe, unbudgeted.
         budget_.release(pipeSize_);
+        fullSize = false;
     }
+    out.setBudgeted(fullSize);
     ++stats_.created;
     ++stats_.inUse;
     if (isOverflow(out)) ++stats_.overflowInUse;

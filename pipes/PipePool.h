@@ -61,7 +61,7 @@ public:
     std::size_t pipeSize() const noexcept { return pipeSize_; }
 
 private:
-    bool isOverflow(const Pipe& pipe) const noexcept { return pipe.capacity() < pipeSize_; }
+    static bool isOverflow(const Pipe& pipe) noexcept { return !pipe.budgeted(); }
     void discard(Pipe&& pipe) noexcept;
 
     PipeBudget& budget_;

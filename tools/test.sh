@@ -1,0 +1,9 @@
+#!/bin/sh
+# Installs the dependencies, builds everything and runs the whole test suite (CTest).
+# Needs root: integration tests start the daemon, open thousands of sockets and use namespaces.
+set -eu
+cd "$(dirname "$0")/.."
+./tools/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build
+ctest --test-dir build --output-on-failure --timeout 600 "$@"
