@@ -648,4 +648,8 @@ const char* toString(SpliceEngine engine) noexcept {
     return nameOf(kEngineNames, engine);
 }
 
+const char* toString(AuditDurability durability) noexcept {
+    return nameOf(kDurabilityNames, durability);
+}
+
 }  // namespace splicegate

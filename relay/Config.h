@@ -76,5 +76,6 @@ CommandLine parseCommandLine(int argc, const char* const* argv);
 Config loadConfig(const std::vector<std::string>& args);
 
 const char* toString(SpliceEngine engine) noexcept;
+const char* toString(AuditDurability durability) noexcept;
 
 }  // namespace splicegate

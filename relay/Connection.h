@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "audit/AuditWriter.h"
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
 #include "relay/Flow.h"
@@ -27,14 +28,18 @@ struct Connection {
     std::uint32_t upstreamIndex = 0;     // into route->upstreams, round robin start + attempts
     std::uint32_t connectAttempts = 0;
     std::uint32_t operationsInFlight = 0;  // SQEs whose completion is still to come
-    bool flowBusy[2] = {false, false};     // a poll or move of that direction is in flight
+    std::uint8_t flowOps[2] = {0, 0};      // polls or moves of that direction in flight
     Flow flows[2];
+    audit::Reservation auditSlots[2];      // log space of each direction's audit write
+    bool audited = false;
+    std::uint64_t auditSyncTarget = 0;     // sync sequence that makes its last chunk durable
     std::chrono::steady_clock::time_point opened;
     std::chrono::steady_clock::time_point lastActivity;
     const char* closeReason = nullptr;
 
     Flow& flow(Direction d) noexcept { return flows[static_cast<int>(d)]; }
-    bool& busy(Direction d) noexcept { return flowBusy[static_cast<int>(d)]; }
+    std::uint8_t& busy(Direction d) noexcept { return flowOps[static_cast<int>(d)]; }
+    audit::Reservation& auditSlot(Direction d) noexcept { return auditSlots[static_cast<int>(d)]; }
     int sourceFd(Direction d) const noexcept {
         return d == Direction::ClientToUpstream ? client.get() : upstream.get();
     }

@@ -11,6 +11,10 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#if __has_include("audit/Recovery.h")  // TEMPORARY until audit/Recovery lands
+#include "audit/Recovery.h"
+#define SPLICEGATE_HAVE_RECOVERY 1
+#endif
 #include "relay/Config.h"
 #include "relay/Relay.h"
 #include "relay/Ring.h"
@@ -67,19 +71,45 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.maxConnections = maxConnections;
     settings.connectTimeoutMs = config.connectTimeoutMs;
     settings.idleTimeoutMs = config.idleTimeoutMs;
+    settings.auditDir = config.auditDir;
+    settings.auditDurability = config.auditDurability;
+    settings.auditOnError = config.auditOnError;
+    settings.auditFsyncIntervalMs = config.auditFsyncIntervalMs;
     return settings;
 }
 
 void warnAboutLaterFeatures(const Config& config) {
-    if (!config.auditDir.empty())
-        logWarn("audit logging is not in this build yet; --audit-dir ", config.auditDir,
-                " is ignored");
     if (!config.adminSocket.empty())
         logWarn("the admin socket is not in this build yet; --admin-socket ignored");
     if (!config.metricsListen.empty())
         logWarn("the metrics endpoint is not in this build yet; --metrics-listen ignored");
     if (!config.xdpInterface.empty())
         logWarn("the XDP edge filter is not in this build yet; --xdp-interface ignored");
+}
+
+// Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
+AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId) {
+    AuditStart start;
+    start.firstSegment.assign(workers, 1);
+    firstConnectionId = 1;
+    if (config.auditDir.empty()) return start;
+#ifndef SPLICEGATE_HAVE_RECOVERY
+    return start;
+#else
+    auto report = audit::recoverAuditDirectory(config.auditDir);
+    for (const auto& action : report.actions) logWarn("audit recovery: ", action);
+    if (report.truncatedConnections > 0)
+        logWarn("audit recovery: ", report.truncatedConnections,
+                " connections were open at the last stop and are marked truncated");
+    for (const auto& [worker, last] : report.lastSegment) {
+        // Segments of every worker number seen are skipped, whatever the worker count is now.
+        if (worker < workers) start.firstSegment[worker] = last + 1;
+    }
+    firstConnectionId = report.maxConnectionId + 1;
+    logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
+            " durability)");
+    return start;
+#endif
 }
 
 sigset_t controlSignals() {
@@ -151,7 +181,9 @@ int runDaemon(int argc, const char* const* argv) {
         warnAboutLaterFeatures(config);
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
-        Relay relay(config, workers, settings, budget);
+        std::uint64_t firstConnectionId = 1;
+        auto auditStart = recoverAudit(config, workers, firstConnectionId);
+        Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")

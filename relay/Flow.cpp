@@ -1,5 +1,6 @@
 #include "relay/Flow.h"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace splicegate {
@@ -25,12 +26,16 @@ std::size_t Flow::fillRequest() const noexcept {
 MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
     auto outcome = classifyFill(result);
     switch (outcome) {
-        case MoveOutcome::Moved:
-            inPipe_ += static_cast<std::size_t>(result);
-            // No audit stage yet: every filled byte is released for forwarding at once.
-            released_ += static_cast<std::size_t>(result);
-            sourceBlocked_ = static_cast<std::size_t>(result) < requested;
+        case MoveOutcome::Moved: {
+            auto moved = static_cast<std::size_t>(result);
+            inPipe_ += moved;
+            if (!audited_) {
+                released_ += moved;
+                teed_ += moved;
+            }
+            sourceBlocked_ = moved < requested;
             break;
+        }
         case MoveOutcome::EndOfStream: sourceEof_ = true; break;
         case MoveOutcome::WouldBlock: sourceBlocked_ = true; break;
         case MoveOutcome::Failed: break;
@@ -38,12 +43,47 @@ MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
     return outcome;
 }
 
+bool Flow::recordTee(ssize_t result) noexcept {
+    if (result < 0) return result == -EAGAIN || result == -EINTR || result == -ECANCELED;
+    auto copied = std::min(static_cast<std::size_t>(result), teeRequest());
+    teed_ += copied;
+    inAuditPipe_ += copied;
+    return true;
+}
+
+bool Flow::recordAuditWrite(ssize_t result) noexcept {
+    if (result == -ECANCELED || result == -EINTR) return true;  // a broken link: try again
+    if (result <= 0) return false;  // 0: the log file took nothing (full), like ENOSPC
+    auto written = std::min(static_cast<std::size_t>(result), inAuditPipe_);
+    inAuditPipe_ -= written;
+    totalAudited_ += written;
+    if (awaitDurable_)
+        writtenUnreleased_ += written;
+    else
+        released_ += written;
+    return true;
+}
+
+void Flow::recordDurable() noexcept {
+    released_ += writtenUnreleased_;
+    writtenUnreleased_ = 0;
+}
+
+std::size_t Flow::abandonAudit() noexcept {
+    auto lost = inPipe_ - released_ - writtenUnreleased_;
+    released_ = inPipe_;
+    teed_ = inPipe_;
+    writtenUnreleased_ = 0;
+    inAuditPipe_ = 0;
+    return lost;
+}
+
 MoveOutcome Flow::recordForward(ssize_t result) noexcept {
     auto outcome = classifyForward(result);
     if (outcome == MoveOutcome::Moved) {
-        auto moved = static_cast<std::size_t>(result);
-        if (moved > forwardRequest()) moved = forwardRequest();  // the kernel never does this
+        auto moved = std::min(static_cast<std::size_t>(result), released_);
         released_ -= moved;
+        teed_ -= moved;
         inPipe_ -= moved;
         totalForwarded_ += moved;
         sinkBlocked_ = false;
@@ -55,8 +95,12 @@ MoveOutcome Flow::recordForward(ssize_t result) noexcept {
 
 FlowStep Flow::next() const noexcept {
     if (sinkShut_) return FlowStep::Finished;
-    if (forwardRequest() > 0) return sinkBlocked_ ? FlowStep::WaitWritable : FlowStep::Forward;
+    if (released_ > 0) return sinkBlocked_ ? FlowStep::WaitWritable : FlowStep::Forward;
+    if (inAuditPipe_ > 0) return FlowStep::AuditWrite;
+    if (writtenUnreleased_ > 0) return FlowStep::WaitDurable;
+    if (teed_ == 0 && inPipe_ > 0) return FlowStep::Tee;
     if (sourceEof_) return inPipe_ == 0 ? FlowStep::ShutdownSink : FlowStep::WaitWritable;
+    if (inPipe_ > 0) return FlowStep::WaitWritable;  // unreachable: kept for safety
     if (sourceBlocked_) return FlowStep::WaitReadable;
     return FlowStep::Fill;
 }

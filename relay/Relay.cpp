@@ -11,8 +11,10 @@ std::shared_ptr<const RouteTable> buildRouteTable(const Config& config) {
 }
 
 Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
-             std::uint64_t pipeBudgetBytes)
+             std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId)
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
+    context_->auditStart = std::move(auditStart);
+    context_->nextConnectionId.store(firstConnectionId);
     context_->setRoutes(buildRouteTable(config));
     std::vector<std::future<void>> started;
     for (unsigned i = 0; i < workerCount; ++i) {

@@ -16,7 +16,7 @@ public:
     // Starts `workerCount` workers with the config's routes. Throws (naming the route and
     // address) when a worker cannot start, e.g. a listen address in use.
     Relay(const Config& config, unsigned workerCount, RelaySettings settings,
-          std::uint64_t pipeBudgetBytes);
+          std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId);
     ~Relay();
 
     // Swaps in the routes of `config` (SIGHUP). Established connections keep their routes.

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
@@ -18,6 +20,17 @@ struct RelaySettings {
     std::uint64_t maxConnections = 65536;
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
+    // Audit: empty directory = off.
+    std::string auditDir;
+    AuditDurability auditDurability = AuditDurability::Batch;
+    AuditOnError auditOnError = AuditOnError::FailClosed;
+    std::uint32_t auditFsyncIntervalMs = 50;
+    std::uint64_t auditSegmentBytes = 1ull << 30;
+};
+
+// Where each worker's audit log continues after recovery.
+struct AuditStart {
+    std::vector<std::uint64_t> firstSegment;  // per worker
 };
 
 class RelayContext {
@@ -29,6 +42,10 @@ public:
     PipeBudget pipeBudget;
     std::atomic<std::uint64_t> nextConnectionId{1};
     std::atomic<std::uint64_t> activeConnections{0};
+    AuditStart auditStart;
+    // Written once per audit failure, not per byte.
+    std::atomic<std::uint64_t> auditErrors{0};
+    std::atomic<std::uint64_t> auditLostBytes{0};
 
     std::shared_ptr<const RouteTable> routes() const {
         std::lock_guard lock(routesMutex_);

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/Error.h"
@@ -26,6 +27,8 @@ constexpr unsigned kSpliceFlags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
 
 std::uint64_t timerPeriodMs(const RelaySettings& settings) {
     std::uint64_t period = 1000;
+    if (!settings.auditDir.empty() && settings.auditDurability != AuditDurability::Strict)
+        period = std::max<std::uint64_t>(1, settings.auditFsyncIntervalMs);
     if (settings.idleTimeoutMs > 0 && settings.idleTimeoutMs / 4 < period)
         period = settings.idleTimeoutMs / 4 > 10 ? settings.idleTimeoutMs / 4 : 10;
     return period;
@@ -89,6 +92,14 @@ void Worker::run(std::promise<void>& started) {
         // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq
         // limits are per submitting thread.
         ring_ = std::make_unique<Ring>(kRingEntries, kMaxBoundIoWorkers, kMaxUnboundIoWorkers);
+        const auto& settings = context_.settings;
+        if (!settings.auditDir.empty()) {
+            auto first = index_ < context_.auditStart.firstSegment.size()
+                             ? context_.auditStart.firstSegment[index_]
+                             : 1;
+            audit_ = std::make_unique<audit::AuditWriter>(settings.auditDir, index_, first,
+                                                          settings.auditSegmentBytes);
+        }
         now_ = std::chrono::steady_clock::now();
         applyRoutes(true);
         armControl();
@@ -101,6 +112,14 @@ void Worker::run(std::promise<void>& started) {
     }
     loop();
     // Pipes and fds are released by the destructors; the ring goes last.
+    if (audit_) {
+        if (auto segment = audit_->beginSync()) {  // make the tail durable before exiting
+            int rc = ::fdatasync(segment->data.get());
+            if (rc == 0) rc = ::fdatasync(segment->index.get());
+            audit_->endSync(segment, rc < 0 ? -errno : 0);
+        }
+        audit_.reset();
+    }
     connections_.clear();
     listeners_.clear();
     ring_.reset();
@@ -127,6 +146,8 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
         case Op::Ignore: return;
         case Op::Control: handleControl(); return;
         case Op::Timer: onTimer(); return;
+        case Op::SyncData: syncDataResult_ = cqe.res; return;
+        case Op::SyncIndex: onSync(syncDataResult_ < 0 ? syncDataResult_ : cqe.res); return;
         case Op::Accept:
             if (slot < listeners_.size() && listeners_[slot].generation == generation)
                 onAccept(slot, cqe);
@@ -141,7 +162,9 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
         case Op::ConnectTimeout: break;
         case Op::Poll: onPoll(*c, direction, cqe.res); break;
         case Op::Fill:
+        case Op::Tee:
         case Op::Forward: onMove(*c, direction, op, cqe.res); break;
+        case Op::AuditWrite: onAuditWrite(*c, direction, cqe.res); break;
         default: break;
     }
     if (c->state == ConnectionState::Closing && c->operationsInFlight == 0) releaseConnection(*c);
@@ -182,6 +205,12 @@ void Worker::armTimer() {
 }
 
 void Worker::onTimer() {
+    if (audit_) {
+        if (context_.settings.auditDurability == AuditDurability::None)
+            audit_->flush();
+        else
+            startSync();
+    }
     auto idleLimit = context_.settings.idleTimeoutMs;
     if (idleLimit > 0) {
         auto limit = std::chrono::milliseconds(idleLimit);
@@ -402,6 +431,7 @@ void Worker::onConnect(Connection& c, int result) {
 
 void Worker::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
+    openAudit(c);
     logDebug("connection ", c.id, ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient})
@@ -421,20 +451,27 @@ void Worker::closeConnection(Connection& c, const char* reason, bool resetPeers)
         }
     }
     if (c.operationsInFlight > 0) ring_->submit();  // cancel by fd before the fds are closed
-    if (resetPeers) {
-        if (c.client) armReset(c.client.get());
-        if (c.upstream) armReset(c.upstream.get());
+    // The fds stay open until every operation naming them has completed: a queued linked SQE
+    // resolves its fd only when it is issued, and must never meet a reused number.
+    for (auto* fd : {&c.client, &c.upstream}) {
+        if (!*fd) continue;
+        if (resetPeers)
+            armReset(fd->get());  // RST goes out when the fd is closed
+        else
+            ::shutdown(fd->get(), SHUT_RDWR);  // FIN now
     }
-    // In-flight operations hold their own file references; closing now sends FIN/RST at once.
-    c.client.reset();
-    c.upstream.reset();
     if (c.operationsInFlight == 0) releaseConnection(c);
 }
 
 void Worker::releaseConnection(Connection& c) {
     if (c.id == 0) return;  // already released
+    closeAudit(c);
+    c.client.reset();
+    c.upstream.reset();
     for (auto& flow : c.flows) {
         if (flow.pipe.valid()) pipePool_.release(std::move(flow.pipe), flow.bytesInPipe());
+        if (flow.auditPipe.valid())
+            pipePool_.release(std::move(flow.auditPipe), flow.bytesInAuditPipe());
     }
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     logDebug("connection ", c.id, " closed (", c.closeReason, ") after ", lifetime.count(),
@@ -453,12 +490,12 @@ void Worker::armPoll(Connection& c, Direction d, int fd, unsigned events) {
     auto* sqe = ring_->sqe();
     io_uring_prep_poll_add(sqe, fd, events);
     io_uring_sqe_set_data64(sqe, pack(Op::Poll, d, c.slot, c.generation));
-    c.busy(d) = true;
+    ++c.busy(d);
     ++c.operationsInFlight;
 }
 
 void Worker::onPoll(Connection& c, Direction d, int result) {
-    c.busy(d) = false;
+    --c.busy(d);
     if (c.state != ConnectionState::Relaying) return;
     if (result < 0) {
         if (result != -ECANCELED) closeConnection(c, "poll-error", true);
@@ -473,7 +510,7 @@ void Worker::onPoll(Connection& c, Direction d, int result) {
 
 void Worker::pump(Connection& c, Direction d) {
     for (int step = 0; step < kPumpBudget; ++step) {
-        if (c.state != ConnectionState::Relaying || c.busy(d)) return;
+        if (c.state != ConnectionState::Relaying || c.busy(d) > 0) return;
         if (!pumpStep(c, d)) return;
     }
     deferred_.push_back({c.slot, c.generation, d});  // let other flows have a turn
@@ -500,9 +537,12 @@ bool Worker::pumpStep(Connection& c, Direction d) {
             }
             auto moved = ::splice(c.sourceFd(d), nullptr, flow.pipe.writeFd(), nullptr, request,
                                   kSpliceFlags);
-            return afterMove(c, d, flow.recordFill(moved < 0 ? -errno : moved, request),
-                             moved < 0 ? -errno : 0);
+            int result = moved < 0 ? -errno : static_cast<int>(moved);
+            return afterMove(c, d, flow.recordFill(result, request), result);
         }
+        case FlowStep::Tee: return teeStep(c, d);
+        case FlowStep::AuditWrite: return auditWriteStep(c, d, false);
+        case FlowStep::WaitDurable: waitDurable(c, d); return false;
         case FlowStep::Forward: {
             auto request = flow.forwardRequest();
             if (!inlineMoves) {
@@ -511,18 +551,18 @@ bool Worker::pumpStep(Connection& c, Direction d) {
             }
             auto moved = ::splice(flow.pipe.readFd(), nullptr, c.sinkFd(d), nullptr, request,
                                   kSpliceFlags);
-            return afterMove(c, d, flow.recordForward(moved < 0 ? -errno : moved),
-                             moved < 0 ? -errno : 0);
+            int result = moved < 0 ? -errno : static_cast<int>(moved);
+            return afterMove(c, d, flow.recordForward(result), result);
         }
         case FlowStep::WaitReadable:
-            returnPipe(flow);
+            returnPipes(flow);
             armPoll(c, d, c.sourceFd(d), POLLIN);
             return false;
         case FlowStep::WaitWritable:
             armPoll(c, d, c.sinkFd(d), POLLOUT);
             return false;
         case FlowStep::ShutdownSink:
-            returnPipe(flow);
+            returnPipes(flow);
             ::shutdown(c.sinkFd(d), SHUT_WR);
             flow.recordSinkShutdown();
             if (c.flow(Direction::ClientToUpstream).finished() &&
@@ -532,6 +572,171 @@ bool Worker::pumpStep(Connection& c, Direction d) {
         case FlowStep::Finished: return false;
     }
     return false;
+}
+
+// Copies the pipe's unaudited front into the audit pipe. The chain engine links the copy, its
+// write into the log and (unless strict) the forward as one soft-linked chain: a short tee or
+// write cancels the rest, so nothing unaudited is forwarded (NOTES.md 2).
+bool Worker::teeStep(Connection& c, Direction d) {
+    auto& flow = c.flow(d);
+    if (!flow.auditPipe.valid()) {
+        int rc = pipePool_.acquire(flow.auditPipe);
+        if (rc < 0) {
+            onAuditFailure(c, d, rc);
+            return c.state == ConnectionState::Relaying;
+        }
+    }
+    auto request = std::min(flow.teeRequest(), flow.auditPipe.capacity());
+    if (context_.settings.engine == SpliceEngine::Chain) {
+        auto* sqe = ring_->sqe();
+        io_uring_prep_tee(sqe, flow.pipe.readFd(), flow.auditPipe.writeFd(),
+                          static_cast<unsigned>(request), SPLICE_F_NONBLOCK);
+        io_uring_sqe_set_data64(sqe, pack(Op::Tee, d, c.slot, c.generation));
+        sqe->flags |= IOSQE_IO_LINK;
+        ++c.busy(d);
+        ++c.operationsInFlight;
+        // Pretend the tee is whole to size the linked write; a short tee cancels the write.
+        flow.recordTee(static_cast<ssize_t>(request));
+        bool linkForward = context_.settings.auditDurability != AuditDurability::Strict;
+        auditWriteStep(c, d, linkForward);
+        return false;
+    }
+    auto copied = ::tee(flow.pipe.readFd(), flow.auditPipe.writeFd(), request, SPLICE_F_NONBLOCK);
+    int result = copied < 0 ? -errno : static_cast<int>(copied);
+    if (!flow.recordTee(result) || result == 0) {
+        onAuditFailure(c, d, result == 0 ? -EIO : result);
+        return c.state == ConnectionState::Relaying;
+    }
+    return result > 0;
+}
+
+// Moves the audit pipe's bytes into the log at a reserved offset, always through io_uring:
+// a regular-file write may block on the disk (NOTES.md 3, 9).
+bool Worker::auditWriteStep(Connection& c, Direction d, bool linkForward) {
+    auto& flow = c.flow(d);
+    auto& slot = c.auditSlot(d);
+    auto length = static_cast<std::uint32_t>(flow.auditWriteRequest());
+    if (int rc = audit_->reserve(length, slot); rc < 0) {
+        onAuditFailure(c, d, rc);
+        return false;
+    }
+    submitMove(c, d, Op::AuditWrite, flow.auditPipe.readFd(), slot.segment->data.get(), length,
+               static_cast<std::int64_t>(slot.offset), linkForward);
+    if (linkForward) {
+        // Sized as if the write will be whole; if it is short the forward is cancelled.
+        submitMove(c, d, Op::Forward, flow.pipe.readFd(), c.sinkFd(d), length);
+    }
+    return false;
+}
+
+void Worker::onAuditWrite(Connection& c, Direction d, int result) {
+    --c.busy(d);
+    auto& flow = c.flow(d);
+    auto& slot = c.auditSlot(d);
+    if (result > 0 && slot.segment) {
+        audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
+                            static_cast<std::uint32_t>(result), audit::wallClockNs());
+        c.auditSyncTarget = audit_->nextSyncSequence();
+    } else {
+        audit_->abandon(slot);
+    }
+    if (c.state != ConnectionState::Relaying) return;
+    if (!flow.recordAuditWrite(result)) {
+        onAuditFailure(c, d, result == 0 ? -ENOSPC : result);
+        return;
+    }
+    if (context_.settings.auditDurability == AuditDurability::Strict && !audit_->syncInFlight())
+        startSync();  // group commit: whoever is waiting when it starts shares this fdatasync
+    if (c.busy(d) == 0) pump(c, d);
+}
+
+void Worker::onAuditFailure(Connection& c, Direction d, int result) {
+    context_.auditErrors.fetch_add(1, std::memory_order_relaxed);
+    if (context_.settings.auditOnError == AuditOnError::FailClosed) {
+        logWarn("connection ", c.id, ": audit write failed (", errnoText(result),
+                "): closing it, fail-closed");
+        closeConnection(c, "audit-error", true);
+        return;
+    }
+    auto& flow = c.flow(d);
+    auto lost = flow.abandonAudit();
+    context_.auditLostBytes.fetch_add(lost, std::memory_order_relaxed);
+    if (flow.auditPipe.valid()) pipePool_.release(std::move(flow.auditPipe), 1);  // discard it
+    logWarn("connection ", c.id, ": audit write failed (", errnoText(result), "): ", lost,
+            " bytes forwarded unaudited, fail-open");
+}
+
+void Worker::waitDurable(Connection& c, Direction d) {
+    durabilityWaiters_.push_back({{c.slot, c.generation, d}, c.auditSyncTarget});
+    if (!audit_->syncInFlight()) startSync();
+}
+
+void Worker::startSync() {
+    auto segment = audit_->beginSync();
+    if (!segment) {
+        if (audit_->failedSyncs() > 0 && !audit_->syncInFlight() && !durabilityWaiters_.empty())
+            onSync(-EIO);  // beginSync failed to write the index
+        return;
+    }
+    syncingSegment_ = segment;
+    syncDataResult_ = 0;
+    auto* sqe = ring_->sqe();
+    io_uring_prep_fsync(sqe, segment->data.get(), IORING_FSYNC_DATASYNC);
+    io_uring_sqe_set_data64(sqe, pack(Op::SyncData, Direction::ClientToUpstream, 0, 0));
+    sqe->flags |= IOSQE_IO_LINK;  // data first, then the index that points into it
+    sqe = ring_->sqe();
+    io_uring_prep_fsync(sqe, segment->index.get(), IORING_FSYNC_DATASYNC);
+    io_uring_sqe_set_data64(sqe, pack(Op::SyncIndex, Direction::ClientToUpstream, 0, 0));
+}
+
+void Worker::onSync(int result) {
+    auto segment = std::move(syncingSegment_);
+    if (segment) audit_->endSync(segment, result);
+    bool failClosed = context_.settings.auditOnError == AuditOnError::FailClosed;
+    if (result < 0) {
+        context_.auditErrors.fetch_add(1, std::memory_order_relaxed);
+        if (failClosed) {
+            // Chunks written since the last good sync may be gone: their connections close.
+            for (auto& c : connections_)
+                if (c && c->id != 0 && c->audited && c->auditSyncTarget > audit_->durableSequence())
+                    closeConnection(*c, "audit-sync-error", true);
+        }
+    }
+    auto waiters = std::move(durabilityWaiters_);
+    durabilityWaiters_.clear();
+    for (const auto& waiter : waiters) {
+        Connection* c = lookup(waiter.flow.slot, waiter.flow.generation);
+        if (c == nullptr || c->state != ConnectionState::Relaying) continue;
+        if (result >= 0 && waiter.syncSequence > audit_->durableSequence()) {
+            durabilityWaiters_.push_back(waiter);  // needs the next sync
+            continue;
+        }
+        c->flow(waiter.flow.direction).recordDurable();
+        pump(*c, waiter.flow.direction);
+    }
+    if (!durabilityWaiters_.empty() || (audit_->dirty() &&
+                                        context_.settings.auditDurability ==
+                                            AuditDurability::Strict))
+        startSync();
+}
+
+void Worker::openAudit(Connection& c) {
+    c.audited = audit_ && c.route->config.audit;
+    if (!c.audited) return;
+    bool strict = context_.settings.auditDurability == AuditDurability::Strict;
+    for (auto& flow : c.flows) flow.configureAudit(true, strict);
+    audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name,
+                       c.clientAddress.toString(), c.upstreamAddress.toString());
+}
+
+void Worker::closeAudit(Connection& c) {
+    for (auto& slot : c.auditSlots)
+        if (slot.segment) audit_->abandon(slot);
+    if (!c.audited) return;
+    audit_->recordClose(c.id, audit::wallClockNs(),
+                        c.flow(Direction::ClientToUpstream).bytesAudited(),
+                        c.flow(Direction::UpstreamToClient).bytesAudited(),
+                        c.closeReason ? c.closeReason : "closed");
 }
 
 // Handles what a move's outcome means for the connection; true when the flow may go on.
@@ -548,25 +753,40 @@ bool Worker::afterMove(Connection& c, Direction d, MoveOutcome outcome, int resu
     return false;
 }
 
-void Worker::submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes) {
+void Worker::submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes,
+                        std::int64_t outOffset, bool linkNext) {
     auto* sqe = ring_->sqe();
-    io_uring_prep_splice(sqe, in, -1, out, -1, static_cast<unsigned>(bytes), kSpliceFlags);
+    io_uring_prep_splice(sqe, in, -1, out, outOffset, static_cast<unsigned>(bytes), kSpliceFlags);
     io_uring_sqe_set_data64(sqe, pack(op, d, c.slot, c.generation));
-    c.busy(d) = true;
+    if (linkNext) sqe->flags |= IOSQE_IO_LINK;
+    ++c.busy(d);
     ++c.operationsInFlight;
 }
 
 void Worker::onMove(Connection& c, Direction d, Op op, int result) {
-    c.busy(d) = false;
+    --c.busy(d);
     if (c.state != ConnectionState::Relaying) return;
     auto& flow = c.flow(d);
+    if (op == Op::Tee) {
+        // The chain recorded a whole tee up front; correct it by what was not copied.
+        auto copied = static_cast<std::size_t>(std::max(result, 0));
+        if (copied < flow.bytesInAuditPipe()) flow.correctTee(flow.bytesInAuditPipe() - copied);
+        if (result < 0 && result != -ECANCELED && result != -EAGAIN) onAuditFailure(c, d, result);
+        return;  // the linked write's completion drives the flow on
+    }
+    if (result == -ECANCELED) {  // a broken link: the flow's bookkeeping is untouched
+        if (c.busy(d) == 0) pump(c, d);
+        return;
+    }
     auto outcome = op == Op::Fill ? flow.recordFill(result, flow.fillRequest())
                                   : flow.recordForward(result);
-    if (afterMove(c, d, outcome, result)) pump(c, d);
+    if (afterMove(c, d, outcome, result) && c.busy(d) == 0) pump(c, d);
 }
 
-void Worker::returnPipe(Flow& flow) noexcept {
+void Worker::returnPipes(Flow& flow) noexcept {
     if (flow.pipe.valid() && flow.pipeReturnable()) pipePool_.release(std::move(flow.pipe), 0);
+    if (flow.auditPipe.valid() && flow.auditPipeReturnable())
+        pipePool_.release(std::move(flow.auditPipe), 0);
 }
 
 void Worker::runDeferred() {

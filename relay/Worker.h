@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "audit/AuditWriter.h"
 #include "common/UniqueFd.h"
 #include "pipes/PipePool.h"
 #include "relay/Connection.h"
@@ -42,7 +43,8 @@ public:
 private:
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4 };
     enum class Op : std::uint8_t {
-        Ignore, Control, Timer, Accept, Connect, ConnectTimeout, Poll, Fill, Forward
+        Ignore, Control, Timer, Accept, Connect, ConnectTimeout, Poll, Fill, Tee, AuditWrite,
+        Forward, SyncData, SyncIndex
     };
     struct Listener {
         std::shared_ptr<const Route> route;
@@ -54,6 +56,10 @@ private:
         std::uint32_t slot;
         std::uint16_t generation;
         Direction direction;
+    };
+    struct DurabilityWaiter {
+        FlowRef flow;
+        std::uint64_t syncSequence;
     };
 
     static std::uint64_t pack(Op op, Direction d, std::uint32_t slot, std::uint16_t gen) noexcept;
@@ -87,12 +93,22 @@ private:
     // Data path
     void pump(Connection& c, Direction d);
     bool pumpStep(Connection& c, Direction d);
-    void submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes);
+    void submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes,
+                    std::int64_t outOffset = -1, bool linkNext = false);
+    bool teeStep(Connection& c, Direction d);
+    bool auditWriteStep(Connection& c, Direction d, bool linkForward);
+    void onAuditWrite(Connection& c, Direction d, int result);
+    void onAuditFailure(Connection& c, Direction d, int result);
+    void waitDurable(Connection& c, Direction d);
+    void startSync();
+    void onSync(int result);
+    void openAudit(Connection& c);
+    void closeAudit(Connection& c);
     void armPoll(Connection& c, Direction d, int fd, unsigned events);
     void onPoll(Connection& c, Direction d, int result);
     void onMove(Connection& c, Direction d, Op op, int result);
     bool afterMove(Connection& c, Direction d, MoveOutcome outcome, int result);
-    void returnPipe(Flow& flow) noexcept;
+    void returnPipes(Flow& flow) noexcept;
     void runDeferred();
 
     const unsigned index_;
@@ -113,6 +129,10 @@ private:
     std::vector<std::uint32_t> freeSlots_;
     std::size_t liveConnections_ = 0;
     std::vector<FlowRef> deferred_;
+    std::unique_ptr<audit::AuditWriter> audit_;
+    std::shared_ptr<audit::Segment> syncingSegment_;
+    int syncDataResult_ = 0;
+    std::vector<DurabilityWaiter> durabilityWaiters_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};
     std::thread thread_;
 };

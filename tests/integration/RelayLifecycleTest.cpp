@@ -1,6 +1,5 @@
 // The daemon as an operator sees it: thousands of idle connections at a fixed thread cost,
 // SIGTERM drain, SIGHUP route reloads, and start-up errors with the documented exit codes.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,29 +27,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1024 * 1024;
 
-struct FdCounts {
-    long total = 0;
-    long pipes = 0;
-};
-
-FdCounts countFds(pid_t pid) {
-    FdCounts counts;
-    std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) return {-1, -1};
-    while (dirent* entry = ::readdir(d)) {
-        if (entry->d_name[0] == '.') continue;
-        ++counts.total;
-        char target[256];
-        ssize_t n = ::readlinkat(::dirfd(d), entry->d_name, target, sizeof target - 1);
-        if (n > 0 && std::string_view(target, static_cast<std::size_t>(n)).starts_with("pipe:")) {
-            ++counts.pipes;
-        }
-    }
-    ::closedir(d);
-    return counts;
-}
-
 long elapsedMs(Clock::time_point since) {
     return static_cast<long>(
         std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
@@ -72,6 +48,7 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     Daemon daemon(relayArgs(port, {upstream.address()}, {}, kWorkers));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     long threadsAtStart = daemon.threadCount();
+    long socketsAtStart = daemon.fdCounts().sockets;
 
     std::vector<UniqueFd> clients;
     clients.reserve(kConnections);
@@ -92,7 +69,7 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
         std::this_thread::sleep_for(milliseconds(25));
     }
     long rss = daemon.rssKiB();
-    FdCounts fds = countFds(daemon.pid());
+    Daemon::FdCounts fds = daemon.fdCounts();
     EXPECT_LE(maxThreads, kThreadBound)
         << "daemon threads peaked at " << maxThreads << " with " << kConnections
         << " idle connections (at start " << threadsAtStart << ", bound workers + 8 = "
@@ -163,15 +140,84 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     // Finish the upstream halves; the daemon must release its sockets.
     upstream.stop();
     deadline = deadlineIn(milliseconds(10000));
-    FdCounts after = countFds(daemon.pid());
-    while (after.total > 200 && Clock::now() < deadline) {
+    Daemon::FdCounts after = daemon.fdCounts();
+    while (after.sockets > socketsAtStart && Clock::now() < deadline) {
         std::this_thread::sleep_for(milliseconds(50));
-        after = countFds(daemon.pid());
+        after = daemon.fdCounts();
     }
-    EXPECT_LE(after.total, 200) << "daemon still holds " << after.total
-                                << " fds after every connection closed (leak?)";
+    EXPECT_LE(after.sockets, socketsAtStart)
+        << "daemon still holds " << after.sockets << " sockets after every connection closed (had "
+        << socketsAtStart << " before any connection): connections leaked";
     EXPECT_LE(daemon.threadCount(), kThreadBound);
     EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+// 120 connections one after another, closing in different ways (orderly after a duplex
+// exchange, client RST, no data at all): every one is served, nothing leaks, and SIGTERM then
+// exits 0 at once.
+TEST(RelayChurnTest, SequentialConnectionsAreServedAndReleased) {
+    constexpr std::size_t kConnections = 120;
+    constexpr uint64_t kSize = 64 * 1024;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer upstream(duplexUpstream(board, milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    long socketsAtStart = daemon.fdCounts().sockets;
+
+    std::vector<ClientRun> orderly;
+    for (std::size_t i = 0; i < kConnections; ++i) {
+        uint64_t id = 5000 + i;
+        switch (i % 3) {
+            case 0:
+                orderly.push_back(duplexClient(port, id, kSize, kSize, milliseconds(10000)));
+                break;
+            case 1: {  // header, then RST
+                int error = 0;
+                UniqueFd fd = connectTcp(port, error);
+                ASSERT_TRUE(fd) << "connection #" << i << ": " << std::strerror(error)
+                                << daemon.why(20);
+                sendHeader(fd.get(), StreamHeader{id, kSize}, deadlineIn(milliseconds(2000)),
+                           error);
+                resetClose(fd);
+                break;
+            }
+            default: {  // connect and close, no data
+                int error = 0;
+                UniqueFd fd = connectTcp(port, error);
+                ASSERT_TRUE(fd) << "connection #" << i << ": " << std::strerror(error)
+                                << daemon.why(20);
+                break;
+            }
+        }
+        const ClientRun* last = orderly.empty() ? nullptr : &orderly.back();
+        if (i % 3 == 0 && last != nullptr && (last->connectError != 0 || !last->result.received.eof ||
+                                              last->result.received.bytes != kSize)) {
+            ADD_FAILURE() << "orderly connection #" << i << " (id " << id
+                          << ") was not served: " << (last->connectError != 0
+                                                          ? std::strerror(last->connectError)
+                                                          : last->result.received.describe())
+                          << "; earlier connections had closed normally" << daemon.why(20);
+            break;
+        }
+    }
+    board->waitSize(orderly.size(), deadlineIn(milliseconds(3000)));
+    EXPECT_TRUE(duplexMatches(orderly, *board, kSize, kSize)) << daemon.why(20);
+
+    Deadline deadline = deadlineIn(milliseconds(5000));
+    long sockets = daemon.fdCounts().sockets;
+    while (sockets > socketsAtStart && Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(20));
+        sockets = daemon.fdCounts().sockets;
+    }
+    EXPECT_LE(sockets, socketsAtStart) << "after " << kConnections
+                                       << " connections all closed, the daemon holds " << sockets
+                                       << " sockets (had " << socketsAtStart << " at start)";
+    auto termAt = Clock::now();
+    auto status = daemon.terminate(milliseconds(3000));
+    ASSERT_TRUE(status) << "no exit 3 s after SIGTERM with no connection open" << daemon.why(20);
+    EXPECT_TRUE(status->isExit(0)) << status->describe() << daemon.why(20);
+    EXPECT_LT(elapsedMs(termAt), 1000) << "an idle daemon should exit at once on SIGTERM";
 }
 
 // SIGTERM with an upload in flight: new connects are refused soon after, the in-flight transfer

@@ -1,5 +1,6 @@
 #include "tests/support/Daemon.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -290,6 +291,24 @@ long Daemon::statusField(const char* name) const {
 
 long Daemon::rssKiB() const { return statusField("VmRSS"); }
 long Daemon::threadCount() const { return statusField("Threads"); }
+
+Daemon::FdCounts Daemon::fdCounts() const {
+    FdCounts counts;
+    std::string path = "/proc/" + std::to_string(pid_) + "/fd";
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return {-1, -1, -1};
+    while (dirent* entry = ::readdir(dir)) {
+        if (entry->d_name[0] == '.') continue;
+        ++counts.total;
+        char target[256];
+        ssize_t n = ::readlinkat(::dirfd(dir), entry->d_name, target, sizeof target - 1);
+        std::string_view link(target, n > 0 ? static_cast<std::size_t>(n) : 0);
+        if (link.starts_with("pipe:")) ++counts.pipes;
+        if (link.starts_with("socket:")) ++counts.sockets;
+    }
+    ::closedir(dir);
+    return counts;
+}
 
 std::string Daemon::log() const { return readFile(logPath_); }
 

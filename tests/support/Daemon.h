@@ -94,6 +94,14 @@ public:
     long rssKiB() const;
     long threadCount() const;
 
+    // Open fds of the daemon by kind (from /proc/PID/fd); all -1 when the process is gone.
+    struct FdCounts {
+        long total = 0;
+        long pipes = 0;
+        long sockets = 0;
+    };
+    FdCounts fdCounts() const;
+
     std::string log() const;
     std::string logTail(std::size_t lines = 40) const;
     const std::string& commandLine() const noexcept { return commandLine_; }

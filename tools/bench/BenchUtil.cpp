@@ -1,8 +1,8 @@
 #include "tools/bench/BenchUtil.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -21,7 +21,6 @@
 #include <iostream>
 #include <stdexcept>
 #include <thread>
-
 
 namespace splicegate::bench {
 
@@ -65,8 +64,8 @@ std::optional<Endpoint> Endpoint::parse(const std::string& text) {
 }
 
 // ---- options ----------------------------------------------------------------------------------
-Options::Options(std::string command, std::string summary, std::vector<OptionSpec> specs,
-                 int argc, char** argv, int first)
+Options::Options(std::string command, std::string summary, std::vector<OptionSpec> specs, int argc,
+                 char** argv, int first)
     : command_(std::move(command)), summary_(std::move(summary)), specs_(std::move(specs)) {
     for (int i = first; i < argc; ++i) {
         std::string arg = argv[i];
@@ -119,7 +118,8 @@ std::string Options::usage() const {
             out << (s.defaultValue.empty() ? " (required)" : " (default " + s.defaultValue + ")");
         out << '\n';
     }
-    out << std::left << std::setw(26) << "  --help" << " this text\n";
+    out << std::left << std::setw(26) << "  --help"
+        << " this text\n";
     return out.str();
 }
 
@@ -139,9 +139,8 @@ long Options::integer(const std::string& name, long min, long max) const {
     long value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc{} || end != text.data() + text.size() || value < min || value > max)
-        throw UsageError(command_ + ": --" + name + " wants an integer in [" +
-                         std::to_string(min) + ", " + std::to_string(max) + "], got '" + text +
-                         "'");
+        throw UsageError(command_ + ": --" + name + " wants an integer in [" + std::to_string(min) +
+                         ", " + std::to_string(max) + "], got '" + text + "'");
     return value;
 }
 
@@ -255,7 +254,9 @@ void requireFds(std::size_t needed, const std::string& what) {
 
 namespace {
 std::atomic<bool> gStop{false};
-extern "C" void onStopSignal(int) { gStop.store(true, std::memory_order_relaxed); }
+extern "C" void onStopSignal(int) {
+    gStop.store(true, std::memory_order_relaxed);
+}
 }  // namespace
 
 void installSignalHandlers() {
@@ -267,7 +268,9 @@ void installSignalHandlers() {
     signal(SIGPIPE, SIG_IGN);
 }
 
-bool stopRequested() { return gStop.load(std::memory_order_relaxed); }
+bool stopRequested() {
+    return gStop.load(std::memory_order_relaxed);
+}
 
 // ---- sockets ----------------------------------------------------------------------------------
 UniqueFd makeListener(const Endpoint& address, int backlog) {
@@ -342,8 +345,8 @@ void sleepUntil(Clock::time_point until) {
     while (!stopRequested()) {
         auto now = Clock::now();
         if (now >= until) return;
-        std::this_thread::sleep_for(std::min<Clock::duration>(until - now,
-                                                              std::chrono::milliseconds(20)));
+        std::this_thread::sleep_for(
+            std::min<Clock::duration>(until - now, std::chrono::milliseconds(20)));
     }
 }
 

@@ -3,6 +3,7 @@
 // helpers and the one-line result format the run script parses ("key=value key=value ...").
 // Thread affinity: everything here may be called from any thread; stopRequested() is the only
 // shared state (set by SIGINT/SIGTERM).
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -13,13 +14,10 @@
 #include <map>
 #include <optional>
 #include <sstream>
-#include <string>
-#include <vector>
-
-#include <sys/socket.h>
-
 #include <stdexcept>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "common/UniqueFd.h"
 
@@ -29,7 +27,7 @@ namespace splicegate::bench {
 
 // Bad command-line input: main() prints it as one line and exits 2.
 class UsageError : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -44,14 +42,14 @@ T checkSys(T result, const std::string& what) {
 
 // A numeric IPv4 "a.b.c.d:port" or IPv6 "[addr]:port" socket address.
 class Endpoint {
-public:
+  public:
     static std::optional<Endpoint> parse(const std::string& text);
     const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage_); }
     socklen_t length() const { return length_; }
     int family() const { return storage_.ss_family; }
     const std::string& text() const { return text_; }
 
-private:
+  private:
     sockaddr_storage storage_{};
     socklen_t length_ = 0;
     std::string text_;
@@ -75,7 +73,7 @@ struct OptionSpec {
 };
 
 class Options {
-public:
+  public:
     // Parses argv[first..argc) as "--name value", "--name=value" or "--flag". Throws UsageError
     // naming the offending argument. `--help` sets helpRequested().
     Options(std::string command, std::string summary, std::vector<OptionSpec> specs, int argc,
@@ -90,7 +88,7 @@ public:
     double number(const std::string& name, double min, double max) const;
     Endpoint address(const std::string& name) const;
 
-private:
+  private:
     const OptionSpec& spec(const std::string& name) const;
 
     std::string command_;
@@ -103,7 +101,7 @@ private:
 // ---- results ----------------------------------------------------------------------------------
 // Collects "key=value" pairs and prints them as one line on stdout (the run script parses it).
 class ResultLine {
-public:
+  public:
     explicit ResultLine(const std::string& test) { out_ << "result=" << test; }
     template <typename T>
     ResultLine& add(const std::string& key, const T& value) {
@@ -113,7 +111,7 @@ public:
     ResultLine& addFixed(const std::string& key, double value, int decimals);
     void print() const;
 
-private:
+  private:
     std::ostringstream out_;
 };
 

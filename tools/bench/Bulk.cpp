@@ -3,13 +3,13 @@
 // writes to a `server --mode sink`, counts bytes sent inside the window, and afterwards
 // half-closes every stream and checks the sink's byte count against the total sent, so a relay
 // that loses bytes is reported as a failure.
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <iostream>
 #include <memory>
-#include <poll.h>
 #include <thread>
 
 #include "tools/bench/BenchUtil.h"
@@ -20,7 +20,8 @@ namespace {
 
 struct Stream {
     UniqueFd fd;
-    std::uint64_t bytes = 0;  // total moved by this client on this stream
+    std::atomic<std::uint64_t> bytes{0};  // total moved on this stream (read by main too)
+    std::uint64_t bytesAtWindowStart = 0;
     bool alive = true;
 };
 
@@ -29,8 +30,8 @@ struct alignas(64) ThreadCounter {
     std::atomic<int> deadStreams{0};
 };
 
-void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk,
-                ThreadCounter& counter, const std::atomic<bool>& stop) {
+void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk, ThreadCounter& counter,
+                const std::atomic<bool>& stop) {
     UniqueFd epoll(checkSys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     for (Stream* s : streams) {
         epoll_event ev{};
@@ -49,7 +50,7 @@ void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk,
                 ssize_t r = down ? recv(s->fd.get(), buffer.data(), buffer.size(), 0)
                                  : send(s->fd.get(), buffer.data(), buffer.size(), MSG_NOSIGNAL);
                 if (r > 0) {
-                    s->bytes += static_cast<std::uint64_t>(r);
+                    s->bytes.fetch_add(static_cast<std::uint64_t>(r), std::memory_order_relaxed);
                     counter.bytes.fetch_add(static_cast<std::uint64_t>(r),
                                             std::memory_order_relaxed);
                     continue;
@@ -101,8 +102,8 @@ bool confirmUp(std::vector<std::unique_ptr<Stream>>& streams, double timeoutSeco
         std::uint64_t value = 0;
         for (int b = 7; b >= 0; --b) value = (value << 8) | count[b];
         confirmed += value;
-        if (value != s->bytes) {
-            std::cerr << "bulk: stream sent " << s->bytes << " bytes but the sink received "
+        if (value != s->bytes.load()) {
+            std::cerr << "bulk: stream sent " << s->bytes.load() << " bytes but the sink received "
                       << value << std::endl;
             allOk = false;
         }
@@ -180,9 +181,14 @@ int runBulk(int argc, char** argv) {
     auto windowStart = Clock::now();
     std::uint64_t bytesStart = total();
     ProcSample cpuStart = sampleProcess(pid, false);
+    for (auto& s : streams) s->bytesAtWindowStart = s->bytes.load(std::memory_order_relaxed);
     sleepUntil(windowStart + secondsToDuration(duration));
     std::uint64_t bytesEnd = total();
     ProcSample cpuEnd = sampleProcess(pid, false);
+    // A stream that moved nothing in the whole window is stuck in the relay.
+    int stalled = 0;
+    for (auto& s : streams)
+        if (s->bytes.load(std::memory_order_relaxed) == s->bytesAtWindowStart) ++stalled;
     auto windowEnd = Clock::now();
     stop.store(true);
     for (auto& t : threads) t.join();
@@ -193,7 +199,7 @@ int runBulk(int argc, char** argv) {
 
     int dead = 0;
     for (auto& c : counters) dead += c.deadStreams.load();
-    bool ok = failures.load() == 0 && dead == 0;
+    bool ok = failures.load() == 0 && dead == 0 && stalled == 0;
     std::uint64_t confirmed = 0;
     if (!down && ok) ok = confirmUp(streams, 15, confirmed);
 
@@ -203,7 +209,7 @@ int runBulk(int argc, char** argv) {
     ResultLine line("bulk");
     line.add("direction", direction).add("streams", streamCount).addFixed("seconds", seconds, 3);
     line.add("bytes", bytesEnd - bytesStart).addFixed("gbps", bytes * 8 / seconds / 1e9, 3);
-    line.add("dead_streams", dead);
+    line.add("dead_streams", dead).add("stalled_streams", stalled);
     if (!down) line.add("confirmed_bytes", confirmed);
     if (cpuStart.ok && cpuEnd.ok) {
         double cpu = cpuEnd.cpuSeconds - cpuStart.cpuSeconds;
@@ -213,7 +219,9 @@ int runBulk(int argc, char** argv) {
     }
     line.add("ok", ok ? 1 : 0);
     line.print();
-    if (!ok) std::cerr << "bulk: " << dead << " stream(s) ended early or failed" << std::endl;
+    if (!ok)
+        std::cerr << "bulk: " << dead << " stream(s) ended early or failed, " << stalled
+                  << " moved nothing in the window" << std::endl;
     return ok ? 0 : 1;
 }
 

@@ -32,8 +32,8 @@ struct ChurnThreadResult {
 };
 
 void churnLoop(std::size_t slotCount, const Endpoint& address, std::size_t size,
-               Clock::time_point windowStart, Clock::time_point windowEnd,
-               Clock::duration timeout, ChurnThreadResult& result) {
+               Clock::time_point windowStart, Clock::time_point windowEnd, Clock::duration timeout,
+               ChurnThreadResult& result) {
     UniqueFd epoll(checkSys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     std::vector<Slot> slots(slotCount);
     std::string payload(size, 'c');
@@ -108,9 +108,9 @@ void churnLoop(std::size_t slotCount, const Endpoint& address, std::size_t size,
                 s.retryAt = done;
                 if (done >= windowStart && done < windowEnd) {
                     ++result.completed;
-                    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  done - s.startedAt)
-                                  .count();
+                    auto ns =
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(done - s.startedAt)
+                            .count();
                     result.latenciesNs.push_back(
                         static_cast<std::uint32_t>(std::min<long long>(ns, 0xffffffffLL)));
                 }
@@ -214,8 +214,7 @@ int runChurn(int argc, char** argv) {
     if (cpuStart.ok && cpuEnd.ok && sum.completed > 0) {
         double cpu = cpuEnd.cpuSeconds - cpuStart.cpuSeconds;
         line.addFixed("relay_cpu_pct", 100 * cpu / seconds, 1);
-        line.addFixed("relay_cpu_us_per_conn", cpu * 1e6 / static_cast<double>(sum.completed),
-                      2);
+        line.addFixed("relay_cpu_us_per_conn", cpu * 1e6 / static_cast<double>(sum.completed), 2);
     }
     line.add("ok", ok ? 1 : 0);
     line.print();

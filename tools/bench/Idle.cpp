@@ -120,8 +120,8 @@ int runIdle(int argc, char** argv) {
         std::cerr << "idle: interrupted" << std::endl;
         return 1;
     }
-    std::cerr << "idle: " << held << " connections held after " << openSeconds << " s ("
-              << failed << " failed, " << notOpened << " not opened in time)" << std::endl;
+    std::cerr << "idle: " << held << " connections held after " << openSeconds << " s (" << failed
+              << " failed, " << notOpened << " not opened in time)" << std::endl;
 
     // Hold: sample every 250 ms; a held connection that becomes readable was closed or reset by
     // the relay (the echo server never sends unprompted).
@@ -163,8 +163,8 @@ int runIdle(int argc, char** argv) {
         std::size_t stillHeld = held - dropped;
         line.add("rss_before_kib", before.rssKib).add("rss_held_kib", last.rssKib);
         line.add("rss_max_kib", maxRss);
-        double perConn = stillHeld > 0 ? static_cast<double>(last.rssKib - before.rssKib) *
-                                             1024.0 / static_cast<double>(stillHeld)
+        double perConn = stillHeld > 0 ? static_cast<double>(last.rssKib - before.rssKib) * 1024.0 /
+                                             static_cast<double>(stillHeld)
                                        : 0;
         line.addFixed("rss_per_conn_bytes", perConn, 0);
         line.add("threads_before", before.threads).add("threads_held", last.threads);

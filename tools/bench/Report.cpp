@@ -75,7 +75,7 @@ std::string fixed(double value, int decimals) {
 using Table = std::map<std::string, std::map<std::string, std::vector<double>>>;
 
 class Report {
-public:
+  public:
     Report(Table table, std::vector<std::string> parties)
         : table_(std::move(table)), parties_(std::move(parties)) {}
 
@@ -169,8 +169,8 @@ public:
             for (const auto& e : engines) out << ' ' << check(e) << " |";
             out << '\n';
         };
-        auto compare = [&](const std::string& e, const std::string& metric,
-                           const std::string& ref, double factor, bool atLeast, int decimals) {
+        auto compare = [&](const std::string& e, const std::string& metric, const std::string& ref,
+                           double factor, bool atLeast, int decimals) {
             auto v = value(e, metric);
             auto r = value(ref, metric);
             if (!v && failedRuns(e, metric)) return std::string("MISS (failed)");
@@ -254,7 +254,7 @@ public:
         }
     }
 
-private:
+  private:
     static void header(std::ostream& out, const std::string& first,
                        const std::vector<std::string>& columns) {
         out << "| " << first << " |";

@@ -28,6 +28,7 @@ struct RrConn {
 struct RrThreadResult {
     std::uint64_t completed = 0;  // inside the window
     std::uint64_t errors = 0;
+    std::uint64_t stalled = 0;  // waiting over 1 s for a response when the window closed
     std::vector<std::uint32_t> latenciesNs;
 };
 
@@ -85,6 +86,10 @@ void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::time_point wind
             sendRequest(c);
         }
     }
+    // A relay that loses a wake-up leaves a connection waiting forever; count those.
+    auto end = Clock::now();
+    for (RrConn* c : conns)
+        if (c->alive && end - c->sentAt > std::chrono::seconds(1)) ++result.stalled;
 }
 
 }  // namespace
@@ -154,16 +159,17 @@ int runRequestResponse(int argc, char** argv) {
         return 1;
     }
 
-    std::uint64_t completed = 0, errors = 0;
+    std::uint64_t completed = 0, errors = 0, stalled = 0;
     std::vector<std::uint32_t> all;
     for (auto& r : results) {
         completed += r.completed;
         errors += r.errors;
+        stalled += r.stalled;
         all.insert(all.end(), r.latenciesNs.begin(), r.latenciesNs.end());
     }
     std::sort(all.begin(), all.end());
     double seconds = secondsBetween(windowStart, windowEnd);
-    bool ok = failures.load() == 0 && errors == 0 && completed > 0;
+    bool ok = failures.load() == 0 && errors == 0 && stalled == 0 && completed > 0;
     ResultLine line("rr");
     line.add("conns", connCount).add("size", size).addFixed("seconds", seconds, 3);
     line.add("requests", completed).addFixed("rps", static_cast<double>(completed) / seconds, 0);
@@ -171,7 +177,7 @@ int runRequestResponse(int argc, char** argv) {
     line.addFixed("p99_us", percentile(all, 0.99) / 1000, 1);
     line.addFixed("p999_us", percentile(all, 0.999) / 1000, 1);
     line.addFixed("max_us", all.empty() ? 0 : all.back() / 1000.0, 1);
-    line.add("errors", errors);
+    line.add("errors", errors).add("stalled", stalled);
     if (cpuStart.ok && cpuEnd.ok && completed > 0) {
         double cpu = cpuEnd.cpuSeconds - cpuStart.cpuSeconds;
         line.addFixed("relay_cpu_pct", 100 * cpu / seconds, 1);
@@ -179,7 +185,9 @@ int runRequestResponse(int argc, char** argv) {
     }
     line.add("ok", ok ? 1 : 0);
     line.print();
-    if (!ok) std::cerr << "rr: " << errors << " connection(s) failed" << std::endl;
+    if (!ok)
+        std::cerr << "rr: " << errors << " connection(s) failed, " << stalled << " stalled over 1 s"
+                  << std::endl;
     return ok ? 0 : 1;
 }
 

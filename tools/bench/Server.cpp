@@ -29,7 +29,7 @@ struct ServerConn {
 };
 
 class ServerThread {
-public:
+  public:
     ServerThread(int listenFd, Mode mode, std::size_t chunk, Clock::time_point deadline)
         : listenFd_(listenFd), mode_(mode), buffer_(chunk, 'x'), deadline_(deadline) {}
 
@@ -62,7 +62,7 @@ public:
         conns_.clear();
     }
 
-private:
+  private:
     void acceptSome() {
         for (int i = 0; i < 256; ++i) {
             int fd = accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -97,9 +97,12 @@ private:
 
     void handle(ServerConn* conn, std::uint32_t events) {
         switch (mode_) {
-            case Mode::Sink: return handleSink(conn);
-            case Mode::Source: return handleSource(conn, events);
-            case Mode::Echo: return handleEcho(conn, events);
+            case Mode::Sink:
+                return handleSink(conn);
+            case Mode::Source:
+                return handleSource(conn, events);
+            case Mode::Echo:
+                return handleEcho(conn, events);
         }
     }
 
@@ -150,8 +153,8 @@ private:
             ssize_t n = recv(conn->fd, buffer_.data(), buffer_.size(), 0);
             if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
             if (n <= 0) return closeConn(conn);
-            ssize_t written = send(conn->fd, buffer_.data(), static_cast<std::size_t>(n),
-                                   MSG_NOSIGNAL);
+            ssize_t written =
+                send(conn->fd, buffer_.data(), static_cast<std::size_t>(n), MSG_NOSIGNAL);
             if (written < 0) {
                 if (errno != EAGAIN && errno != EINTR) return closeConn(conn);
                 written = 0;
@@ -195,10 +198,14 @@ int runServer(int argc, char** argv) {
     }
     std::string modeText = opts.str("mode");
     Mode mode;
-    if (modeText == "sink") mode = Mode::Sink;
-    else if (modeText == "source") mode = Mode::Source;
-    else if (modeText == "echo") mode = Mode::Echo;
-    else throw UsageError("server: --mode wants sink, source or echo, got '" + modeText + "'");
+    if (modeText == "sink")
+        mode = Mode::Sink;
+    else if (modeText == "source")
+        mode = Mode::Source;
+    else if (modeText == "echo")
+        mode = Mode::Echo;
+    else
+        throw UsageError("server: --mode wants sink, source or echo, got '" + modeText + "'");
     auto address = opts.address("listen");
     long threads = opts.integer("threads", 1, 64);
     auto chunk = static_cast<std::size_t>(opts.integer("chunk", 64, 16 << 20));

@@ -1,0 +1,149 @@
+#pragma once
+// Offline reading of an audit directory (audit/FORMAT.md): the engine of `splicegate-audit list`,
+// `extract` and `verify`, also used by crash recovery.
+// - IndexReader streams one index file record by record through a bounded buffer (1 MiB), so
+//   multi-GiB logs cost constant memory per file; after a corrupt record it can resynchronise on
+//   the next valid record.
+// - listConnections / extractConnection / verifyDirectory walk every segment in (worker, segment)
+//   order. Memory grows with the number of connections (and, for verify, with the chunks of one
+//   segment), never with payload size: extract copies ranges in the kernel (copy_file_range or
+//   sendfile, falling back to pread/write) in bounded pieces.
+// Thread affinity: none; the objects here are not shared between threads. Error contract: files
+// that cannot be opened or read throw std::system_error naming the file; damaged content is
+// reported as problems ("FILE:OFFSET: what is wrong") and never crashes or over-allocates.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "audit/Records.h"
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+
+class IndexReader {
+public:
+    enum class Status {
+        Record,   // a good record; recordOffset() is where it starts
+        End,      // clean end of file
+        Torn,     // the file ends inside a record (a torn tail); problem() says how
+        Corrupt,  // a bad record at recordOffset(); problem() says what. Call resync() to go on.
+    };
+
+    // Opens `path` read-only; throws std::system_error naming it.
+    explicit IndexReader(const std::string& path, std::size_t bufferSize = kDefaultBufferSize);
+    // Reads from `fd` (not owned, positioned anywhere: reading uses pread from offset 0).
+    IndexReader(int fd, std::string path, std::size_t bufferSize = kDefaultBufferSize);
+
+    Status next(Record& record);
+    // After Corrupt: moves to the next offset where a valid record starts. Returns false when
+    // there is none up to the end of the file (next() then returns End).
+    bool resync();
+
+    std::uint64_t recordOffset() const noexcept { return recordOffset_; }
+    // Offset just past the last good record returned (where a torn tail starts).
+    std::uint64_t goodEnd() const noexcept { return goodEnd_; }
+    // Where reading continues (after resync(): the offset of the record found).
+    std::uint64_t position() const noexcept { return bufferStart_ + pos_; }
+    const std::string& problem() const noexcept { return problem_; }
+    const std::string& path() const noexcept { return path_; }
+
+    static constexpr std::size_t kDefaultBufferSize = 1 << 20;
+
+private:
+    // Makes at least `wanted` bytes available from pos_ unless the file ends first. Returns the
+    // bytes available.
+    std::size_t fill(std::size_t wanted);
+
+    UniqueFd owned_;
+    int fd_ = -1;
+    std::string path_;
+    std::vector<std::uint8_t> buffer_;
+    std::uint64_t bufferStart_ = 0;  // file offset of buffer_[0]
+    std::size_t length_ = 0;         // valid bytes in buffer_
+    std::size_t pos_ = 0;            // next unread byte in buffer_
+    bool eof_ = false;
+    std::uint64_t recordOffset_ = 0;
+    std::uint64_t goodEnd_ = 0;
+    std::string problem_;
+};
+
+// "FILE:OFFSET: what" as printed by verify and the other commands.
+std::string placeText(const std::string& file, std::uint64_t offset, const std::string& what);
+
+// ---- list
+
+enum class ConnectionState { Open, Closed, Truncated };
+const char* connectionStateName(ConnectionState state) noexcept;  // "open", "closed", "truncated"
+
+struct ConnectionSummary {
+    std::uint64_t id = 0;
+    unsigned worker = 0;
+    std::uint64_t segment = 0;  // segment holding the Open record
+    std::string route;
+    std::string client;
+    std::string upstream;
+    std::int64_t openedNs = 0;
+    std::optional<std::int64_t> closedNs;  // Close record's time (closed connections only)
+    std::string reason;                    // Close record's reason
+    // Closed: the Close record's counts. Otherwise: the bytes of the chunks recorded so far.
+    std::uint64_t c2uBytes = 0;
+    std::uint64_t u2cBytes = 0;
+    ConnectionState state = ConnectionState::Open;
+};
+
+struct ListResult {
+    std::vector<ConnectionSummary> connections;  // sorted by id
+    // Damage that may hide connections or bytes, as "FILE:OFFSET: what". A torn tail of a
+    // worker's last index (the running daemon's current write, or a crash not yet recovered) is
+    // not a problem.
+    std::vector<std::string> problems;
+};
+
+// Throws std::system_error when `dir` or one of its index files cannot be read.
+ListResult listConnections(const std::string& dir);
+
+// ---- extract
+
+struct ExtractResult {
+    bool found = false;  // an Open record with the id exists
+    std::uint64_t bytes = 0;
+    std::uint64_t chunks = 0;
+    ConnectionState state = ConnectionState::Open;
+};
+
+// Copies the bytes of one direction of connection `id`, in stream order, into the fd returned by
+// `openOutput`, which is called once, when the connection's Open record is found (so an unknown id
+// creates no output). Throws std::runtime_error ("FILE:OFFSET: what") when damage makes the exact
+// bytes unavailable (a corrupt index record after the Open in the connection's worker, a missing
+// data file, a chunk beyond its data file), std::system_error on I/O errors. Bytes copied before
+// the error stay in the output.
+ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
+                                const std::function<int()>& openOutput);
+
+// Copies `length` bytes at `offset` of `inFd` to the current position of `outFd` in bounded
+// pieces, in the kernel when possible. Throws std::system_error naming `what`; a file shorter
+// than offset + length is an error.
+void copyFileRange(int inFd, std::uint64_t offset, std::uint64_t length, int outFd,
+                   const std::string& what);
+
+// ---- verify
+
+struct VerifySummary {
+    std::uint64_t problems = 0;
+    std::uint64_t segments = 0;
+    std::uint64_t records = 0;
+    std::uint64_t connections = 0;
+    std::uint64_t chunkBytes = 0;
+};
+
+// Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"
+// line per problem (in file order). Throws std::system_error when `dir` cannot be read.
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem);
+// Convenience: the problem lines.
+std::vector<std::string> verifyDirectory(const std::string& dir);
+
+}  // namespace splicegate::audit

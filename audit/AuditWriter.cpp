@@ -1,0 +1,216 @@
+#include "audit/AuditWriter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+
+#include "audit/Records.h"
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate::audit {
+
+std::int64_t wallClockNs() noexcept {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
+                         std::uint64_t segmentBytes)
+    : dir_(std::move(dir)), worker_(worker), segmentBytes_(segmentBytes), nextSegment_(firstSegment) {
+    int rc = openSegment(nextSegment_);
+    if (rc < 0)
+        throwErrno(-rc, "audit: cannot create segment " + dir_ + "/" +
+                            segmentBaseName(worker_, nextSegment_));
+    ++nextSegment_;
+}
+
+AuditWriter::~AuditWriter() {
+    if (current_) retire(current_, false);
+    auto remaining = retired_;
+    for (auto& segment : remaining) {
+        // Writes still in flight cannot complete after the ring is gone: seal what we have.
+        segment->writesInFlight = 0;
+        sealIfDone(*segment);
+    }
+}
+
+int AuditWriter::openSegment(std::uint64_t number) noexcept {
+    auto segment = std::make_shared<Segment>();
+    segment->worker = worker_;
+    segment->number = number;
+    auto base = dir_ + "/" + segmentBaseName(worker_, number);
+    segment->dataPath = base + ".data";
+    constexpr int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    segment->data.reset(::open(segment->dataPath.c_str(), flags, 0640));
+    if (!segment->data) return -errno;
+    auto indexPath = base + ".index";
+    segment->index.reset(::open(indexPath.c_str(), flags, 0640));
+    int rc = segment->index ? 0 : -errno;
+    if (rc == 0) {
+        encodeSegmentStart(segment->pendingRecords, worker_, number, wallClockNs());
+        rc = writePending(*segment);
+    }
+    if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number
+        ::unlink(segment->dataPath.c_str());
+        if (segment->index) ::unlink(indexPath.c_str());
+        return rc;
+    }
+    current_ = std::move(segment);
+    return 0;
+}
+
+int AuditWriter::writePending(Segment& segment) noexcept {
+    while (!segment.pendingRecords.empty()) {
+        auto written = ::pwrite(segment.index.get(), segment.pendingRecords.data(),
+                                segment.pendingRecords.size(),
+                                static_cast<off_t>(segment.indexBytes));
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        // A short write leaves a whole prefix on disk; the rest goes next time.
+        segment.indexBytes += static_cast<std::uint64_t>(written);
+        segment.pendingRecords.erase(0, static_cast<std::size_t>(written));
+    }
+    return 0;
+}
+
+int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
+    if (!current_) {  // the last attempt to start a segment failed (disk full?): try again
+        if (int rc = openSegment(nextSegment_); rc < 0) return rc;
+        ++nextSegment_;
+    }
+    if (current_->reservedBytes > 0 && current_->reservedBytes + length > segmentBytes_) {
+        int rc = rotate();
+        if (rc < 0) return rc;
+    }
+    out.segment = current_;
+    out.offset = current_->reservedBytes;
+    out.length = length;
+    current_->reservedBytes += length;
+    ++current_->writesInFlight;
+    return 0;
+}
+
+void AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
+                              std::uint8_t direction, std::uint32_t written,
+                              std::int64_t timeNs) noexcept {
+    auto& segment = *reservation.segment;
+    try {
+        encodeChunk(segment.pendingRecords, connection, direction, written, reservation.offset,
+                    timeNs);
+    } catch (...) {
+        // Out of memory for a 48-byte record: the chunk stays unindexed and recovery cuts it.
+    }
+    dirty_ = true;
+    abandon(reservation);
+}
+
+void AuditWriter::abandon(Reservation& reservation) noexcept {
+    if (!reservation.segment) return;
+    auto segment = std::move(reservation.segment);
+    --segment->writesInFlight;
+    if (segment->retired) sealIfDone(*segment);
+}
+
+void AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs,
+                             std::string_view route, std::string_view client,
+                             std::string_view upstream) noexcept {
+    if (!current_) return;
+    try {
+        encodeOpen(current_->pendingRecords, connection, openedNs, route, client, upstream);
+    } catch (...) {
+    }
+    dirty_ = true;
+}
+
+void AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
+                              std::uint64_t c2uBytes, std::uint64_t u2cBytes,
+                              std::string_view reason) noexcept {
+    if (!current_) return;
+    try {
+        encodeClose(current_->pendingRecords, connection, closedNs, c2uBytes, u2cBytes, reason);
+    } catch (...) {
+    }
+    dirty_ = true;
+}
+
+std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
+    if (!dirty_ || syncInFlight_ || !current_) return nullptr;
+    dirty_ = false;
+    ++startedSyncs_;
+    int rc = writePending(*current_);
+    if (rc < 0) {
+        logError("audit: writing ", current_->dataPath, " index: ", errnoText(rc));
+        syncInFlight_ = true;
+        endSync(current_, rc);
+        return nullptr;
+    }
+    syncInFlight_ = true;
+    return current_;
+}
+
+void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
+    syncInFlight_ = false;
+    if (result >= 0) {
+        durableSyncs_ = startedSyncs_;
+        return;
+    }
+    ++failedSyncs_;
+    logError("audit: fdatasync of ", segment->dataPath, " failed: ", errnoText(result),
+             "; sealing it as failed and starting a new segment");
+    if (segment == current_) {
+        retire(current_, true);
+        current_.reset();
+        if (int rc = openSegment(nextSegment_); rc < 0)
+            logError("audit: cannot start a new segment in ", dir_, ": ", errnoText(rc));
+        else
+            ++nextSegment_;
+    }
+}
+
+int AuditWriter::flush() noexcept { return current_ ? writePending(*current_) : 0; }
+
+int AuditWriter::rotate() noexcept {
+    auto previous = current_;
+    int rc = openSegment(nextSegment_);
+    if (rc < 0) {
+        logError("audit: cannot start segment ", segmentBaseName(worker_, nextSegment_), " in ",
+                 dir_, ": ", errnoText(rc));
+        return rc;
+    }
+    ++nextSegment_;
+    if (previous) retire(previous, false);
+    return 0;
+}
+
+void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept {
+    segment->retired = true;
+    segment->failed = segment->failed || failed;
+    retired_.push_back(segment);
+    sealIfDone(*segment);
+}
+
+// A retired segment is sealed once its last payload write is in. Rolls are rare (one per
+// segment size), so the final fdatasync here runs synchronously.
+void AuditWriter::sealIfDone(Segment& segment) noexcept {
+    if (!segment.retired || segment.writesInFlight > 0 || !segment.index) return;
+    try {
+        encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes, segment.failed ? 1 : 0);
+    } catch (...) {
+    }
+    if (writePending(segment) == 0 && !segment.failed) {
+        ::fdatasync(segment.data.get());
+        ::fdatasync(segment.index.get());
+    }
+    segment.data.reset();
+    segment.index.reset();
+    std::erase_if(retired_, [&](const auto& s) { return s.get() == &segment; });
+}
+
+}  // namespace splicegate::audit

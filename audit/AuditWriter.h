@@ -1,0 +1,103 @@
+#pragma once
+// The runtime side of the audit log: one writer per worker (not thread-safe), appending to that
+// worker's segments (FORMAT.md). Payload reaches the data file by splice from the worker's ring
+// at offsets reserved here; index records are buffered here and written with pwrite before each
+// sync. The worker submits the fdatasyncs (group commit) and reports their results back.
+//
+// Error contract: set-up throws std::system_error naming the file; run-time calls are noexcept
+// and return -errno.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+
+struct Segment {
+    std::uint32_t worker = 0;
+    std::uint64_t number = 0;
+    std::string dataPath;
+    UniqueFd data;
+    UniqueFd index;
+    std::uint64_t reservedBytes = 0;  // next free data offset
+    std::uint64_t indexBytes = 0;     // written to the index file
+    std::string pendingRecords;       // encoded, not yet written
+    unsigned writesInFlight = 0;
+    bool retired = false;
+    bool failed = false;
+};
+
+struct Reservation {
+    std::shared_ptr<Segment> segment;
+    std::uint64_t offset = 0;
+    std::uint32_t length = 0;
+};
+
+class AuditWriter {
+public:
+    // Opens segment `firstSegment` of `worker` in `dir` (creating both files). Throws naming the
+    // file on failure.
+    AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
+                std::uint64_t segmentBytes);
+    ~AuditWriter();
+    AuditWriter(const AuditWriter&) = delete;
+    AuditWriter& operator=(const AuditWriter&) = delete;
+
+    // Space for a chunk's payload in the current segment (rolling first when it is full).
+    // Returns -errno when a new segment cannot be created.
+    int reserve(std::uint32_t length, Reservation& out) noexcept;
+    // The payload of `reservation` landed (`written` bytes of it, at its offset).
+    void recordChunk(Reservation& reservation, std::uint64_t connection, std::uint8_t direction,
+                     std::uint32_t written, std::int64_t timeNs) noexcept;
+    // The payload write failed or was abandoned: the reservation is released, nothing recorded.
+    void abandon(Reservation& reservation) noexcept;
+    void recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
+                    std::string_view client, std::string_view upstream) noexcept;
+    void recordClose(std::uint64_t connection, std::int64_t closedNs, std::uint64_t c2uBytes,
+                     std::uint64_t u2cBytes, std::string_view reason) noexcept;
+
+    // Group commit. beginSync() writes the buffered index records and returns the segment to
+    // fdatasync (data file, then index file), or null when nothing is dirty. A sync covers every
+    // chunk recorded before it began. endSync() takes the result of both fdatasyncs: an error is
+    // never retried (the kernel may have dropped the pages), the segment is sealed as failed and
+    // a new one started.
+    std::shared_ptr<Segment> beginSync() noexcept;
+    void endSync(const std::shared_ptr<Segment>& segment, int result) noexcept;
+    bool dirty() const noexcept { return dirty_; }
+    bool syncInFlight() const noexcept { return syncInFlight_; }
+    // Sync sequence numbers: a chunk recorded now is durable once durableSequence() >= this.
+    std::uint64_t nextSyncSequence() const noexcept { return startedSyncs_ + 1; }
+    std::uint64_t durableSequence() const noexcept { return durableSyncs_; }
+    std::uint64_t failedSyncs() const noexcept { return failedSyncs_; }
+
+    // Writes buffered records (no sync); for durability mode none and at shutdown.
+    int flush() noexcept;
+    // Rolls to a new segment now (admin "audit-rotate").
+    int rotate() noexcept;
+    const std::string& directory() const noexcept { return dir_; }
+
+private:
+    int openSegment(std::uint64_t number) noexcept;
+    int writePending(Segment& segment) noexcept;
+    void retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept;
+    void sealIfDone(Segment& segment) noexcept;
+
+    const std::string dir_;
+    const std::uint32_t worker_;
+    const std::uint64_t segmentBytes_;
+    std::uint64_t nextSegment_;
+    std::shared_ptr<Segment> current_;
+    std::vector<std::shared_ptr<Segment>> retired_;
+    bool dirty_ = false;
+    bool syncInFlight_ = false;
+    std::uint64_t startedSyncs_ = 0;
+    std::uint64_t durableSyncs_ = 0;
+    std::uint64_t failedSyncs_ = 0;
+};
+
+std::int64_t wallClockNs() noexcept;
+
+}  // namespace splicegate::audit

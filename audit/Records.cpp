@@ -1,0 +1,430 @@
+#include "audit/Records.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "common/Error.h"
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+namespace {
+
+// ---- Little-endian writing into a std::string.
+
+void putU8(std::string& out, std::uint8_t value) { out.push_back(static_cast<char>(value)); }
+
+void putU16(std::string& out, std::uint16_t value) {
+    putU8(out, static_cast<std::uint8_t>(value & 0xff));
+    putU8(out, static_cast<std::uint8_t>(value >> 8));
+}
+
+void putU32(std::string& out, std::uint32_t value) {
+    for (int i = 0; i < 4; ++i) putU8(out, static_cast<std::uint8_t>((value >> (8 * i)) & 0xff));
+}
+
+void putU64(std::string& out, std::uint64_t value) {
+    for (int i = 0; i < 8; ++i) putU8(out, static_cast<std::uint8_t>((value >> (8 * i)) & 0xff));
+}
+
+void putI64(std::string& out, std::int64_t value) { putU64(out, static_cast<std::uint64_t>(value)); }
+
+// Cuts `text` to at most kMaxStringBytes without splitting a UTF-8 sequence.
+std::string_view clampString(std::string_view text) {
+    if (text.size() <= kMaxStringBytes) return text;
+    std::size_t length = kMaxStringBytes;
+    // Back off over continuation bytes (10xxxxxx) so the cut lands before a lead byte.
+    while (length > 0 && (static_cast<unsigned char>(text[length]) & 0xc0) == 0x80) --length;
+    return text.substr(0, length);
+}
+
+void putString(std::string& out, std::string_view text) {
+    text = clampString(text);
+    putU16(out, static_cast<std::uint16_t>(text.size()));
+    out.append(text.data(), text.size());
+}
+
+std::uint32_t recordCrc(const std::uint8_t* record, std::size_t length) {
+    static constexpr std::uint8_t kZeros[4] = {0, 0, 0, 0};
+    uLong crc = ::crc32(0L, Z_NULL, 0);
+    crc = ::crc32(crc, record, 8);
+    crc = ::crc32(crc, kZeros, 4);
+    crc = ::crc32(crc, record + 12, static_cast<uInt>(length - 12));
+    return static_cast<std::uint32_t>(crc);
+}
+
+// Writes the header of a record of `type`; returns its start for finish().
+std::size_t begin(std::string& out, RecordType type) {
+    std::size_t start = out.size();
+    putU32(out, kRecordMagic);
+    putU16(out, static_cast<std::uint16_t>(type));
+    putU16(out, 0);  // length, filled by finish()
+    putU32(out, 0);  // CRC, filled by finish()
+    putU32(out, 0);  // reserved
+    return start;
+}
+
+void patch(std::string& out, std::size_t at, std::uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i)
+        out[at + static_cast<std::size_t>(i)] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+void finish(std::string& out, std::size_t start) {
+    std::size_t length = out.size() - start;  // <= kMaxRecordSize by construction
+    patch(out, start + 6, length, 2);
+    auto* record = reinterpret_cast<const std::uint8_t*>(out.data() + start);
+    patch(out, start + 8, recordCrc(record, length), 4);
+}
+
+// ---- Bounds-checked little-endian reading.
+
+class Reader {
+public:
+    Reader(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size) {}
+
+    bool u8(std::uint8_t& value) noexcept {
+        if (size_ - pos_ < 1) return false;
+        value = data_[pos_++];
+        return true;
+    }
+    bool u16(std::uint16_t& value) noexcept {
+        std::uint64_t v = 0;
+        if (!little(2, v)) return false;
+        value = static_cast<std::uint16_t>(v);
+        return true;
+    }
+    bool u32(std::uint32_t& value) noexcept {
+        std::uint64_t v = 0;
+        if (!little(4, v)) return false;
+        value = static_cast<std::uint32_t>(v);
+        return true;
+    }
+    bool u64(std::uint64_t& value) noexcept { return little(8, value); }
+    bool i64(std::int64_t& value) noexcept {
+        std::uint64_t v = 0;
+        if (!little(8, v)) return false;
+        value = static_cast<std::int64_t>(v);
+        return true;
+    }
+    bool string(std::string& value) {
+        std::uint16_t length = 0;
+        if (!u16(length) || size_ - pos_ < length) return false;
+        value.assign(reinterpret_cast<const char*>(data_ + pos_), length);
+        pos_ += length;
+        return true;
+    }
+    bool atEnd() const noexcept { return pos_ == size_; }
+
+private:
+    bool little(std::size_t bytes, std::uint64_t& value) noexcept {
+        if (size_ - pos_ < bytes) return false;
+        value = 0;
+        for (std::size_t i = 0; i < bytes; ++i)
+            value |= static_cast<std::uint64_t>(data_[pos_ + i]) << (8 * i);
+        pos_ += bytes;
+        return true;
+    }
+
+    const std::uint8_t* data_;
+    std::size_t size_;
+    std::size_t pos_ = 0;
+};
+
+std::uint64_t loadLittle(const std::uint8_t* data, std::size_t bytes) noexcept {
+    std::uint64_t value = 0;
+    for (std::size_t i = 0; i < bytes; ++i) value |= static_cast<std::uint64_t>(data[i]) << (8 * i);
+    return value;
+}
+
+std::string hex(std::uint64_t value) {
+    char text[24];
+    std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
+    return text;
+}
+
+// Parses the body of a record whose header (type known, CRC good) was checked. Returns an empty
+// string on success, else what is wrong.
+std::string decodeBody(RecordType type, Reader& body, Record& out) {
+    std::string bad = std::string("bad ") + recordTypeName(type) + " record: ";
+    switch (type) {
+        case RecordType::SegmentStart:
+            if (!body.u32(out.version) || !body.u32(out.worker) || !body.u64(out.segment) ||
+                !body.i64(out.timeNs) || !body.atEnd())
+                return bad + "wrong length";
+            if (out.version != kFormatVersion)
+                return "unsupported format version " + std::to_string(out.version) +
+                       " (this reader knows version " + std::to_string(kFormatVersion) + ")";
+            return {};
+        case RecordType::Open:
+            if (!body.u64(out.id) || !body.i64(out.timeNs) || !body.string(out.route) ||
+                !body.string(out.client) || !body.string(out.upstream) || !body.atEnd())
+                return bad + "string lengths do not match the record length";
+            return {};
+        case RecordType::Chunk: {
+            std::uint8_t pad[3] = {};
+            if (!body.u64(out.id) || !body.u8(out.direction) || !body.u8(pad[0]) ||
+                !body.u8(pad[1]) || !body.u8(pad[2]) || !body.u32(out.length) ||
+                !body.u64(out.offset) || !body.i64(out.timeNs) || !body.atEnd())
+                return bad + "wrong length";
+            if (out.direction > kDirectionU2C)
+                return bad + "direction " + std::to_string(out.direction) + " is neither 0 nor 1";
+            if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0) return bad + "padding is not zero";
+            return {};
+        }
+        case RecordType::Close:
+            if (!body.u64(out.id) || !body.i64(out.timeNs) || !body.u64(out.c2uBytes) ||
+                !body.u64(out.u2cBytes) || !body.string(out.reason) || !body.atEnd())
+                return bad + "string length does not match the record length";
+            return {};
+        case RecordType::Truncated:
+            if (!body.u64(out.id) || !body.i64(out.timeNs) || !body.atEnd())
+                return bad + "wrong length";
+            return {};
+        case RecordType::SegmentSealed:
+            if (!body.u64(out.dataBytes) || !body.u8(out.status) || !body.atEnd())
+                return bad + "wrong length";
+            if (out.status > kSealFailed)
+                return bad + "status " + std::to_string(out.status) + " is neither 0 nor 1";
+            return {};
+    }
+    return "unknown record type";
+}
+
+bool isRegular(int dirFd, const struct dirent& entry) {
+    if (entry.d_type == DT_REG) return true;
+    if (entry.d_type != DT_UNKNOWN && entry.d_type != DT_LNK) return false;
+    struct stat st {};
+    if (::fstatat(dirFd, entry.d_name, &st, 0) != 0) return false;
+    return S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+std::uint64_t Record::chunkEnd() const noexcept {
+    std::uint64_t end = offset + length;
+    return end < offset ? UINT64_MAX : end;
+}
+
+void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t segment,
+                        std::int64_t createdNs) {
+    auto start = begin(out, RecordType::SegmentStart);
+    putU32(out, kFormatVersion);
+    putU32(out, worker);
+    putU64(out, segment);
+    putI64(out, createdNs);
+    finish(out, start);
+}
+
+void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::string_view route,
+                std::string_view client, std::string_view upstream) {
+    auto start = begin(out, RecordType::Open);
+    putU64(out, id);
+    putI64(out, openedNs);
+    putString(out, route);
+    putString(out, client);
+    putString(out, upstream);
+    finish(out, start);
+}
+
+void encodeChunk(std::string& out, std::uint64_t id, std::uint8_t direction, std::uint32_t length,
+                 std::uint64_t offset, std::int64_t timeNs) {
+    auto start = begin(out, RecordType::Chunk);
+    putU64(out, id);
+    putU8(out, direction);
+    putU8(out, 0);
+    putU8(out, 0);
+    putU8(out, 0);
+    putU32(out, length);
+    putU64(out, offset);
+    putI64(out, timeNs);
+    finish(out, start);
+}
+
+void encodeClose(std::string& out, std::uint64_t id, std::int64_t closedNs, std::uint64_t c2uBytes,
+                 std::uint64_t u2cBytes, std::string_view reason) {
+    auto start = begin(out, RecordType::Close);
+    putU64(out, id);
+    putI64(out, closedNs);
+    putU64(out, c2uBytes);
+    putU64(out, u2cBytes);
+    putString(out, reason);
+    finish(out, start);
+}
+
+void encodeTruncated(std::string& out, std::uint64_t id, std::int64_t timeNs) {
+    auto start = begin(out, RecordType::Truncated);
+    putU64(out, id);
+    putI64(out, timeNs);
+    finish(out, start);
+}
+
+void encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8_t status) {
+    auto start = begin(out, RecordType::SegmentSealed);
+    putU64(out, dataBytes);
+    putU8(out, status);
+    finish(out, start);
+}
+
+DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& out,
+                          std::size_t& consumed, std::string& problem) {
+    consumed = 0;
+    if (size < kRecordHeaderSize) {
+        problem = "short record header: " + std::to_string(size) + " of " +
+                  std::to_string(kRecordHeaderSize) + " bytes";
+        // A partial header with a wrong magic is garbage, not a torn tail.
+        std::size_t magicBytes = std::min<std::size_t>(size, 4);
+        if (loadLittle(data, magicBytes) != (kRecordMagic & ((1ull << (8 * magicBytes)) - 1))) {
+            problem = "bad magic";
+            return DecodeStatus::Corrupt;
+        }
+        return DecodeStatus::Incomplete;
+    }
+    auto magic = static_cast<std::uint32_t>(loadLittle(data, 4));
+    if (magic != kRecordMagic) {
+        problem = "bad magic " + hex(magic);
+        return DecodeStatus::Corrupt;
+    }
+    auto typeValue = static_cast<std::uint16_t>(loadLittle(data + 4, 2));
+    auto length = static_cast<std::size_t>(loadLittle(data + 6, 2));
+    if (length < kRecordHeaderSize) {
+        problem = "bad record length " + std::to_string(length);
+        return DecodeStatus::Corrupt;
+    }
+    if (length > size) {
+        problem = "short record: " + std::to_string(size) + " of " + std::to_string(length) +
+                  " bytes";
+        return DecodeStatus::Incomplete;
+    }
+    auto storedCrc = static_cast<std::uint32_t>(loadLittle(data + 8, 4));
+    auto actualCrc = recordCrc(data, length);
+    if (storedCrc != actualCrc) {
+        problem = "bad CRC (stored " + hex(storedCrc) + ", computed " + hex(actualCrc) + ")";
+        return DecodeStatus::Corrupt;
+    }
+    if (loadLittle(data + 12, 4) != 0) {
+        problem = "reserved header field is not zero";
+        return DecodeStatus::Corrupt;
+    }
+    if (typeValue < static_cast<std::uint16_t>(RecordType::SegmentStart) ||
+        typeValue > static_cast<std::uint16_t>(RecordType::SegmentSealed)) {
+        problem = "unknown record type " + std::to_string(typeValue);
+        return DecodeStatus::Corrupt;
+    }
+    auto type = static_cast<RecordType>(typeValue);
+    Reader body(data + kRecordHeaderSize, length - kRecordHeaderSize);
+    std::string bad = decodeBody(type, body, out);
+    if (!bad.empty()) {
+        problem = std::move(bad);
+        return DecodeStatus::Corrupt;
+    }
+    out.type = type;
+    consumed = length;
+    return DecodeStatus::Ok;
+}
+
+const char* recordTypeName(RecordType type) noexcept {
+    switch (type) {
+        case RecordType::SegmentStart: return "SegmentStart";
+        case RecordType::Open: return "Open";
+        case RecordType::Chunk: return "Chunk";
+        case RecordType::Close: return "Close";
+        case RecordType::Truncated: return "Truncated";
+        case RecordType::SegmentSealed: return "SegmentSealed";
+    }
+    return "unknown";
+}
+
+const char* directionName(std::uint8_t direction) noexcept {
+    if (direction == kDirectionC2U) return "c2u";
+    if (direction == kDirectionU2C) return "u2c";
+    return "?";
+}
+
+std::string segmentBaseName(unsigned worker, std::uint64_t segment) {
+    char name[64];
+    std::snprintf(name, sizeof name, "w%02u-%010llu", worker,
+                  static_cast<unsigned long long>(segment));
+    return name;
+}
+
+bool parseSegmentBaseName(std::string_view name, unsigned& worker, std::uint64_t& segment) {
+    if (name.size() < 14 || name.front() != 'w') return false;
+    auto dash = name.find('-');
+    if (dash == std::string_view::npos || dash < 3) return false;
+    auto digits = [](std::string_view text, std::uint64_t limit, std::uint64_t& value) {
+        if (text.empty() || text.size() > 20) return false;
+        value = 0;
+        for (char c : text) {
+            if (c < '0' || c > '9') return false;
+            auto digit = static_cast<std::uint64_t>(c - '0');
+            if (value > (limit - digit) / 10) return false;
+            value = value * 10 + digit;
+        }
+        return true;
+    };
+    std::uint64_t w = 0, s = 0;
+    if (!digits(name.substr(1, dash - 1), UINT32_MAX, w)) return false;
+    if (!digits(name.substr(dash + 1), UINT64_MAX, s)) return false;
+    // Only the canonical spelling: "w0-1" or "w000-..." would alias another segment's name.
+    if (segmentBaseName(static_cast<unsigned>(w), s) != name) return false;
+    worker = static_cast<unsigned>(w);
+    segment = s;
+    return true;
+}
+
+std::vector<SegmentFiles> listSegments(const std::string& dir) {
+    UniqueFd dirFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dirFd) throwErrno(errno, "cannot open audit directory " + dir);
+    int dupFd = checkSys(::dup(dirFd.get()), "dup(" + dir + ")");
+    DIR* stream = ::fdopendir(dupFd);
+    if (stream == nullptr) {
+        int err = errno;
+        ::close(dupFd);
+        throwErrno(err, "cannot read audit directory " + dir);
+    }
+    std::map<std::pair<unsigned, std::uint64_t>, SegmentFiles> found;
+    std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+    int err = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent* entry = ::readdir(stream);
+        if (entry == nullptr) {
+            err = errno;
+            break;
+        }
+        std::string_view name(entry->d_name);
+        bool isData = name.ends_with(".data");
+        bool isIndex = name.ends_with(".index");
+        if (!isData && !isIndex) continue;
+        auto base = name.substr(0, name.size() - (isData ? 5 : 6));
+        unsigned worker = 0;
+        std::uint64_t segment = 0;
+        if (!parseSegmentBaseName(base, worker, segment)) continue;
+        if (!isRegular(dirFd.get(), *entry)) continue;
+        auto& files = found[{worker, segment}];
+        if (files.dataPath.empty()) {
+            files.worker = worker;
+            files.segment = segment;
+            std::string path = prefix + std::string(base);
+            files.dataPath = path + ".data";
+            files.indexPath = path + ".index";
+        }
+        (isData ? files.hasData : files.hasIndex) = true;
+    }
+    ::closedir(stream);
+    if (err != 0) throwErrno(err, "cannot read audit directory " + dir);
+    std::vector<SegmentFiles> segments;
+    segments.reserve(found.size());
+    for (auto& [key, files] : found) segments.push_back(std::move(files));
+    return segments;
+}
+
+}  // namespace splicegate::audit
