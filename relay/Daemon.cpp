@@ -11,11 +11,9 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
-#if __has_include("audit/Recovery.h")  // TEMPORARY until audit/Recovery lands
 #include "audit/Recovery.h"
-#define SPLICEGATE_HAVE_RECOVERY 1
-#endif
 #include "relay/Config.h"
+#include "relay/Failpoints.h"
 #include "relay/Relay.h"
 #include "relay/Ring.h"
 
@@ -93,9 +91,6 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     start.firstSegment.assign(workers, 1);
     firstConnectionId = 1;
     if (config.auditDir.empty()) return start;
-#ifndef SPLICEGATE_HAVE_RECOVERY
-    return start;
-#else
     auto report = audit::recoverAuditDirectory(config.auditDir);
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
     if (report.truncatedConnections > 0)
@@ -109,7 +104,6 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
             " durability)");
     return start;
-#endif
 }
 
 sigset_t controlSignals() {
@@ -170,6 +164,7 @@ int runDaemon(int argc, const char* const* argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     try {
         checkKernel();
+        loadFailpoints();
         // Signals are taken synchronously by the main thread; workers inherit the mask.
         auto signals = controlSignals();
         ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);

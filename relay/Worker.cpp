@@ -12,6 +12,7 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "relay/Failpoints.h"
 
 namespace splicegate {
 namespace {
@@ -147,7 +148,10 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
         case Op::Control: handleControl(); return;
         case Op::Timer: onTimer(); return;
         case Op::SyncData: syncDataResult_ = cqe.res; return;
-        case Op::SyncIndex: onSync(syncDataResult_ < 0 ? syncDataResult_ : cqe.res); return;
+        case Op::SyncIndex:
+            onSync(failpointResult(FailSite::AuditSync,
+                                   syncDataResult_ < 0 ? syncDataResult_ : cqe.res));
+            return;
         case Op::Accept:
             if (slot < listeners_.size() && listeners_[slot].generation == generation)
                 onAccept(slot, cqe);
@@ -161,10 +165,14 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
         case Op::Connect: onConnect(*c, cqe.res); break;
         case Op::ConnectTimeout: break;
         case Op::Poll: onPoll(*c, direction, cqe.res); break;
-        case Op::Fill:
-        case Op::Tee:
-        case Op::Forward: onMove(*c, direction, op, cqe.res); break;
-        case Op::AuditWrite: onAuditWrite(*c, direction, cqe.res); break;
+        case Op::Fill: onMove(*c, direction, op, failpointResult(FailSite::Fill, cqe.res)); break;
+        case Op::Tee: onMove(*c, direction, op, failpointResult(FailSite::Tee, cqe.res)); break;
+        case Op::Forward:
+            onMove(*c, direction, op, failpointResult(FailSite::Forward, cqe.res));
+            break;
+        case Op::AuditWrite:
+            onAuditWrite(*c, direction, failpointResult(FailSite::AuditWrite, cqe.res));
+            break;
         default: break;
     }
     if (c->state == ConnectionState::Closing && c->operationsInFlight == 0) releaseConnection(*c);
@@ -530,28 +538,29 @@ bool Worker::pumpStep(Connection& c, Direction d) {
                     return false;
                 }
             }
-            auto request = flow.fillRequest();
+            auto request = failpointLength(FailSite::Fill, flow.fillRequest());
             if (!inlineMoves) {
                 submitMove(c, d, Op::Fill, c.sourceFd(d), flow.pipe.writeFd(), request);
                 return false;
             }
             auto moved = ::splice(c.sourceFd(d), nullptr, flow.pipe.writeFd(), nullptr, request,
                                   kSpliceFlags);
-            int result = moved < 0 ? -errno : static_cast<int>(moved);
+            int result = failpointResult(FailSite::Fill, moved < 0 ? -errno : static_cast<int>(moved));
             return afterMove(c, d, flow.recordFill(result, request), result);
         }
         case FlowStep::Tee: return teeStep(c, d);
         case FlowStep::AuditWrite: return auditWriteStep(c, d, false);
         case FlowStep::WaitDurable: waitDurable(c, d); return false;
         case FlowStep::Forward: {
-            auto request = flow.forwardRequest();
+            auto request = failpointLength(FailSite::Forward, flow.forwardRequest());
             if (!inlineMoves) {
                 submitMove(c, d, Op::Forward, flow.pipe.readFd(), c.sinkFd(d), request);
                 return false;
             }
             auto moved = ::splice(flow.pipe.readFd(), nullptr, c.sinkFd(d), nullptr, request,
                                   kSpliceFlags);
-            int result = moved < 0 ? -errno : static_cast<int>(moved);
+            int result =
+                failpointResult(FailSite::Forward, moved < 0 ? -errno : static_cast<int>(moved));
             return afterMove(c, d, flow.recordForward(result), result);
         }
         case FlowStep::WaitReadable:
@@ -586,7 +595,8 @@ bool Worker::teeStep(Connection& c, Direction d) {
             return c.state == ConnectionState::Relaying;
         }
     }
-    auto request = std::min(flow.teeRequest(), flow.auditPipe.capacity());
+    auto request =
+        failpointLength(FailSite::Tee, std::min(flow.teeRequest(), flow.auditPipe.capacity()));
     if (context_.settings.engine == SpliceEngine::Chain) {
         auto* sqe = ring_->sqe();
         io_uring_prep_tee(sqe, flow.pipe.readFd(), flow.auditPipe.writeFd(),
@@ -602,7 +612,7 @@ bool Worker::teeStep(Connection& c, Direction d) {
         return false;
     }
     auto copied = ::tee(flow.pipe.readFd(), flow.auditPipe.writeFd(), request, SPLICE_F_NONBLOCK);
-    int result = copied < 0 ? -errno : static_cast<int>(copied);
+    int result = failpointResult(FailSite::Tee, copied < 0 ? -errno : static_cast<int>(copied));
     if (!flow.recordTee(result) || result == 0) {
         onAuditFailure(c, d, result == 0 ? -EIO : result);
         return c.state == ConnectionState::Relaying;
@@ -615,7 +625,8 @@ bool Worker::teeStep(Connection& c, Direction d) {
 bool Worker::auditWriteStep(Connection& c, Direction d, bool linkForward) {
     auto& flow = c.flow(d);
     auto& slot = c.auditSlot(d);
-    auto length = static_cast<std::uint32_t>(flow.auditWriteRequest());
+    auto length = static_cast<std::uint32_t>(
+        failpointLength(FailSite::AuditWrite, flow.auditWriteRequest()));
     if (int rc = audit_->reserve(length, slot); rc < 0) {
         onAuditFailure(c, d, rc);
         return false;

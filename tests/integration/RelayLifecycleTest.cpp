@@ -70,6 +70,9 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     }
     long rss = daemon.rssKiB();
     Daemon::FdCounts fds = daemon.fdCounts();
+    RecordProperty("daemon_max_threads", static_cast<int>(maxThreads));
+    RecordProperty("daemon_rss_kib", static_cast<int>(rss));
+    RecordProperty("daemon_pipe_fds", static_cast<int>(fds.pipes));
     EXPECT_LE(maxThreads, kThreadBound)
         << "daemon threads peaked at " << maxThreads << " with " << kConnections
         << " idle connections (at start " << threadsAtStart << ", bound workers + 8 = "

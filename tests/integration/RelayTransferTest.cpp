@@ -205,6 +205,8 @@ TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
         std::this_thread::sleep_for(milliseconds(10));
     }
     uint64_t pushedWhileSlow = pushed->load();
+    RecordProperty("daemon_max_rss_kib", static_cast<int>(maxRss));
+    RecordProperty("upstream_pushed_while_slow", static_cast<int>(pushedWhileSlow));
     EXPECT_LT(maxRss, kRssBoundKiB) << "daemon RSS peaked at " << maxRss
                                     << " KiB while back-pressured (at start " << rssBefore
                                     << " KiB); bound " << kRssBoundKiB << " KiB";

@@ -1,0 +1,710 @@
+#include "audit/AuditReader.h"
+
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include "common/Error.h"
+
+namespace splicegate::audit {
+namespace {
+
+constexpr std::uint8_t kMagicBytes[4] = {kRecordMagic & 0xff, (kRecordMagic >> 8) & 0xff,
+                                         (kRecordMagic >> 16) & 0xff, (kRecordMagic >> 24) & 0xff};
+
+std::string baseName(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::uint64_t addSaturating(std::uint64_t a, std::uint64_t b) noexcept {
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
+std::uint64_t fileSize(int fd, const std::string& path) {
+    struct stat st {};
+    checkSys(::fstat(fd, &st), "fstat " + path);
+    return static_cast<std::uint64_t>(st.st_size);
+}
+
+UniqueFd openRead(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throwErrno(errno, "cannot open " + path);
+    return fd;
+}
+
+// The segment after which worker `worker` has no index file: its current (or last) segment.
+std::map<unsigned, std::uint64_t> lastIndexedSegments(const std::vector<SegmentFiles>& segments) {
+    std::map<unsigned, std::uint64_t> last;
+    for (const auto& files : segments)
+        if (files.hasIndex) last[files.worker] = std::max(last[files.worker], files.segment);
+    return last;
+}
+
+std::string chunkText(const Record& record) {
+    return std::string("Chunk of connection ") + std::to_string(record.id) + " (" +
+           directionName(record.direction) + ", " + std::to_string(record.length) +
+           " bytes at data offset " + std::to_string(record.offset) + ")";
+}
+
+// Copies byte ranges of files into one output fd: copy_file_range when the output is a regular
+// file, else sendfile, else pread/write; each method is dropped for good once the kernel refuses it.
+class RangeCopier {
+public:
+    explicit RangeCopier(int outFd) : out_(outFd) {
+        struct stat st {};
+        if (::fstat(outFd, &st) == 0 && S_ISREG(st.st_mode)) method_ = Method::CopyFileRange;
+    }
+
+    void copy(int inFd, std::uint64_t offset, std::uint64_t length, const std::string& what) {
+        constexpr std::uint64_t kPiece = 64ull << 20;
+        while (length > 0) {
+            auto piece = static_cast<std::size_t>(std::min(length, kPiece));
+            ssize_t n = step(inFd, offset, piece, what);
+            if (n == 0)
+                throw std::runtime_error(what + ": the file ends before offset " +
+                                         std::to_string(offset + length));
+            offset += static_cast<std::uint64_t>(n);
+            length -= static_cast<std::uint64_t>(n);
+        }
+    }
+
+private:
+    enum class Method { CopyFileRange, SendFile, ReadWrite };
+
+    ssize_t step(int inFd, std::uint64_t offset, std::size_t piece, const std::string& what) {
+        for (;;) {
+            ssize_t n = -1;
+            if (method_ == Method::CopyFileRange) {
+                auto in = static_cast<loff_t>(offset);
+                n = ::copy_file_range(inFd, &in, out_, nullptr, piece, 0);
+                if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                              errno == EOPNOTSUPP || errno == EBADF)) {
+                    method_ = Method::SendFile;
+                    continue;
+                }
+            } else if (method_ == Method::SendFile) {
+                auto in = static_cast<off_t>(offset);
+                n = ::sendfile(out_, inFd, &in, piece);
+                if (n < 0 && (errno == EINVAL || errno == ENOSYS)) {
+                    method_ = Method::ReadWrite;
+                    continue;
+                }
+            } else {
+                return readWrite(inFd, offset, piece, what);
+            }
+            if (n >= 0) return n;
+            if (errno == EINTR) continue;
+            throwErrno(errno, "copy from " + what);
+        }
+    }
+
+    ssize_t readWrite(int inFd, std::uint64_t offset, std::size_t piece, const std::string& what) {
+        if (buffer_.empty()) buffer_.resize(1 << 20);
+        piece = std::min(piece, buffer_.size());
+        ssize_t n = 0;
+        do {
+            n = ::pread(inFd, buffer_.data(), piece, static_cast<off_t>(offset));
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) throwErrno(errno, "read " + what);
+        std::size_t done = 0;
+        while (done < static_cast<std::size_t>(n)) {
+            ssize_t w = ::write(out_, buffer_.data() + done, static_cast<std::size_t>(n) - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) throwErrno(errno, "write of the extracted bytes");
+            done += static_cast<std::size_t>(w);
+        }
+        return n;
+    }
+
+    int out_;
+    Method method_ = Method::SendFile;
+    std::vector<char> buffer_;
+};
+
+}  // namespace
+
+// ---- IndexReader
+
+IndexReader::IndexReader(const std::string& path, std::size_t bufferSize)
+    : IndexReader(-1, path, bufferSize) {
+    owned_ = openRead(path);
+    fd_ = owned_.get();
+}
+
+IndexReader::IndexReader(int fd, std::string path, std::size_t bufferSize)
+    : fd_(fd), path_(std::move(path)) {
+    // Room for the largest record plus lookahead, so one fill() always completes a record.
+    buffer_.resize(std::max<std::size_t>(bufferSize, 2 * (kMaxRecordSize + 1)));
+}
+
+std::size_t IndexReader::fill(std::size_t wanted) {
+    if (length_ - pos_ >= wanted || eof_) return length_ - pos_;
+    if (pos_ > 0) {
+        std::memmove(buffer_.data(), buffer_.data() + pos_, length_ - pos_);
+        bufferStart_ += pos_;
+        length_ -= pos_;
+        pos_ = 0;
+    }
+    while (length_ < wanted && length_ < buffer_.size()) {
+        ssize_t n = ::pread(fd_, buffer_.data() + length_, buffer_.size() - length_,
+                            static_cast<off_t>(bufferStart_ + length_));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throwErrno(errno, "read " + path_);
+        if (n == 0) {
+            eof_ = true;
+            break;
+        }
+        length_ += static_cast<std::size_t>(n);
+    }
+    return length_ - pos_;
+}
+
+IndexReader::Status IndexReader::next(Record& record) {
+    recordOffset_ = position();
+    std::size_t available = fill(kRecordHeaderSize);
+    if (available == 0) return Status::End;
+    std::size_t consumed = 0;
+    auto status = decodeRecord(buffer_.data() + pos_, available, record, consumed, problem_);
+    if (status == DecodeStatus::Incomplete) {
+        available = fill(kMaxRecordSize);
+        status = decodeRecord(buffer_.data() + pos_, available, record, consumed, problem_);
+    }
+    if (status == DecodeStatus::Incomplete) {
+        problem_ = "torn record at the end of the file (" + problem_ + ")";
+        return Status::Torn;
+    }
+    if (status == DecodeStatus::Corrupt) return Status::Corrupt;
+    pos_ += consumed;
+    goodEnd_ = position();
+    return Status::Record;
+}
+
+bool IndexReader::resync() {
+    if (fill(1) > 0) ++pos_;  // past the start of the bad record
+    Record scratch;
+    std::string ignored;
+    for (;;) {
+        std::size_t available = fill(kMaxRecordSize + 1);
+        if (available < sizeof kMagicBytes) {
+            pos_ = length_;
+            return false;
+        }
+        auto* begin = buffer_.data() + pos_;
+        auto* found = static_cast<const std::uint8_t*>(
+            ::memmem(begin, available, kMagicBytes, sizeof kMagicBytes));
+        if (found == nullptr) {
+            // Keep the last 3 bytes: a magic may straddle the refill.
+            pos_ = length_ - (sizeof kMagicBytes - 1);
+            if (eof_) {
+                pos_ = length_;
+                return false;
+            }
+            continue;
+        }
+        pos_ = static_cast<std::size_t>(found - buffer_.data());
+        available = fill(kMaxRecordSize);
+        std::size_t consumed = 0;
+        if (decodeRecord(buffer_.data() + pos_, available, scratch, consumed, ignored) ==
+            DecodeStatus::Ok) {
+            recordOffset_ = position();
+            return true;
+        }
+        ++pos_;
+    }
+}
+
+std::string placeText(const std::string& file, std::uint64_t offset, const std::string& what) {
+    return file + ":" + std::to_string(offset) + ": " + what;
+}
+
+const char* connectionStateName(ConnectionState state) noexcept {
+    switch (state) {
+        case ConnectionState::Open: return "open";
+        case ConnectionState::Closed: return "closed";
+        case ConnectionState::Truncated: return "truncated";
+    }
+    return "open";
+}
+
+// ---- list
+
+ListResult listConnections(const std::string& dir) {
+    auto segments = listSegments(dir);
+    auto last = lastIndexedSegments(segments);
+    ListResult result;
+    std::unordered_map<std::uint64_t, std::size_t> byId;
+    Record record;
+    for (const auto& files : segments) {
+        if (!files.hasIndex) continue;
+        IndexReader reader(files.indexPath);
+        bool first = true;
+        bool isLast = last[files.worker] == files.segment;
+        for (bool more = true; more;) {
+            switch (reader.next(record)) {
+                case IndexReader::Status::Record: break;
+                case IndexReader::Status::End:
+                    if (first && !isLast)
+                        result.problems.push_back(
+                            placeText(files.indexPath, 0, "empty index file"));
+                    more = false;
+                    continue;
+                case IndexReader::Status::Torn:
+                    if (!isLast)
+                        result.problems.push_back(
+                            placeText(files.indexPath, reader.goodEnd(), reader.problem()));
+                    more = false;
+                    continue;
+                case IndexReader::Status::Corrupt:
+                    result.problems.push_back(
+                        placeText(files.indexPath, reader.recordOffset(), reader.problem()));
+                    more = reader.resync();
+                    first = false;
+                    continue;
+            }
+            if (first && record.type != RecordType::SegmentStart)
+                result.problems.push_back(
+                    placeText(files.indexPath, 0, "the first record is not SegmentStart"));
+            first = false;
+            switch (record.type) {
+                case RecordType::Open: {
+                    if (byId.count(record.id) != 0) break;
+                    byId.emplace(record.id, result.connections.size());
+                    ConnectionSummary summary;
+                    summary.id = record.id;
+                    summary.worker = files.worker;
+                    summary.segment = files.segment;
+                    summary.route = record.route;
+                    summary.client = record.client;
+                    summary.upstream = record.upstream;
+                    summary.openedNs = record.timeNs;
+                    result.connections.push_back(std::move(summary));
+                    break;
+                }
+                case RecordType::Chunk: {
+                    auto it = byId.find(record.id);
+                    if (it == byId.end()) break;
+                    auto& summary = result.connections[it->second];
+                    if (summary.state != ConnectionState::Open) break;
+                    auto& bytes = record.direction == kDirectionC2U ? summary.c2uBytes
+                                                                    : summary.u2cBytes;
+                    bytes = addSaturating(bytes, record.length);
+                    break;
+                }
+                case RecordType::Close: {
+                    auto it = byId.find(record.id);
+                    if (it == byId.end()) break;
+                    auto& summary = result.connections[it->second];
+                    if (summary.state != ConnectionState::Open) break;
+                    summary.state = ConnectionState::Closed;
+                    summary.closedNs = record.timeNs;
+                    summary.reason = record.reason;
+                    summary.c2uBytes = record.c2uBytes;
+                    summary.u2cBytes = record.u2cBytes;
+                    break;
+                }
+                case RecordType::Truncated: {
+                    auto it = byId.find(record.id);
+                    if (it == byId.end()) break;
+                    auto& summary = result.connections[it->second];
+                    if (summary.state == ConnectionState::Open)
+                        summary.state = ConnectionState::Truncated;
+                    break;
+                }
+                case RecordType::SegmentStart:
+                case RecordType::SegmentSealed: break;
+            }
+        }
+    }
+    std::sort(result.connections.begin(), result.connections.end(),
+              [](const auto& a, const auto& b) { return a.id < b.id; });
+    return result;
+}
+
+// ---- extract
+
+void copyFileRange(int inFd, std::uint64_t offset, std::uint64_t length, int outFd,
+                   const std::string& what) {
+    RangeCopier(outFd).copy(inFd, offset, length, what);
+}
+
+namespace {
+
+// Coalesces adjacent ranges of one data file into one copy.
+class PendingCopy {
+public:
+    explicit PendingCopy(int outFd) : copier_(outFd) {}
+
+    void add(int inFd, const std::string& path, std::uint64_t offset, std::uint64_t length) {
+        if (length == 0) return;
+        if (inFd == fd_ && offset == offset_ + length_ && length_ + length > length_) {
+            length_ += length;
+            return;
+        }
+        flush();
+        fd_ = inFd;
+        path_ = path;
+        offset_ = offset;
+        length_ = length;
+    }
+
+    void flush() {
+        if (length_ > 0) copier_.copy(fd_, offset_, length_, path_);
+        length_ = 0;
+        fd_ = -1;
+    }
+
+private:
+    RangeCopier copier_;
+    int fd_ = -1;
+    std::string path_;
+    std::uint64_t offset_ = 0;
+    std::uint64_t length_ = 0;
+};
+
+}  // namespace
+
+ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
+                                const std::function<int()>& openOutput) {
+    auto segments = listSegments(dir);
+    auto last = lastIndexedSegments(segments);
+    ExtractResult result;
+    unsigned worker = 0;
+    std::optional<PendingCopy> output;
+    Record record;
+    bool done = false;
+    std::string damage;  // damage seen before the Open, for the "not found" message
+    // Copies what is pending (so the output holds every byte before the damage), then throws.
+    auto fail = [&output](const std::string& message) {
+        if (output) output->flush();
+        throw std::runtime_error(message);
+    };
+    for (const auto& files : segments) {
+        if (done || (result.found && files.worker != worker)) break;
+        if (!files.hasIndex) continue;
+        IndexReader reader(files.indexPath);
+        UniqueFd data;
+        std::uint64_t dataSize = 0;
+        bool isLast = last[files.worker] == files.segment;
+        while (!done) {
+            auto status = reader.next(record);
+            if (status == IndexReader::Status::End) break;
+            if (status == IndexReader::Status::Torn) {
+                // The last segment's tail may be a write in progress; elsewhere records are lost.
+                if (result.found && !isLast)
+                    fail(placeText(files.indexPath, reader.goodEnd(),
+                                  reader.problem() + "; later chunks of connection " +
+                                      std::to_string(id) + " may be missing"));
+                break;
+            }
+            if (status == IndexReader::Status::Corrupt) {
+                auto place = placeText(files.indexPath, reader.recordOffset(), reader.problem());
+                if (result.found)
+                    fail(place + "; chunks of connection " +
+                                             std::to_string(id) + " may be missing");
+                if (damage.empty()) damage = place;
+                if (!reader.resync()) break;
+                continue;
+            }
+            if (record.id != id || record.type == RecordType::SegmentStart ||
+                record.type == RecordType::SegmentSealed)
+                continue;
+            if (record.type == RecordType::Open) {
+                if (result.found) continue;
+                result.found = true;
+                worker = files.worker;
+                output.emplace(openOutput());
+            } else if (!result.found) {
+                continue;  // a record before its Open: verify reports it
+            } else if (record.type == RecordType::Chunk) {
+                if (record.direction != direction) continue;
+                if (!data) {
+                    if (!files.hasData)
+                        fail(placeText(
+                            files.indexPath, reader.recordOffset(),
+                            chunkText(record) + ": the data file " + baseName(files.dataPath) +
+                                " is missing"));
+                    data = openRead(files.dataPath);
+                    dataSize = fileSize(data.get(), files.dataPath);
+                }
+                if (record.chunkEnd() > dataSize)
+                    fail(placeText(
+                        files.indexPath, reader.recordOffset(),
+                        chunkText(record) + " lies beyond the end of " + baseName(files.dataPath) +
+                            " (" + std::to_string(dataSize) + " bytes)"));
+                output->add(data.get(), files.dataPath, record.offset, record.length);
+                result.bytes += record.length;
+                ++result.chunks;
+            } else if (record.type == RecordType::Close) {
+                result.state = ConnectionState::Closed;
+                done = true;
+            } else if (record.type == RecordType::Truncated) {
+                result.state = ConnectionState::Truncated;
+                done = true;
+            }
+        }
+        if (output) output->flush();  // before `data` closes
+    }
+    if (!result.found && !damage.empty())
+        throw std::runtime_error("no connection " + std::to_string(id) +
+                                 " in the readable records; the index is damaged at " + damage);
+    return result;
+}
+
+// ---- verify
+
+namespace {
+
+// The data-file byte ranges referenced so far in one segment, merged when adjacent: chunks arrive
+// nearly in offset order, so this stays small however many chunks there are.
+class CoveredRanges {
+public:
+    // Adds [begin, end); on overlap returns false and sets the overlapping part.
+    bool add(std::uint64_t begin, std::uint64_t end, std::uint64_t& overlapBegin,
+             std::uint64_t& overlapEnd) {
+        if (begin >= end) return true;
+        auto next = ranges_.lower_bound(begin);  // first range starting at or after begin
+        if (next != ranges_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->second > begin) {
+                overlapBegin = begin;
+                overlapEnd = std::min(end, prev->second);
+                return false;
+            }
+        }
+        if (next != ranges_.end() && next->first < end) {
+            overlapBegin = next->first;
+            overlapEnd = std::min(end, next->second);
+            return false;
+        }
+        // Merge with the neighbours this range touches.
+        std::uint64_t newBegin = begin, newEnd = end;
+        if (next != ranges_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->second == begin) {
+                newBegin = prev->first;
+                ranges_.erase(prev);
+            }
+        }
+        if (next != ranges_.end() && next->first == end) {
+            newEnd = next->second;
+            ranges_.erase(next);
+        }
+        ranges_.emplace(newBegin, newEnd);
+        return true;
+    }
+
+private:
+    std::map<std::uint64_t, std::uint64_t> ranges_;  // begin -> end
+};
+
+struct ConnectionCheck {
+    unsigned worker = 0;
+    bool opened = false;
+    bool closed = false;
+    bool truncated = false;
+    std::uint64_t bytes[2] = {0, 0};
+};
+
+class Verifier {
+public:
+    Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem)
+        : dir_(dir), onProblem_(onProblem) {}
+
+    VerifySummary run() {
+        auto segments = listSegments(dir_);
+        for (const auto& files : segments) {
+            ++summary_.segments;
+            if (!files.hasIndex) {
+                report(files.dataPath, 0, "data file without an index file");
+                continue;
+            }
+            segment(files);
+        }
+        summary_.connections = connections_.size();
+        return summary_;
+    }
+
+private:
+    void report(const std::string& file, std::uint64_t offset, const std::string& what) {
+        ++summary_.problems;
+        onProblem_(placeText(file, offset, what));
+    }
+
+    void segment(const SegmentFiles& files) {
+        const std::string& index = files.indexPath;
+        std::uint64_t dataSize = 0;
+        if (files.hasData) {
+            UniqueFd data = openRead(files.dataPath);
+            dataSize = fileSize(data.get(), files.dataPath);
+        } else {
+            report(index, 0, "the data file " + baseName(files.dataPath) + " is missing");
+        }
+        IndexReader reader(index);
+        CoveredRanges covered;
+        Record record;
+        bool first = true;
+        bool sealed = false;
+        for (;;) {
+            auto status = reader.next(record);
+            if (status == IndexReader::Status::End) {
+                if (first) report(index, 0, "empty index file (no SegmentStart record)");
+                return;
+            }
+            if (status == IndexReader::Status::Torn) {
+                report(index, reader.goodEnd(), reader.problem());
+                return;
+            }
+            if (status == IndexReader::Status::Corrupt) {
+                auto offset = reader.recordOffset();
+                auto problem = reader.problem();
+                bool more = reader.resync();
+                problem += more ? " (" + std::to_string(reader.position() - offset) +
+                                      " bytes skipped to the next valid record)"
+                                : " (no valid record follows)";
+                report(index, offset, problem);
+                first = false;
+                if (!more) return;
+                continue;
+            }
+            ++summary_.records;
+            auto offset = reader.recordOffset();
+            if (first && record.type != RecordType::SegmentStart)
+                report(index, offset,
+                       std::string("the first record is ") + recordTypeName(record.type) +
+                           ", not SegmentStart");
+            if (sealed)
+                report(index, offset,
+                       std::string(recordTypeName(record.type)) + " record after SegmentSealed");
+            switch (record.type) {
+                case RecordType::SegmentStart:
+                    if (!first)
+                        report(index, offset, "SegmentStart record that is not the first record");
+                    else if (record.worker != files.worker || record.segment != files.segment)
+                        report(index, offset,
+                               "SegmentStart names worker " + std::to_string(record.worker) +
+                                   " segment " + std::to_string(record.segment) +
+                                   " but the file name says worker " +
+                                   std::to_string(files.worker) + " segment " +
+                                   std::to_string(files.segment));
+                    break;
+                case RecordType::SegmentSealed: sealed = true; break;
+                case RecordType::Open: open(files, offset, record); break;
+                case RecordType::Chunk:
+                    chunk(files, offset, record, dataSize, covered);
+                    break;
+                case RecordType::Close:
+                case RecordType::Truncated: end(files, offset, record); break;
+            }
+            first = false;
+        }
+    }
+
+    void open(const SegmentFiles& files, std::uint64_t offset, const Record& record) {
+        auto& check = connections_[record.id];
+        if (check.opened) {
+            report(files.indexPath, offset,
+                   "second Open record for connection " + std::to_string(record.id));
+            return;
+        }
+        if (check.closed || check.truncated || check.bytes[0] + check.bytes[1] > 0) {
+            // Records of this id came before its Open (already reported).
+            check = ConnectionCheck{};
+        }
+        check.opened = true;
+        check.worker = files.worker;
+    }
+
+    // Checks that `record` (Chunk, Close, Truncated) follows its connection's Open in the same
+    // worker and precedes its end. Returns the connection's state, or nullptr when the problem
+    // was reported.
+    ConnectionCheck* follows(const SegmentFiles& files, std::uint64_t offset,
+                             const Record& record) {
+        auto [it, inserted] = connections_.try_emplace(record.id);
+        auto& check = it->second;
+        std::string what = std::string(recordTypeName(record.type)) + " record for connection " +
+                           std::to_string(record.id);
+        if (!check.opened) {
+            // One report per connection: its later records would only repeat it.
+            if (inserted) report(files.indexPath, offset, what + " without an earlier Open record");
+            check.closed = true;
+            return nullptr;
+        }
+        if (check.worker != files.worker) {
+            report(files.indexPath, offset,
+                   what + " in worker " + std::to_string(files.worker) +
+                       "'s log, but it was opened by worker " + std::to_string(check.worker));
+            return nullptr;
+        }
+        if (check.closed || check.truncated) {
+            report(files.indexPath, offset,
+                   what + " after its " + (check.closed ? "Close" : "Truncated") + " record");
+            return nullptr;
+        }
+        return &check;
+    }
+
+    void chunk(const SegmentFiles& files, std::uint64_t offset, const Record& record,
+               std::uint64_t dataSize, CoveredRanges& covered) {
+        summary_.chunkBytes = addSaturating(summary_.chunkBytes, record.length);
+        if (files.hasData && record.chunkEnd() > dataSize)
+            report(files.indexPath, offset,
+                   chunkText(record) + " lies beyond the end of " + baseName(files.dataPath) +
+                       " (" + std::to_string(dataSize) + " bytes)");
+        std::uint64_t overlapBegin = 0, overlapEnd = 0;
+        if (!covered.add(record.offset, record.chunkEnd(), overlapBegin, overlapEnd))
+            report(files.indexPath, offset,
+                   chunkText(record) + " overlaps data bytes " + std::to_string(overlapBegin) +
+                       ".." + std::to_string(overlapEnd) + " of an earlier chunk");
+        if (auto* check = follows(files, offset, record))
+            check->bytes[record.direction] = addSaturating(check->bytes[record.direction],
+                                                           record.length);
+    }
+
+    void end(const SegmentFiles& files, std::uint64_t offset, const Record& record) {
+        auto* check = follows(files, offset, record);
+        if (check == nullptr) return;
+        if (record.type == RecordType::Truncated) {
+            check->truncated = true;
+            return;
+        }
+        check->closed = true;
+        if (record.c2uBytes != check->bytes[kDirectionC2U] ||
+            record.u2cBytes != check->bytes[kDirectionU2C])
+            report(files.indexPath, offset,
+                   "Close record of connection " + std::to_string(record.id) + " counts c2u " +
+                       std::to_string(record.c2uBytes) + " / u2c " +
+                       std::to_string(record.u2cBytes) + " bytes, but its chunks hold c2u " +
+                       std::to_string(check->bytes[kDirectionC2U]) + " / u2c " +
+                       std::to_string(check->bytes[kDirectionU2C]));
+    }
+
+    const std::string& dir_;
+    const std::function<void(const std::string&)>& onProblem_;
+    VerifySummary summary_;
+    std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
+};
+
+}  // namespace
+
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem) {
+    return Verifier(dir, onProblem).run();
+}
+
+std::vector<std::string> verifyDirectory(const std::string& dir) {
+    std::vector<std::string> problems;
+    verifyDirectory(dir, [&](const std::string& line) { problems.push_back(line); });
+    return problems;
+}
+
+}  // namespace splicegate::audit

@@ -1,0 +1,380 @@
+#include "audit/Recovery.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "audit/AuditReader.h"
+#include "audit/Records.h"
+#include "common/Error.h"
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+namespace {
+
+// Truncated records are listed one line each up to this many per worker, then summed up.
+constexpr std::size_t kTruncationLines = 50;
+
+std::int64_t nowNs() {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+std::string baseName(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::uint64_t fileSize(int fd, const std::string& path) {
+    struct stat st {};
+    checkSys(::fstat(fd, &st), "fstat " + path);
+    return static_cast<std::uint64_t>(st.st_size);
+}
+
+void writeAt(int fd, const std::string& bytes, std::uint64_t offset, const std::string& path) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throwErrno(errno, "write " + path);
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+void truncateTo(int fd, std::uint64_t size, const std::string& path) {
+    checkSys(::ftruncate(fd, static_cast<off_t>(size)), "truncate " + path);
+}
+
+UniqueFd openFile(const std::string& path, int flags) {
+    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, 0640));
+    if (!fd) throwErrno(errno, "cannot open " + path);
+    return fd;
+}
+
+// mkdir -p with mode 0750 for the components it creates.
+void makeDirectories(const std::string& dir) {
+    if (dir.empty()) throw std::system_error(ENOENT, std::system_category(), "empty audit directory");
+    for (std::size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+        std::string part = dir.substr(0, slash);
+        if (::mkdir(part.c_str(), 0750) != 0 && errno != EEXIST)
+            throwErrno(errno, "cannot create audit directory " + part);
+        if (slash == std::string::npos) break;
+    }
+}
+
+// Whether the index ends with a valid SegmentSealed record: the segment was completed (and made
+// durable) before the crash, so damage inside it is not a torn write.
+bool endsWithSeal(int fd, std::uint64_t size, const std::string& path) {
+    if (size < kSegmentSealedRecordSize) return false;
+    std::uint8_t tail[kSegmentSealedRecordSize];
+    auto offset = static_cast<off_t>(size - kSegmentSealedRecordSize);
+    ssize_t n = 0;
+    do {
+        n = ::pread(fd, tail, sizeof tail, offset);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) throwErrno(errno, "read " + path);
+    if (static_cast<std::size_t>(n) != sizeof tail) return false;
+    Record record;
+    std::size_t consumed = 0;
+    std::string problem;
+    return decodeRecord(tail, sizeof tail, record, consumed, problem) == DecodeStatus::Ok &&
+           record.type == RecordType::SegmentSealed && consumed == sizeof tail;
+}
+
+// One segment after steps 1 and 2, its files still open for steps 3 and 4.
+struct RepairedSegment {
+    SegmentFiles files;
+    UniqueFd index;
+    UniqueFd data;
+    std::uint64_t indexEnd = 0;
+    std::uint64_t dataSize = 0;
+    bool sealed = false;
+    bool indexChanged = false;
+    bool dataChanged = false;
+};
+
+class Recovery {
+public:
+    explicit Recovery(const std::string& dir) : dir_(dir), now_(nowNs()) {}
+
+    RecoveryReport run() {
+        makeDirectories(dir_);
+        auto segments = listSegments(dir_);
+        for (std::size_t begin = 0; begin < segments.size();) {
+            std::size_t end = begin;
+            while (end < segments.size() && segments[end].worker == segments[begin].worker) ++end;
+            worker(segments, begin, end);
+            begin = end;
+        }
+        if (dirChanged_) syncDirectory();
+        return std::move(report_);
+    }
+
+private:
+    void act(const std::string& line) { report_.actions.push_back(line); }
+
+    void worker(const std::vector<SegmentFiles>& segments, std::size_t begin, std::size_t end) {
+        unsigned worker = segments[begin].worker;
+        std::optional<std::uint64_t> lastIndexed;
+        for (auto i = begin; i < end; ++i) {
+            if (segments[i].hasIndex) lastIndexed = segments[i].segment;
+            report_.lastSegment[worker] = segments[i].segment;  // sorted: the last one wins
+        }
+        std::set<std::uint64_t> open;  // connections with an Open but no Close or Truncated
+        std::optional<RepairedSegment> last;
+        for (auto i = begin; i < end; ++i) {
+            const auto& files = segments[i];
+            if (!files.hasIndex) {
+                removeLoneData(files);
+                continue;
+            }
+            RepairedSegment segment = repair(files, open);
+            if (files.segment == lastIndexed) {
+                last = std::move(segment);
+            } else {
+                if (!segment.sealed) seal(segment);
+                sync(segment);
+            }
+        }
+        if (!last) return;
+        if (!open.empty()) {
+            if (last->sealed) {
+                truncateInNewSegment(worker, open);
+            } else {
+                std::string records;
+                for (auto id : open) encodeTruncated(records, id, now_);
+                append(*last, records);
+                reportTruncations(worker, open, baseName(last->files.indexPath));
+            }
+        }
+        if (!last->sealed) seal(*last);
+        sync(*last);
+    }
+
+    // Steps 1 and 2 of FORMAT.md "Crash recovery" for one segment; updates `open`.
+    RepairedSegment repair(const SegmentFiles& files, std::set<std::uint64_t>& open) {
+        RepairedSegment segment;
+        segment.files = files;
+        const std::string indexName = baseName(files.indexPath);
+        segment.index = openFile(files.indexPath, O_RDWR);
+        segment.data = openFile(files.dataPath, O_RDWR | O_CREAT);
+        if (!files.hasData) {
+            dirChanged_ = true;
+            act(baseName(files.dataPath) + ": created the missing data file");
+        }
+        auto indexSize = fileSize(segment.index.get(), files.indexPath);
+        segment.dataSize = fileSize(segment.data.get(), files.dataPath);
+        bool sealed = endsWithSeal(segment.index.get(), indexSize, files.indexPath);
+
+        IndexReader reader(segment.index.get(), files.indexPath);
+        Record record;
+        std::optional<std::uint64_t> cutAt;
+        std::string cutWhy;
+        std::vector<std::string> damage;  // of a sealed segment, which is left as it is
+        bool first = true;
+        bool hasStart = false;
+        std::optional<RecordType> lastType;
+        std::uint64_t maxChunkEnd = 0;
+        for (bool more = true; more && !cutAt;) {
+            switch (reader.next(record)) {
+                case IndexReader::Status::End: more = false; continue;
+                case IndexReader::Status::Torn:
+                    if (sealed) {
+                        damage.push_back(placeText(indexName, reader.goodEnd(), reader.problem()));
+                    } else {
+                        cutAt = reader.goodEnd();
+                        cutWhy = reader.problem();
+                    }
+                    more = false;
+                    continue;
+                case IndexReader::Status::Corrupt:
+                    if (sealed) {
+                        damage.push_back(
+                            placeText(indexName, reader.recordOffset(), reader.problem()));
+                        more = reader.resync();
+                    } else {
+                        cutAt = reader.recordOffset();
+                        cutWhy = reader.problem();
+                    }
+                    continue;
+                case IndexReader::Status::Record: break;
+            }
+            auto offset = reader.recordOffset();
+            if (first) {
+                first = false;
+                if (record.type == RecordType::SegmentStart) {
+                    hasStart = true;
+                } else if (sealed) {
+                    damage.push_back(placeText(indexName, offset, "no SegmentStart record"));
+                } else {
+                    cutAt = offset;
+                    cutWhy = std::string("the first record is ") + recordTypeName(record.type) +
+                             ", not SegmentStart";
+                    continue;
+                }
+            }
+            if (record.type == RecordType::Chunk && record.chunkEnd() > segment.dataSize) {
+                std::string why = "a chunk of connection " + std::to_string(record.id) +
+                                  " ends at data offset " + std::to_string(record.chunkEnd()) +
+                                  ", beyond the data file (" + std::to_string(segment.dataSize) +
+                                  " bytes)";
+                if (sealed) {
+                    damage.push_back(placeText(indexName, offset, why));
+                    continue;
+                }
+                cutAt = offset;
+                cutWhy = why + ": its payload never reached the disk";
+                continue;
+            }
+            lastType = record.type;
+            switch (record.type) {
+                case RecordType::Open:
+                    open.insert(record.id);
+                    break;
+                case RecordType::Chunk:
+                    maxChunkEnd = std::max(maxChunkEnd, record.chunkEnd());
+                    break;
+                case RecordType::Close:
+                case RecordType::Truncated: open.erase(record.id); break;
+                case RecordType::SegmentStart:
+                case RecordType::SegmentSealed: break;
+            }
+            if (record.type != RecordType::SegmentStart && record.type != RecordType::SegmentSealed)
+                report_.maxConnectionId = std::max(report_.maxConnectionId, record.id);
+        }
+
+        segment.indexEnd = indexSize;
+        if (!damage.empty()) {
+            for (const auto& line : damage)
+                act(line + " (sealed segment left unchanged; verify reports it)");
+        }
+        if (cutAt) {
+            truncateTo(segment.index.get(), *cutAt, files.indexPath);
+            segment.indexChanged = true;
+            segment.indexEnd = *cutAt;
+            act(indexName + ": cut " + std::to_string(indexSize - *cutAt) +
+                " bytes of index at offset " + std::to_string(*cutAt) + ": " + cutWhy);
+        }
+        if (!hasStart && damage.empty()) {
+            // Nothing of the index survived: start it again so the segment stays well-formed.
+            std::string start;
+            encodeSegmentStart(start, files.worker, files.segment, now_);
+            writeAt(segment.index.get(), start, 0, files.indexPath);
+            segment.indexEnd = start.size();
+            segment.indexChanged = true;
+            lastType = RecordType::SegmentStart;
+            act(indexName + ": wrote a new SegmentStart record (the index had none)");
+        }
+        segment.sealed = damage.empty() ? lastType == RecordType::SegmentSealed : sealed;
+        if (damage.empty() && segment.dataSize > maxChunkEnd) {
+            truncateTo(segment.data.get(), maxChunkEnd, files.dataPath);
+            segment.dataChanged = true;
+            act(baseName(files.dataPath) + ": cut " +
+                std::to_string(segment.dataSize - maxChunkEnd) +
+                " unindexed bytes at offset " + std::to_string(maxChunkEnd));
+            segment.dataSize = maxChunkEnd;
+        }
+        return segment;
+    }
+
+    void removeLoneData(const SegmentFiles& files) {
+        struct stat st {};
+        std::uint64_t size = ::stat(files.dataPath.c_str(), &st) == 0
+                                 ? static_cast<std::uint64_t>(st.st_size)
+                                 : 0;
+        if (::unlink(files.dataPath.c_str()) != 0 && errno != ENOENT)
+            throwErrno(errno, "cannot remove " + files.dataPath);
+        dirChanged_ = true;
+        act(baseName(files.dataPath) + ": removed a data file without an index (" +
+            std::to_string(size) + " bytes never indexed)");
+    }
+
+    void append(RepairedSegment& segment, const std::string& records) {
+        writeAt(segment.index.get(), records, segment.indexEnd, segment.files.indexPath);
+        segment.indexEnd += records.size();
+        segment.indexChanged = true;
+    }
+
+    void seal(RepairedSegment& segment) {
+        std::string record;
+        encodeSegmentSealed(record, segment.dataSize, kSealClean);
+        append(segment, record);
+        segment.sealed = true;
+        act(baseName(segment.files.indexPath) + ": sealed (" + std::to_string(segment.dataSize) +
+            " data bytes)");
+    }
+
+    void sync(RepairedSegment& segment) {
+        // Data first: an index record must never be durable before the bytes it points at.
+        if (segment.dataChanged)
+            checkSys(::fdatasync(segment.data.get()), "fdatasync " + segment.files.dataPath);
+        if (segment.indexChanged)
+            checkSys(::fdatasync(segment.index.get()), "fdatasync " + segment.files.indexPath);
+    }
+
+    // The worker's last segment is already sealed, and nothing may follow SegmentSealed: the
+    // Truncated records go into a new segment of their own (empty data file).
+    void truncateInNewSegment(unsigned worker, const std::set<std::uint64_t>& open) {
+        std::uint64_t number = report_.lastSegment[worker] + 1;
+        std::string prefix = dir_.back() == '/' ? dir_ : dir_ + "/";
+        RepairedSegment segment;
+        segment.files.worker = worker;
+        segment.files.segment = number;
+        segment.files.dataPath = prefix + segmentBaseName(worker, number) + ".data";
+        segment.files.indexPath = prefix + segmentBaseName(worker, number) + ".index";
+        segment.data = openFile(segment.files.dataPath, O_RDWR | O_CREAT | O_EXCL);
+        segment.index = openFile(segment.files.indexPath, O_RDWR | O_CREAT | O_EXCL);
+        dirChanged_ = true;
+        report_.lastSegment[worker] = number;
+        std::string records;
+        encodeSegmentStart(records, worker, number, now_);
+        for (auto id : open) encodeTruncated(records, id, now_);
+        encodeSegmentSealed(records, 0, kSealClean);
+        append(segment, records);
+        segment.dataChanged = true;
+        sync(segment);
+        act(baseName(segment.files.indexPath) +
+            ": created to record the truncated connections (the last segment was sealed)");
+        reportTruncations(worker, open, baseName(segment.files.indexPath));
+    }
+
+    void reportTruncations(unsigned worker, const std::set<std::uint64_t>& open,
+                           const std::string& indexName) {
+        report_.truncatedConnections += open.size();
+        std::size_t listed = 0;
+        for (auto id : open) {
+            if (listed++ == kTruncationLines) break;
+            act(indexName + ": connection " + std::to_string(id) + " of worker " +
+                std::to_string(worker) + " was open at the crash: marked truncated");
+        }
+        if (open.size() > kTruncationLines)
+            act(indexName + ": " + std::to_string(open.size() - kTruncationLines) +
+                " more connections of worker " + std::to_string(worker) + " marked truncated");
+    }
+
+    void syncDirectory() {
+        UniqueFd fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!fd) throwErrno(errno, "cannot open audit directory " + dir_);
+        checkSys(::fsync(fd.get()), "fsync " + dir_);
+    }
+
+    std::string dir_;
+    std::int64_t now_;
+    bool dirChanged_ = false;
+    RecoveryReport report_;
+};
+
+}  // namespace
+
+RecoveryReport recoverAuditDirectory(const std::string& dir) { return Recovery(dir).run(); }
+
+}  // namespace splicegate::audit

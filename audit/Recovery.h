@@ -1,0 +1,30 @@
+#pragma once
+// Crash recovery of an audit directory (audit/FORMAT.md "Crash recovery"), run by the daemon at
+// start before any worker writes: cuts torn index tails and unindexed data tails, marks
+// connections left open as Truncated, seals every segment, and tells the daemon where to continue
+// (segment numbers per worker, connection ids). Running it twice changes nothing the second time.
+// Thread affinity: call from one thread while nothing else writes the directory. Error contract:
+// damaged content never throws (it is repaired and reported in `actions`); std::system_error,
+// naming the directory or file, when the directory cannot be created or read or a file cannot be
+// opened, truncated, written or synced.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace splicegate::audit {
+
+struct RecoveryReport {
+    // One human-readable line per repair: cut, seal, truncation, created or removed file, and per
+    // damaged sealed segment left for `verify` to report.
+    std::vector<std::string> actions;
+    std::uint64_t maxConnectionId = 0;  // largest connection id in the directory (0: none)
+    // Per worker: the largest segment number in the directory (new segments continue after it).
+    std::map<unsigned, std::uint64_t> lastSegment;
+    std::uint64_t truncatedConnections = 0;  // Truncated records appended by this run
+};
+
+// Creates `dir` (and missing parents, mode 0750) when it does not exist.
+RecoveryReport recoverAuditDirectory(const std::string& dir);
+
+}  // namespace splicegate::audit

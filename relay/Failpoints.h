@@ -1,0 +1,29 @@
+#pragma once
+// Test-only fault injection for the data path (built into `splicegate-failpoints`, never into
+// the shipped `splicegate`). Configured from the environment:
+//   SPLICEGATE_FAILPOINTS="site:action:first[:count],..."
+// site:   fill | forward | tee | audit-write | audit-sync
+// action: an errno name (EIO, ENOSPC, ECONNRESET, EPIPE) replacing the completion's result, or
+//         `short`, halving the length submitted so the kernel really moves less
+// first:  1-based hit number of the site at which injection starts
+// count:  how many hits are affected (default 1; 0 = every hit from `first` on)
+#include <cstddef>
+
+namespace splicegate {
+
+enum class FailSite { Fill, Forward, Tee, AuditWrite, AuditSync, Count };
+
+#ifdef SPLICEGATE_FAILPOINTS
+// Parses the environment once; throws UsageError naming a malformed entry.
+void loadFailpoints();
+// The result to report for a completion of `site` (the real one, or an injected -errno).
+int failpointResult(FailSite site, int result) noexcept;
+// The length to submit for `site` (the real one, or a shortened one).
+std::size_t failpointLength(FailSite site, std::size_t length) noexcept;
+#else
+inline void loadFailpoints() {}
+inline int failpointResult(FailSite, int result) noexcept { return result; }
+inline std::size_t failpointLength(FailSite, std::size_t length) noexcept { return length; }
+#endif
+
+}  // namespace splicegate
