@@ -1,0 +1,122 @@
+#pragma once
+// Counters of the data path and what a scrape reads of them.
+//
+// Each worker owns one WorkerStats and is its only writer (relaxed atomic stores, no locks, no
+// cache line shared with another worker); a scrape sums all workers' blocks into a StatsSnapshot.
+// Routes get a stable small index (RouteIndex) so counters live in fixed arrays that a reload
+// never reallocates under a concurrent scrape.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace splicegate {
+
+constexpr std::size_t kMaxRoutes = 256;
+
+enum class CloseReason : std::uint8_t {
+    Closed,               // both directions ended normally
+    ClientReset,
+    UpstreamReset,
+    UpstreamUnreachable,  // every upstream refused or timed out
+    IdleTimeout,
+    Killed,               // admin "kill"
+    Shutdown,             // drain timeout or stop
+    AuditError,
+    PipeError,
+    Error,                // anything else (socket errors)
+    Count
+};
+const char* toString(CloseReason reason) noexcept;
+
+enum class RefuseReason : std::uint8_t { MaxConnections, Count };
+const char* toString(RefuseReason reason) noexcept;
+
+// A counter written by one thread, read by others.
+struct Counter {
+    std::atomic<std::uint64_t> value{0};
+    void add(std::uint64_t n) noexcept {
+        value.store(value.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
+    void sub(std::uint64_t n) noexcept {
+        value.store(value.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+    }
+    std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
+};
+
+struct RouteCounters {
+    Counter accepted;
+    Counter active;
+    Counter connectFailures;
+    Counter bytesC2u;
+    Counter bytesU2c;
+    std::array<Counter, static_cast<std::size_t>(CloseReason::Count)> closed;
+    std::array<Counter, static_cast<std::size_t>(RefuseReason::Count)> refused;
+};
+
+// Upper bounds (seconds) of the fsync latency histogram's buckets; +Inf is implicit.
+inline const std::vector<double>& fsyncBucketBounds() {
+    static const std::vector<double> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                               0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+    return bounds;
+}
+
+struct alignas(64) WorkerStats {
+    std::array<RouteCounters, kMaxRoutes> routes;
+    Counter auditBytes;
+    Counter auditWriteErrors;
+    Counter auditSyncErrors;
+    Counter auditLostBytes;
+    std::array<Counter, 13> fsyncBuckets;  // fsyncBucketBounds().size() + 1 (+Inf)
+    Counter fsyncCount;
+    Counter fsyncNanos;
+    Counter pipesInUse;
+    Counter pipesIdle;
+    Counter pipesOverflowInUse;
+
+    void observeFsync(std::uint64_t nanos) noexcept;
+};
+
+struct RouteSnapshot {
+    std::string name;
+    std::uint64_t accepted = 0, active = 0, connectFailures = 0, bytesC2u = 0, bytesU2c = 0;
+    std::map<std::string, std::uint64_t> closed;   // by reason
+    std::map<std::string, std::uint64_t> refused;  // by reason
+};
+
+struct StatsSnapshot {
+    std::string version;
+    std::vector<RouteSnapshot> routes;
+    std::uint64_t auditBytes = 0;
+    std::map<std::string, std::uint64_t> auditErrors;  // by kind: write, sync
+    std::uint64_t auditLostBytes = 0;
+    std::vector<std::uint64_t> fsyncBucketCounts;  // cumulative per bound, then +Inf
+    std::uint64_t fsyncCount = 0;
+    double fsyncSumSeconds = 0;
+    std::uint64_t pipesInUse = 0, pipesIdle = 0, pipesOverflowInUse = 0;
+    std::uint64_t pipeBudgetBytes = 0, pipeBudgetUsedBytes = 0;
+    // {action, reason} -> packets (XDP); {command, result} -> requests (admin)
+    std::map<std::pair<std::string, std::string>, std::uint64_t> xdpPackets;
+    std::map<std::pair<std::string, std::string>, std::uint64_t> adminRequests;
+};
+
+// Route name <-> stable counter index, shared by all workers. Indexes are never reused for
+// another name, so counters of a removed route stay attached to its name.
+class RouteIndex {
+public:
+    // Returns the index of `name`, assigning the next free one; kMaxRoutes when full.
+    std::size_t indexOf(const std::string& name);
+    std::vector<std::pair<std::string, std::size_t>> all() const;
+
+private:
+    mutable std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
+    std::map<std::string, std::size_t> indexes_;
+};
+
+// Sums the workers' blocks (and the route names) into a snapshot; the caller adds the rest.
+void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteIndex& routes,
+                    StatsSnapshot& out);
+
+}  // namespace splicegate
