@@ -43,6 +43,7 @@ struct Counter {
     void sub(std::uint64_t n) noexcept {
         value.store(value.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
     }
+    void set(std::uint64_t n) noexcept { value.store(n, std::memory_order_relaxed); }
     std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
 };
 

@@ -8,6 +8,7 @@
 #include "audit/AuditWriter.h"
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
+#include "metrics/Stats.h"
 #include "relay/Flow.h"
 #include "relay/Route.h"
 
@@ -35,7 +36,7 @@ struct Connection {
     std::uint64_t auditSyncTarget = 0;     // sync sequence that makes its last chunk durable
     std::chrono::steady_clock::time_point opened;
     std::chrono::steady_clock::time_point lastActivity;
-    const char* closeReason = nullptr;
+    CloseReason closeReason = CloseReason::Closed;
 
     Flow& flow(Direction d) noexcept { return flows[static_cast<int>(d)]; }
     std::uint8_t& busy(Direction d) noexcept { return flowOps[static_cast<int>(d)]; }

@@ -1,12 +1,22 @@
 #include "relay/Relay.h"
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+
+#include "common/Error.h"
 
 namespace splicegate {
 
-std::shared_ptr<const RouteTable> buildRouteTable(const Config& config) {
+std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index) {
     auto table = std::make_shared<RouteTable>();
-    for (const auto& route : config.routes) table->push_back(std::make_shared<const Route>(route));
+    for (const auto& route : config.routes) {
+        auto slot = index.indexOf(route.name);
+        if (slot >= kMaxRoutes)
+            throw UsageError("route " + route.name + ": more than " + std::to_string(kMaxRoutes) +
+                             " route names since start; restart to reset");
+        table->push_back(std::make_shared<const Route>(route, slot));
+    }
     return table;
 }
 
@@ -15,7 +25,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
-    context_->setRoutes(buildRouteTable(config));
+    context_->setRoutes(buildRouteTable(config, context_->routeIndex));
     std::vector<std::future<void>> started;
     for (unsigned i = 0; i < workerCount; ++i) {
         workers_.push_back(std::make_unique<Worker>(i, *context_));
@@ -27,7 +37,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
 Relay::~Relay() { stop(); }
 
 void Relay::reload(const Config& config) {
-    context_->setRoutes(buildRouteTable(config));
+    context_->setRoutes(buildRouteTable(config, context_->routeIndex));
     for (auto& worker : workers_) worker->requestReload();
 }
 
@@ -44,6 +54,45 @@ bool Relay::waitFinished(std::chrono::milliseconds timeout) {
         if (std::chrono::steady_clock::now() >= deadline) return false;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+}
+
+StatsSnapshot Relay::snapshot() const {
+    StatsSnapshot out;
+    out.version = SPLICEGATE_VERSION;
+    std::vector<const WorkerStats*> stats;
+    for (const auto& worker : workers_) stats.push_back(&worker->stats());
+    sumWorkerStats(stats, context_->routeIndex, out);
+    out.pipeBudgetBytes = context_->pipeBudget.limit();
+    out.pipeBudgetUsedBytes = context_->pipeBudget.used();
+    return out;
+}
+
+bool Relay::onEveryWorker(const std::function<void(Worker&)>& task,
+                          std::chrono::milliseconds timeout) {
+    struct Pending {
+        std::mutex mutex;
+        std::condition_variable done;
+        std::size_t remaining = 0;
+    };
+    auto pending = std::make_shared<Pending>();
+    for (auto& worker : workers_) {
+        Worker* target = worker.get();
+        {
+            std::lock_guard lock(pending->mutex);
+            ++pending->remaining;
+        }
+        bool posted = target->post([pending, target, task] {
+            task(*target);
+            std::lock_guard lock(pending->mutex);
+            if (--pending->remaining == 0) pending->done.notify_all();
+        });
+        if (!posted) {
+            std::lock_guard lock(pending->mutex);
+            --pending->remaining;
+        }
+    }
+    std::unique_lock lock(pending->mutex);
+    return pending->done.wait_for(lock, timeout, [&] { return pending->remaining == 0; });
 }
 
 void Relay::stop() {

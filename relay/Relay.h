@@ -2,6 +2,7 @@
 // The relay as a whole: the shared context and the workers. Owned by the daemon's main thread;
 // its methods are called from that thread only.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,12 +30,20 @@ public:
     void stop();
 
     const RelayContext& context() const noexcept { return *context_; }
+    unsigned workerCount() const noexcept { return static_cast<unsigned>(workers_.size()); }
+
+    // Any thread: the data path's counters summed over the workers (for a scrape or status).
+    StatsSnapshot snapshot() const;
+    // Any thread: runs `task(worker)` on every worker's thread and waits for all of them
+    // (bounded by `timeout`). False when a worker did not answer in time.
+    bool onEveryWorker(const std::function<void(Worker&)>& task,
+                       std::chrono::milliseconds timeout);
 
 private:
     std::unique_ptr<RelayContext> context_;
     std::vector<std::unique_ptr<Worker>> workers_;
 };
 
-std::shared_ptr<const RouteTable> buildRouteTable(const Config& config);
+std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index);
 
 }  // namespace splicegate

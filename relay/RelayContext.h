@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
 #include "relay/Route.h"
@@ -43,9 +44,7 @@ public:
     std::atomic<std::uint64_t> nextConnectionId{1};
     std::atomic<std::uint64_t> activeConnections{0};
     AuditStart auditStart;
-    // Written once per audit failure, not per byte.
-    std::atomic<std::uint64_t> auditErrors{0};
-    std::atomic<std::uint64_t> auditLostBytes{0};
+    RouteIndex routeIndex;
 
     std::shared_ptr<const RouteTable> routes() const {
         std::lock_guard lock(routesMutex_);

@@ -11,10 +11,11 @@
 namespace splicegate {
 
 struct Route {
-    explicit Route(RouteConfig routeConfig);
+    Route(RouteConfig routeConfig, std::size_t statsSlot);
 
     RouteConfig config;
     std::vector<SocketAddress> upstreams;  // every resolved address of every upstream, in order
+    std::size_t statsIndex;                // into WorkerStats::routes (RouteIndex)
     // Shared by all workers: one relaxed increment per connection, not per byte.
     mutable std::atomic<std::uint64_t> nextUpstream{0};
 };

@@ -46,11 +46,11 @@ void armReset(int fd) noexcept {
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
 }
 
-const char* sourceResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? "client-reset" : "upstream-reset";
+CloseReason sourceResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::ClientReset : CloseReason::UpstreamReset;
 }
-const char* sinkResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? "upstream-reset" : "client-reset";
+CloseReason sinkResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::UpstreamReset : CloseReason::ClientReset;
 }
 }  // namespace
 
@@ -188,12 +188,13 @@ void Worker::armControl() {
 
 void Worker::handleControl() {
     auto requests = requests_.exchange(0, std::memory_order_acquire);
+    if (requests & kTasks) runTasks();
     if (requests & kStop) {
         stopping_ = true;
         for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
         for (auto& c : connections_)
             if (c && c->state != ConnectionState::Closing && c->id != 0)
-                closeConnection(*c, "shutdown", false);
+                closeConnection(*c, CloseReason::Shutdown, false);
     } else if (requests & kDrain) {
         draining_ = true;
         for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
@@ -225,7 +226,7 @@ void Worker::onTimer() {
         for (auto& c : connections_) {
             if (c && c->id != 0 && c->state == ConnectionState::Relaying &&
                 now_ - c->lastActivity >= limit)
-                closeConnection(*c, "idle-timeout", false);
+                closeConnection(*c, CloseReason::IdleTimeout, false);
         }
     }
     // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
@@ -336,6 +337,9 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
     auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
     if (active >= context_.settings.maxConnections) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        stats_->routes[listener.route->statsIndex]
+            .refused[static_cast<std::size_t>(RefuseReason::MaxConnections)]
+            .add(1);
         if (now_ - lastRefusalLog_ > std::chrono::seconds(1)) {
             logWarn("route ", listener.route->config.name, ": refusing connections: ",
                     context_.settings.maxConnections, " connections open (--max-connections)");
@@ -346,6 +350,8 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
     Connection* c = allocateConnection();
     c->id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
     c->route = listener.route;
+    routeStats(*c).accepted.add(1);
+    routeStats(*c).active.add(1);
     c->client = std::move(client);
     sockaddr_storage peer{};
     socklen_t peerLength = sizeof peer;
@@ -393,7 +399,7 @@ void Worker::startConnect(Connection& c) {
     if (fd < 0) {
         logWarn("route ", c.route->config.name, ": socket for ", c.upstreamAddress, ": ",
                 errnoText(errno));
-        closeConnection(c, "upstream-socket-error", false);
+        closeConnection(c, CloseReason::Error, false);
         return;
     }
     c.upstream.reset(fd);
@@ -427,6 +433,7 @@ void Worker::onConnect(Connection& c, int result) {
     logWarn("route ", c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
             why ? why : errnoText(result).c_str(), " (connection ", c.id, ")");
     c.upstream.reset();  // the linked timeout's completion may still come; it names no fd
+    routeStats(c).connectFailures.add(1);
     if (c.connectAttempts < c.route->upstreams.size()) {
         ++c.upstreamIndex;
         startConnect(c);
@@ -434,7 +441,7 @@ void Worker::onConnect(Connection& c, int result) {
     }
     logWarn("route ", c.route->config.name, ": no upstream reachable for connection ", c.id,
             " from ", c.clientAddress);
-    closeConnection(c, "upstream-unreachable", false);
+    closeConnection(c, CloseReason::UpstreamUnreachable, false);
 }
 
 void Worker::startRelaying(Connection& c) {
@@ -446,7 +453,7 @@ void Worker::startRelaying(Connection& c) {
         armPoll(c, d, c.sourceFd(d), POLLIN);
 }
 
-void Worker::closeConnection(Connection& c, const char* reason, bool resetPeers) {
+void Worker::closeConnection(Connection& c, CloseReason reason, bool resetPeers) {
     if (c.state == ConnectionState::Closing) return;
     c.state = ConnectionState::Closing;
     c.closeReason = reason;
@@ -482,9 +489,12 @@ void Worker::releaseConnection(Connection& c) {
             pipePool_.release(std::move(flow.auditPipe), flow.bytesInAuditPipe());
     }
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
-    logDebug("connection ", c.id, " closed (", c.closeReason, ") after ", lifetime.count(),
+    logDebug("connection ", c.id, " closed (", toString(c.closeReason), ") after ", lifetime.count(),
              " ms: c2u ", c.flow(Direction::ClientToUpstream).bytesForwarded(), " B, u2c ",
              c.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+    routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
+    routeStats(c).active.sub(1);
+    updatePipeGauges();
     c.id = 0;
     c.route.reset();
     freeSlots_.push_back(c.slot);
@@ -506,7 +516,7 @@ void Worker::onPoll(Connection& c, Direction d, int result) {
     --c.busy(d);
     if (c.state != ConnectionState::Relaying) return;
     if (result < 0) {
-        if (result != -ECANCELED) closeConnection(c, "poll-error", true);
+        if (result != -ECANCELED) closeConnection(c, CloseReason::Error, true);
         return;
     }
     c.lastActivity = now_;
@@ -534,7 +544,7 @@ bool Worker::pumpStep(Connection& c, Direction d) {
                 int rc = pipePool_.acquire(flow.pipe);
                 if (rc < 0) {
                     logError("connection ", c.id, ": no pipe: ", errnoText(rc));
-                    closeConnection(c, "pipe-error", true);
+                    closeConnection(c, CloseReason::PipeError, true);
                     return false;
                 }
             }
@@ -561,6 +571,7 @@ bool Worker::pumpStep(Connection& c, Direction d) {
                                   kSpliceFlags);
             int result =
                 failpointResult(FailSite::Forward, moved < 0 ? -errno : static_cast<int>(moved));
+            countForwarded(c, d, result);
             return afterMove(c, d, flow.recordForward(result), result);
         }
         case FlowStep::WaitReadable:
@@ -576,7 +587,7 @@ bool Worker::pumpStep(Connection& c, Direction d) {
             flow.recordSinkShutdown();
             if (c.flow(Direction::ClientToUpstream).finished() &&
                 c.flow(Direction::UpstreamToClient).finished())
-                closeConnection(c, "closed", false);
+                closeConnection(c, CloseReason::Closed, false);
             return false;
         case FlowStep::Finished: return false;
     }
@@ -645,6 +656,7 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     auto& flow = c.flow(d);
     auto& slot = c.auditSlot(d);
     if (result > 0 && slot.segment) {
+        stats_->auditBytes.add(static_cast<std::uint64_t>(result));
         audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
                             static_cast<std::uint32_t>(result), audit::wallClockNs());
         c.auditSyncTarget = audit_->nextSyncSequence();
@@ -662,16 +674,16 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
 }
 
 void Worker::onAuditFailure(Connection& c, Direction d, int result) {
-    context_.auditErrors.fetch_add(1, std::memory_order_relaxed);
+    stats_->auditWriteErrors.add(1);
     if (context_.settings.auditOnError == AuditOnError::FailClosed) {
         logWarn("connection ", c.id, ": audit write failed (", errnoText(result),
                 "): closing it, fail-closed");
-        closeConnection(c, "audit-error", true);
+        closeConnection(c, CloseReason::AuditError, true);
         return;
     }
     auto& flow = c.flow(d);
     auto lost = flow.abandonAudit();
-    context_.auditLostBytes.fetch_add(lost, std::memory_order_relaxed);
+    stats_->auditLostBytes.add(lost);
     if (flow.auditPipe.valid()) pipePool_.release(std::move(flow.auditPipe), 1);  // discard it
     logWarn("connection ", c.id, ": audit write failed (", errnoText(result), "): ", lost,
             " bytes forwarded unaudited, fail-open");
@@ -690,6 +702,7 @@ void Worker::startSync() {
         return;
     }
     syncingSegment_ = segment;
+    syncStarted_ = std::chrono::steady_clock::now();
     syncDataResult_ = 0;
     auto* sqe = ring_->sqe();
     io_uring_prep_fsync(sqe, segment->data.get(), IORING_FSYNC_DATASYNC);
@@ -702,15 +715,20 @@ void Worker::startSync() {
 
 void Worker::onSync(int result) {
     auto segment = std::move(syncingSegment_);
-    if (segment) audit_->endSync(segment, result);
+    if (segment) {
+        audit_->endSync(segment, result);
+        auto took = std::chrono::steady_clock::now() - syncStarted_;
+        stats_->observeFsync(static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
+    }
     bool failClosed = context_.settings.auditOnError == AuditOnError::FailClosed;
     if (result < 0) {
-        context_.auditErrors.fetch_add(1, std::memory_order_relaxed);
+        stats_->auditSyncErrors.add(1);
         if (failClosed) {
             // Chunks written since the last good sync may be gone: their connections close.
             for (auto& c : connections_)
                 if (c && c->id != 0 && c->audited && c->auditSyncTarget > audit_->durableSequence())
-                    closeConnection(*c, "audit-sync-error", true);
+                    closeConnection(*c, CloseReason::AuditError, true);
         }
     }
     auto waiters = std::move(durabilityWaiters_);
@@ -747,7 +765,7 @@ void Worker::closeAudit(Connection& c) {
     audit_->recordClose(c.id, audit::wallClockNs(),
                         c.flow(Direction::ClientToUpstream).bytesAudited(),
                         c.flow(Direction::UpstreamToClient).bytesAudited(),
-                        c.closeReason ? c.closeReason : "closed");
+                        toString(c.closeReason));
 }
 
 // Handles what a move's outcome means for the connection; true when the flow may go on.
@@ -758,7 +776,7 @@ bool Worker::afterMove(Connection& c, Direction d, MoveOutcome outcome, int resu
     }
     // A failed fill is the source's error; a failed forward the sink's (EPIPE, ECONNRESET).
     bool sourceSide = c.flow(d).bytesInPipe() == 0 || result == -ECONNRESET;
-    const char* reason = sourceSide ? sourceResetReason(d) : sinkResetReason(d);
+    auto reason = sourceSide ? sourceResetReason(d) : sinkResetReason(d);
     logDebug("connection ", c.id, ": ", toString(d), " move failed: ", errnoText(result));
     closeConnection(c, reason, true);
     return false;
@@ -789,6 +807,7 @@ void Worker::onMove(Connection& c, Direction d, Op op, int result) {
         if (c.busy(d) == 0) pump(c, d);
         return;
     }
+    if (op == Op::Forward) countForwarded(c, d, result);
     auto outcome = op == Op::Fill ? flow.recordFill(result, flow.fillRequest())
                                   : flow.recordForward(result);
     if (afterMove(c, d, outcome, result) && c.busy(d) == 0) pump(c, d);
@@ -798,6 +817,76 @@ void Worker::returnPipes(Flow& flow) noexcept {
     if (flow.pipe.valid() && flow.pipeReturnable()) pipePool_.release(std::move(flow.pipe), 0);
     if (flow.auditPipe.valid() && flow.auditPipeReturnable())
         pipePool_.release(std::move(flow.auditPipe), 0);
+    updatePipeGauges();
+}
+
+void Worker::updatePipeGauges() noexcept {
+    const auto& pool = pipePool_.stats();
+    stats_->pipesInUse.set(pool.inUse);
+    stats_->pipesIdle.set(pool.idle);
+    stats_->pipesOverflowInUse.set(pool.overflowInUse);
+}
+
+void Worker::countForwarded(Connection& c, Direction d, int result) noexcept {
+    if (result <= 0) return;
+    auto& route = routeStats(c);
+    (d == Direction::ClientToUpstream ? route.bytesC2u : route.bytesU2c)
+        .add(static_cast<std::uint64_t>(result));
+}
+
+bool Worker::post(std::function<void()> task) {
+    if (finished()) return false;
+    {
+        std::lock_guard lock(tasksMutex_);
+        tasks_.push_back(std::move(task));
+    }
+    signal(kTasks);
+    return true;
+}
+
+void Worker::runTasks() {
+    std::vector<std::function<void()>> tasks;
+    {
+        std::lock_guard lock(tasksMutex_);
+        tasks.swap(tasks_);
+    }
+    for (auto& task : tasks) task();
+}
+
+void Worker::listConnections(std::vector<ConnectionView>& out) const {
+    for (const auto& c : connections_) {
+        if (!c || c->id == 0) continue;
+        ConnectionView view;
+        view.id = c->id;
+        view.worker = index_;
+        view.route = c->route->config.name;
+        view.client = c->clientAddress.toString();
+        view.upstream = c->upstreamAddress.toString();
+        view.ageMs = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c->opened).count());
+        view.bytesC2u = c->flows[0].bytesForwarded();
+        view.bytesU2c = c->flows[1].bytesForwarded();
+        view.state = c->state == ConnectionState::Connecting ? "connecting"
+                     : c->state == ConnectionState::Relaying ? "relaying"
+                                                             : "closing";
+        out.push_back(std::move(view));
+    }
+}
+
+bool Worker::killConnection(std::uint64_t id) {
+    for (auto& c : connections_) {
+        if (c && c->id == id && c->state != ConnectionState::Closing) {
+            logInfo("connection ", id, ": killed by the admin");
+            closeConnection(*c, CloseReason::Killed, true);
+            return true;
+        }
+    }
+    return false;
+}
+
+int Worker::rotateAudit() noexcept {
+    if (!audit_) return -ENOTSUP;
+    return audit_->rotate();
 }
 
 void Worker::runDeferred() {

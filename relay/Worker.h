@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +27,19 @@
 
 namespace splicegate {
 
+// What the control plane shows of a connection.
+struct ConnectionView {
+    std::uint64_t id = 0;
+    unsigned worker = 0;
+    std::string route;
+    std::string client;
+    std::string upstream;
+    std::uint64_t ageMs = 0;
+    std::uint64_t bytesC2u = 0;
+    std::uint64_t bytesU2c = 0;
+    const char* state = "";
+};
+
 class Worker {
 public:
     Worker(unsigned index, RelayContext& context);
@@ -37,11 +52,22 @@ public:
     void requestReload() noexcept { signal(kReload); }
     void requestDrain() noexcept { signal(kDrain); }
     void requestStop() noexcept { signal(kStop); }
+    // Runs `task` on the worker's thread at its next wake-up. False when the worker has finished
+    // (the task is dropped). Used by the control plane; tasks must be short.
+    bool post(std::function<void()> task);
+
+    // Worker-thread only (call them from posted tasks).
+    void listConnections(std::vector<ConnectionView>& out) const;
+    bool killConnection(std::uint64_t id);
+    int rotateAudit() noexcept;
+
+    // Any thread: counters written by this worker only.
+    const WorkerStats& stats() const noexcept { return *stats_; }
     bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
     void join();
 
 private:
-    enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4 };
+    enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
     enum class Op : std::uint8_t {
         Ignore, Control, Timer, Accept, Connect, ConnectTimeout, Poll, Fill, Tee, AuditWrite,
         Forward, SyncData, SyncIndex
@@ -86,9 +112,15 @@ private:
     void startConnect(Connection& c);
     void onConnect(Connection& c, int result);
     void startRelaying(Connection& c);
-    void closeConnection(Connection& c, const char* reason, bool resetPeers);
+    void closeConnection(Connection& c, CloseReason reason, bool resetPeers);
     void completeOperation(Connection& c);
     void releaseConnection(Connection& c);
+    RouteCounters& routeStats(const Connection& c) noexcept {
+        return stats_->routes[c.route->statsIndex];
+    }
+    void countForwarded(Connection& c, Direction d, int result) noexcept;
+    void updatePipeGauges() noexcept;
+    void runTasks();
 
     // Data path
     void pump(Connection& c, Direction d);
@@ -114,6 +146,10 @@ private:
     const unsigned index_;
     RelayContext& context_;
     std::unique_ptr<Ring> ring_;
+    std::unique_ptr<WorkerStats> stats_ = std::make_unique<WorkerStats>();
+    std::mutex tasksMutex_;
+    std::vector<std::function<void()>> tasks_;
+    std::chrono::steady_clock::time_point syncStarted_;
     PipePool pipePool_;
     UniqueFd controlFd_;
     std::uint64_t controlValue_ = 0;

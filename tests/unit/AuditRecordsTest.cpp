@@ -242,7 +242,9 @@ TEST(AuditRecordsTest, RandomGarbageNeverCrashes) {
         std::string problem;
         auto status = decode(data, out, consumed, problem);
         EXPECT_LE(consumed, data.size());
-        if (status != DecodeStatus::Ok) EXPECT_EQ(consumed, 0u);
+        if (status != DecodeStatus::Ok) {
+            EXPECT_EQ(consumed, 0u);
+        }
     }
 }
 

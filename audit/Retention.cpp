@@ -1,0 +1,431 @@
+#include "audit/Retention.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <map>
+#include <optional>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "audit/AuditReader.h"
+#include "audit/Records.h"
+#include "common/Error.h"
+#include "common/Log.h"
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+namespace {
+
+std::string baseName(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+struct FileIdentity {
+    bool exists = false;
+    std::uint64_t device = 0;
+    std::uint64_t inode = 0;
+    std::uint64_t size = 0;
+    std::int64_t mtimeNs = 0;
+    bool operator==(const FileIdentity&) const = default;
+};
+
+FileIdentity identityOf(const struct stat& st) {
+    FileIdentity id;
+    id.exists = true;
+    id.device = static_cast<std::uint64_t>(st.st_dev);
+    id.inode = static_cast<std::uint64_t>(st.st_ino);
+    id.size = static_cast<std::uint64_t>(st.st_size);
+    id.mtimeNs = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    return id;
+}
+
+// 0, or the errno of stat(); a missing file is not an error (exists = false).
+int statFile(const std::string& path, FileIdentity& out) {
+    out = FileIdentity{};
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+        out = identityOf(st);
+        return 0;
+    }
+    return errno == ENOENT ? 0 : errno;
+}
+
+// A connection with records in a segment that are not its whole life (Open and Close/Truncated
+// both here): only those can be referenced from another segment.
+struct CrossingConnection {
+    std::uint64_t id = 0;
+    bool end = false;  // its Close or Truncated record is in this segment
+};
+
+struct SegmentSummary {
+    FileIdentity index;
+    FileIdentity data;
+    bool readable = true;  // false: the index could not be opened or read (never cached)
+    bool sealed = false;
+    bool damaged = false;
+    std::string problem;  // unreadable or damaged: the first problem found
+    std::int64_t startNs = std::numeric_limits<std::int64_t>::min();
+    std::int64_t newestNs = std::numeric_limits<std::int64_t>::min();
+    std::vector<CrossingConnection> connections;  // sorted by id
+
+    bool deletable() const noexcept { return readable && sealed && !damaged; }
+};
+
+}  // namespace
+
+struct RetentionPlanner::Cache {
+    std::map<std::pair<unsigned, std::uint64_t>, std::shared_ptr<const SegmentSummary>> sealed;
+};
+
+namespace {
+
+// Reads the index of one segment (already open as `fd`) into a summary.
+void scanIndex(int fd, const SegmentFiles& files, SegmentSummary& summary) {
+    IndexReader reader(fd, files.indexPath);
+    Record record;
+    std::unordered_map<std::uint64_t, std::uint8_t> seen;  // id -> kOpen | kEnd
+    constexpr std::uint8_t kOpen = 1, kEnd = 2;
+    bool first = true;
+    std::uint64_t maxChunkEnd = 0, maxChunkRecord = 0;
+    auto damage = [&](std::uint64_t offset, const std::string& what) {
+        if (summary.damaged) return;
+        summary.damaged = true;
+        summary.problem = placeText(files.indexPath, offset, what);
+    };
+    for (bool more = true; more;) {
+        switch (reader.next(record)) {
+            case IndexReader::Status::Record: break;
+            case IndexReader::Status::End: more = false; continue;
+            case IndexReader::Status::Torn:
+                // Before the seal it is the write in progress (or a crash recovery will cut).
+                if (summary.sealed) damage(reader.goodEnd(), reader.problem());
+                more = false;
+                continue;
+            case IndexReader::Status::Corrupt:
+                // Go on after it: the connections of the later records still count.
+                damage(reader.recordOffset(), reader.problem());
+                first = false;
+                more = reader.resync();
+                continue;
+        }
+        auto offset = reader.recordOffset();
+        if (summary.sealed)
+            damage(offset, std::string(recordTypeName(record.type)) + " record after SegmentSealed");
+        if (first && record.type != RecordType::SegmentStart)
+            damage(offset, std::string("the first record is ") + recordTypeName(record.type) +
+                               ", not SegmentStart");
+        switch (record.type) {
+            case RecordType::SegmentStart:
+                if (!first)
+                    damage(offset, "SegmentStart record that is not the first record");
+                else if (record.worker != files.worker || record.segment != files.segment)
+                    damage(offset, "SegmentStart names worker " + std::to_string(record.worker) +
+                                       " segment " + std::to_string(record.segment) +
+                                       ", not the file's");
+                else
+                    summary.startNs = record.timeNs;
+                break;
+            case RecordType::Open: seen[record.id] |= kOpen; break;
+            case RecordType::Chunk:
+                seen.try_emplace(record.id, 0);
+                if (record.chunkEnd() > maxChunkEnd) {
+                    maxChunkEnd = record.chunkEnd();
+                    maxChunkRecord = offset;
+                }
+                break;
+            case RecordType::Close:
+            case RecordType::Truncated: seen[record.id] |= kEnd; break;
+            case RecordType::SegmentSealed: summary.sealed = true; break;
+        }
+        if (record.type != RecordType::SegmentSealed)
+            summary.newestNs = std::max(summary.newestNs, record.timeNs);
+        first = false;
+    }
+    for (const auto& [id, flags] : seen)
+        if (flags != (kOpen | kEnd)) summary.connections.push_back({id, (flags & kEnd) != 0});
+    std::sort(summary.connections.begin(), summary.connections.end(),
+              [](const auto& a, const auto& b) { return a.id < b.id; });
+
+    // The data file is measured after the index was read: a chunk's payload lands before its
+    // record is written, so every chunk read above lies inside the file unless it is damaged.
+    if (int err = statFile(files.dataPath, summary.data); err != 0) {
+        summary.readable = false;
+        summary.problem = "cannot stat " + files.dataPath + ": " + errnoText(err);
+    } else if (!summary.data.exists) {
+        damage(0, "the data file " + baseName(files.dataPath) + " is missing");
+    } else if (maxChunkEnd > summary.data.size) {
+        damage(maxChunkRecord, "a chunk ends at data offset " + std::to_string(maxChunkEnd) +
+                                   ", beyond the end of " + baseName(files.dataPath) + " (" +
+                                   std::to_string(summary.data.size) + " bytes)");
+    }
+}
+
+// One segment of this run.
+struct Entry {
+    SegmentFiles files;
+    std::uint64_t bytes = 0;                       // index + data as measured now
+    std::shared_ptr<const SegmentSummary> summary;  // null: no index file (lone data)
+};
+
+struct ConnectionRefs {
+    bool ended = false;
+    bool manyWorkers = false;
+    unsigned worker = 0;
+    std::size_t lastPosition = 0;  // in its worker's list of indexed segments
+};
+
+// Segments [first, last] (positions in a worker's indexed list) deleted together.
+struct Group {
+    unsigned worker = 0;
+    std::size_t first = 0;
+    std::size_t last = 0;
+};
+
+}  // namespace
+
+RetentionPlanner::RetentionPlanner(std::string dir)
+    : dir_(std::move(dir)), cache_(std::make_unique<Cache>()) {}
+RetentionPlanner::~RetentionPlanner() = default;
+RetentionPlanner::RetentionPlanner(RetentionPlanner&&) noexcept = default;
+RetentionPlanner& RetentionPlanner::operator=(RetentionPlanner&&) noexcept = default;
+
+RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int64_t nowNs) {
+    RetentionResult result;
+    const bool limited = policy.maxBytes > 0 || policy.maxAgeHours > 0;
+    auto segments = listSegments(dir_);  // throws when the directory cannot be read
+
+    // ---- measure and summarise every segment
+    std::vector<Entry> entries;
+    entries.reserve(segments.size());
+    std::uint64_t total = 0;
+    for (auto& files : segments) {
+        Entry entry;
+        entry.files = std::move(files);
+        const auto& f = entry.files;
+        auto key = std::make_pair(f.worker, f.segment);
+        FileIdentity index, data;
+        int err = f.hasIndex ? statFile(f.indexPath, index) : 0;
+        if (err == 0 && f.hasData) err = statFile(f.dataPath, data);
+        entry.bytes = index.size + data.size;
+        total += entry.bytes;
+        if (!f.hasIndex) {
+            entries.push_back(std::move(entry));
+            continue;
+        }
+        auto cached = cache_->sealed.find(key);
+        if (err == 0 && index.exists && cached != cache_->sealed.end() &&
+            cached->second->index == index && cached->second->data == data) {
+            entry.summary = cached->second;
+            entries.push_back(std::move(entry));
+            continue;
+        }
+        if (cached != cache_->sealed.end()) cache_->sealed.erase(cached);
+        auto summary = std::make_shared<SegmentSummary>();
+        if (err != 0 || !index.exists) {
+            summary->readable = false;
+            summary->problem = "cannot stat " + (index.exists ? f.dataPath : f.indexPath) + ": " +
+                               errnoText(err != 0 ? err : ENOENT);
+        } else {
+            try {
+                UniqueFd fd(::open(f.indexPath.c_str(), O_RDONLY | O_CLOEXEC));
+                if (!fd) throwErrno(errno, "cannot open " + f.indexPath);
+                struct stat st {};
+                checkSys(::fstat(fd.get(), &st), "fstat " + f.indexPath);
+                summary->index = identityOf(st);
+                ++indexScans_;
+                scanIndex(fd.get(), f, *summary);
+            } catch (const std::system_error& e) {
+                summary->readable = false;
+                summary->problem = e.what();
+            }
+        }
+        if (summary->readable && summary->sealed) cache_->sealed[key] = summary;
+        entry.summary = std::move(summary);
+        entries.push_back(std::move(entry));
+    }
+    // Forget segments that are gone.
+    for (auto it = cache_->sealed.begin(); it != cache_->sealed.end();) {
+        bool listed = std::any_of(entries.begin(), entries.end(), [&](const Entry& e) {
+            return e.summary && e.files.worker == it->first.first &&
+                   e.files.segment == it->first.second;
+        });
+        it = listed ? std::next(it) : cache_->sealed.erase(it);
+    }
+
+    // ---- per worker: the indexed segments in order, lone data files
+    std::map<unsigned, std::vector<Entry*>> indexed;
+    std::vector<Entry*> lone;
+    for (auto& entry : entries) {
+        if (entry.summary)
+            indexed[entry.files.worker].push_back(&entry);
+        else
+            lone.push_back(&entry);
+        if (entry.summary && (!entry.summary->readable || entry.summary->damaged))
+            result.problems.push_back(entry.summary->problem);
+    }
+
+    // ---- where each crossing connection has records
+    std::unordered_map<std::uint64_t, ConnectionRefs> refs;
+    for (const auto& [worker, list] : indexed) {
+        for (std::size_t pos = 0; pos < list.size(); ++pos) {
+            for (const auto& conn : list[pos]->summary->connections) {
+                auto [it, inserted] = refs.try_emplace(conn.id);
+                auto& ref = it->second;
+                if (inserted) {
+                    ref.worker = worker;
+                } else if (ref.worker != worker && !ref.manyWorkers) {
+                    ref.manyWorkers = true;
+                    result.problems.push_back(
+                        placeText(list[pos]->files.indexPath, 0,
+                                  "connection " + std::to_string(conn.id) +
+                                      " has records in the logs of workers " +
+                                      std::to_string(ref.worker) + " and " +
+                                      std::to_string(worker) +
+                                      "; neither is deleted while both exist"));
+                }
+                ref.ended = ref.ended || conn.end;
+                if (ref.worker == worker) ref.lastPosition = std::max(ref.lastPosition, pos);
+            }
+        }
+    }
+
+    // ---- deletable groups: between the cut points of each worker's deletable prefix
+    std::map<unsigned, std::vector<Group>> groups;
+    for (const auto& [worker, list] : indexed) {
+        std::size_t reach = 0;  // furthest position a connection of the prefix has records at
+        std::size_t groupStart = 0;
+        // The newest indexed segment stays (the writer's, or the worker's segment numbering).
+        for (std::size_t pos = 0; pos + 1 < list.size(); ++pos) {
+            const auto& summary = *list[pos]->summary;
+            if (!summary.deletable()) break;
+            bool blocked = false;
+            for (const auto& conn : summary.connections) {
+                const auto& ref = refs[conn.id];
+                if (!ref.ended || ref.manyWorkers) {
+                    blocked = true;  // open: this segment and every later one stay
+                    break;
+                }
+                reach = std::max(reach, ref.lastPosition);
+            }
+            if (blocked) break;
+            if (reach <= pos) {
+                groups[worker].push_back({worker, groupStart, pos});
+                groupStart = pos + 1;
+            }
+        }
+    }
+
+    // ---- choose
+    auto groupBytes = [&](const Group& g) {
+        std::uint64_t bytes = 0;
+        for (auto pos = g.first; pos <= g.last; ++pos) bytes += indexed[g.worker][pos]->bytes;
+        return bytes;
+    };
+    std::vector<Entry*> orphans;
+    std::vector<Group> chosen;
+    std::map<unsigned, std::size_t> nextGroup;  // per worker: first group not chosen
+    std::uint64_t remaining = total;
+    if (limited) {
+        for (auto* entry : lone) {
+            auto it = indexed.find(entry->files.worker);
+            if (it != indexed.end() && entry->files.segment < it->second.back()->files.segment) {
+                orphans.push_back(entry);
+                remaining -= entry->bytes;
+            }
+        }
+    }
+    if (policy.maxAgeHours > 0) {
+        constexpr std::int64_t kNsPerHour = 3'600'000'000'000;
+        constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
+        std::int64_t cutoff = kMin;  // nothing is older than the far past
+        if (policy.maxAgeHours <= static_cast<std::uint64_t>(
+                                      std::numeric_limits<std::int64_t>::max() / kNsPerHour)) {
+            auto span = static_cast<std::int64_t>(policy.maxAgeHours) * kNsPerHour;
+            cutoff = nowNs < kMin + span ? kMin : nowNs - span;
+        }
+        for (const auto& [worker, list] : groups) {
+            auto& next = nextGroup[worker];
+            for (; next < list.size(); ++next) {
+                const auto& g = list[next];
+                bool old = true;
+                for (auto pos = g.first; pos <= g.last && old; ++pos)
+                    old = indexed[worker][pos]->summary->newestNs < cutoff;
+                if (!old) break;
+                chosen.push_back(g);
+                remaining -= groupBytes(g);
+            }
+        }
+    }
+    if (policy.maxBytes > 0) {
+        while (remaining > policy.maxBytes) {
+            const Group* oldest = nullptr;
+            std::int64_t oldestStart = 0;
+            for (const auto& [worker, list] : groups) {
+                auto next = nextGroup[worker];
+                if (next >= list.size()) continue;
+                auto start = indexed[worker][list[next].first]->summary->startNs;
+                // Ties (and equal clocks) go to the lower worker: the map is in worker order.
+                if (oldest == nullptr || start < oldestStart) {
+                    oldest = &list[next];
+                    oldestStart = start;
+                }
+            }
+            if (oldest == nullptr) break;  // the rest is open, damaged or current
+            ++nextGroup[oldest->worker];
+            chosen.push_back(*oldest);
+            remaining -= groupBytes(*oldest);
+        }
+    }
+
+    // ---- delete
+    auto unlinkFile = [&](const std::string& path, std::uint64_t bytes) {
+        if (::unlink(path.c_str()) != 0) {
+            int err = errno;
+            if (err == ENOENT) return true;  // already gone
+            result.problems.push_back("cannot delete " + path + ": " + errnoText(err));
+            return false;
+        }
+        result.deleted.push_back(path);
+        result.freedBytes += bytes;
+        return true;
+    };
+    for (auto* entry : orphans) unlinkFile(entry->files.dataPath, entry->bytes);
+    std::map<unsigned, bool> failed;
+    for (const auto& g : chosen) {
+        if (failed[g.worker]) continue;  // keep the worker's remaining log a contiguous suffix
+        // Newest first, index before data: see Retention.h "Deletion order".
+        for (auto pos = g.last + 1; pos-- > g.first;) {
+            const auto& entry = *indexed[g.worker][pos];
+            const auto& summary = *entry.summary;
+            if (!unlinkFile(entry.files.indexPath, summary.index.size)) {
+                failed[g.worker] = true;
+                break;
+            }
+            // A failure here leaves only a data file without index: readers ignore it, the next
+            // run (or recovery) removes it.
+            unlinkFile(entry.files.dataPath, summary.data.size);
+            cache_->sealed.erase({entry.files.worker, entry.files.segment});
+        }
+    }
+    if (!result.deleted.empty()) {
+        UniqueFd dirFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!dirFd || ::fsync(dirFd.get()) != 0) {
+            int err = errno;
+            result.problems.push_back("cannot fsync audit directory " + dir_ + ": " +
+                                      errnoText(err));
+        }
+        logInfo("audit retention: deleted ", result.deleted.size(), " files (",
+                result.freedBytes, " bytes) in ", dir_);
+    }
+    result.totalBytesAfter = total - result.freedBytes;
+    return result;
+}
+
+}  // namespace splicegate::audit

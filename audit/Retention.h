@@ -1,0 +1,87 @@
+#pragma once
+// Audit retention (--audit-retention-bytes, --audit-retention-hours; FORMAT.md "Files"): deletes
+// the oldest *closed* audit data so that what remains still passes `verify` and every remaining
+// connection can still be listed and extracted.
+//
+// What may be deleted. Per worker, only a prefix of its segments [first..k] (so segment numbers
+// stay contiguous from the newest one down), and only when
+//   - every segment in it is sealed (ends with SegmentSealed), undamaged and readable,
+//   - every connection with a record in it is closed or truncated, and
+//   - no connection with a record in it has records in any segment outside it (a connection's
+//     records span consecutive segments of one worker: Open, Chunks, Close are deleted together).
+// The newest indexed segment of a worker is never deleted, sealed or not: the running daemon
+// writes it, and after a restart it keeps the worker's segment numbers from being reused. The
+// prefixes that satisfy this end at "cut points"; the segments between two cut points form a
+// group that is deleted whole or not at all.
+//   - maxAgeHours: deletes the longest deletable prefix whose segments' newest record times are
+//     all older than nowNs - maxAgeHours.
+//   - maxBytes: then deletes groups, oldest first by SegmentStart time across workers, while the
+//     directory's audit bytes (data + index files of every segment) exceed maxBytes. Data that
+//     is still open cannot go: totalBytesAfter may stay above maxBytes, which is not a problem.
+//   - Both 0: nothing is deleted (apply() only measures).
+// When a limit is set, data files without an index file numbered below their worker's newest
+// indexed segment (left by a deletion interrupted between its two unlinks; recovery would remove
+// them too) are removed as well. A lone data file at or above it may be a segment being created
+// and is left alone.
+//
+// Deletion order. Within a group the newest segment goes first, and of each segment the index
+// file before the data file: an interrupted deletion never leaves a Chunk or Close record whose
+// Open is gone (verify would report it); at worst a closed connection loses its Close and looks
+// open until recovery marks it truncated. A data file briefly without its index is ignored by
+// list/extract and removed by recovery. The directory is fsynced after deleting.
+//
+// Caching. A sealed segment never changes, so its summary (the connections that cross its
+// boundaries, its times, its damage) is kept between runs and reused while the index file's
+// identity (device, inode, size, mtime) and the data file's size stay the same; unsealed segments
+// are re-read each run. Connections opened and ended within one segment are not kept in the
+// summary: they cannot be referenced from anywhere else in a valid log.
+//
+// Thread affinity: none, but one planner must not be used by two threads at once; run it off the
+// workers' threads (unlinking a large file can take a while). Error contract: damaged or
+// unreadable segments never throw: they are not deleted (nor anything after them in their
+// worker) and are reported in `problems`, as "FILE:OFFSET: what" where there is a place; only
+// a directory that cannot be read throws std::system_error naming it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace splicegate::audit {
+
+struct RetentionPolicy {
+    std::uint64_t maxBytes = 0;     // 0 = no size limit
+    std::uint64_t maxAgeHours = 0;  // 0 = no age limit
+};
+
+struct RetentionResult {
+    std::vector<std::string> deleted;  // paths removed, in deletion order
+    std::uint64_t freedBytes = 0;
+    std::uint64_t totalBytesAfter = 0;  // audit bytes left in the directory (as measured)
+    // Damaged or unreadable segments (which block deletion in their worker), failed deletions.
+    std::vector<std::string> problems;
+};
+
+class RetentionPlanner {
+public:
+    explicit RetentionPlanner(std::string dir);
+    ~RetentionPlanner();
+    RetentionPlanner(RetentionPlanner&&) noexcept;
+    RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
+
+    // Scans the directory (reusing the cached summaries of sealed segments), deletes what
+    // `policy` allows and returns what it did. `nowNs`: wall clock, ns since the Unix epoch.
+    RetentionResult apply(const RetentionPolicy& policy, std::int64_t nowNs);
+
+    const std::string& directory() const noexcept { return dir_; }
+    // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
+    std::uint64_t indexScans() const noexcept { return indexScans_; }
+
+private:
+    struct Cache;  // summaries of sealed segments (Retention.cpp)
+
+    std::string dir_;
+    std::unique_ptr<Cache> cache_;
+    std::uint64_t indexScans_ = 0;
+};
+
+}  // namespace splicegate::audit

@@ -1,0 +1,404 @@
+#include "tests/support/AuditSupport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "tests/support/PatternStream.h"
+#include "tests/support/Sha256.h"
+
+namespace splicegate::test {
+namespace {
+
+void encodeHeader(const StreamHeader& header, uint8_t* bytes) {
+    for (int i = 0; i < 8; ++i) {
+        bytes[i] = static_cast<uint8_t>(header.id >> (8 * i));
+        bytes[8 + i] = static_cast<uint8_t>(header.size >> (8 * i));
+    }
+}
+
+// Produces the bytes of an ExpectedStream in order.
+class ExpectedGenerator {
+public:
+    explicit ExpectedGenerator(const ExpectedStream& stream) : pattern_(stream.seed) {
+        if (stream.header) {
+            encodeHeader(*stream.header, header_);
+            headerLeft_ = 16;
+        }
+    }
+    void fill(uint8_t* out, std::size_t size) {
+        while (size > 0 && headerLeft_ > 0) {
+            *out++ = header_[16 - headerLeft_];
+            --headerLeft_;
+            --size;
+        }
+        if (size > 0) pattern_.fill(out, size);
+    }
+
+private:
+    uint8_t header_[16]{};
+    unsigned headerLeft_ = 0;
+    PatternStream pattern_;
+};
+
+// Value text of "key": in one JSON object line; nullopt when absent. Strings are unescaped
+// (\" \\ \/ \n \t \uXXXX below 0x80); `isNull` is set for null.
+std::optional<std::string> jsonField(const std::string& line, const std::string& key, bool& isNull,
+                                     bool& isString) {
+    isNull = false;
+    isString = false;
+    std::string needle = "\"" + key + "\": ";
+    auto at = line.find(needle);
+    if (at == std::string::npos) return std::nullopt;
+    std::size_t i = at + needle.size();
+    if (line.compare(i, 4, "null") == 0) {
+        isNull = true;
+        return std::string();
+    }
+    if (i < line.size() && line[i] == '"') {
+        isString = true;
+        std::string value;
+        for (++i; i < line.size() && line[i] != '"'; ++i) {
+            if (line[i] != '\\') {
+                value += line[i];
+                continue;
+            }
+            if (++i >= line.size()) return std::nullopt;
+            switch (line[i]) {
+                case 'n': value += '\n'; break;
+                case 't': value += '\t'; break;
+                case 'r': value += '\r'; break;
+                case 'u': {
+                    if (i + 4 >= line.size()) return std::nullopt;
+                    unsigned code = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
+                    value += code < 0x80 ? static_cast<char>(code) : '?';
+                    i += 4;
+                    break;
+                }
+                default: value += line[i]; break;
+            }
+        }
+        if (i >= line.size()) return std::nullopt;
+        return value;
+    }
+    std::size_t end = i;
+    while (end < line.size() && line[end] != ',' && line[end] != '}') ++end;
+    return line.substr(i, end - i);
+}
+
+}  // namespace
+
+std::string auditToolBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit"; }
+std::string failpointsBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-failpoints"; }
+
+const AuditRow* AuditListing::find(uint64_t id) const {
+    for (const auto& row : rows)
+        if (row.id == id) return &row;
+    return nullptr;
+}
+
+std::string describeProcess(const ProcessResult& result, std::size_t maxChars) {
+    std::ostringstream out;
+    out << (result.status ? result.status->describe() : std::string("did not finish in time"));
+    auto cut = [&](const std::string& text) {
+        return text.size() <= maxChars ? text : text.substr(0, maxChars) + "...[cut]";
+    };
+    if (!result.out.empty()) out << "\n  stdout: " << cut(result.out);
+    if (!result.err.empty()) out << "\n  stderr: " << cut(result.err);
+    return out.str();
+}
+
+std::string AuditListing::describe() const {
+    std::string text = "splicegate-audit list: " + describeProcess(process, 2000);
+    if (!parseError.empty()) text += "\n  parse error: " + parseError;
+    return text;
+}
+
+AuditListing auditList(const std::string& dir) {
+    AuditListing listing;
+    listing.process = runProcess({auditToolBinary(), "list", dir, "--json"}, milliseconds(30000));
+    std::istringstream in(listing.process.out);
+    std::string line;
+    while (std::getline(in, line)) {
+        auto brace = line.find('{');
+        if (brace == std::string::npos) continue;
+        AuditRow row;
+        bool isNull = false;
+        bool isString = false;
+        try {
+            auto number = [&](const char* key) -> uint64_t {
+                auto value = jsonField(line, key, isNull, isString);
+                if (!value || isNull || isString) throw std::runtime_error(std::string("no number ") + key);
+                return std::stoull(*value);
+            };
+            auto text = [&](const char* key, bool nullable) -> std::string {
+                auto value = jsonField(line, key, isNull, isString);
+                if (!value || (isNull && !nullable) || (!isNull && !isString))
+                    throw std::runtime_error(std::string("no string ") + key);
+                return *value;
+            };
+            row.id = number("id");
+            row.route = text("route", false);
+            row.client = text("client", false);
+            row.upstream = text("upstream", false);
+            text("opened", false);
+            text("closed", true);
+            row.closed = !isNull;
+            row.c2u = number("c2u_bytes");
+            row.u2c = number("u2c_bytes");
+            row.state = text("state", false);
+            row.reason = text("reason", true);
+        } catch (const std::exception& error) {
+            if (listing.parseError.empty())
+                listing.parseError = std::string(error.what()) + " in line: " + line;
+            continue;
+        }
+        listing.rows.push_back(std::move(row));
+    }
+    return listing;
+}
+
+ProcessResult auditVerify(const std::string& dir, milliseconds timeout) {
+    return runProcess({auditToolBinary(), "verify", dir}, timeout);
+}
+
+Extracted auditExtract(const std::string& dir, uint64_t id, const std::string& direction,
+                       const std::string& outPath) {
+    Extracted result;
+    result.path = outPath;
+    ::unlink(outPath.c_str());
+    result.process = runProcess({auditToolBinary(), "extract", dir, "--connection",
+                                 std::to_string(id), "--direction", direction, "-o", outPath},
+                                milliseconds(30000));
+    struct stat st {};
+    if (::stat(outPath.c_str(), &st) == 0) result.size = static_cast<uint64_t>(st.st_size);
+    return result;
+}
+
+std::string fileSha256(const std::string& path, uint64_t skip) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return {};
+    Sha256 sha;
+    std::vector<uint8_t> buffer(1 << 20);
+    off_t offset = static_cast<off_t>(skip);
+    for (;;) {
+        ssize_t n = ::pread(fd.get(), buffer.data(), buffer.size(), offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return {};
+        if (n == 0) break;
+        sha.update(buffer.data(), static_cast<std::size_t>(n));
+        offset += n;
+    }
+    return sha.finishHex();
+}
+
+uint16_t portOf(const std::string& address) {
+    auto colon = address.rfind(':');
+    if (colon == std::string::npos) return 0;
+    try {
+        unsigned long port = std::stoul(address.substr(colon + 1));
+        return port <= 65535 ? static_cast<uint16_t>(port) : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+uint16_t localPort(int fd) {
+    sockaddr_storage storage{};
+    socklen_t length = sizeof storage;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return 0;
+    if (storage.ss_family == AF_INET)
+        return ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
+    if (storage.ss_family == AF_INET6)
+        return ntohs(reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port);
+    return 0;
+}
+
+std::string expectedBytes(const ExpectedStream& stream, uint64_t size) {
+    std::string bytes(size, '\0');
+    ExpectedGenerator generator(stream);
+    generator.fill(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size());
+    return bytes;
+}
+
+::testing::AssertionResult fileIsPrefixOf(const std::string& path, const ExpectedStream& stream) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return ::testing::AssertionFailure() << "cannot open " << path << ": " << std::strerror(errno);
+    ExpectedGenerator generator(stream);
+    std::vector<uint8_t> got(1 << 20);
+    std::vector<uint8_t> want(1 << 20);
+    uint64_t offset = 0;
+    for (;;) {
+        ssize_t n = ::pread(fd.get(), got.data(), got.size(), static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ::testing::AssertionFailure() << "read " << path << ": " << std::strerror(errno);
+        if (n == 0) break;
+        auto size = static_cast<std::size_t>(n);
+        generator.fill(want.data(), size);
+        if (std::memcmp(got.data(), want.data(), size) != 0) {
+            std::size_t i = 0;
+            while (got[i] == want[i]) ++i;
+            return ::testing::AssertionFailure()
+                   << path << " differs from the expected stream at byte " << offset + i
+                   << " (of at least " << offset + size << ")";
+        }
+        offset += size;
+    }
+    return ::testing::AssertionSuccess();
+}
+
+std::optional<Clock::time_point> Timeline::arrivalOf(uint64_t index) const {
+    auto it = std::upper_bound(points.begin(), points.end(), index,
+                               [](uint64_t value, const auto& point) { return value < point.second; });
+    if (it == points.end()) return std::nullopt;
+    return it->first;
+}
+
+std::string CheckedReceive::describe() const {
+    std::ostringstream out;
+    out << bytes << " B" << (eof ? " then EOF" : "");
+    if (error != 0) out << ", error " << std::strerror(error);
+    if (timedOut) out << ", timed out";
+    if (!matches) out << ", MISMATCH at byte " << firstMismatch;
+    return out.str();
+}
+
+namespace {
+
+// Receives and checks; `generator` is created lazily by `makeGenerator` once `prefixNeeded`
+// bytes are in (0: at once).
+template <typename OnPrefix>
+CheckedReceive receiveLoop(int fd, Deadline deadline, std::size_t prefixNeeded, OnPrefix onPrefix) {
+    CheckedReceive result;
+    std::vector<uint8_t> buffer(256 * 1024);
+    std::vector<uint8_t> want(buffer.size());
+    uint8_t prefix[16];
+    std::size_t prefixHave = 0;
+    std::unique_ptr<ExpectedGenerator> generator;
+    if (prefixNeeded == 0) generator = onPrefix(prefix);
+    for (;;) {
+        ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
+        if (n == 0) {
+            result.eof = true;
+            break;
+        }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (Clock::now() >= deadline) {
+                    result.timedOut = true;
+                    break;
+                }
+                continue;
+            }
+            result.error = errno;
+            break;
+        }
+        auto size = static_cast<std::size_t>(n);
+        std::size_t start = 0;
+        while (prefixHave < prefixNeeded && start < size) prefix[prefixHave++] = buffer[start++];
+        if (!generator && prefixHave == prefixNeeded) generator = onPrefix(prefix);
+        if (generator && start < size && result.matches) {
+            generator->fill(want.data(), size - start);
+            if (std::memcmp(buffer.data() + start, want.data(), size - start) != 0) {
+                std::size_t i = 0;
+                while (buffer[start + i] == want[i]) ++i;
+                result.matches = false;
+                result.firstMismatch = result.bytes + start + i;
+            }
+        }
+        result.bytes += size;
+        result.timeline.points.emplace_back(Clock::now(), result.bytes);
+    }
+    return result;
+}
+
+}  // namespace
+
+CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline) {
+    return receiveLoop(fd, deadline, 0, [&](const uint8_t*) {
+        return std::make_unique<ExpectedGenerator>(expected);
+    });
+}
+
+CheckedReceive receiveWithHeader(int fd, uint64_t (*seedOf)(uint64_t id), StreamHeader& header,
+                                 bool& gotHeader, Deadline deadline) {
+    gotHeader = false;
+    return receiveLoop(fd, deadline, 16, [&](const uint8_t* bytes) {
+        header = {};
+        for (int i = 0; i < 8; ++i) {
+            header.id |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+            header.size |= static_cast<uint64_t>(bytes[8 + i]) << (8 * i);
+        }
+        gotHeader = true;
+        ExpectedStream stream;
+        stream.seed = seedOf(header.id);
+        return std::make_unique<ExpectedGenerator>(stream);
+    });
+}
+
+ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    ::setenv(name_.c_str(), value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+    if (old_)
+        ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+        ::unsetenv(name_.c_str());
+}
+
+TmpfsMount::TmpfsMount(std::string path, uint64_t bytes) : path_(std::move(path)) {
+    if (::mkdir(path_.c_str(), 0750) != 0 && errno != EEXIST) {
+        error_ = "mkdir " + path_ + ": " + std::strerror(errno);
+        return;
+    }
+    std::string options = "size=" + std::to_string(bytes) + ",mode=0750";
+    if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+        error_ = "mount -t tmpfs -o " + options + " " + path_ + ": " + std::strerror(errno);
+        return;
+    }
+    mounted_ = true;
+}
+
+TmpfsMount::~TmpfsMount() {
+    if (!mounted_) return;
+    if (::umount2(path_.c_str(), 0) != 0) ::umount2(path_.c_str(), MNT_DETACH);
+}
+
+uint64_t TmpfsMount::freeBytes() const {
+    struct statvfs st {};
+    if (::statvfs(path_.c_str(), &st) != 0) return 0;
+    return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+uint64_t writeFiller(const std::string& path, uint64_t bytes) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+    if (!fd) return 0;
+    std::vector<char> block(1 << 20, 'F');
+    uint64_t done = 0;
+    while (done < bytes) {
+        std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(block.size(), bytes - done));
+        ssize_t w = ::write(fd.get(), block.data(), n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += static_cast<uint64_t>(w);
+    }
+    return done;
+}
+
+}  // namespace splicegate::test

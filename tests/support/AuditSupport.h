@@ -1,0 +1,147 @@
+#pragma once
+// Helpers for the audit integration tests (tests/integration/Audit*Test.cpp):
+// - the `splicegate-audit` binary driven as a process (list --json parsed, extract to a file,
+//   verify), so the tests exercise the shipped tool and not only the in-process reader;
+// - "expected streams": what one direction of a test connection must carry (an optional 16-byte
+//   StreamHeader followed by PatternStream(seed)), with a prefix check for files (an extracted
+//   audit stream) and a checking receiver that records when each byte arrived (a timeline), so
+//   crash tests can bound what an audit may miss;
+// - the `splicegate-failpoints` daemon (env SPLICEGATE_FAILPOINTS) through ScopedEnv, and a small
+//   tmpfs mount that is always unmounted.
+// Thread affinity: none, except ScopedEnv (main thread, before any thread reads the environment
+// concurrently; it is only read by fork/exec here). Error contract: process spawn failures throw
+// std::system_error (from tests/support/Daemon.h); everything else reports in its result.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/Daemon.h"
+#include "tests/support/Sockets.h"
+
+namespace splicegate::test {
+
+std::string auditToolBinary();   // SPLICEGATE_BIN_DIR "/splicegate-audit"
+std::string failpointsBinary();  // SPLICEGATE_BIN_DIR "/splicegate-failpoints"
+
+// One row of `splicegate-audit list DIR --json`.
+struct AuditRow {
+    uint64_t id = 0;
+    std::string route;
+    std::string client;
+    std::string upstream;
+    bool closed = false;  // "closed" is not null
+    uint64_t c2u = 0;
+    uint64_t u2c = 0;
+    std::string state;   // open | closed | truncated
+    std::string reason;  // empty when null
+};
+
+struct AuditListing {
+    ProcessResult process;
+    std::vector<AuditRow> rows;
+    std::string parseError;  // empty when every row parsed
+    bool ok() const { return process.status && process.status->isExit(0) && parseError.empty(); }
+    const AuditRow* find(uint64_t id) const;
+    std::string describe() const;  // exit status, stderr, parse error
+};
+AuditListing auditList(const std::string& dir);
+
+// `splicegate-audit verify DIR`.
+ProcessResult auditVerify(const std::string& dir, milliseconds timeout = milliseconds(30000));
+std::string describeProcess(const ProcessResult& result, std::size_t maxChars = 4000);
+
+// `splicegate-audit extract DIR --connection ID --direction c2u|u2c -o outPath`.
+struct Extracted {
+    ProcessResult process;
+    std::string path;
+    uint64_t size = 0;  // of the output file (0 if missing)
+    bool ok() const { return process.status && process.status->isExit(0); }
+};
+Extracted auditExtract(const std::string& dir, uint64_t id, const std::string& direction,
+                       const std::string& outPath);
+
+// SHA-256 (hex) of a file from byte `skip` on; empty string if it cannot be read.
+std::string fileSha256(const std::string& path, uint64_t skip = 0);
+
+// The port of "127.0.0.1:PORT" / "[::1]:PORT" (0 when it does not parse).
+uint16_t portOf(const std::string& address);
+// The local port of a connected socket.
+uint16_t localPort(int fd);
+
+// What one direction of a test connection must carry: `header` (if any) then PatternStream(seed).
+struct ExpectedStream {
+    std::optional<StreamHeader> header;
+    uint64_t seed = 0;
+};
+// The first `size` bytes of the expected stream.
+std::string expectedBytes(const ExpectedStream& stream, uint64_t size);
+// Whether the whole file equals the first fileSize bytes of `stream` (a prefix of it). The
+// failure names the first differing offset.
+::testing::AssertionResult fileIsPrefixOf(const std::string& path, const ExpectedStream& stream);
+
+// Arrival times of a received stream: after each recv, (time, bytes so far).
+struct Timeline {
+    std::vector<std::pair<Clock::time_point, uint64_t>> points;
+    // When byte number `index` (0-based) arrived; nullopt if it never did.
+    std::optional<Clock::time_point> arrivalOf(uint64_t index) const;
+};
+
+// A receiver that checks every byte against an expected stream while it reads.
+struct CheckedReceive {
+    uint64_t bytes = 0;
+    bool matches = true;            // every received byte equals the expected stream
+    uint64_t firstMismatch = 0;     // valid when !matches
+    bool eof = false;
+    int error = 0;
+    bool timedOut = false;
+    Timeline timeline;
+    std::string describe() const;
+};
+// Receives until EOF, an error or the deadline. When `readHeader` is set the first 16 bytes are
+// decoded into `header` (the receiver learns the seed from it through `seedOf(header.id)`);
+// they count as stream bytes.
+CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline);
+CheckedReceive receiveWithHeader(int fd, uint64_t (*seedOf)(uint64_t id), StreamHeader& header,
+                                 bool& gotHeader, Deadline deadline);
+
+// Sets an environment variable for the life of the object (restoring the old value).
+class ScopedEnv {
+public:
+    ScopedEnv(std::string name, const std::string& value);
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+    ~ScopedEnv();
+
+private:
+    std::string name_;
+    std::optional<std::string> old_;
+};
+
+// A tmpfs of `bytes` mounted at `path` (created if missing); unmounted (lazily if busy) by the
+// destructor. ok() is false (and error() says why) when the mount failed.
+class TmpfsMount {
+public:
+    TmpfsMount(std::string path, uint64_t bytes);
+    TmpfsMount(const TmpfsMount&) = delete;
+    TmpfsMount& operator=(const TmpfsMount&) = delete;
+    ~TmpfsMount();
+    bool ok() const noexcept { return mounted_; }
+    const std::string& error() const noexcept { return error_; }
+    const std::string& path() const noexcept { return path_; }
+    // Free bytes (statvfs).
+    uint64_t freeBytes() const;
+
+private:
+    std::string path_;
+    bool mounted_ = false;
+    std::string error_;
+};
+
+// Writes `bytes` of a file at `path` (real blocks, not a hole); returns bytes written (less when
+// the filesystem filled up).
+uint64_t writeFiller(const std::string& path, uint64_t bytes);
+
+}  // namespace splicegate::test

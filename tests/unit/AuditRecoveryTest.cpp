@@ -1,0 +1,367 @@
+// Crash recovery (audit/FORMAT.md "Crash recovery") on crafted directories: every repair, the
+// report, the consistency of the result (verify finds nothing) and idempotence.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "audit/AuditReader.h"
+#include "audit/Recovery.h"
+#include "audit/Records.h"
+#include "common/UniqueFd.h"
+#include "tests/support/Daemon.h"
+
+namespace splicegate::audit {
+namespace {
+
+using test::readFile;
+using test::TempDir;
+
+constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;
+
+void writeFile(const std::string& path, const std::string& content) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd.valid()) << path;
+    ASSERT_EQ(::write(fd.get(), content.data(), content.size()),
+              static_cast<ssize_t>(content.size()));
+}
+
+// One segment pair built with the real encoders.
+class SegmentBuilder {
+public:
+    SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
+        : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
+        encodeSegmentStart(index_, worker, segment, kT0);
+    }
+    std::uint64_t open(std::uint64_t id) {
+        return add([&] { encodeOpen(index_, id, kT0, "web", "198.51.100.1:4000", "192.0.2.1:443"); });
+    }
+    std::uint64_t chunk(std::uint64_t id, std::uint8_t direction, const std::string& payload) {
+        auto offset = data_.size();
+        data_ += payload;
+        return chunkAt(id, direction, static_cast<std::uint32_t>(payload.size()), offset);
+    }
+    std::uint64_t chunkAt(std::uint64_t id, std::uint8_t direction, std::uint32_t length,
+                          std::uint64_t offset) {
+        return add([&] { encodeChunk(index_, id, direction, length, offset, kT0); });
+    }
+    std::uint64_t close(std::uint64_t id, std::uint64_t c2u, std::uint64_t u2c) {
+        return add([&] { encodeClose(index_, id, kT0 + 1, c2u, u2c, "done"); });
+    }
+    std::uint64_t seal() { return add([&] { encodeSegmentSealed(index_, data_.size(), 0); }); }
+    void write() const {
+        writeFile(indexPath(), index_);
+        writeFile(dataPath(), data_);
+    }
+    std::string indexPath() const { return dir_ + "/" + base_ + ".index"; }
+    std::string dataPath() const { return dir_ + "/" + base_ + ".data"; }
+    std::string& index() { return index_; }
+    std::string& data() { return data_; }
+
+private:
+    template <typename F>
+    std::uint64_t add(F encode) {
+        auto offset = index_.size();
+        encode();
+        return offset;
+    }
+    std::string dir_, base_, index_, data_;
+};
+
+std::string joined(const std::vector<std::string>& lines) {
+    std::string text;
+    for (const auto& line : lines) text += line + "\n";
+    return text;
+}
+
+// All files of the directory with their contents.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        files[entry.path().filename().string()] = readFile(entry.path().string());
+    return files;
+}
+
+// Decoded records of an index file.
+std::vector<Record> records(const std::string& path) {
+    std::vector<Record> out;
+    IndexReader reader(path);
+    Record record;
+    while (reader.next(record) == IndexReader::Status::Record) out.push_back(record);
+    return out;
+}
+
+// Runs recovery, then checks the result is consistent and that a second run does nothing. (A
+// removed lone data file may lower the second run's lastSegment: that number is free again.)
+RecoveryReport recoverAndCheck(const std::string& dir, bool sameLastSegment = true) {
+    auto report = recoverAuditDirectory(dir);
+    auto problems = verifyDirectory(dir);
+    EXPECT_TRUE(problems.empty()) << "after recovery:\n" << joined(problems)
+                                  << "actions:\n" << joined(report.actions);
+    auto before = snapshot(dir);
+    auto again = recoverAuditDirectory(dir);
+    EXPECT_TRUE(again.actions.empty()) << "second run:\n" << joined(again.actions);
+    EXPECT_EQ(again.truncatedConnections, 0u);
+    EXPECT_EQ(again.maxConnectionId, report.maxConnectionId);
+    if (sameLastSegment) {
+        EXPECT_EQ(again.lastSegment, report.lastSegment);
+    }
+    EXPECT_TRUE(snapshot(dir) == before) << "the second run changed files";
+    return report;
+}
+
+bool anyLineHas(const std::vector<std::string>& lines, const std::string& a,
+                const std::string& b = "") {
+    for (const auto& line : lines)
+        if (line.find(a) != std::string::npos && line.find(b) != std::string::npos) return true;
+    return false;
+}
+
+TEST(AuditRecoveryTest, CreatesAMissingDirectory) {
+    TempDir dir;
+    std::string path = dir.path() + "/a/b/audit";
+    auto report = recoverAuditDirectory(path);
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_TRUE(report.actions.empty());
+    EXPECT_EQ(report.maxConnectionId, 0u);
+    EXPECT_TRUE(report.lastSegment.empty());
+}
+
+TEST(AuditRecoveryTest, ThrowsWhenTheDirectoryCannotBeMade) {
+    TempDir dir;
+    writeFile(dir.path() + "/file", "x");
+    EXPECT_THROW(recoverAuditDirectory(dir.path() + "/file/audit"), std::system_error);
+}
+
+TEST(AuditRecoveryTest, CleanSealedLogIsLeftAlone) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 4);
+    segment.open(11);
+    segment.chunk(11, kDirectionC2U, "abc");
+    segment.close(11, 3, 0);
+    segment.seal();
+    segment.write();
+    auto before = snapshot(dir.path());
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(report.actions.empty()) << joined(report.actions);
+    EXPECT_TRUE(snapshot(dir.path()) == before);
+    EXPECT_EQ(report.maxConnectionId, 11u);
+    EXPECT_EQ(report.lastSegment, (std::map<unsigned, std::uint64_t>{{0, 4}}));
+}
+
+TEST(AuditRecoveryTest, CutsATornIndexTail) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.chunk(1, kDirectionC2U, "abcdef");
+    auto tornAt = segment.close(1, 6, 0);
+    segment.index().resize(segment.index().size() - 5);
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.index: cut",
+                           "at offset " + std::to_string(tornAt)))
+        << joined(report.actions);
+    auto kept = records(segment.indexPath());
+    // SegmentStart, Open, Chunk, then recovery's Truncated (the Close was torn) and seal.
+    ASSERT_EQ(kept.size(), 5u);
+    EXPECT_EQ(kept[3].type, RecordType::Truncated);
+    EXPECT_EQ(kept[3].id, 1u);
+    EXPECT_EQ(kept[4].type, RecordType::SegmentSealed);
+    EXPECT_EQ(kept[4].dataBytes, 6u);
+    EXPECT_EQ(report.truncatedConnections, 1u);
+}
+
+TEST(AuditRecoveryTest, CutsAGarbageTail) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.close(1, 0, 0);
+    auto goodEnd = segment.index().size();
+    segment.index() += std::string(100, '\x5a');
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(anyLineHas(report.actions, "cut 100 bytes of index at offset " +
+                                               std::to_string(goodEnd), "bad magic"))
+        << joined(report.actions);
+}
+
+TEST(AuditRecoveryTest, CutsUnindexedDataTail) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.chunk(1, kDirectionC2U, "0123456789");
+    segment.close(1, 10, 0);
+    segment.data() += std::string(1000, 'z');  // spliced, never indexed
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.data: cut 1000 unindexed bytes at offset 10"))
+        << joined(report.actions);
+    EXPECT_EQ(readFile(segment.dataPath()), "0123456789");
+    auto kept = records(segment.indexPath());
+    EXPECT_EQ(kept.back().type, RecordType::SegmentSealed);
+    EXPECT_EQ(kept.back().dataBytes, 10u);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.index: sealed (10 data bytes)"))
+        << joined(report.actions);
+}
+
+TEST(AuditRecoveryTest, CutsAtTheFirstChunkBeyondTheDataFile) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.chunk(1, kDirectionC2U, "0123456789");
+    auto lost = segment.chunkAt(1, kDirectionC2U, 10, 10);  // payload never reached the disk
+    segment.chunkAt(1, kDirectionC2U, 5, 2);                // after the cut point: dropped too
+    segment.close(1, 25, 0);
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(anyLineHas(report.actions, "at offset " + std::to_string(lost),
+                           "never reached the disk"))
+        << joined(report.actions);
+    auto list = listConnections(dir.path());
+    ASSERT_EQ(list.connections.size(), 1u);
+    EXPECT_EQ(list.connections[0].state, ConnectionState::Truncated);
+    EXPECT_EQ(list.connections[0].c2uBytes, 10u);
+}
+
+TEST(AuditRecoveryTest, OpenConnectionsAreTruncatedInTheLastSegmentOfTheirWorker) {
+    TempDir dir;
+    SegmentBuilder first(dir.path(), 0, 1);
+    first.open(1);
+    first.open(2);
+    first.open(3);
+    first.chunk(1, kDirectionC2U, "a");
+    first.close(2, 0, 0);
+    first.write();  // unsealed (crash during the roll)
+    SegmentBuilder second(dir.path(), 0, 2);
+    second.open(4);
+    second.chunk(1, kDirectionU2C, "bb");
+    second.close(4, 0, 0);
+    second.write();
+    SegmentBuilder other(dir.path(), 3, 7);
+    other.open(9);
+    other.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_EQ(report.truncatedConnections, 3u);
+    EXPECT_EQ(report.maxConnectionId, 9u);
+    EXPECT_EQ(report.lastSegment, (std::map<unsigned, std::uint64_t>{{0, 2}, {3, 7}}));
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.index: connection 1 ", "truncated"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.index: connection 3 ", "truncated"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w03-0000000007.index: connection 9 ", "truncated"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.index: sealed"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.index: sealed"));
+    auto firstRecords = records(first.indexPath());
+    EXPECT_EQ(firstRecords.back().type, RecordType::SegmentSealed);
+    auto secondRecords = records(second.indexPath());
+    ASSERT_GE(secondRecords.size(), 3u);
+    EXPECT_EQ(secondRecords[secondRecords.size() - 3].type, RecordType::Truncated);
+    EXPECT_EQ(secondRecords[secondRecords.size() - 3].id, 1u);
+    EXPECT_EQ(secondRecords[secondRecords.size() - 2].id, 3u);
+    EXPECT_EQ(secondRecords.back().type, RecordType::SegmentSealed);
+    auto list = listConnections(dir.path());
+    ASSERT_EQ(list.connections.size(), 5u);
+    std::map<std::uint64_t, ConnectionState> states;
+    for (const auto& c : list.connections) states[c.id] = c.state;
+    EXPECT_EQ(states[1], ConnectionState::Truncated);
+    EXPECT_EQ(states[2], ConnectionState::Closed);
+    EXPECT_EQ(states[3], ConnectionState::Truncated);
+    EXPECT_EQ(states[4], ConnectionState::Closed);
+    EXPECT_EQ(states[9], ConnectionState::Truncated);
+}
+
+TEST(AuditRecoveryTest, TruncationsAfterASealedLastSegmentGoToANewSegment) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 1, 5);
+    segment.open(6);
+    segment.chunk(6, kDirectionC2U, "xyz");
+    segment.seal();  // sealed by a roll; the next segment was never created
+    segment.write();
+    auto before = readFile(segment.indexPath());
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_EQ(readFile(segment.indexPath()), before);  // nothing after SegmentSealed
+    EXPECT_EQ(report.lastSegment, (std::map<unsigned, std::uint64_t>{{1, 6}}));
+    auto created = records(dir.path() + "/w01-0000000006.index");
+    ASSERT_EQ(created.size(), 3u);
+    EXPECT_EQ(created[0].type, RecordType::SegmentStart);
+    EXPECT_EQ(created[0].segment, 6u);
+    EXPECT_EQ(created[1].type, RecordType::Truncated);
+    EXPECT_EQ(created[1].id, 6u);
+    EXPECT_EQ(created[2].type, RecordType::SegmentSealed);
+    EXPECT_EQ(readFile(dir.path() + "/w01-0000000006.data"), "");
+    EXPECT_EQ(report.truncatedConnections, 1u);
+}
+
+TEST(AuditRecoveryTest, HalfMadeSegmentsAreRepaired) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.close(1, 0, 0);
+    segment.seal();
+    segment.write();
+    // Crash while creating segment 2: its data file exists, its index does not.
+    writeFile(dir.path() + "/w00-0000000002.data", "spliced but never indexed");
+    // Worker 1: index created, SegmentStart not yet written; data file missing.
+    writeFile(dir.path() + "/w01-0000000003.index", "");
+    // Worker 2: index but no data file, with a chunk that therefore never landed.
+    SegmentBuilder noData(dir.path(), 2, 1);
+    noData.open(5);
+    noData.chunk(5, kDirectionC2U, "abc");
+    writeFile(noData.indexPath(), noData.index());
+    auto report = recoverAndCheck(dir.path(), false);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.data: removed")) << joined(report.actions);
+    EXPECT_TRUE(anyLineHas(report.actions, "w01-0000000003.index: wrote a new SegmentStart"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w01-0000000003.data: created"));
+    EXPECT_TRUE(anyLineHas(report.actions, "w02-0000000001.data: created"));
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/w00-0000000002.data"));
+    // The removed segment's number is still reported, so it is not reused.
+    EXPECT_EQ(report.lastSegment, (std::map<unsigned, std::uint64_t>{{0, 2}, {1, 3}, {2, 1}}));
+    auto start = records(dir.path() + "/w01-0000000003.index");
+    ASSERT_EQ(start.size(), 2u);
+    EXPECT_EQ(start[0].type, RecordType::SegmentStart);
+    EXPECT_EQ(start[0].worker, 1u);
+    EXPECT_EQ(start[0].segment, 3u);
+    EXPECT_EQ(start[1].type, RecordType::SegmentSealed);
+}
+
+TEST(AuditRecoveryTest, DamageInsideASealedSegmentIsReportedNotCut) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    auto damaged = segment.chunk(1, kDirectionC2U, "abc");
+    segment.chunk(1, kDirectionC2U, "def");
+    segment.close(1, 6, 0);
+    segment.seal();
+    segment.index()[damaged + 30] ^= 0x10;
+    segment.write();
+    auto before = snapshot(dir.path());
+    auto report = recoverAuditDirectory(dir.path());
+    EXPECT_TRUE(snapshot(dir.path()) == before) << joined(report.actions);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.index:" + std::to_string(damaged),
+                           "left unchanged"))
+        << joined(report.actions);
+    EXPECT_EQ(report.truncatedConnections, 0u);  // the Close after the damage was still read
+    EXPECT_FALSE(verifyDirectory(dir.path()).empty());
+}
+
+TEST(AuditRecoveryTest, ManyTruncationsAreSummarised) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    for (std::uint64_t id = 1; id <= 120; ++id) segment.open(id);
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_EQ(report.truncatedConnections, 120u);
+    EXPECT_TRUE(anyLineHas(report.actions, "70 more connections of worker 0 marked truncated"))
+        << joined(report.actions);
+    EXPECT_LT(report.actions.size(), 60u);
+}
+
+}  // namespace
+}  // namespace splicegate::audit
