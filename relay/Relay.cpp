@@ -42,6 +42,7 @@ void Relay::reload(const Config& config) {
 }
 
 void Relay::drain() {
+    draining_.store(true, std::memory_order_relaxed);
     for (auto& worker : workers_) worker->requestDrain();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The relay as a whole: the shared context and the workers. Owned by the daemon's main thread;
 // its methods are called from that thread only.
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@ public:
     void stop();
 
     const RelayContext& context() const noexcept { return *context_; }
+    bool draining() const noexcept { return draining_.load(std::memory_order_relaxed); }
     unsigned workerCount() const noexcept { return static_cast<unsigned>(workers_.size()); }
 
     // Any thread: the data path's counters summed over the workers (for a scrape or status).
@@ -42,6 +44,7 @@ public:
 private:
     std::unique_ptr<RelayContext> context_;
     std::vector<std::unique_ptr<Worker>> workers_;
+    std::atomic<bool> draining_{false};
 };
 
 std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index);
