@@ -117,7 +117,8 @@ void scanIndex(int fd, const SegmentFiles& files, SegmentSummary& summary) {
         }
         auto offset = reader.recordOffset();
         if (summary.sealed)
-            damage(offset, std::string(recordTypeName(record.type)) + " record after SegmentSealed");
+            damage(offset,
+                   std::string(recordTypeName(record.type)) + " record after SegmentSealed");
         if (first && record.type != RecordType::SegmentStart)
             damage(offset, std::string("the first record is ") + recordTypeName(record.type) +
                                ", not SegmentStart");
@@ -250,13 +251,19 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         entry.summary = std::move(summary);
         entries.push_back(std::move(entry));
     }
-    // Forget segments that are gone.
-    for (auto it = cache_->sealed.begin(); it != cache_->sealed.end();) {
-        bool listed = std::any_of(entries.begin(), entries.end(), [&](const Entry& e) {
-            return e.summary && e.files.worker == it->first.first &&
-                   e.files.segment == it->first.second;
-        });
-        it = listed ? std::next(it) : cache_->sealed.erase(it);
+    // Forget segments that are gone (both sequences are in (worker, segment) order).
+    {
+        auto entry = entries.begin();
+        for (auto it = cache_->sealed.begin(); it != cache_->sealed.end();) {
+            auto key = it->first;
+            auto before = [&](const Entry& e) {
+                return std::make_pair(e.files.worker, e.files.segment) < key;
+            };
+            while (entry != entries.end() && before(*entry)) ++entry;
+            bool listed = entry != entries.end() && entry->summary &&
+                          entry->files.worker == key.first && entry->files.segment == key.second;
+            it = listed ? std::next(it) : cache_->sealed.erase(it);
+        }
     }
 
     // ---- per worker: the indexed segments in order, lone data files

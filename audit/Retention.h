@@ -24,11 +24,13 @@
 // them too) are removed as well. A lone data file at or above it may be a segment being created
 // and is left alone.
 //
-// Deletion order. Within a group the newest segment goes first, and of each segment the index
-// file before the data file: an interrupted deletion never leaves a Chunk or Close record whose
-// Open is gone (verify would report it); at worst a closed connection loses its Close and looks
-// open until recovery marks it truncated. A data file briefly without its index is ignored by
-// list/extract and removed by recovery. The directory is fsynced after deleting.
+// Deletion order. Groups go oldest first (between groups, a worker's remaining segments are a
+// suffix of its log); within a group the newest segment goes first, and of each segment the
+// index file before the data file: an interrupted deletion never leaves a Chunk or Close record
+// whose Open is gone (verify would report it); at worst a closed connection loses its Close and
+// looks open until recovery marks it truncated. A data file briefly without its index is ignored
+// by list/extract (verify reports it) and removed by recovery or the next run. The directory is
+// fsynced after deleting.
 //
 // Caching. A sealed segment never changes, so its summary (the connections that cross its
 // boundaries, its times, its damage) is kept between runs and reused while the index file's

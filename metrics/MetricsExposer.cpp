@@ -14,15 +14,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/SocketAddress.h"
+#include "metrics/MetricsHttpServer.h"
 
 #ifndef SPLICEGATE_VERSION
 #define SPLICEGATE_VERSION "unknown"
@@ -152,8 +155,8 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(lost));
 
     auto pipes = family("splicegate_pipes",
-                        "Kernel pipes of the pipe pool, by state (in_use, idle, overflow_in_use: "
-                        "in use beyond the pool's budget).",
+                        "Kernel pipes of the pipe pools, by state (in_use, idle, overflow_in_use: "
+                        "one-page pipes lent because the pipe budget was spent).",
                         MetricType::Gauge);
     addGauge(pipes, {{"state", "in_use"}}, asDouble(s.pipesInUse));
     addGauge(pipes, {{"state", "idle"}}, asDouble(s.pipesIdle));
@@ -161,11 +164,11 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(pipes));
 
     auto budget = family("splicegate_pipe_budget_bytes",
-                         "Pipe buffer memory the pipe pool may use.", MetricType::Gauge);
+                         "Cap on the total capacity of the pipe pools' pipes.", MetricType::Gauge);
     addGauge(budget, {}, asDouble(s.pipeBudgetBytes));
     out.push_back(std::move(budget));
     auto budgetUsed = family("splicegate_pipe_budget_used_bytes",
-                             "Pipe buffer memory the pipe pool uses now.", MetricType::Gauge);
+                             "Capacity of the pipe pools' budgeted pipes now.", MetricType::Gauge);
     addGauge(budgetUsed, {}, asDouble(s.pipeBudgetUsedBytes));
     out.push_back(std::move(budgetUsed));
 
@@ -218,6 +221,51 @@ int probeBindErrno(const SocketAddress& address) noexcept {
     return err;
 }
 
+// civetweb's server on `address` (the option as given in `listen`, for messages).
+std::unique_ptr<prometheus::Exposer> startCivetweb(const SocketAddress& address,
+                                                   const std::string& listen) {
+    CivetCallbacks callbacks;
+    callbacks.log_message = &civetLogMessage;
+    // civetweb takes "a.b.c.d:port" and "[v6]:port", the same syntax as the option.
+    std::vector<std::string> options = {"listening_ports",    address.toString(),
+                                        "num_threads",        "2",
+                                        "request_timeout_ms", "10000"};
+    std::string messages;
+    startupMessages = &messages;
+    try {
+        auto exposer = std::make_unique<prometheus::Exposer>(std::move(options), &callbacks);
+        startupMessages = nullptr;
+        return exposer;
+    } catch (const std::exception& e) {
+        startupMessages = nullptr;
+        std::string detail = messages.empty() ? e.what() : messages;
+        if (int err = probeBindErrno(address); err != 0)
+            throwErrno(err, concat("metrics endpoint: cannot listen on ", listen));
+        throw std::runtime_error(concat("metrics endpoint: cannot listen on ", listen, ": ", detail));
+    }
+}
+
+// One connection to the listener (a wildcard address reached through loopback), closed at once.
+void wakeListener(const SocketAddress& address) noexcept {
+    int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (::connect(fd, address.get(), address.length()) == 0) {
+        linger reset{1, 0};  // RST: no TIME_WAIT left behind per wake-up
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
+    ::close(fd);
+}
+
+// Where wakeListener() connects: the bound address and port, loopback for a wildcard.
+SocketAddress wakeAddress(const SocketAddress& bound, unsigned port) {
+    auto text = bound.toString();
+    auto host = text.substr(0, text.rfind(':'));
+    if (host == "0.0.0.0") host = "127.0.0.1";
+    if (host == "[::]") host = "[::1]";
+    auto parsed = SocketAddress::parseNumeric(concat(host, ":", port));
+    return parsed ? *parsed : bound;
+}
+
 }  // namespace
 
 class MetricsCollector final : public prometheus::Collectable {
@@ -257,36 +305,48 @@ MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source) : 
 
     collector_ = std::make_shared<MetricsCollector>(std::move(source));
 
-    CivetCallbacks callbacks;
-    callbacks.log_message = &civetLogMessage;
-    // civetweb takes "a.b.c.d:port" and "[v6]:port", the same syntax as the option.
-    std::vector<std::string> options = {"listening_ports", address->toString(),
-                                        "num_threads",     "2",
-                                        "request_timeout_ms", "10000"};
-    std::string messages;
-    startupMessages = &messages;
-    try {
-        exposer_ = std::make_unique<prometheus::Exposer>(std::move(options), &callbacks);
-    } catch (const std::exception& e) {
-        startupMessages = nullptr;
-        std::string detail = messages.empty() ? e.what() : messages;
-        if (int err = probeBindErrno(*address); err != 0)
-            throwErrno(err, concat("metrics endpoint: cannot listen on ", listen));
-        throw std::runtime_error(concat("metrics endpoint: cannot listen on ", listen, ": ", detail));
+    constexpr unsigned kCivetFeatureIpv6 = 8;  // mg_check_feature(): "IPv6 is supported"
+    if (address->family() == AF_INET6 && mg_check_feature(kCivetFeatureIpv6) == 0) {
+        std::weak_ptr<MetricsCollector> weak = collector_;
+        fallback_ = std::make_unique<MetricsHttpServer>(*address, "/metrics", [weak] {
+            auto collector = weak.lock();
+            if (!collector) return std::string();
+            return prometheus::TextSerializer().Serialize(collector->Collect());
+        });
+        port_ = fallback_->port();
+    } else {
+        exposer_ = startCivetweb(*address, listen);
+        auto ports = exposer_->GetListeningPorts();
+        port_ = ports.empty() ? address->port() : static_cast<unsigned>(ports.front());
+        wakeAddress_ = wakeAddress(*address, port_);
+        exposer_->RegisterCollectable(collector_, "/metrics");
     }
-    startupMessages = nullptr;
-
-    auto ports = exposer_->GetListeningPorts();
-    port_ = ports.empty() ? address->port() : static_cast<unsigned>(ports.front());
-    exposer_->RegisterCollectable(collector_, "/metrics");
     auto text = address->toString();  // "a.b.c.d:port" or "[v6]:port"
     logInfo("metrics endpoint listening on http://", text.substr(0, text.rfind(':')), ":", port_,
             "/metrics");
 }
 
 MetricsExposer::~MetricsExposer() {
-    // Stops civetweb (joining its threads) while the collector is still alive.
+    // Both servers stop (joining their threads) while the collector is still alive.
+    fallback_.reset();
+    if (!exposer_) return;
+    // civetweb 1.15's accept thread only notices the stop flag when its poll() on the listening
+    // socket returns, which is every 2 s when idle: mg_stop() would block that long. Connecting
+    // to the port makes that poll() return at once.
+    std::atomic<bool> stopped{false};
+    std::thread waker;
+    try {
+        waker = std::thread([this, &stopped] {
+            while (!stopped.load()) {
+                wakeListener(wakeAddress_);
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        });
+    } catch (...) {  // no thread: stopping just takes longer
+    }
     exposer_.reset();
+    stopped = true;
+    if (waker.joinable()) waker.join();
 }
 
 std::uint64_t MetricsExposer::scrapes() const noexcept { return collector_->scrapes(); }

@@ -4,6 +4,9 @@
 // names. A scrape calls the StatsSource once; the data path only ever writes its own relaxed
 // per-worker counters (metrics/Stats.h), so scraping adds no lock or shared write per chunk.
 //
+// Debian 12's civetweb is built without IPv6: an "[IPv6]:PORT" address is then served by
+// MetricsHttpServer (same Collectable, same page) instead of prometheus-cpp's Exposer.
+//
 // Thread affinity: construct and destroy from one thread. The StatsSource runs on a civetweb
 // thread, never concurrently with itself (scrapes are serialized by a mutex), and must not block
 // for long. Destroying the exposer stops the HTTP server first; after the destructor returns the
@@ -16,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "common/SocketAddress.h"
 #include "metrics/Stats.h"
 
 namespace prometheus {
@@ -27,6 +31,7 @@ namespace splicegate {
 using StatsSource = std::function<StatsSnapshot()>;
 
 class MetricsCollector;
+class MetricsHttpServer;
 
 class MetricsExposer {
 public:
@@ -46,9 +51,11 @@ public:
 private:
     std::string listen_;
     unsigned port_ = 0;
+    SocketAddress wakeAddress_;  // see the destructor
     // Declared before exposer_: the server (and its threads) stop before the collector goes.
     std::shared_ptr<MetricsCollector> collector_;
-    std::unique_ptr<prometheus::Exposer> exposer_;
+    std::unique_ptr<prometheus::Exposer> exposer_;  // civetweb: IPv4 (and IPv6 if built in)
+    std::unique_ptr<MetricsHttpServer> fallback_;    // IPv6 when civetweb lacks it
 };
 
 // The Prometheus text exposition of `snapshot`, exactly what a scrape serves (for tests and

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,7 +13,10 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "audit/Recovery.h"
+#include "metrics/MetricsExposer.h"
+#include "relay/AdminServer.h"
 #include "relay/Config.h"
+#include "relay/Control.h"
 #include "relay/Failpoints.h"
 #include "relay/Relay.h"
 #include "relay/Ring.h"
@@ -77,10 +81,6 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
 }
 
 void warnAboutLaterFeatures(const Config& config) {
-    if (!config.adminSocket.empty())
-        logWarn("the admin socket is not in this build yet; --admin-socket ignored");
-    if (!config.metricsListen.empty())
-        logWarn("the metrics endpoint is not in this build yet; --metrics-listen ignored");
     if (!config.xdpInterface.empty())
         logWarn("the XDP edge filter is not in this build yet; --xdp-interface ignored");
 }
@@ -114,7 +114,7 @@ sigset_t controlSignals() {
 }
 
 // Serves signals until a drain is asked for; then drains and stops the relay.
-void serveSignals(Relay& relay, const Config& startConfig, const std::vector<std::string>& args) {
+void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader) {
     auto signals = controlSignals();
     auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
     for (;;) {
@@ -123,8 +123,7 @@ void serveSignals(Relay& relay, const Config& startConfig, const std::vector<std
         int sig = ::sigtimedwait(&signals, &info, &poll);
         if (sig == SIGHUP) {
             try {
-                auto config = loadConfig(args);
-                relay.reload(config);
+                auto config = reloader.reload();
                 logInfo("configuration reloaded from ", config.configFile, ": ",
                         config.routes.size(), " routes");
             } catch (const std::exception& error) {
@@ -183,7 +182,27 @@ int runDaemon(int argc, const char* const* argv) {
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")
                                                 : std::to_string(budget) + " B");
-        serveSignals(relay, config, args);
+        Reloader reloader(relay, args);
+        std::unique_ptr<AdminServer> admin;
+        std::unique_ptr<DaemonControl> control;
+        if (!config.adminSocket.empty()) {
+            control = std::make_unique<DaemonControl>(relay, reloader, config);
+            admin = std::make_unique<AdminServer>(
+                AdminServerOptions{config.adminSocket, config.adminGroup}, *control);
+            admin->start();
+            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup, ")");
+        }
+        std::unique_ptr<MetricsExposer> metrics;
+        if (!config.metricsListen.empty()) {
+            metrics = std::make_unique<MetricsExposer>(config.metricsListen, [&relay, &admin] {
+                auto snapshot = relay.snapshot();
+                if (admin) snapshot.adminRequests = admin->requestCounts();
+                return snapshot;
+            });
+        }
+        serveSignals(relay, config, reloader);
+        metrics.reset();  // before the relay its scrapes read
+        admin.reset();
         logInfo("stopped");
         return 0;
     } catch (const std::exception& error) {

@@ -225,5 +225,132 @@ TEST(RelayResetTest, UpstreamResetClosesClient) {
     EXPECT_TRUE(relayStillWorks(port, 62)) << daemon.why(20);
 }
 
+// An upstream that never completes the handshake (its accept queue is full, so the kernel drops
+// the SYNs): --connect-timeout-ms bounds the wait, then the next upstream is tried; with none
+// left the client is closed.
+TEST(RelayUpstreamFailureTest, ConnectTimeoutMovesOnOrClosesClient) {
+    uint16_t blackholePort = 0;
+    UniqueFd blackhole = listenTcp(blackholePort, false, /*backlog=*/0);
+    std::vector<UniqueFd> fillers;
+    for (int i = 0; i < 4; ++i) {  // fill the accept queue; later SYNs are dropped
+        int error = 0;
+        UniqueFd fd = connectTcp(blackholePort, error, milliseconds(200));
+        if (fd) fillers.push_back(std::move(fd));
+    }
+    {
+        int error = 0;
+        UniqueFd probe = connectTcp(blackholePort, error, milliseconds(300));
+        if (probe || error != ETIMEDOUT) {
+            GTEST_SKIP() << "this kernel does not drop SYNs to a full accept queue (connect: "
+                         << (probe ? "succeeded" : std::strerror(error))
+                         << "); cannot make a silent upstream on loopback";
+        }
+    }
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer live(duplexUpstream(board, milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    uint16_t lonePort = pickFreePort();
+    TempDir configDir;
+    std::string config = configDir.write(
+        "splicegate.conf", routeSection("lone", loopback(lonePort), {loopback(blackholePort)}));
+    Daemon daemon(relayArgs(port, {loopback(blackholePort), live.address()},
+                            {"--connect-timeout-ms", "300", "--config", config}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(lonePort)) << daemon.why();
+
+    // Two connections: the round robin starts one of them on the silent upstream.
+    std::vector<ClientRun> runs;
+    for (uint64_t id : {300, 301}) {
+        auto started = Clock::now();
+        runs.push_back(duplexClient(port, id, 256 * 1024, 256 * 1024, milliseconds(10000)));
+        auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
+        EXPECT_LT(took, 3000) << "connection " << id << " took " << took << " ms";
+    }
+    EXPECT_TRUE(duplexMatches(runs, *board, 256 * 1024, 256 * 1024)) << daemon.why(20);
+
+    int error = 0;
+    UniqueFd client = connectTcp(lonePort, error);
+    ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
+    auto started = Clock::now();
+    PeerClose end = waitPeerClose(client.get(), deadlineIn(milliseconds(3000)));
+    auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
+    EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
+        << "with its only upstream silent and --connect-timeout-ms 300 the client saw "
+        << toString(end) << " after " << took << " ms" << daemon.why(20);
+    EXPECT_FALSE(grepLines(daemon.log(), std::to_string(blackholePort)).empty())
+        << "the log does not name the upstream that timed out" << daemon.why();
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+// --max-connections 4: the 5th concurrent client is closed without reaching the upstream; once
+// one closes, a new client gets through again.
+TEST(RelayLimitTest, MaxConnectionsRefusesBeyondTheLimit) {
+    constexpr std::size_t kLimit = 4;
+    TestServer upstream(echoUpstream(milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}, {"--max-connections", "4"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    std::vector<UniqueFd> held;
+    for (std::size_t i = 0; i < kLimit; ++i) {
+        int error = 0;
+        held.push_back(connectTcp(port, error));
+        ASSERT_TRUE(held.back()) << std::strerror(error) << daemon.why();
+        ASSERT_TRUE(echoRoundTrip(held.back().get(), 400 + i, 4096, milliseconds(5000)))
+            << "connection " << i << " of " << kLimit << " allowed" << daemon.why(20);
+    }
+    ASSERT_TRUE(upstream.waitAccepted(kLimit, deadlineIn(milliseconds(2000))));
+    {
+        int error = 0;
+        UniqueFd extra = connectTcp(port, error);
+        if (extra) {  // the kernel may complete the handshake; the daemon must then close it
+            PeerClose end = waitPeerClose(extra.get(), deadlineIn(milliseconds(3000)));
+            EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
+                << "connection beyond --max-connections: " << toString(end) << daemon.why(20);
+        }
+        std::this_thread::sleep_for(milliseconds(100));
+        EXPECT_EQ(upstream.acceptedCount(), kLimit)
+            << "the connection beyond the limit reached the upstream";
+    }
+    held.front().reset();  // orderly close frees a place
+    std::this_thread::sleep_for(milliseconds(200));
+    Deadline deadline = deadlineIn(milliseconds(3000));
+    bool servedAgain = false;
+    while (!servedAgain && Clock::now() < deadline) {
+        int error = 0;
+        UniqueFd again = connectTcp(port, error);
+        servedAgain = again && echoRoundTrip(again.get(), 410, 4096, milliseconds(2000));
+        if (!servedAgain) std::this_thread::sleep_for(milliseconds(100));
+    }
+    EXPECT_TRUE(servedAgain) << "no new connection served after one of the " << kLimit
+                             << " closed" << daemon.why(20);
+}
+
+// --idle-timeout-ms 400: a silent connection is closed at both ends; one that keeps talking is
+// not.
+TEST(RelayLimitTest, IdleTimeoutClosesOnlySilentConnections) {
+    TestServer upstream(echoUpstream(milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}, {"--idle-timeout-ms", "400"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    int error = 0;
+    UniqueFd silent = connectTcp(port, error);
+    ASSERT_TRUE(silent) << std::strerror(error);
+    UniqueFd busy = connectTcp(port, error);
+    ASSERT_TRUE(busy) << std::strerror(error);
+    auto started = Clock::now();
+    for (int i = 0; i < 15; ++i) {  // 1.5 s of traffic every 100 ms
+        ASSERT_TRUE(echoRoundTrip(busy.get(), 500 + static_cast<uint64_t>(i), 1000,
+                                  milliseconds(2000)))
+            << "busy connection broken after " << i * 100 << " ms" << daemon.why(20);
+        std::this_thread::sleep_for(milliseconds(100));
+    }
+    PeerClose end = waitPeerClose(silent.get(), deadlineIn(milliseconds(500)));
+    auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
+    EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
+        << "silent connection still open " << took << " ms after it went idle (--idle-timeout-ms "
+                                                       "400)"
+        << daemon.why(20);
+}
+
 }  // namespace
 }  // namespace splicegate::test

@@ -328,6 +328,24 @@ TEST(RelayDrainTest, DrainTimeoutClosesIdleConnection) {
     EXPECT_NE(upstreamEnd, PeerClose::Timeout) << "upstream connection not closed by the drain";
 }
 
+// SIGINT drains like SIGTERM.
+TEST(RelayDrainTest, SigintAlsoDrainsAndExitsZero) {
+    TestServer upstream(echoUpstream(milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}, {"--drain-timeout-ms", "300"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << std::strerror(error);
+    ASSERT_TRUE(echoRoundTrip(client.get(), 95, 64 * 1024, milliseconds(5000))) << daemon.why();
+    daemon.signal(SIGINT);
+    auto status = daemon.waitExit(milliseconds(2500));
+    ASSERT_TRUE(status) << "daemon still running 2.5 s after SIGINT (--drain-timeout-ms 300)"
+                        << daemon.why();
+    EXPECT_TRUE(status->isExit(0)) << status->describe() << daemon.why();
+    EXPECT_NE(waitPeerClose(client.get(), deadlineIn(milliseconds(1000))), PeerClose::Timeout);
+}
+
 // Config-file reloads on SIGHUP. The established connection is an echo round trip each time.
 class RelayReloadTest : public ::testing::Test {
 protected:
@@ -435,6 +453,33 @@ TEST_F(RelayReloadTest, SighupChangesUpstreamForNewConnectionsOnly) {
                           << daemon.why(20);
     EXPECT_TRUE(echoRoundTrip(established.get(), 93, 2 * kMiB, milliseconds(10000)))
         << "the connection established before the change stopped relaying" << daemon.why(20);
+}
+
+// A config file that no longer parses: SIGHUP must keep the running configuration (and say why
+// in the log) instead of dying or dropping routes.
+TEST_F(RelayReloadTest, SighupWithBrokenConfigKeepsRunningConfig) {
+    std::string config = writeConfig(first(echoA_));
+    Daemon daemon({"--config", config, "--workers", "2"});
+    ASSERT_TRUE(daemon.waitReady(portFirst_)) << daemon.why();
+    UniqueFd established = open(portFirst_, daemon);
+    ASSERT_TRUE(established);
+    ASSERT_TRUE(echoRoundTrip(established.get(), 96, 64 * 1024, milliseconds(5000)));
+
+    writeConfig(first(echoA_) + "bogus_reload_key = 1\n");
+    daemon.signal(SIGHUP);
+    Deadline deadline = deadlineIn(milliseconds(3000));
+    while (grepLines(daemon.log(), "bogus_reload_key").empty() && Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    EXPECT_FALSE(grepLines(daemon.log(), "bogus_reload_key").empty())
+        << "the log does not name the bad key after SIGHUP" << daemon.why();
+    ASSERT_TRUE(daemon.running()) << "a bad config on SIGHUP killed the daemon" << daemon.why();
+    EXPECT_TRUE(isListening(portFirst_)) << "a bad config on SIGHUP dropped the running routes";
+    UniqueFd fresh = open(portFirst_, daemon);
+    ASSERT_TRUE(fresh);
+    EXPECT_TRUE(echoRoundTrip(fresh.get(), 97, 256 * 1024, milliseconds(5000))) << daemon.why(20);
+    EXPECT_TRUE(echoRoundTrip(established.get(), 98, 256 * 1024, milliseconds(5000)))
+        << daemon.why(20);
 }
 
 // --- Start-up input ---

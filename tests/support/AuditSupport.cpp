@@ -15,10 +15,12 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "tests/support/PatternStream.h"
 #include "tests/support/Sha256.h"
+#include "tests/support/Traffic.h"
 
 namespace splicegate::test {
 namespace {
@@ -278,17 +280,10 @@ std::string CheckedReceive::describe() const {
 
 namespace {
 
-// Receives and checks; `generator` is created lazily by `makeGenerator` once `prefixNeeded`
-// bytes are in (0: at once).
-template <typename OnPrefix>
-CheckedReceive receiveLoop(int fd, Deadline deadline, std::size_t prefixNeeded, OnPrefix onPrefix) {
+CheckedReceive receiveLoop(int fd, Deadline deadline, ExpectedGenerator& generator) {
     CheckedReceive result;
     std::vector<uint8_t> buffer(256 * 1024);
     std::vector<uint8_t> want(buffer.size());
-    uint8_t prefix[16];
-    std::size_t prefixHave = 0;
-    std::unique_ptr<ExpectedGenerator> generator;
-    if (prefixNeeded == 0) generator = onPrefix(prefix);
     for (;;) {
         ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
         if (n == 0) {
@@ -308,16 +303,13 @@ CheckedReceive receiveLoop(int fd, Deadline deadline, std::size_t prefixNeeded, 
             break;
         }
         auto size = static_cast<std::size_t>(n);
-        std::size_t start = 0;
-        while (prefixHave < prefixNeeded && start < size) prefix[prefixHave++] = buffer[start++];
-        if (!generator && prefixHave == prefixNeeded) generator = onPrefix(prefix);
-        if (generator && start < size && result.matches) {
-            generator->fill(want.data(), size - start);
-            if (std::memcmp(buffer.data() + start, want.data(), size - start) != 0) {
+        if (result.matches) {
+            generator.fill(want.data(), size);
+            if (std::memcmp(buffer.data(), want.data(), size) != 0) {
                 std::size_t i = 0;
-                while (buffer[start + i] == want[i]) ++i;
+                while (buffer[i] == want[i]) ++i;
                 result.matches = false;
-                result.firstMismatch = result.bytes + start + i;
+                result.firstMismatch = result.bytes + i;
             }
         }
         result.bytes += size;
@@ -329,25 +321,67 @@ CheckedReceive receiveLoop(int fd, Deadline deadline, std::size_t prefixNeeded, 
 }  // namespace
 
 CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline) {
-    return receiveLoop(fd, deadline, 0, [&](const uint8_t*) {
-        return std::make_unique<ExpectedGenerator>(expected);
-    });
+    ExpectedGenerator generator(expected);
+    return receiveLoop(fd, deadline, generator);
 }
 
-CheckedReceive receiveWithHeader(int fd, uint64_t (*seedOf)(uint64_t id), StreamHeader& header,
-                                 bool& gotHeader, Deadline deadline) {
-    gotHeader = false;
-    return receiveLoop(fd, deadline, 16, [&](const uint8_t* bytes) {
-        header = {};
-        for (int i = 0; i < 8; ++i) {
-            header.id |= static_cast<uint64_t>(bytes[i]) << (8 * i);
-            header.size |= static_cast<uint64_t>(bytes[8 + i]) << (8 * i);
-        }
-        gotHeader = true;
-        ExpectedStream stream;
-        stream.seed = seedOf(header.id);
-        return std::make_unique<ExpectedGenerator>(stream);
+TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
+                                    SendOptions u2cOptions) {
+    return [board, timeout, u2cOptions](int fd, std::size_t) {
+        Deadline deadline = deadlineIn(timeout);
+        CheckedUpstreamSide side;
+        int error = 0;
+        if (!recvHeader(fd, side.header, deadline, error)) return;
+        side.headerAt = Clock::now();
+        std::thread sender([&] {
+            side.u2cSent = sendPattern(fd, u2cSeed(side.header.id), side.header.size, deadline,
+                                       u2cOptions);
+        });
+        side.c2u = receiveChecked(fd, ExpectedStream{std::nullopt, c2uSeed(side.header.id)}, deadline);
+        sender.join();
+        board->put(side.header.id, std::move(side));
+    };
+}
+
+std::string CheckedClient::describe() const {
+    std::ostringstream out;
+    out << "client " << id << " (port " << port << "): ";
+    if (connectError != 0) return out.str() + "connect failed: " + std::strerror(connectError);
+    if (headerError != 0) return out.str() + "header send failed (" + std::to_string(headerError) + ")";
+    out << "c2u sent " << c2uSent.describe() << " of " << c2uSize << "; u2c received "
+        << u2c.describe() << " of " << u2cSize;
+    return out.str();
+}
+
+void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds timeout,
+                      SendOptions c2uOptions) {
+    Deadline deadline = deadlineIn(timeout);
+    UniqueFd fd = connectTcp(relayPort, client.connectError);
+    if (!fd) return;
+    client.port = localPort(fd.get());
+    if (!sendHeader(fd.get(), StreamHeader{client.id, client.u2cSize}, deadline, client.headerError))
+        return;
+    std::thread sender([&] {
+        client.c2uSent = sendPattern(fd.get(), c2uSeed(client.id), client.c2uSize, deadline, c2uOptions);
     });
+    client.u2c = receiveChecked(fd.get(), u2cStreamOf(client), deadline);
+    sender.join();
+}
+
+void runCheckedClients(uint16_t relayPort, std::vector<CheckedClient>& clients, milliseconds timeout,
+                       SendOptions c2uOptions) {
+    std::vector<std::thread> threads;
+    threads.reserve(clients.size());
+    for (auto& client : clients)
+        threads.emplace_back([&, c = &client] { runCheckedClient(relayPort, *c, timeout, c2uOptions); });
+    for (auto& thread : threads) thread.join();
+}
+
+ExpectedStream c2uStreamOf(const CheckedClient& client) {
+    return ExpectedStream{StreamHeader{client.id, client.u2cSize}, c2uSeed(client.id)};
+}
+ExpectedStream u2cStreamOf(const CheckedClient& client) {
+    return ExpectedStream{std::nullopt, u2cSeed(client.id)};
 }
 
 ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {

@@ -14,12 +14,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
 
 namespace splicegate::test {
 
@@ -100,12 +102,53 @@ struct CheckedReceive {
     Timeline timeline;
     std::string describe() const;
 };
-// Receives until EOF, an error or the deadline. When `readHeader` is set the first 16 bytes are
-// decoded into `header` (the receiver learns the seed from it through `seedOf(header.id)`);
-// they count as stream bytes.
+// Receives until EOF, an error or the deadline, checking each byte against `expected`.
 CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline);
-CheckedReceive receiveWithHeader(int fd, uint64_t (*seedOf)(uint64_t id), StreamHeader& header,
-                                 bool& gotHeader, Deadline deadline);
+
+// A "checked duplex" connection (the duplex protocol of tests/support/Traffic.h, both ends
+// checking every byte and recording arrival times). The client connects, sends StreamHeader
+// {id, u2cSize}, then streams c2uSize bytes of PatternStream(c2uSeed(id)) (SHUT_WR at the end
+// unless the options say otherwise) while receiving u2c; the upstream reads the header and
+// streams u2cSize bytes of PatternStream(u2cSeed(id)) while receiving c2u.
+struct CheckedUpstreamSide {
+    StreamHeader header;
+    Clock::time_point headerAt;
+    CheckedReceive c2u;  // after the header
+    StreamResult u2cSent;
+    // Bytes of the c2u stream (header included) received, and when byte i of it arrived.
+    uint64_t c2uStreamBytes() const { return 16 + c2u.bytes; }
+    std::optional<Clock::time_point> c2uArrival(uint64_t i) const {
+        return i < 16 ? std::optional<Clock::time_point>(headerAt) : c2u.timeline.arrivalOf(i - 16);
+    }
+};
+using CheckedBoard = ResultBoard<uint64_t, CheckedUpstreamSide>;
+TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
+                                    SendOptions u2cOptions = {});
+
+struct CheckedClient {
+    uint64_t id = 0;
+    uint64_t c2uSize = 0;
+    uint64_t u2cSize = 0;
+    uint16_t port = 0;  // local port, as the audit log's client address shows it
+    int connectError = 0;
+    int headerError = 0;
+    StreamResult c2uSent;  // header not included
+    CheckedReceive u2c;
+    // Sent and received everything, byte-exact, EOF seen.
+    bool complete() const {
+        return connectError == 0 && headerError == 0 && c2uSent.ok() && c2uSent.bytes == c2uSize &&
+               u2c.matches && u2c.eof && u2c.error == 0 && u2c.bytes == u2cSize;
+    }
+    std::string describe() const;
+};
+void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds timeout,
+                      SendOptions c2uOptions = {});
+// Runs every client on its own thread and waits for all.
+void runCheckedClients(uint16_t relayPort, std::vector<CheckedClient>& clients, milliseconds timeout,
+                       SendOptions c2uOptions = {});
+// The c2u stream a checked client sends (header then pattern), and the u2c stream it receives.
+ExpectedStream c2uStreamOf(const CheckedClient& client);
+ExpectedStream u2cStreamOf(const CheckedClient& client);
 
 // Sets an environment variable for the life of the object (restoring the old value).
 class ScopedEnv {

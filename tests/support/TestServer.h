@@ -78,6 +78,12 @@ public:
         std::unique_lock lock(mutex_);
         return changed_.wait_until(lock, deadline, [&] { return values_.size() >= count; });
     }
+    // Waits until `done(values)` holds (called under the lock with the current values).
+    template <typename Predicate>
+    bool waitUntil(Predicate done, Deadline deadline) const {
+        std::unique_lock lock(mutex_);
+        return changed_.wait_until(lock, deadline, [&] { return done(values_); });
+    }
     std::vector<std::pair<Key, Value>> snapshot() const {
         std::lock_guard lock(mutex_);
         return values_;

@@ -54,7 +54,18 @@ std::vector<ClientRun> duplexClients(uint16_t port, std::size_t count, uint64_t 
 
 ::testing::AssertionResult duplexMatches(const std::vector<ClientRun>& clients,
                                          const DuplexBoard& board, uint64_t c2uSize,
-                                         uint64_t u2cSize) {
+                                         uint64_t u2cSize, milliseconds wait) {
+    board.waitUntil(
+        [&](const std::vector<std::pair<uint64_t, DuplexResult>>& values) {
+            for (const auto& run : clients) {
+                if (run.connectError != 0 || run.headerError != 0) continue;
+                bool found = false;
+                for (const auto& value : values) found = found || value.first == run.id;
+                if (!found) return false;
+            }
+            return true;
+        },
+        deadlineIn(wait));
     std::map<uint64_t, DuplexResult> upstream;
     for (auto& [id, result] : board.snapshot()) upstream[id] = result;
     // Expected digests, computed independently of both ends (cached per size/seed pair).

@@ -48,10 +48,11 @@ std::vector<ClientRun> duplexClients(uint16_t port, std::size_t count, uint64_t 
 
 // Checks every client run against the upstream board: connect ok, both directions complete
 // (all bytes, EOF) and SHA-256 equal at both ends, and equal to the independently computed
-// pattern digest. The message names each mismatch.
+// pattern digest. The message names each mismatch. First waits up to `wait` for the upstream to
+// record every client id whose connect succeeded.
 ::testing::AssertionResult duplexMatches(const std::vector<ClientRun>& clients,
                                          const DuplexBoard& board, uint64_t c2uSize,
-                                         uint64_t u2cSize);
+                                         uint64_t u2cSize, milliseconds wait = milliseconds(5000));
 
 // Echo: writes back everything it reads; SHUT_WR after EOF.
 TestServer::Handler echoUpstream(milliseconds timeout);

@@ -404,11 +404,11 @@ TEST(AuditReaderTest, VerifyDetectsOverlappingChunks) {
     segment.open(1);
     segment.open(2);
     segment.chunk(1, kDirectionC2U, "0123456789");
-    auto bad = segment.chunkAt(2, kDirectionU2C, 4, 8);
+    auto bad = segment.chunkAt(2, kDirectionU2C, 2, 7);
     segment.close(1, 10, 0);
-    segment.close(2, 0, 4);
+    segment.close(2, 0, 2);
     segment.write();
-    expectOneProblem(dir.path(), segment.indexPath(), bad, "overlaps data bytes 8..10");
+    expectOneProblem(dir.path(), segment.indexPath(), bad, "overlaps data bytes 7..9");
 }
 
 TEST(AuditReaderTest, VerifyDetectsAChunkPastTheDataEnd) {

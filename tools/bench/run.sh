@@ -144,6 +144,14 @@ fi
 WORK=$(mktemp -d /tmp/splicegate-bench.XXXXXX)
 RAW=$WORK/raw.tsv
 : >"$RAW"
+# Snapshot the daemon: a rebuild of build/bin during the run must not mix two versions.
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git -C "$ROOT" status --porcelain 2>/dev/null) ]]; then COMMIT="$COMMIT + uncommitted changes"; fi
+if [[ -x $SPLICEGATE ]]; then
+    cp "$SPLICEGATE" "$WORK/splicegate"
+    SPLICEGATE_ORIGIN="$SPLICEGATE, sha256 $(sha256sum "$SPLICEGATE" | cut -c1-12), work tree at $COMMIT when the run began"
+    SPLICEGATE=$WORK/splicegate
+fi
 PIDS=()
 FAILED=0
 cleanup() {
@@ -348,12 +356,10 @@ ELAPSED=$(($(date +%s) - START))
 # ---- report -----------------------------------------------------------------------------------
 DATE=$(date -u +%Y-%m-%d-%H%M)
 OUT=${OUT:-$HERE/results-$DATE.md}
-SG_VERSION="not measured"
+SG_VERSION="not measured" SPLICEGATE_ORIGIN=${SPLICEGATE_ORIGIN:-none}
 if [[ " ${SELECTED[*]} " == *" splicegate-"* ]]; then
     SG_VERSION=$("$SPLICEGATE" --version 2>&1 | head -n 1 || true)
 fi
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n $(git -C "$ROOT" status --porcelain 2>/dev/null) ]]; then COMMIT="$COMMIT (+ uncommitted changes)"; fi
 CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 PARTY_LIST=$(IFS=,; echo "${SELECTED[*]}")
 {
@@ -363,9 +369,9 @@ PARTY_LIST=$(IFS=,; echo "${SELECTED[*]}")
     echo
     echo "- Machine: $(nproc) CPUs ($CPU_MODEL), kernel $(uname -r); load generators, upstream"
     echo "  servers and the relay share these CPUs. Loopback inside one private network namespace."
-    echo "- Relays: splicegate \`$SG_VERSION\` (commit $COMMIT), \`--workers 2\`, audit, admin and"
-    echo "  metrics off; $(haproxy -v 2>/dev/null | head -n 1 | cut -d' ' -f1-3), \`nbthread 2\`"
-    echo "  (tools/bench/haproxy-*.cfg)."
+    echo "- Relays: splicegate \`$SG_VERSION\` ($SPLICEGATE_ORIGIN), \`--workers 2\`, audit,"
+    echo "  admin and metrics off; $(haproxy -v 2>/dev/null | head -n 1 | cut -d' ' -f1-3),"
+    echo "  \`nbthread 2\` (tools/bench/haproxy-*.cfg)."
     echo "- $RUNS run(s), medians; windows of ${DURATION} s after ${WARMUP} s warm-up; bulk direction"
     echo "  \`$DIRECTION\` ($([[ $DIRECTION == down ]] && echo "upstream to client" || echo "client to upstream"));"
     echo "  rr 64 B x 64 connections; churn 32 in flight, 1 KiB each way; idle $IDLE_CONNS connections"

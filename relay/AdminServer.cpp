@@ -1,0 +1,885 @@
+#include "relay/AdminServer.h"
+
+#include <grp.h>
+#include <liburing.h>
+#include <pwd.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "common/UniqueFd.h"
+#include "proto/ProtocolVersion.h"
+#include "relay/AdminFraming.h"
+
+namespace splicegate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr unsigned kRingEntries = 256;
+constexpr unsigned kCqEntries = 4096;
+// Provided buffer ring (NOTES.md 6): admin messages are small, so a few hundred pages serve
+// every peer; running dry only costs an -ENOBUFS and a re-arm.
+constexpr unsigned kBufferSize = 4096;
+constexpr std::uint16_t kBufferGroup = 0;
+// Output bound per peer: past the high-water mark its requests are not processed and its
+// receive is cancelled until the output is below the low-water mark. One response may exceed it.
+constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
+constexpr std::size_t kOutputLowWater = std::size_t{256} << 10;
+// Input held per peer: complete frames waiting for a paused peer plus the partial one.
+constexpr std::size_t kMaxBufferedInput = 2 * admin::kMaxFrameBytes + 64 * 1024;
+constexpr std::uint32_t kMaxSlots = (1u << 24) - 1;
+constexpr unsigned kHostileLogLinesPerSecond = 20;
+
+enum class Op : std::uint8_t { Accept = 1, Recv = 2, Send = 3, Cancel = 4, Wake = 5 };
+
+constexpr std::uint64_t makeTag(Op op, std::uint32_t slot, std::uint32_t generation) noexcept {
+    return (static_cast<std::uint64_t>(op) << 56) | (static_cast<std::uint64_t>(slot) << 32) |
+           generation;
+}
+constexpr Op tagOp(std::uint64_t tag) noexcept { return static_cast<Op>(tag >> 56); }
+constexpr std::uint32_t tagSlot(std::uint64_t tag) noexcept {
+    return static_cast<std::uint32_t>((tag >> 32) & kMaxSlots);
+}
+constexpr std::uint32_t tagGeneration(std::uint64_t tag) noexcept {
+    return static_cast<std::uint32_t>(tag);
+}
+
+struct GroupInfo {
+    gid_t gid = 0;
+    std::string name;
+};
+
+// Resolves --admin-group by name (or a numeric gid). Empty: root only.
+GroupInfo resolveGroup(const std::string& name, const std::string& path) {
+    GroupInfo info;
+    if (name.empty()) {
+        info.name = "root";
+        return info;
+    }
+    std::vector<char> buffer(16384);
+    struct group grp {};
+    struct group* found = nullptr;
+    int rc = 0;
+    while ((rc = getgrnam_r(name.c_str(), &grp, buffer.data(), buffer.size(), &found)) ==
+           ERANGE) {
+        buffer.resize(buffer.size() * 2);
+    }
+    if (found == nullptr) {
+        unsigned long numeric = 0;
+        auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), numeric);
+        if (ec == std::errc() && end == name.data() + name.size()) {
+            while ((rc = getgrgid_r(static_cast<gid_t>(numeric), &grp, buffer.data(),
+                                    buffer.size(), &found)) == ERANGE) {
+                buffer.resize(buffer.size() * 2);
+            }
+        }
+    }
+    if (found == nullptr) {
+        throw UsageError("--admin-group '" + name + "': no such group" +
+                         (rc != 0 ? " (" + errnoText(rc) + ")" : std::string()) +
+                         " (the admin socket " + path +
+                         " is shared with that group; create it or choose another)");
+    }
+    info.gid = found->gr_gid;
+    info.name = found->gr_name;
+    return info;
+}
+
+sockaddr_un unixAddress(const std::string& path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.empty()) throw UsageError("admin socket path is empty");
+    if (path.size() >= sizeof(address.sun_path)) {
+        throw UsageError("admin socket path '" + path + "' is longer than " +
+                         std::to_string(sizeof(address.sun_path) - 1) + " bytes");
+    }
+    if (path.find('\0') != std::string::npos) {
+        throw UsageError("admin socket path contains a NUL byte");
+    }
+    std::memcpy(address.sun_path, path.data(), path.size());
+    return address;
+}
+
+// A socket file left behind by a dead daemon is removed; one somebody listens on, or anything
+// that is not a socket, is left alone and reported.
+void removeStaleSocket(const std::string& path, const sockaddr_un& address) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return;
+        throwErrno(errno, "admin socket " + path + ": lstat");
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        throw UsageError("admin socket " + path +
+                         " exists and is not a socket; refusing to replace it");
+    }
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    checkSys(probe.get(), "admin socket " + path + ": socket");
+    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) ==
+            0 ||
+        errno == EAGAIN || errno == EINPROGRESS) {
+        throwErrno(EADDRINUSE, "admin socket " + path +
+                                   ": another process is listening on it (is splicegate "
+                                   "already running?)");
+    }
+    if (errno != ECONNREFUSED) throwErrno(errno, "admin socket " + path + ": probing it");
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        throwErrno(errno, "admin socket " + path + ": removing the stale socket file");
+    }
+    logInfo("admin socket ", path, ": removed a stale socket file");
+}
+
+// Is `uid` (with primary gid `gid` from SO_PEERCRED) root or a member of `allowed`?
+bool peerAllowed(uid_t uid, gid_t gid, gid_t allowed, bool rootOnly) {
+    if (uid == 0) return true;
+    if (rootOnly) return false;
+    if (gid == allowed) return true;
+    std::vector<char> buffer(16384);
+    passwd pw{};
+    passwd* found = nullptr;
+    while (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) == ERANGE) {
+        buffer.resize(buffer.size() * 2);
+    }
+    if (found == nullptr) return false;
+    if (found->pw_gid == allowed) return true;
+    int count = 64;
+    std::vector<gid_t> groups(static_cast<std::size_t>(count));
+    for (int attempt = 0; attempt < 8; ++attempt) {
+        int wanted = static_cast<int>(groups.size());
+        if (getgrouplist(found->pw_name, found->pw_gid, groups.data(), &wanted) >= 0) {
+            groups.resize(static_cast<std::size_t>(wanted));
+            return std::find(groups.begin(), groups.end(), allowed) != groups.end();
+        }
+        groups.resize(static_cast<std::size_t>(std::max(wanted, count * 2)));
+        count = static_cast<int>(groups.size());
+    }
+    return false;
+}
+
+struct Peer {
+    UniqueFd fd;
+    std::uint32_t slot = 0;
+    std::uint32_t generation = 0;
+    std::uint64_t id = 0;
+    uid_t uid = 0;
+    pid_t pid = 0;
+    admin::FrameAssembler frames{admin::kMaxFrameBytes, kMaxBufferedInput};
+
+    std::deque<std::string> output;  // encoded responses; the front one is being sent
+    std::size_t outputOffset = 0;    // bytes of output.front() already sent
+    std::size_t outputBytes = 0;     // unsent bytes in all of output
+
+    bool recvArmed = false;    // a multishot recv is in the kernel
+    bool sendInFlight = false;
+    bool rearmQueued = false;  // on the re-arm list of this loop iteration
+    bool paused = false;       // output over the high-water mark: not reading
+    bool eof = false;          // the peer shut its side
+    bool closeAfterFlush = false;
+    bool closing = false;      // cancelled; freed once nothing is in flight
+    bool cancelledRecv = false;
+    bool cancelledSend = false;
+
+    bool frameTimer = false;   // a frame has begun and is incomplete
+    Clock::time_point frameStarted;
+    std::uint64_t framesSeen = 0;  // frames.framesCompleted() at the last feed
+    Clock::time_point lastSendProgress;
+
+    bool wantsInput() const noexcept { return !closing && !closeAfterFlush && !eof && !paused; }
+    bool idle() const noexcept { return !recvArmed && !sendInFlight; }
+};
+
+// Owns the mapping of the provided buffer ring and the buffers it lends.
+struct BufferRing {
+    unsigned count = 0;  // a power of two
+    io_uring_buf_ring* ring = nullptr;
+    std::size_t ringBytes = 0;
+    std::vector<char> buffers;
+    bool registered = false;
+
+    BufferRing() = default;
+    BufferRing(const BufferRing&) = delete;
+    BufferRing& operator=(const BufferRing&) = delete;
+    ~BufferRing() {
+        if (ring != nullptr) ::munmap(ring, ringBytes);
+    }
+    char* buffer(unsigned id) noexcept { return buffers.data() + std::size_t{id} * kBufferSize; }
+    void recycle(unsigned id) noexcept {
+        io_uring_buf_ring_add(ring, buffer(id), kBufferSize, static_cast<unsigned short>(id),
+                              io_uring_buf_ring_mask(count), 0);
+        io_uring_buf_ring_advance(ring, 1);
+    }
+};
+
+struct RingOwner {
+    io_uring ring{};
+    bool initialized = false;
+    RingOwner() = default;
+    RingOwner(const RingOwner&) = delete;
+    RingOwner& operator=(const RingOwner&) = delete;
+    ~RingOwner() {
+        if (initialized) io_uring_queue_exit(&ring);
+    }
+};
+
+// The bound socket file; removed on destruction only if it is still the one we created.
+struct SocketFile {
+    std::string path;
+    dev_t device = 0;
+    ino_t inode = 0;
+    bool owned = false;
+    SocketFile() = default;
+    SocketFile(const SocketFile&) = delete;
+    SocketFile& operator=(const SocketFile&) = delete;
+    ~SocketFile() {
+        struct stat st {};
+        if (owned && ::lstat(path.c_str(), &st) == 0 && st.st_dev == device &&
+            st.st_ino == inode) {
+            ::unlink(path.c_str());
+        }
+    }
+};
+
+}  // namespace
+
+struct AdminServer::Impl {
+    Impl(AdminServerOptions opts, AdminHandler& h);
+
+    void run() noexcept;
+    void loop();
+    io_uring_sqe* sqe();
+    void armAccept();
+    void armWake();
+    void armRecv(Peer& peer);
+    void submitSend(Peer& peer);
+    void cancelOp(Op op, const Peer& peer);
+
+    void onAccept(const io_uring_cqe& cqe);
+    void onRecv(Peer* peer, const io_uring_cqe& cqe);
+    void onSend(Peer& peer, int result);
+    void acceptPeer(int fd);
+    void refuseNow(int fd, admin::ErrorCode code, const std::string& message);
+
+    void feed(Peer& peer, const char* data, std::size_t size);
+    void processFrames(Peer& peer, bool ignoreHighWater);
+    void queueOutput(Peer& peer, std::string bytes);
+    void failPeer(Peer& peer, const std::string& result, const std::string& problem);
+    void stopReading(Peer& peer);
+    void finishIfDone(Peer& peer);
+    void beginClose(Peer& peer);
+    void reap();
+    Peer* peerFor(std::uint64_t tag) noexcept;
+    int checkTimers(Clock::time_point now);
+
+    void count(const std::string& command, const std::string& result);
+    bool allowHostileLog();
+
+    AdminServerOptions options;
+    AdminHandler& handler;
+    admin::RequestHandlerFn handle;
+    GroupInfo group;
+    bool rootOnly = false;
+
+    SocketFile socketFile;
+    UniqueFd listenFd;
+    BufferRing buffers;  // unmapped after the ring is gone
+    RingOwner ring;
+    UniqueFd wakeFd;
+    std::uint64_t wakeValue = 0;
+
+    std::vector<std::unique_ptr<Peer>> slots;
+    std::vector<std::uint32_t> generations;
+    std::vector<std::uint32_t> freeSlots;
+    std::size_t peerCount = 0;
+    std::uint64_t nextPeerId = 1;
+    std::vector<Peer*> rearm;
+    std::vector<Peer*> closing;
+    bool acceptArmed = false;
+    bool acceptBackoff = false;
+    Clock::time_point acceptRetryAt;
+
+    std::atomic<bool> stopping{false};
+    std::atomic<std::uint64_t> noBuffers{0};
+    std::thread thread;
+    bool started = false;
+
+    mutable std::mutex countsMutex;
+    std::map<std::pair<std::string, std::string>, std::uint64_t> counts;
+
+    Clock::time_point logWindow;
+    unsigned logLinesInWindow = 0;
+    std::uint64_t logSuppressed = 0;
+};
+
+AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
+    : options(std::move(opts)), handler(h) {
+    handle = [this](const admin::Request& request) { return handler.handle(request); };
+    const std::string& path = options.socketPath;
+    options.maxPeers = std::clamp(options.maxPeers, 1u, kMaxSlots);
+    if (options.stallTimeoutMs == 0) options.stallTimeoutMs = 1;
+    sockaddr_un address = unixAddress(path);
+    group = resolveGroup(options.group, path);
+    rootOnly = options.group.empty();
+
+    removeStaleSocket(path, address);
+    listenFd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    checkSys(listenFd.get(), "admin socket " + path + ": socket");
+    checkSys(::bind(listenFd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+             "admin socket " + path + ": bind");
+    socketFile.path = path;
+    socketFile.owned = true;
+    struct stat st {};
+    checkSys(::lstat(path.c_str(), &st), "admin socket " + path + ": lstat after bind");
+    socketFile.device = st.st_dev;
+    socketFile.inode = st.st_ino;
+    checkSys(::chmod(path.c_str(), 0660), "admin socket " + path + ": chmod 0660");
+    // As root: root:group. As an unprivileged daemon user: keep the owner, set the group (the
+    // user must be a member of it).
+    const uid_t owner = ::geteuid() == 0 ? 0 : static_cast<uid_t>(-1);
+    if (::chown(path.c_str(), owner, group.gid) != 0) {
+        throwErrno(errno, "admin socket " + path + ": chown to group '" + group.name +
+                              "' (--admin-group)");
+    }
+    checkSys(::listen(listenFd.get(), static_cast<int>(std::min(options.maxPeers, 4096u))),
+             "admin socket " + path + ": listen");
+
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
+    params.cq_entries = kCqEntries;
+    checkNeg(io_uring_queue_init_params(kRingEntries, &ring.ring, &params),
+             "admin socket " + path + ": io_uring_queue_init");
+    ring.initialized = true;
+
+    // Buffer ring in our own page-aligned mapping: liburing 2.3 has no io_uring_setup_buf_ring.
+    unsigned count = 1;
+    while (count < std::clamp(options.recvBuffers, 1u, 32768u)) count *= 2;
+    buffers.count = count;
+    buffers.ringBytes = count * sizeof(io_uring_buf);
+    void* mapping = ::mmap(nullptr, buffers.ringBytes, PROT_READ | PROT_WRITE,
+                           MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+    if (mapping == MAP_FAILED) throwErrno(errno, "admin socket " + path + ": mmap buffer ring");
+    buffers.ring = static_cast<io_uring_buf_ring*>(mapping);
+    buffers.buffers.resize(std::size_t{count} * kBufferSize);
+    io_uring_buf_reg registration{};
+    registration.ring_addr = reinterpret_cast<std::uint64_t>(mapping);
+    registration.ring_entries = count;
+    registration.bgid = kBufferGroup;
+    checkNeg(io_uring_register_buf_ring(&ring.ring, &registration, 0),
+             "admin socket " + path + ": io_uring_register_buf_ring (provided buffers, 5.19)");
+    io_uring_buf_ring_init(buffers.ring);
+    for (unsigned id = 0; id < count; ++id) {
+        io_uring_buf_ring_add(buffers.ring, buffers.buffer(id), kBufferSize,
+                              static_cast<unsigned short>(id),
+                              io_uring_buf_ring_mask(count), static_cast<int>(id));
+    }
+    io_uring_buf_ring_advance(buffers.ring, static_cast<int>(count));
+
+    wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
+}
+
+void AdminServer::Impl::count(const std::string& command, const std::string& result) {
+    std::lock_guard lock(countsMutex);
+    ++counts[{command, result}];
+}
+
+// Hostile peers must not be able to flood the log: at most a few lines a second, then a count.
+bool AdminServer::Impl::allowHostileLog() {
+    const auto now = Clock::now();
+    if (now - logWindow >= std::chrono::seconds(1)) {
+        if (logSuppressed > 0) {
+            logWarn("admin socket ", options.socketPath, ": ", logSuppressed,
+                    " more refused or bad admin peers not logged");
+        }
+        logWindow = now;
+        logLinesInWindow = 0;
+        logSuppressed = 0;
+    }
+    if (logLinesInWindow < kHostileLogLinesPerSecond) {
+        ++logLinesInWindow;
+        return true;
+    }
+    ++logSuppressed;
+    return false;
+}
+
+io_uring_sqe* AdminServer::Impl::sqe() {
+    io_uring_sqe* entry = io_uring_get_sqe(&ring.ring);
+    if (entry == nullptr) {
+        int rc = io_uring_submit(&ring.ring);
+        if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) checkNeg(rc, "io_uring_submit");
+        entry = io_uring_get_sqe(&ring.ring);
+        if (entry == nullptr) throwErrno(EBUSY, "io_uring_get_sqe: submission queue full");
+    }
+    return entry;
+}
+
+void AdminServer::Impl::armAccept() {
+    io_uring_sqe* entry = sqe();
+    io_uring_prep_multishot_accept(entry, listenFd.get(), nullptr, nullptr,
+                                   SOCK_CLOEXEC | SOCK_NONBLOCK);
+    io_uring_sqe_set_data64(entry, makeTag(Op::Accept, 0, 0));
+    acceptArmed = true;
+}
+
+void AdminServer::Impl::armWake() {
+    io_uring_sqe* entry = sqe();
+    io_uring_prep_read(entry, wakeFd.get(), &wakeValue, sizeof(wakeValue), 0);
+    io_uring_sqe_set_data64(entry, makeTag(Op::Wake, 0, 0));
+}
+
+void AdminServer::Impl::armRecv(Peer& peer) {
+    io_uring_sqe* entry = sqe();
+    io_uring_prep_recv_multishot(entry, peer.fd.get(), nullptr, 0, 0);
+    entry->flags |= IOSQE_BUFFER_SELECT;
+    entry->buf_group = kBufferGroup;
+    io_uring_sqe_set_data64(entry, makeTag(Op::Recv, peer.slot, peer.generation));
+    peer.recvArmed = true;
+    peer.cancelledRecv = false;
+}
+
+void AdminServer::Impl::submitSend(Peer& peer) {
+    const std::string& front = peer.output.front();
+    io_uring_sqe* entry = sqe();
+    io_uring_prep_send(entry, peer.fd.get(), front.data() + peer.outputOffset,
+                       front.size() - peer.outputOffset, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(entry, makeTag(Op::Send, peer.slot, peer.generation));
+    peer.sendInFlight = true;
+    peer.cancelledSend = false;
+}
+
+void AdminServer::Impl::cancelOp(Op op, const Peer& peer) {
+    io_uring_sqe* entry = sqe();
+    io_uring_prep_cancel64(entry, makeTag(op, peer.slot, peer.generation), 0);
+    io_uring_sqe_set_data64(entry, makeTag(Op::Cancel, 0, 0));
+}
+
+Peer* AdminServer::Impl::peerFor(std::uint64_t tag) noexcept {
+    const std::uint32_t slot = tagSlot(tag);
+    if (slot >= slots.size() || !slots[slot] || generations[slot] != tagGeneration(tag)) {
+        return nullptr;
+    }
+    return slots[slot].get();
+}
+
+void AdminServer::Impl::refuseNow(int fd, admin::ErrorCode code, const std::string& message) {
+    // A fresh socket's buffer takes a small response at once; never wait for it.
+    const std::string bytes = admin::encodeFrame(admin::errorResponse(code, message));
+    [[maybe_unused]] ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::close(fd);
+}
+
+void AdminServer::Impl::onAccept(const io_uring_cqe& cqe) {
+    if ((cqe.flags & IORING_CQE_F_MORE) == 0) acceptArmed = false;
+    if (cqe.res >= 0) {
+        acceptPeer(cqe.res);
+        return;
+    }
+    if (cqe.res == -ECANCELED && stopping) return;
+    // EMFILE, ENFILE, ENOMEM...: keep serving the peers we have, retry shortly.
+    if (allowHostileLog()) {
+        logWarn("admin socket ", options.socketPath, ": accept failed: ", errnoText(-cqe.res));
+    }
+    if (!acceptArmed) {
+        acceptBackoff = true;
+        acceptRetryAt = Clock::now() + milliseconds(100);
+    }
+}
+
+void AdminServer::Impl::acceptPeer(int rawFd) {
+    UniqueFd fd(rawFd);
+    ucred credentials{};
+    socklen_t length = sizeof(credentials);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+        if (allowHostileLog()) {
+            logWarn("admin socket ", options.socketPath,
+                    ": SO_PEERCRED failed, closing the peer: ", errnoText(errno));
+        }
+        count("connect", "refused");
+        return;
+    }
+    if (!peerAllowed(credentials.uid, credentials.gid, group.gid, rootOnly)) {
+        count("connect", "refused");
+        if (allowHostileLog()) {
+            logWarn("admin socket ", options.socketPath, ": refused peer uid ", credentials.uid,
+                    " gid ", credentials.gid, " pid ", credentials.pid, ": not root",
+                    rootOnly ? std::string() : " and not in group '" + group.name + "'");
+        }
+        refuseNow(fd.release(), admin::ERROR_PERMISSION_DENIED,
+                  "permission denied: uid " + std::to_string(credentials.uid) + " is not root" +
+                      (rootOnly ? std::string()
+                                : " and not a member of group '" + group.name + "'") +
+                      " (--admin-group)");
+        return;
+    }
+    if (peerCount >= options.maxPeers) {
+        count("connect", "too_many_peers");
+        if (allowHostileLog()) {
+            logWarn("admin socket ", options.socketPath, ": ", peerCount,
+                    " admin peers already connected; refused uid ", credentials.uid, " pid ",
+                    credentials.pid);
+        }
+        refuseNow(fd.release(), admin::ERROR_FAILED,
+                  "too many admin connections (" + std::to_string(options.maxPeers) +
+                      "); try again later");
+        return;
+    }
+    std::uint32_t slot;
+    if (!freeSlots.empty()) {
+        slot = freeSlots.back();
+        freeSlots.pop_back();
+    } else {
+        slot = static_cast<std::uint32_t>(slots.size());
+        slots.emplace_back();
+        generations.push_back(0);
+    }
+    auto peer = std::make_unique<Peer>();
+    peer->fd = std::move(fd);
+    peer->slot = slot;
+    peer->generation = ++generations[slot];
+    peer->id = nextPeerId++;
+    peer->uid = credentials.uid;
+    peer->pid = credentials.pid;
+    Peer& ref = *peer;
+    slots[slot] = std::move(peer);
+    ++peerCount;
+    logDebug("admin socket: peer ", ref.id, " uid ", ref.uid, " pid ", ref.pid, " connected");
+    armRecv(ref);
+}
+
+void AdminServer::Impl::onRecv(Peer* peer, const io_uring_cqe& cqe) {
+    const bool more = (cqe.flags & IORING_CQE_F_MORE) != 0;
+    if ((cqe.flags & IORING_CQE_F_BUFFER) != 0) {
+        const unsigned id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
+        if (peer != nullptr && cqe.res > 0 && id < buffers.count) {
+            feed(*peer, buffers.buffer(id), static_cast<std::size_t>(cqe.res));
+        }
+        if (id < buffers.count) buffers.recycle(id);
+    }
+    if (peer == nullptr) return;
+    if (!more) peer->recvArmed = false;
+    if (cqe.res == -ENOBUFS) noBuffers.fetch_add(1, std::memory_order_relaxed);
+    if (cqe.res == 0) {
+        peer->eof = true;
+        if (!peer->closing && !peer->closeAfterFlush && peer->frames.midFrame()) {
+            failPeer(*peer, "bad_frame", peer->frames.truncation());
+        }
+    } else if (cqe.res < 0 && cqe.res != -ENOBUFS && cqe.res != -ECANCELED) {
+        // ECONNRESET and the like: nobody to answer.
+        logDebug("admin socket: peer ", peer->id, " receive failed: ", errnoText(-cqe.res));
+        beginClose(*peer);
+        return;
+    }
+    // Disarmed (ring ran dry, CQ overflow, or a data CQE without MORE): re-arm after this batch
+    // of completions has returned its buffers.
+    if (!peer->recvArmed && peer->wantsInput() && !peer->rearmQueued) {
+        peer->rearmQueued = true;
+        rearm.push_back(peer);
+    }
+    finishIfDone(*peer);
+}
+
+void AdminServer::Impl::feed(Peer& peer, const char* data, std::size_t size) {
+    if (peer.closing || peer.closeAfterFlush) return;
+    const bool ok = peer.frames.feed(data, size);
+    // The stall timer covers one frame from its first byte to its last.
+    const std::uint64_t completed = peer.frames.framesCompleted();
+    if (peer.frames.midFrame()) {
+        if (!peer.frameTimer || completed != peer.framesSeen) {
+            peer.frameTimer = true;
+            peer.frameStarted = Clock::now();
+        }
+    } else {
+        peer.frameTimer = false;
+    }
+    peer.framesSeen = completed;
+    if (!ok) {
+        processFrames(peer, /*ignoreHighWater=*/true);  // answer what came before, in order
+        failPeer(peer, "bad_frame", peer.frames.error());
+        return;
+    }
+    processFrames(peer, false);
+}
+
+void AdminServer::Impl::processFrames(Peer& peer, bool ignoreHighWater) {
+    while (!peer.closing && !peer.closeAfterFlush && peer.frames.hasFrame() &&
+           (ignoreHighWater || peer.outputBytes < kOutputHighWater)) {
+        const std::string frame = peer.frames.popFrame();
+        admin::Dispatch dispatch = admin::dispatchFrame(frame, handle);
+        count(dispatch.command, admin::resultLabel(dispatch.response.error().code()));
+        if (dispatch.closeAfter && allowHostileLog()) {
+            logWarn("admin socket: closing peer ", peer.id, " uid ", peer.uid, " pid ", peer.pid,
+                    ": ", dispatch.response.error().message());
+        }
+        queueOutput(peer, admin::encodeFrame(dispatch.response));
+        if (dispatch.closeAfter) {
+            peer.closeAfterFlush = true;
+            stopReading(peer);
+        }
+    }
+    if (!peer.closing && !peer.closeAfterFlush && peer.frames.hasFrame() && !peer.paused) {
+        // The peer sends faster than it reads: stop reading until its output drains.
+        peer.paused = true;
+        if (peer.recvArmed && !peer.cancelledRecv) {
+            peer.cancelledRecv = true;
+            cancelOp(Op::Recv, peer);
+        }
+    }
+}
+
+void AdminServer::Impl::queueOutput(Peer& peer, std::string bytes) {
+    peer.outputBytes += bytes.size();
+    peer.output.push_back(std::move(bytes));
+    if (!peer.sendInFlight) {
+        peer.lastSendProgress = Clock::now();
+        submitSend(peer);
+    }
+}
+
+// Sends an ERROR_BAD_FRAME naming `problem`, then closes the peer once it is sent.
+void AdminServer::Impl::failPeer(Peer& peer, const std::string& result,
+                                 const std::string& problem) {
+    if (peer.closing || peer.closeAfterFlush) return;
+    count("frame", result);
+    if (allowHostileLog()) {
+        logWarn("admin socket: closing peer ", peer.id, " uid ", peer.uid, " pid ", peer.pid, ": ",
+                problem);
+    }
+    peer.frameTimer = false;
+    queueOutput(peer, admin::encodeFrame(admin::errorResponse(admin::ERROR_BAD_FRAME, problem)));
+    peer.closeAfterFlush = true;
+    stopReading(peer);
+}
+
+void AdminServer::Impl::stopReading(Peer& peer) {
+    if (peer.recvArmed && !peer.cancelledRecv) {
+        peer.cancelledRecv = true;
+        cancelOp(Op::Recv, peer);
+    }
+}
+
+void AdminServer::Impl::onSend(Peer& peer, int result) {
+    peer.sendInFlight = false;
+    if (peer.closing) return;
+    if (result <= 0) {
+        logDebug("admin socket: peer ", peer.id, " send failed: ",
+                 result == 0 ? std::string("nothing sent") : errnoText(-result));
+        beginClose(peer);
+        return;
+    }
+    peer.lastSendProgress = Clock::now();
+    auto sent = static_cast<std::size_t>(result);
+    peer.outputBytes -= sent;
+    peer.outputOffset += sent;
+    if (peer.outputOffset == peer.output.front().size()) {
+        peer.output.pop_front();
+        peer.outputOffset = 0;
+    }
+    if (!peer.output.empty()) {
+        submitSend(peer);
+    }
+    if (peer.paused && peer.outputBytes < kOutputLowWater) {
+        peer.paused = false;
+        processFrames(peer, false);
+        if (peer.wantsInput() && !peer.recvArmed && !peer.rearmQueued) {
+            peer.rearmQueued = true;
+            rearm.push_back(&peer);
+        }
+    }
+    finishIfDone(peer);
+}
+
+void AdminServer::Impl::finishIfDone(Peer& peer) {
+    if (peer.closing || !peer.output.empty()) return;
+    if (peer.closeAfterFlush || (peer.eof && !peer.frames.hasFrame())) beginClose(peer);
+}
+
+void AdminServer::Impl::beginClose(Peer& peer) {
+    if (peer.closing) return;
+    peer.closing = true;
+    peer.frameTimer = false;
+    if (peer.recvArmed && !peer.cancelledRecv) {
+        peer.cancelledRecv = true;
+        cancelOp(Op::Recv, peer);
+    }
+    if (peer.sendInFlight && !peer.cancelledSend) {
+        peer.cancelledSend = true;
+        cancelOp(Op::Send, peer);
+    }
+    closing.push_back(&peer);
+}
+
+// Frees closed peers once the kernel holds no request of theirs (their buffers and fd).
+void AdminServer::Impl::reap() {
+    auto done = std::partition(closing.begin(), closing.end(),
+                               [](const Peer* peer) { return !peer->idle(); });
+    for (auto it = done; it != closing.end(); ++it) {
+        Peer* peer = *it;
+        logDebug("admin socket: peer ", peer->id, " closed");
+        const std::uint32_t slot = peer->slot;
+        ++generations[slot];
+        slots[slot].reset();
+        freeSlots.push_back(slot);
+        --peerCount;
+    }
+    closing.erase(done, closing.end());
+}
+
+// Stalled frames and peers that stopped reading; returns ms until the next deadline.
+int AdminServer::Impl::checkTimers(Clock::time_point now) {
+    const auto stall = milliseconds(options.stallTimeoutMs);
+    auto next = now + milliseconds(1000);
+    for (auto& slot : slots) {
+        if (!slot || slot->closing) continue;
+        Peer& peer = *slot;
+        if (peer.frameTimer && !peer.closeAfterFlush) {
+            if (now - peer.frameStarted >= stall) {
+                failPeer(peer, "stalled",
+                         "frame incomplete after " + std::to_string(options.stallTimeoutMs) +
+                             " ms: " + peer.frames.partialFrame());
+            } else {
+                next = std::min(next, peer.frameStarted + stall);
+            }
+        }
+        if (peer.sendInFlight && !peer.closing) {
+            if (now - peer.lastSendProgress >= stall) {
+                count("send", "stalled");
+                if (allowHostileLog()) {
+                    logWarn("admin socket: closing peer ", peer.id, " uid ", peer.uid, " pid ",
+                            peer.pid, ": it has not read its response for ",
+                            options.stallTimeoutMs, " ms");
+                }
+                beginClose(peer);
+            } else {
+                next = std::min(next, peer.lastSendProgress + stall);
+            }
+        }
+    }
+    if (acceptBackoff) next = std::min(next, acceptRetryAt);
+    const auto wait = std::chrono::duration_cast<milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<long long>(wait + 1, 1, 1000));
+}
+
+void AdminServer::Impl::loop() {
+    armAccept();
+    armWake();
+    int waitMs = 1000;
+    while (!stopping.load(std::memory_order_acquire)) {
+        __kernel_timespec timeout{};
+        timeout.tv_sec = waitMs / 1000;
+        timeout.tv_nsec = static_cast<long long>(waitMs % 1000) * 1000000;
+        io_uring_cqe* first = nullptr;
+        int rc = io_uring_submit_and_wait_timeout(&ring.ring, &first, 1, &timeout, nullptr);
+        if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) {
+            checkNeg(rc, "io_uring_submit_and_wait_timeout");
+        }
+        unsigned head;
+        unsigned seen = 0;
+        io_uring_cqe* cqe;
+        io_uring_for_each_cqe(&ring.ring, head, cqe) {
+            ++seen;
+            const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
+            switch (tagOp(tag)) {
+            case Op::Accept:
+                onAccept(*cqe);
+                break;
+            case Op::Recv:
+                onRecv(peerFor(tag), *cqe);
+                break;
+            case Op::Send:
+                if (Peer* peer = peerFor(tag)) onSend(*peer, cqe->res);
+                break;
+            case Op::Wake:
+                if (!stopping.load(std::memory_order_acquire)) armWake();
+                break;
+            case Op::Cancel:
+                break;
+            default:
+                if ((cqe->flags & IORING_CQE_F_BUFFER) != 0 &&
+                    (cqe->flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
+                    buffers.recycle(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+                }
+                break;
+            }
+        }
+        io_uring_cq_advance(&ring.ring, seen);
+
+        // Buffers are back in the ring now: re-arm receives that ran dry (-ENOBUFS) or ended.
+        for (Peer* peer : rearm) {
+            peer->rearmQueued = false;
+            if (peer->wantsInput() && !peer->recvArmed) armRecv(*peer);
+        }
+        rearm.clear();
+        const auto now = Clock::now();
+        if (!acceptArmed) {
+            if (!acceptBackoff) {
+                armAccept();
+            } else if (now >= acceptRetryAt) {
+                acceptBackoff = false;
+                armAccept();
+            }
+        }
+        waitMs = checkTimers(now);
+        reap();
+    }
+}
+
+void AdminServer::Impl::run() noexcept {
+    try {
+        loop();
+    } catch (const std::exception& error) {
+        logError("admin socket ", options.socketPath, ": ", error.what(),
+                 "; the admin server stopped (the relay goes on)");
+    }
+}
+
+AdminServer::AdminServer(AdminServerOptions options, AdminHandler& handler)
+    : impl_(std::make_unique<Impl>(std::move(options), handler)) {}
+
+AdminServer::~AdminServer() { stop(); }
+
+void AdminServer::start() {
+    if (impl_->started) return;
+    impl_->started = true;
+    impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+void AdminServer::stop() {
+    if (!impl_ || !impl_->thread.joinable()) return;
+    impl_->stopping.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t written = ::write(impl_->wakeFd.get(), &one, sizeof(one));
+    impl_->thread.join();
+}
+
+const std::string& AdminServer::socketPath() const noexcept { return impl_->options.socketPath; }
+
+std::uint64_t AdminServer::recvBufferExhaustions() const noexcept {
+    return impl_->noBuffers.load(std::memory_order_relaxed);
+}
+
+std::map<std::pair<std::string, std::string>, std::uint64_t> AdminServer::requestCounts() const {
+    std::lock_guard lock(impl_->countsMutex);
+    return impl_->counts;
+}
+
+}  // namespace splicegate

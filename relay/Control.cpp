@@ -1,0 +1,205 @@
+#include "relay/Control.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "common/Log.h"
+#include "proto/ProtocolVersion.h"
+
+namespace splicegate {
+namespace {
+constexpr auto kWorkerAnswerTimeout = std::chrono::seconds(2);
+
+void fail(admin::Response& response, admin::ErrorCode code, const std::string& message) {
+    response.mutable_error()->set_code(code);
+    response.mutable_error()->set_message(message);
+}
+
+const char* durabilityName(AuditDurability durability) { return toString(durability); }
+}  // namespace
+
+Config Reloader::reload() {
+    std::lock_guard lock(mutex_);
+    auto config = loadConfig(args_);
+    relay_.reload(config);
+    return config;
+}
+
+DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, const Config& config)
+    : relay_(relay), reloader_(reloader), config_(config) {}
+
+admin::Response DaemonControl::handle(const admin::Request& request) {
+    admin::Response response;
+    response.set_protocol_version(admin::kProtocolVersion);
+    response.mutable_error()->set_code(admin::ERROR_NONE);
+    using R = admin::Request;
+    switch (request.command_case()) {
+        case R::kStatus: status(*response.mutable_status()); break;
+        case R::kListConnections:
+            listConnections(*response.mutable_list_connections(), response);
+            break;
+        case R::kKillConnection:
+            kill(request.kill_connection().id(), response);
+            response.mutable_kill_connection()->set_id(request.kill_connection().id());
+            break;
+        case R::kDrain:
+            logInfo("admin: drain requested");
+            response.mutable_drain();
+            // The main thread owns the drain sequence; the admin asks it the same way an
+            // operator's SIGTERM does.
+            ::kill(::getpid(), SIGTERM);
+            break;
+        case R::kReload:
+            try {
+                auto config = reloader_.reload();
+                response.mutable_reload()->set_routes(static_cast<std::uint32_t>(config.routes.size()));
+                logInfo("admin: configuration reloaded: ", config.routes.size(), " routes");
+            } catch (const std::exception& error) {
+                fail(response, admin::ERROR_FAILED, std::string("reload failed: ") + error.what());
+            }
+            break;
+        case R::kRotateAudit: {
+            if (config_.auditDir.empty()) {
+                fail(response, admin::ERROR_NOT_ENABLED, "audit is off (--audit-dir is empty)");
+                break;
+            }
+            auto failures = std::make_shared<std::atomic<int>>(0);
+            bool answered = relay_.onEveryWorker(
+                [failures](Worker& worker) {
+                    if (worker.rotateAudit() < 0) failures->fetch_add(1);
+                },
+                kWorkerAnswerTimeout);
+            if (!answered || failures->load() > 0)
+                fail(response, admin::ERROR_FAILED, "audit rotation failed (see the daemon log)");
+            else
+                response.mutable_rotate_audit();
+            break;
+        }
+        case R::kXdpList:
+        case R::kXdpAdd:
+        case R::kXdpDelete:
+            fail(response, admin::ERROR_NOT_ENABLED,
+                 "XDP not enabled: this daemon runs without --xdp-interface");
+            break;
+        case R::kVersion:
+            response.mutable_version()->set_version(SPLICEGATE_VERSION);
+            response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
+            break;
+        case R::COMMAND_NOT_SET:
+        default:
+            fail(response, admin::ERROR_UNKNOWN_COMMAND,
+                 "unknown or missing command (daemon " SPLICEGATE_VERSION ", protocol " +
+                     std::to_string(admin::kProtocolVersion) + ")");
+            break;
+    }
+    return response;
+}
+
+void DaemonControl::status(admin::StatusResponse& out) {
+    auto snapshot = relay_.snapshot();
+    out.set_version(SPLICEGATE_VERSION);
+    out.set_uptime_seconds(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
+                                                         started_)
+            .count()));
+    out.set_workers(relay_.workerCount());
+    out.set_splice_engine(toString(relay_.context().settings.engine));
+    out.set_draining(relay_.draining());
+    auto routes = relay_.context().routes();
+    std::uint64_t active = 0, accepted = 0, c2u = 0, u2c = 0;
+    for (const auto& counters : snapshot.routes) {
+        active += counters.active;
+        accepted += counters.accepted;
+        c2u += counters.bytesC2u;
+        u2c += counters.bytesU2c;
+        const Route* configured = nullptr;
+        for (const auto& route : *routes)
+            if (route->config.name == counters.name) configured = route.get();
+        if (configured == nullptr && counters.active == 0) continue;  // removed and idle
+        auto* route = out.add_routes();
+        route->set_name(counters.name);
+        if (configured != nullptr) {
+            route->set_listen(configured->config.listen.toString());
+            for (const auto& upstream : configured->config.upstreams)
+                route->add_upstreams(upstream.text);
+            route->set_audit(configured->config.audit && !config_.auditDir.empty());
+        }
+        route->set_connections_active(counters.active);
+        route->set_connections_accepted(counters.accepted);
+        route->set_bytes_c2u(counters.bytesC2u);
+        route->set_bytes_u2c(counters.bytesU2c);
+    }
+    out.set_connections_active(active);
+    out.set_connections_accepted(accepted);
+    out.set_bytes_c2u(c2u);
+    out.set_bytes_u2c(u2c);
+    auto* pipes = out.mutable_pipes();
+    pipes->set_in_use(snapshot.pipesInUse);
+    pipes->set_idle(snapshot.pipesIdle);
+    pipes->set_budget_bytes(snapshot.pipeBudgetBytes);
+    pipes->set_budget_used_bytes(snapshot.pipeBudgetUsedBytes);
+    pipes->set_overflow_in_use(snapshot.pipesOverflowInUse);
+    auto* audit = out.mutable_audit();
+    audit->set_enabled(!config_.auditDir.empty());
+    audit->set_directory(config_.auditDir);
+    audit->set_durability(durabilityName(config_.auditDurability));
+    audit->set_on_error(config_.auditOnError == AuditOnError::FailClosed ? "fail-closed"
+                                                                         : "fail-open");
+    audit->set_bytes(snapshot.auditBytes);
+    std::uint64_t errors = 0;
+    for (const auto& [kind, count] : snapshot.auditErrors) errors += count;
+    audit->set_errors(errors);
+    audit->set_lost_bytes(snapshot.auditLostBytes);
+    out.set_xdp_enabled(false);
+}
+
+void DaemonControl::listConnections(admin::ListConnectionsResponse& out,
+                                    admin::Response& response) {
+    struct Shared {
+        std::mutex mutex;
+        std::vector<ConnectionView> views;
+    };
+    auto shared = std::make_shared<Shared>();
+    bool answered = relay_.onEveryWorker(
+        [shared](Worker& worker) {
+            std::vector<ConnectionView> mine;
+            worker.listConnections(mine);
+            std::lock_guard lock(shared->mutex);
+            shared->views.insert(shared->views.end(), mine.begin(), mine.end());
+        },
+        kWorkerAnswerTimeout);
+    if (!answered) {
+        fail(response, admin::ERROR_FAILED, "a worker did not answer in time");
+        return;
+    }
+    std::lock_guard lock(shared->mutex);
+    for (const auto& view : shared->views) {
+        auto* info = out.add_connections();
+        info->set_id(view.id);
+        info->set_route(view.route);
+        info->set_client(view.client);
+        info->set_upstream(view.upstream);
+        info->set_age_ms(view.ageMs);
+        info->set_bytes_c2u(view.bytesC2u);
+        info->set_bytes_u2c(view.bytesU2c);
+        info->set_state(view.state);
+        info->set_worker(view.worker);
+    }
+}
+
+void DaemonControl::kill(std::uint64_t id, admin::Response& response) {
+    auto found = std::make_shared<std::atomic<bool>>(false);
+    bool answered = relay_.onEveryWorker(
+        [found, id](Worker& worker) {
+            if (worker.killConnection(id)) found->store(true);
+        },
+        kWorkerAnswerTimeout);
+    if (!answered)
+        fail(response, admin::ERROR_FAILED, "a worker did not answer in time");
+    else if (!found->load())
+        fail(response, admin::ERROR_NOT_FOUND, "no open connection with id " + std::to_string(id));
+}
+
+}  // namespace splicegate

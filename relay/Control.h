@@ -1,0 +1,46 @@
+#pragma once
+// The daemon's side of the admin protocol: turns each Request into an action on the relay.
+// Called on the admin server's thread; talks to workers only through Relay::onEveryWorker and
+// to the main thread through Reloader (a mutex) and signals.
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "relay/AdminServer.h"
+#include "relay/Config.h"
+#include "relay/Relay.h"
+
+namespace splicegate {
+
+// Serialises configuration reloads from SIGHUP (main thread) and the admin "reload" command.
+class Reloader {
+public:
+    Reloader(Relay& relay, std::vector<std::string> args) : relay_(relay), args_(std::move(args)) {}
+    // Re-reads the configuration and applies its routes. Throws UsageError naming the problem;
+    // the running configuration stays in force then.
+    Config reload();
+
+private:
+    std::mutex mutex_;
+    Relay& relay_;
+    const std::vector<std::string> args_;
+};
+
+class DaemonControl : public AdminHandler {
+public:
+    DaemonControl(Relay& relay, Reloader& reloader, const Config& config);
+    admin::Response handle(const admin::Request& request) override;
+
+private:
+    void status(admin::StatusResponse& out);
+    void listConnections(admin::ListConnectionsResponse& out, admin::Response& response);
+    void kill(std::uint64_t id, admin::Response& response);
+
+    Relay& relay_;
+    Reloader& reloader_;
+    const Config config_;
+    const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace splicegate

@@ -1,0 +1,265 @@
+// kill -9 at random moments during transfers, then restart on the same audit directory (issue 3,
+// "Tests"; SPEC.md guarantees). Each crash point: a daemon, 8 paced full-duplex connections,
+// SIGKILL after a random 50-500 ms, a restart that recovers the directory, SIGTERM. Then:
+// - `splicegate-audit verify` exits 0;
+// - every connection of that run in the audit is `truncated` (all were open at the kill);
+// - every extracted stream is a prefix of what the client/upstream really sent (nothing invented);
+// - strict: every byte the far end received is in the audit (received is a prefix of extracted);
+// - batch: bytes the far end received that the audit lacks all arrived within the last
+//   kBatchWindow before the kill (fsync interval + scheduling slack; see kBatchSlack).
+// The runs of one mode share one audit directory, so recovery also runs over earlier crashes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/AuditSupport.h"
+#include "tests/support/Daemon.h"
+#include "tests/support/PatternStream.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+using std::chrono::duration_cast;
+
+constexpr std::size_t kConnectionsPerRun = 8;
+constexpr uint64_t kEndless = 1ULL << 32;  // paced senders stop at the crash, never here
+constexpr int kFsyncIntervalMs = 50;
+// Batch bound: a chunk's index record is written at the worker's next timer tick (at most one
+// interval later); a byte the far end received that the recovered audit lacks must have
+// arrived less than one interval (+ slack for timer and scheduling delay on a loaded 2-core
+// box) before the kill. Pacing keeps each direction at <= ~16 MiB/s, so the window bounds the
+// loss to about 2.4 MiB per direction; a run streams for 50-500 ms.
+constexpr milliseconds kBatchSlack{100};
+constexpr milliseconds kBatchWindow = milliseconds(kFsyncIntervalMs) + kBatchSlack;
+
+SendOptions pacedOptions(const std::atomic<bool>* cancel) {
+    SendOptions options;
+    options.chunk = 32 * 1024;
+    options.pauseEveryChunk = std::chrono::microseconds(2000);
+    options.shutdownWrite = false;
+    options.cancel = cancel;
+    return options;
+}
+
+// Bytes of one direction that the far end received, and when byte i arrived.
+struct FarEnd {
+    uint64_t bytes = 0;
+    std::function<std::optional<Clock::time_point>(uint64_t)> arrival;
+};
+
+struct Outcome {
+    uint64_t rounds = 0;
+    uint64_t auditedConnections = 0;
+    uint64_t missingBytes = 0;  // batch: received but not in the audit, summed
+    uint64_t receivedBytes = 0;
+};
+
+class AuditCrashTest : public ::testing::Test {
+protected:
+    // Runs `rounds` crash points in `durability` mode on one audit directory.
+    void crashRounds(const std::string& durability, int rounds, uint64_t seed) {
+        raiseFdLimit();
+        TempDir auditRoot;
+        const std::string auditDir = auditRoot.path() + "/audit";
+        TempDir out;
+        std::mt19937_64 random(seed);
+        std::uniform_int_distribution<int> killAfterMs(50, 500);
+        uint64_t maxIdBefore = 0;
+        uint64_t nextClientId = 1;
+        Outcome outcome;
+        const std::vector<std::string> auditArgs{
+            "--audit-dir", auditDir, "--audit-durability", durability,
+            "--audit-fsync-interval-ms", std::to_string(kFsyncIntervalMs)};
+
+        for (int round = 0; round < rounds; ++round) {
+            SCOPED_TRACE(durability + " crash point " + std::to_string(round + 1) + " of " +
+                         std::to_string(rounds));
+            std::atomic<bool> cancel{false};
+            auto board = std::make_shared<CheckedBoard>();
+            TestServer upstream(checkedUpstream(board, milliseconds(15000), pacedOptions(&cancel)));
+            uint16_t port = pickFreePort();
+            auto args = relayArgs(port, {upstream.address()}, auditArgs);
+            std::vector<CheckedClient> clients(kConnectionsPerRun);
+            Clock::time_point killedAt;
+            int killAfter = killAfterMs(random);
+            {
+                Daemon daemon(args);
+                ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+                std::vector<std::thread> threads;
+                for (auto& client : clients) {
+                    client.id = nextClientId++;
+                    client.c2uSize = client.u2cSize = kEndless;
+                    threads.emplace_back([&, c = &client] {
+                        runCheckedClient(port, *c, milliseconds(15000), pacedOptions(&cancel));
+                    });
+                }
+                std::this_thread::sleep_for(milliseconds(killAfter));
+                killedAt = Clock::now();
+                daemon.signal(SIGKILL);
+                auto status = daemon.waitExit(milliseconds(5000));
+                cancel = true;
+                for (auto& thread : threads) thread.join();
+                ASSERT_TRUE(status && status->signal == SIGKILL)
+                    << "the daemon was not killed by SIGKILL: "
+                    << (status ? status->describe() : "still running") << daemon.why();
+            }
+            upstream.waitFinished(kConnectionsPerRun, deadlineIn(milliseconds(5000)));
+            upstream.stop();
+            std::map<uint64_t, CheckedUpstreamSide> atUpstream;
+            for (auto& [id, side] : board->snapshot()) atUpstream[id] = side;
+
+            // Restart on the same directory: recovery runs, then a clean drain.
+            {
+                TestServer idle(nullptr);
+                Daemon restarted(relayArgs(port, {idle.address()}, auditArgs));
+                ASSERT_TRUE(restarted.waitReady(port))
+                    << "the daemon did not start again after kill -9" << restarted.why();
+                auto status = restarted.terminate(milliseconds(10000));
+                ASSERT_TRUE(status && status->isExit(0)) << restarted.why();
+                restartLog_ = restarted.log();
+            }
+
+            auto verify = auditVerify(auditDir);
+            ASSERT_TRUE(verify.status && verify.status->isExit(0))
+                << "verify after kill -9 and restart (killed " << killAfter
+                << " ms into the transfers): " << describeProcess(verify)
+                << "\nrecovery log:\n" << recoveryLines();
+
+            auto listing = auditList(auditDir);
+            ASSERT_TRUE(listing.ok()) << listing.describe();
+            std::map<uint16_t, const AuditRow*> byPort;
+            uint64_t maxId = maxIdBefore;
+            bool anyTruncated = false;
+            for (const auto& row : listing.rows) {
+                maxId = std::max(maxId, row.id);
+                if (row.id <= maxIdBefore) continue;  // an earlier crash point's
+                byPort[portOf(row.client)] = &row;
+                EXPECT_EQ(row.state, "truncated")
+                    << "audit connection " << row.id << " was open at the kill";
+                anyTruncated = anyTruncated || row.state == "truncated";
+            }
+            if (anyTruncated) {
+                EXPECT_FALSE(grepLines(restartLog_, "truncated").empty())
+                    << "the restarted daemon did not log the truncated connections:\n"
+                    << restartLog_;
+            }
+            maxIdBefore = maxId;
+
+            for (const auto& c : clients) {
+                if (c.connectError != 0 || c.port == 0) continue;
+                auto up = atUpstream.find(c.id);
+                const CheckedUpstreamSide* u = up == atUpstream.end() ? nullptr : &up->second;
+                EXPECT_TRUE(c.u2c.matches) << "client " << c.id << " received wrong u2c bytes: "
+                                           << c.u2c.describe();
+                if (u != nullptr) {
+                    EXPECT_TRUE(u->c2u.matches)
+                        << "upstream received wrong c2u bytes for client " << c.id << ": "
+                        << u->c2u.describe();
+                }
+                // Far ends: c2u at the upstream (header + payload), u2c at the client.
+                FarEnd c2uFar;
+                if (u != nullptr) {
+                    c2uFar.bytes = u->c2uStreamBytes();
+                    c2uFar.arrival = [u](uint64_t i) { return u->c2uArrival(i); };
+                }
+                FarEnd u2cFar;
+                u2cFar.bytes = c.u2c.bytes;
+                u2cFar.arrival = [&c](uint64_t i) { return c.u2c.timeline.arrivalOf(i); };
+
+                auto it = byPort.find(c.port);
+                const AuditRow* row = it == byPort.end() ? nullptr : it->second;
+                if (row != nullptr) ++outcome.auditedConnections;
+                checkDirection(durability, c.id, row, auditDir, out.path(), "c2u",
+                               c2uStreamOf(c), c2uFar,
+                               killedAt, killAfter, outcome);
+                checkDirection(durability, c.id, row, auditDir, out.path(), "u2c",
+                               u2cStreamOf(c), u2cFar, killedAt,
+                               killAfter, outcome);
+            }
+            ++outcome.rounds;
+            if (HasFatalFailure()) return;
+        }
+        std::cout << "[ info ] " << durability << ": " << outcome.rounds << " crash points, "
+                  << outcome.auditedConnections << " audited connections, "
+                  << outcome.receivedBytes << " B received at far ends, "
+                  << outcome.missingBytes << " B of them missing from the audit\n";
+        EXPECT_GT(outcome.receivedBytes, 0u) << "no traffic ever reached the far ends";
+    }
+
+    void checkDirection(const std::string& durability, uint64_t clientId, const AuditRow* row,
+                        const std::string& auditDir, const std::string& outDir,
+                        const std::string& direction, const ExpectedStream& expected,
+                        const FarEnd& far, Clock::time_point killedAt, int killAfter,
+                        Outcome& outcome) {
+        std::ostringstream where;
+        where << "client " << clientId << " " << direction << " (killed " << killAfter
+              << " ms in): ";
+        uint64_t audited = 0;
+        if (row != nullptr) {
+            auto extracted = auditExtract(auditDir, row->id, direction, outDir + "/" + direction);
+            ASSERT_TRUE(extracted.ok()) << where.str() << "extract of audit connection "
+                                        << row->id << ": " << describeProcess(extracted.process);
+            audited = extracted.size;
+            EXPECT_EQ(audited, direction == "c2u" ? row->c2u : row->u2c)
+                << where.str() << "extract size differs from list's byte count";
+            EXPECT_TRUE(fileIsPrefixOf(extracted.path, expected))
+                << where.str() << "the audit holds bytes the sender never sent";
+        }
+        outcome.receivedBytes += far.bytes;
+        if (far.bytes <= audited) return;
+        uint64_t missing = far.bytes - audited;
+        outcome.missingBytes += missing;
+        auto firstMissingAt = far.arrival(audited);
+        auto before = firstMissingAt
+                          ? duration_cast<milliseconds>(killedAt - *firstMissingAt).count()
+                          : 0;
+        if (durability == "strict") {
+            ADD_FAILURE() << where.str() << "strict mode: the far end received " << far.bytes
+                          << " B but the audit holds only " << audited << " B ("
+                          << (row ? "audit connection " + std::to_string(row->id)
+                                  : std::string("connection not in the audit at all"))
+                          << "); the first missing byte arrived " << before
+                          << " ms before the kill\nrecovery log:\n"
+                          << recoveryLines();
+        } else if (durability == "batch") {
+            EXPECT_LE(before, kBatchWindow.count())
+                << where.str() << "batch mode: " << missing << " B received by the far end are "
+                << "missing from the audit (received " << far.bytes << ", audited " << audited
+                << "); the first of them arrived " << before
+                << " ms before the kill, more than the fsync interval " << kFsyncIntervalMs
+                << " ms + slack " << kBatchSlack.count() << " ms\nrecovery log:\n"
+                << recoveryLines();
+        }
+    }
+
+    std::string recoveryLines() const {
+        std::string text;
+        for (const auto& line : grepLines(restartLog_, "audit")) text += line + "\n";
+        return text;
+    }
+
+    std::string restartLog_;
+};
+
+TEST_F(AuditCrashTest, StrictKill9KeepsEveryReceivedByte) { crashRounds("strict", 10, 0x5171C7); }
+
+TEST_F(AuditCrashTest, BatchKill9LosesAtMostTheLastInterval) { crashRounds("batch", 10, 0xBA7C4); }
+
+TEST_F(AuditCrashTest, NoneKill9LeavesAConsistentLog) { crashRounds("none", 4, 0x40E); }
+
+}  // namespace
+}  // namespace splicegate::test

@@ -1,0 +1,366 @@
+// Audit under injected faults (issue 3, "Tests"), with the test-only `splicegate-failpoints`
+// daemon (relay/Failpoints.h: SPLICEGATE_FAILPOINTS="site:action:first[:count]"):
+// - audit-write EIO at hit 5, fail-closed: that connection closes (audit-error), the others are
+//   byte-exact, verify exits 0;
+// - audit-sync EIO in strict mode: the waiting connections close (audit-sync-error), the segment
+//   is sealed as failed, a new segment is used afterwards, verify exits 0;
+// - `short` on audit-write, tee, forward and fill (every hit): transfers and audit stay exact;
+// - fill ECONNRESET: the connection is closed as a reset, the daemon carries on.
+// In every case no far end received a byte that the audit lacks, and the audit holds only bytes
+// really sent.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "audit/AuditReader.h"
+#include "audit/Records.h"
+#include "tests/support/AuditSupport.h"
+#include "tests/support/Daemon.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+std::unique_ptr<Daemon> startFailpointDaemon(const std::string& failpoints,
+                                             const std::vector<std::string>& args) {
+    ScopedEnv binary("SPLICEGATE_BIN", failpointsBinary());
+    ScopedEnv points("SPLICEGATE_FAILPOINTS", failpoints);
+    return std::make_unique<Daemon>(args);
+}
+
+std::vector<CheckedClient> makeClients(std::size_t count, uint64_t firstId, uint64_t c2u,
+                                       uint64_t u2c) {
+    std::vector<CheckedClient> clients(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        clients[i].id = firstId + i;
+        clients[i].c2uSize = c2u + 97 * i;
+        clients[i].u2cSize = u2c + 131 * i;
+    }
+    return clients;
+}
+
+struct AuditView {
+    const AuditRow* row = nullptr;
+    uint64_t c2u = 0;  // extracted bytes
+    uint64_t u2c = 0;
+};
+
+// For every client: the far ends received nothing the audit lacks, the audit holds only real
+// bytes, and a complete connection is audited exactly and closed normally. Returns the rows
+// by client id (for further checks).
+std::map<uint64_t, AuditView> checkAudit(const std::string& auditDir, const AuditListing& listing,
+                                         const std::vector<CheckedClient>& clients,
+                                         const std::map<uint64_t, CheckedUpstreamSide>& upstream,
+                                         const std::string& outDir, bool checkUnforwarded = true) {
+    std::map<uint64_t, AuditView> views;
+    std::map<uint16_t, const AuditRow*> byPort;
+    for (const auto& row : listing.rows) byPort[portOf(row.client)] = &row;
+    for (const auto& c : clients) {
+        if (c.port == 0) continue;
+        AuditView view;
+        auto it = byPort.find(c.port);
+        if (it != byPort.end()) {
+            view.row = it->second;
+            auto c2u = auditExtract(auditDir, view.row->id, "c2u", outDir + "/c2u");
+            auto u2c = auditExtract(auditDir, view.row->id, "u2c", outDir + "/u2c");
+            EXPECT_TRUE(c2u.ok() && u2c.ok())
+                << describeProcess(c2u.process) << " / " << describeProcess(u2c.process);
+            view.c2u = c2u.size;
+            view.u2c = u2c.size;
+            EXPECT_TRUE(fileIsPrefixOf(c2u.path, c2uStreamOf(c))) << c.describe();
+            EXPECT_TRUE(fileIsPrefixOf(u2c.path, u2cStreamOf(c))) << c.describe();
+        }
+        auto up = upstream.find(c.id);
+        uint64_t c2uReceived = up == upstream.end() ? 0 : up->second.c2uStreamBytes();
+        if (up != upstream.end())
+            EXPECT_TRUE(up->second.c2u.matches) << "upstream: " << up->second.c2u.describe();
+        EXPECT_TRUE(c.u2c.matches) << c.describe();
+        if (checkUnforwarded) {
+            EXPECT_LE(c2uReceived, view.c2u)
+                << c.describe() << ": the upstream received " << c2uReceived
+                << " B of c2u (header included) but the audit holds " << view.c2u << " B";
+            EXPECT_LE(c.u2c.bytes, view.u2c)
+                << c.describe() << ": the client received " << c.u2c.bytes
+                << " B of u2c but the audit holds " << view.u2c << " B";
+        }
+        if (c.complete()) {
+            EXPECT_NE(view.row, nullptr) << c.describe() << ": not in the audit";
+            if (view.row != nullptr) {
+                EXPECT_EQ(view.c2u, 16 + c.c2uSize) << c.describe();
+                EXPECT_EQ(view.u2c, c.u2cSize) << c.describe();
+                EXPECT_EQ(view.row->state, "closed") << c.describe();
+                EXPECT_EQ(view.row->c2u, view.c2u);
+                EXPECT_EQ(view.row->u2c, view.u2c);
+            }
+        }
+        views[c.id] = view;
+    }
+    return views;
+}
+
+std::map<uint64_t, CheckedUpstreamSide> upstreamResults(const CheckedBoard& board) {
+    std::map<uint64_t, CheckedUpstreamSide> results;
+    for (auto& [id, side] : board.snapshot()) results[id] = side;
+    return results;
+}
+
+::testing::AssertionResult verifies(const std::string& auditDir) {
+    auto verify = auditVerify(auditDir);
+    if (verify.status && verify.status->isExit(0)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "verify: " << describeProcess(verify);
+}
+
+// ---- audit-write EIO, fail-closed ----------------------------------------------------------
+
+class AuditWriteErrorTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
+    const std::string engine = GetParam();
+    TempDir root;
+    TempDir out;
+    const std::string auditDir = root.path() + "/audit";
+    auto board = std::make_shared<CheckedBoard>();
+    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    auto clients = makeClients(6, 10, 1 * kMiB, 1 * kMiB);
+    {
+        auto daemon = startFailpointDaemon(
+            "audit-write:EIO:5",
+            relayArgs(port, {upstream.address()},
+                      {"--audit-dir", auditDir, "--audit-on-error", "fail-closed",
+                       "--splice-engine", engine, "--log-level", "debug"}));
+        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
+        runCheckedClients(port, clients, milliseconds(20000));
+        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        EXPECT_FALSE(grepLines(daemon->log(), "audit write failed").empty()) << daemon->why(30);
+        ASSERT_TRUE(daemon->running()) << daemon->why();
+        // The daemon carries on.
+        CheckedClient later;
+        later.id = 50;
+        later.c2uSize = later.u2cSize = 300 * kKiB;
+        runCheckedClient(port, later, milliseconds(10000));
+        EXPECT_TRUE(later.complete()) << later.describe() << daemon->why(20);
+        clients.push_back(later);
+        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        auto status = daemon->terminate(milliseconds(10000));
+        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+    }
+    EXPECT_TRUE(verifies(auditDir));
+    auto listing = auditList(auditDir);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    EXPECT_EQ(listing.rows.size(), clients.size()) << listing.describe();
+    auto views = checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path());
+    int failed = 0;
+    for (const auto& c : clients) {
+        const AuditView& view = views[c.id];
+        if (view.row != nullptr && view.row->reason == "audit-error") {
+            ++failed;
+            EXPECT_FALSE(c.complete()) << c.describe() << " completed although its audit failed";
+        } else {
+            EXPECT_TRUE(c.complete()) << "only the connection of the failed write may be cut: "
+                                      << c.describe() << " (audit reason "
+                                      << (view.row ? view.row->reason : "none") << ")";
+        }
+    }
+    EXPECT_EQ(failed, 1) << "exactly one connection should close with reason audit-error";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, AuditWriteErrorTest, ::testing::Values("inline", "chain"));
+
+// ---- audit-sync EIO, strict ----------------------------------------------------------------
+
+TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
+    TempDir root;
+    TempDir out;
+    const std::string auditDir = root.path() + "/audit";
+    auto board = std::make_shared<CheckedBoard>();
+    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    auto clients = makeClients(4, 10, 2 * kMiB, 2 * kMiB);
+    auto later = makeClients(2, 40, 512 * kKiB, 512 * kKiB);
+    {
+        auto daemon = startFailpointDaemon(
+            "audit-sync:EIO:3",
+            relayArgs(port, {upstream.address()},
+                      {"--audit-dir", auditDir, "--audit-durability", "strict",
+                       "--audit-on-error", "fail-closed", "--log-level", "debug"},
+                      1));
+        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
+        runCheckedClients(port, clients, milliseconds(20000));
+        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        EXPECT_FALSE(grepLines(daemon->log(), "sealing it as failed").empty())
+            << "no log line about the failed fdatasync" << daemon->why(30);
+        EXPECT_FALSE(grepLines(daemon->log(), "audit-sync-error").empty())
+            << "no connection closed with reason audit-sync-error" << daemon->why(30);
+        ASSERT_TRUE(daemon->running()) << daemon->why();
+        runCheckedClients(port, later, milliseconds(10000));
+        for (const auto& c : later)
+            EXPECT_TRUE(c.complete()) << "after the failed sync: " << c.describe() << daemon->why(20);
+        board->waitSize(clients.size() + later.size(), deadlineIn(milliseconds(3000)));
+        auto status = daemon->terminate(milliseconds(10000));
+        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+    }
+    EXPECT_TRUE(verifies(auditDir));
+    auto listing = auditList(auditDir);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    std::vector<CheckedClient> all = clients;
+    all.insert(all.end(), later.begin(), later.end());
+    auto views = checkAudit(auditDir, listing, all, upstreamResults(*board), out.path());
+    int syncErrors = 0;
+    for (const auto& c : clients) {
+        const AuditView& view = views[c.id];
+        if (view.row != nullptr && view.row->reason == "audit-sync-error") {
+            ++syncErrors;
+            EXPECT_FALSE(c.complete()) << c.describe();
+        } else {
+            EXPECT_TRUE(c.complete()) << c.describe() << " (audit reason "
+                                      << (view.row ? view.row->reason : "none") << ")";
+        }
+    }
+    EXPECT_GE(syncErrors, 1) << "no connection closed with reason audit-sync-error";
+
+    // Segment 1 of worker 0 is sealed as failed; the later connections live in a later segment.
+    const std::string first = auditDir + "/" + audit::segmentBaseName(0, 1) + ".index";
+    audit::IndexReader reader(first);
+    audit::Record record;
+    std::optional<audit::Record> last;
+    for (int guard = 0; guard < 1000000; ++guard) {
+        auto status = reader.next(record);
+        if (status != audit::IndexReader::Status::Record) {
+            EXPECT_EQ(status, audit::IndexReader::Status::End) << reader.problem();
+            break;
+        }
+        last = record;
+    }
+    ASSERT_TRUE(last.has_value()) << first << " is empty";
+    EXPECT_EQ(last->type, audit::RecordType::SegmentSealed) << first << " does not end sealed";
+    EXPECT_EQ(last->status, audit::kSealFailed) << first << " is not sealed as failed";
+    auto summary = audit::listConnections(auditDir);
+    for (const auto& c : later) {
+        auto view = views[c.id];
+        if (view.row == nullptr) continue;
+        for (const auto& s : summary.connections) {
+            if (s.id == view.row->id)
+                EXPECT_GT(s.segment, 1u) << "connection " << s.id
+                                         << " opened after the failed sync is in segment 1";
+        }
+    }
+}
+
+// ---- short moves ---------------------------------------------------------------------------
+
+struct ShortCase {
+    const char* failpoints;
+    const char* engine;
+    const char* durability;
+};
+
+class AuditShortMoveTest : public ::testing::TestWithParam<ShortCase> {};
+
+TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
+    const ShortCase param = GetParam();
+    TempDir root;
+    TempDir out;
+    const std::string auditDir = root.path() + "/audit";
+    auto board = std::make_shared<CheckedBoard>();
+    TestServer upstream(checkedUpstream(board, milliseconds(30000)));
+    uint16_t port = pickFreePort();
+    auto clients = makeClients(4, 10, 1 * kMiB + 3, 1 * kMiB + 5);
+    {
+        auto daemon = startFailpointDaemon(
+            param.failpoints,
+            relayArgs(port, {upstream.address()},
+                      {"--audit-dir", auditDir, "--audit-durability", param.durability,
+                       "--splice-engine", param.engine}));
+        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
+        runCheckedClients(port, clients, milliseconds(30000));
+        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        for (const auto& c : clients)
+            EXPECT_TRUE(c.complete()) << param.failpoints << ": " << c.describe() << daemon->why(20);
+        auto status = daemon->terminate(milliseconds(10000));
+        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+    }
+    EXPECT_TRUE(verifies(auditDir));
+    auto listing = auditList(auditDir);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    EXPECT_EQ(listing.rows.size(), clients.size());
+    for (const auto& row : listing.rows) EXPECT_EQ(row.reason, "closed") << "connection " << row.id;
+    checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path());
+}
+
+std::string shortName(const ::testing::TestParamInfo<ShortCase>& info) {
+    std::string name = std::string(info.param.failpoints).substr(0, 20);
+    if (std::string(info.param.failpoints).find(',') != std::string::npos) name = "all";
+    for (auto& ch : name)
+        if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return name + "_" + info.param.engine + "_" + info.param.durability;
+}
+
+constexpr const char* kAllShort =
+    "fill:short:1:0,tee:short:1:0,audit-write:short:1:0,forward:short:1:0";
+
+INSTANTIATE_TEST_SUITE_P(
+    Sites, AuditShortMoveTest,
+    ::testing::Values(ShortCase{"audit-write:short:1:0", "inline", "batch"},
+                      ShortCase{"audit-write:short:1:0", "chain", "batch"},
+                      ShortCase{"tee:short:1:0", "inline", "batch"},
+                      ShortCase{"tee:short:1:0", "chain", "batch"},
+                      ShortCase{"forward:short:1:0", "inline", "batch"},
+                      ShortCase{"forward:short:1:0", "chain", "batch"},
+                      ShortCase{kAllShort, "inline", "strict"},
+                      ShortCase{kAllShort, "chain", "strict"}),
+    shortName);
+
+// ---- fill ECONNRESET -----------------------------------------------------------------------
+
+TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
+    TempDir root;
+    TempDir out;
+    const std::string auditDir = root.path() + "/audit";
+    auto board = std::make_shared<CheckedBoard>();
+    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    uint16_t port = pickFreePort();
+    auto victim = makeClients(1, 10, 2 * kMiB, 2 * kMiB);
+    auto later = makeClients(2, 20, 512 * kKiB, 512 * kKiB);
+    {
+        auto daemon = startFailpointDaemon(
+            "fill:ECONNRESET:4",
+            relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir, "--log-level", "debug"},
+                      1));
+        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
+        runCheckedClients(port, victim, milliseconds(15000));
+        EXPECT_FALSE(victim[0].complete()) << "the injected reset did not end the connection: "
+                                           << victim[0].describe();
+        ASSERT_TRUE(daemon->running()) << daemon->why();
+        runCheckedClients(port, later, milliseconds(15000));
+        for (const auto& c : later) EXPECT_TRUE(c.complete()) << c.describe() << daemon->why(20);
+        board->waitSize(3, deadlineIn(milliseconds(3000)));
+        auto status = daemon->terminate(milliseconds(10000));
+        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+    }
+    EXPECT_TRUE(verifies(auditDir));
+    auto listing = auditList(auditDir);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    std::vector<CheckedClient> all = victim;
+    all.insert(all.end(), later.begin(), later.end());
+    auto views = checkAudit(auditDir, listing, all, upstreamResults(*board), out.path());
+    const AuditView& view = views[victim[0].id];
+    ASSERT_NE(view.row, nullptr) << "the reset connection is not in the audit";
+    EXPECT_NE(view.row->reason.find("reset"), std::string::npos)
+        << "close reason of the reset connection: '" << view.row->reason << "'";
+    EXPECT_EQ(view.row->state, "closed");
+}
+
+}  // namespace
+}  // namespace splicegate::test

@@ -1,0 +1,458 @@
+// Audit retention (audit/Retention.h) on crafted directories: the age and size rules, whole
+// connections only (the prefix rule), open connections and current segments kept, damaged
+// segments skipped and reported, cached summaries reused and refreshed; after every run the
+// directory still verifies and every remaining connection lists and extracts as before.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "audit/AuditReader.h"
+#include "audit/Records.h"
+#include "audit/Retention.h"
+#include "common/UniqueFd.h"
+#include "tests/support/Daemon.h"
+
+namespace splicegate::audit {
+namespace {
+
+using test::TempDir;
+
+constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;
+constexpr std::int64_t kHour = 3'600'000'000'000;
+constexpr std::uint64_t kNoLimit = 1ull << 50;  // a size limit nothing here reaches
+
+void writeFile(const std::string& path, const std::string& content) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd.valid()) << path;
+    ASSERT_EQ(::write(fd.get(), content.data(), content.size()),
+              static_cast<ssize_t>(content.size()));
+}
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+std::uint64_t fileSize(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+    std::string text;
+    for (const auto& line : lines) text += line + "\n";
+    return text;
+}
+
+// One segment pair built with the real encoders; every record at an explicit time.
+class Seg {
+public:
+    Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
+        : base_(dir + "/" + segmentBaseName(worker, segment)) {
+        encodeSegmentStart(index_, worker, segment, startNs);
+    }
+    Seg& open(std::uint64_t id, std::int64_t t) {
+        encodeOpen(index_, id, t, "web", "198.51.100.1:4000", "192.0.2.1:443");
+        return *this;
+    }
+    Seg& chunk(std::uint64_t id, std::uint8_t direction, const std::string& payload,
+               std::int64_t t) {
+        encodeChunk(index_, id, direction, static_cast<std::uint32_t>(payload.size()),
+                    data_.size(), t);
+        data_ += payload;
+        return *this;
+    }
+    Seg& close(std::uint64_t id, std::uint64_t c2u, std::uint64_t u2c, std::int64_t t) {
+        encodeClose(index_, id, t, c2u, u2c, "done");
+        return *this;
+    }
+    Seg& truncated(std::uint64_t id, std::int64_t t) {
+        encodeTruncated(index_, id, t);
+        return *this;
+    }
+    // A connection opened and closed in this segment: 5 bytes c2u, 6 bytes u2c.
+    Seg& whole(std::uint64_t id, std::int64_t t) {
+        return open(id, t)
+            .chunk(id, kDirectionC2U, "hello", t)
+            .chunk(id, kDirectionU2C, "world!", t)
+            .close(id, 5, 6, t);
+    }
+    Seg& seal() {
+        encodeSegmentSealed(index_, data_.size(), kSealClean);
+        return *this;
+    }
+    const Seg& write() const {
+        writeFile(indexPath(), index_);
+        writeFile(dataPath(), data_);
+        return *this;
+    }
+    std::string indexPath() const { return base_ + ".index"; }
+    std::string dataPath() const { return base_ + ".data"; }
+    std::uint64_t bytes() const { return fileSize(indexPath()) + fileSize(dataPath()); }
+    std::string& index() { return index_; }
+
+private:
+    std::string base_, index_, data_;
+};
+
+// verify finds nothing (or exactly `expectedVerify`), and every connection left lists as before
+// and extracts its recorded bytes.
+void expectConsistent(const std::string& dir, const ListResult& before,
+                      const std::vector<std::string>& expectedVerify = {}) {
+    auto problems = verifyDirectory(dir);
+    EXPECT_EQ(problems, expectedVerify) << joined(problems);
+    auto after = listConnections(dir);
+    std::map<std::uint64_t, const ConnectionSummary*> old;
+    for (const auto& c : before.connections) old[c.id] = &c;
+    for (const auto& c : after.connections) {
+        SCOPED_TRACE("connection " + std::to_string(c.id));
+        ASSERT_EQ(old.count(c.id), 1u);
+        const auto& o = *old[c.id];
+        EXPECT_EQ(c.state, o.state);
+        EXPECT_EQ(c.openedNs, o.openedNs);
+        EXPECT_EQ(c.c2uBytes, o.c2uBytes);
+        EXPECT_EQ(c.u2cBytes, o.u2cBytes);
+        if (!expectedVerify.empty()) continue;  // damage may make the bytes unavailable
+        for (auto direction : {kDirectionC2U, kDirectionU2C}) {
+            UniqueFd sink(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+            auto got = extractConnection(dir, c.id, direction, [&] { return sink.get(); });
+            EXPECT_TRUE(got.found);
+            EXPECT_EQ(got.bytes, direction == kDirectionC2U ? c.c2uBytes : c.u2cBytes);
+        }
+    }
+}
+
+std::set<std::string> pathsOf(std::initializer_list<const Seg*> segs) {
+    std::set<std::string> paths;
+    for (const auto* s : segs) {
+        paths.insert(s->indexPath());
+        paths.insert(s->dataPath());
+    }
+    return paths;
+}
+
+std::set<std::string> asSet(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+
+TEST(AuditRetentionTest, AgeDeletesOldClosedSegments) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0 + 1 * kHour).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 2 * kHour);
+    s2.whole(2, kT0 + 3 * kHour).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 20 * kHour);
+    s3.whole(3, kT0 + 30 * kHour).seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 31 * kHour);
+    s4.whole(4, kT0 + 32 * kHour).write();  // the current segment
+    auto before = listConnections(dir.path());
+    auto total = s1.bytes() + s2.bytes() + s3.bytes() + s4.bytes();
+
+    RetentionPlanner planner(dir.path());
+    auto idle = planner.apply({}, kT0 + 1000 * kHour);  // 0/0: keep all
+    EXPECT_TRUE(idle.deleted.empty());
+    EXPECT_EQ(idle.totalBytesAfter, total);
+
+    // Cutoff kT0+16h: s1 and s2 are older; s3's newest record (30h) is not.
+    auto result = planner.apply({0, 24}, kT0 + 40 * kHour);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    // Independent segments oldest first (the rest stays a suffix), index before data.
+    EXPECT_EQ(result.deleted, (std::vector<std::string>{s1.indexPath(), s1.dataPath(),
+                                                        s2.indexPath(), s2.dataPath()}));
+    EXPECT_EQ(result.freedBytes, total - s3.bytes() - s4.bytes());
+    EXPECT_EQ(result.totalBytesAfter, s3.bytes() + s4.bytes());
+    expectConsistent(dir.path(), before);
+    auto left = listConnections(dir.path());
+    ASSERT_EQ(left.connections.size(), 2u);
+    EXPECT_EQ(left.connections[0].id, 3u);
+
+    EXPECT_TRUE(planner.apply({0, 24}, kT0 + 40 * kHour).deleted.empty());
+    // Later the third one ages out too; the current segment never does.
+    result = planner.apply({0, 24}, kT0 + 1000 * kHour);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s3}));
+    EXPECT_TRUE(exists(s4.indexPath()));
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, BytesDeleteOldestFirstAcrossWorkers) {
+    TempDir dir;
+    std::vector<Seg> w0, w1;
+    std::uint64_t id = 1;
+    for (std::uint64_t n = 1; n <= 4; ++n) {
+        // Start times interleave: w0 s1 (0h), w1 s1 (1h), w0 s2 (2h), w1 s2 (3h), ...
+        for (unsigned worker : {0u, 1u}) {
+            auto start = kT0 + static_cast<std::int64_t>(2 * (n - 1) + worker) * kHour;
+            auto& list = worker == 0 ? w0 : w1;
+            list.emplace_back(dir.path(), worker, n, start);
+            list.back().whole(id++, start + 1);
+            // A bigger payload in w1 s2, so sizes differ between segments.
+            if (worker == 1 && n == 2) list.back().whole(id++, start + 2);
+            if (n < 4) list.back().seal();
+            list.back().write();
+        }
+    }
+    auto before = listConnections(dir.path());
+    std::uint64_t total = 0;
+    for (const auto* list : {&w0, &w1})
+        for (const auto& s : *list) total += s.bytes();
+
+    RetentionPlanner planner(dir.path());
+    // Exactly the three oldest must go: w0 s1, w1 s1, w0 s2.
+    auto limit = total - w0[0].bytes() - w1[0].bytes() - w0[1].bytes();
+    auto result = planner.apply({limit, 0}, kT0);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[0], &w1[0], &w0[1]}));
+    EXPECT_EQ(result.totalBytesAfter, limit);
+    expectConsistent(dir.path(), before);
+
+    // One byte over the limit after that: the next oldest (w1 s2) goes, nothing else.
+    result = planner.apply({limit - 1, 0}, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w1[1]}));
+    expectConsistent(dir.path(), before);
+
+    // Everything deletable goes; the current segments stay, and that is not a problem.
+    result = planner.apply({1, 0}, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[2], &w1[2]}));
+    EXPECT_TRUE(result.problems.empty());
+    EXPECT_EQ(result.totalBytesAfter, w0[3].bytes() + w1[3].bytes());
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, ConnectionSpanningSegmentsIsDeletedWhole) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.open(10, kT0).chunk(10, kDirectionC2U, "abc", kT0).whole(11, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + kHour);
+    s2.chunk(10, kDirectionU2C, "defg", kT0 + kHour).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour);
+    s3.whole(12, kT0 + 2 * kHour).close(10, 3, 4, kT0 + 50 * kHour).write();  // current
+    auto before = listConnections(dir.path());
+
+    RetentionPlanner planner(dir.path());
+    // Connection 10 reaches the current segment: s1 and s2 stay although they are sealed.
+    auto result = planner.apply({1, 1}, kT0 + 1000 * kHour);
+    EXPECT_TRUE(result.deleted.empty()) << joined(result.deleted);
+    expectConsistent(dir.path(), before);
+
+    // The daemon rolls: s3 sealed, s4 current.
+    s3.seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 60 * kHour);
+    s4.open(13, kT0 + 60 * kHour).write();
+    before = listConnections(dir.path());
+    // s1 and s2 are old, but connection 10 closed in s3 (50h), which is not: nothing goes.
+    result = planner.apply({0, 24}, kT0 + 60 * kHour);
+    EXPECT_TRUE(result.deleted.empty()) << joined(result.deleted);
+    // By size, s1..s3 go together, newest first.
+    result = planner.apply({1, 0}, kT0 + 60 * kHour);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    EXPECT_EQ(result.deleted,
+              (std::vector<std::string>{s3.indexPath(), s3.dataPath(), s2.indexPath(),
+                                        s2.dataPath(), s1.indexPath(), s1.dataPath()}));
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, OpenConnectionBlocksItsSegmentsAndLaterOnes) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    s2.open(2, kT0 + 1).chunk(2, kDirectionC2U, "xyz", kT0 + 1).whole(3, kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2);
+    s3.whole(4, kT0 + 2).seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 3);
+    s4.whole(5, kT0 + 3).write();
+    auto before = listConnections(dir.path());
+
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply({1, 0}, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1}));
+    expectConsistent(dir.path(), before);
+    auto left = listConnections(dir.path());
+    ASSERT_FALSE(left.connections.empty());
+    EXPECT_EQ(left.connections[0].id, 2u);
+    EXPECT_EQ(left.connections[0].state, ConnectionState::Open);
+
+    // Connection 2 closes in the current segment: still nothing (it reaches s4).
+    s4.close(2, 3, 0, kT0 + 4).write();
+    EXPECT_TRUE(planner.apply({1, 0}, kT0).deleted.empty());
+    // After the roll s2..s4 go.
+    s4.seal().write();
+    Seg s5(dir.path(), 0, 5, kT0 + 5);
+    s5.write();
+    before = listConnections(dir.path());
+    result = planner.apply({1, 0}, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s2, &s3, &s4}));
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, CurrentAndNewestSegmentsAreNeverDeleted) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0).write();  // unsealed and newest: the daemon writes it
+    RetentionPlanner planner(dir.path());
+    EXPECT_TRUE(planner.apply({1, 1}, kT0 + 1000 * kHour).deleted.empty());
+    s1.seal().write();  // sealed, but still the worker's newest: keeps its segment numbering
+    EXPECT_TRUE(planner.apply({1, 1}, kT0 + 1000 * kHour).deleted.empty());
+
+    // An unsealed segment before the newest (a roll with writes still in flight) stays too.
+    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    s2.whole(2, kT0 + 1).write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2);
+    s3.write();
+    auto before = listConnections(dir.path());
+    auto result = planner.apply({1, 1}, kT0 + 1000 * kHour);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1}));
+    EXPECT_TRUE(exists(s2.indexPath()));
+    EXPECT_TRUE(exists(s3.indexPath()));
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, TruncatedConnectionCountsAsEnded) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.open(7, kT0).chunk(7, kDirectionU2C, "partial", kT0).seal().write();
+    // What recovery writes when the last segment was already sealed.
+    Seg s2(dir.path(), 0, 2, kT0 + kHour);
+    s2.truncated(7, kT0 + kHour).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour);
+    s3.write();
+    auto before = listConnections(dir.path());
+    ASSERT_EQ(before.connections.at(0).state, ConnectionState::Truncated);
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply({0, 1}, kT0 + 3 * kHour);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1, &s2}));
+    expectConsistent(dir.path(), before);
+}
+
+TEST(AuditRetentionTest, DamagedSegmentIsSkippedAndReported) {
+    TempDir dir;
+    Seg a1(dir.path(), 0, 1, kT0);
+    a1.whole(1, kT0).seal().write();
+    Seg a2(dir.path(), 0, 2, kT0 + 1);
+    a2.whole(2, kT0 + 1).seal();
+    a2.index()[kSegmentStartRecordSize + 30] ^= 0x55;  // inside the Open record: bad CRC
+    a2.write();
+    Seg a3(dir.path(), 0, 3, kT0 + 2);
+    a3.whole(3, kT0 + 2).seal().write();
+    Seg a4(dir.path(), 0, 4, kT0 + 3);
+    a4.write();
+    // Worker 1: its first data file lost its tail, so a chunk lies beyond it.
+    Seg b1(dir.path(), 1, 1, kT0 + 4);
+    b1.whole(4, kT0 + 4).seal().write();
+    ASSERT_EQ(::truncate(b1.dataPath().c_str(), 3), 0);
+    Seg b2(dir.path(), 1, 2, kT0 + 5);
+    b2.whole(5, kT0 + 5).seal().write();
+    Seg b3(dir.path(), 1, 3, kT0 + 6);
+    b3.write();
+    auto damage = verifyDirectory(dir.path());
+    ASSERT_FALSE(damage.empty());
+    auto before = listConnections(dir.path());
+
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply({1, 0}, kT0);
+    // Only a1 can go: a2 is damaged (and blocks a3), b1 is damaged (and blocks b2).
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&a1}));
+    ASSERT_EQ(result.problems.size(), 2u) << joined(result.problems);
+    EXPECT_NE(result.problems[0].find(a2.indexPath() + ":"), std::string::npos)
+        << result.problems[0];
+    EXPECT_NE(result.problems[1].find(b1.indexPath() + ":"), std::string::npos)
+        << result.problems[1];
+    EXPECT_NE(result.problems[1].find("beyond"), std::string::npos) << result.problems[1];
+    expectConsistent(dir.path(), before, damage);  // the same damage, nothing new
+
+    // Reported again on the next run, from the cached summaries.
+    auto scans = planner.indexScans();
+    result = planner.apply({1, 0}, kT0);
+    EXPECT_TRUE(result.deleted.empty());
+    EXPECT_EQ(result.problems.size(), 2u);
+    EXPECT_EQ(planner.indexScans(), scans + 2);  // the two current segments only
+}
+
+TEST(AuditRetentionTest, MissingDataFileIsDamage) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0).seal().write();
+    ASSERT_EQ(::unlink(s1.dataPath().c_str()), 0);
+    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    s2.write();
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply({1, 0}, kT0);
+    EXPECT_TRUE(result.deleted.empty());
+    ASSERT_EQ(result.problems.size(), 1u);
+    EXPECT_NE(result.problems[0].find("missing"), std::string::npos) << result.problems[0];
+}
+
+TEST(AuditRetentionTest, CachedSummariesAreReusedAndRefreshed) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    s2.whole(2, kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2);
+    s3.whole(3, kT0 + 2).seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 3);
+    s4.whole(4, kT0 + 3).write();
+
+    RetentionPlanner planner(dir.path());
+    EXPECT_TRUE(planner.apply({kNoLimit, 0}, kT0).deleted.empty());
+    EXPECT_EQ(planner.indexScans(), 4u);
+    EXPECT_TRUE(planner.apply({kNoLimit, 0}, kT0).deleted.empty());
+    EXPECT_EQ(planner.indexScans(), 5u);  // only the unsealed s4 again
+
+    // s2 is rewritten: now it holds a connection that never closed. A stale summary would let
+    // it (and with it the Open of connection 2) be deleted.
+    Seg s2b(dir.path(), 0, 2, kT0 + 1);
+    s2b.open(2, kT0 + 1).chunk(2, kDirectionC2U, "still going", kT0 + 1).seal().write();
+    auto before = listConnections(dir.path());
+    auto result = planner.apply({1, 0}, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1}));
+    EXPECT_EQ(planner.indexScans(), 7u);  // s2 and s4
+    expectConsistent(dir.path(), before);
+
+    EXPECT_TRUE(planner.apply({1, 0}, kT0).deleted.empty());
+    EXPECT_EQ(planner.indexScans(), 8u);
+
+    // A fresh planner reads everything again and decides the same.
+    RetentionPlanner other(dir.path());
+    EXPECT_TRUE(other.apply({1, 0}, kT0).deleted.empty());
+    EXPECT_EQ(other.indexScans(), 3u);
+}
+
+TEST(AuditRetentionTest, LoneDataFilesBelowTheNewestSegmentAreRemoved) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0).seal().write();
+    ASSERT_EQ(::unlink(s1.indexPath().c_str()), 0);  // a deletion interrupted between unlinks
+    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    s2.whole(2, kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2);
+    s3.write();
+    writeFile(dir.path() + "/" + segmentBaseName(0, 4) + ".data", "");  // being created
+    auto verifyBefore = verifyDirectory(dir.path());
+    ASSERT_EQ(verifyBefore.size(), 2u) << joined(verifyBefore);
+    auto before = listConnections(dir.path());
+
+    RetentionPlanner planner(dir.path());
+    EXPECT_TRUE(planner.apply({}, kT0).deleted.empty());  // no limit: nothing at all
+    auto result = planner.apply({kNoLimit, 0}, kT0);
+    EXPECT_EQ(result.deleted, std::vector<std::string>{s1.dataPath()});
+    EXPECT_TRUE(exists(dir.path() + "/" + segmentBaseName(0, 4) + ".data"));
+    expectConsistent(dir.path(), before, {verifyBefore[1]});
+}
+
+TEST(AuditRetentionTest, UnreadableDirectoryThrows) {
+    TempDir dir;
+    RetentionPlanner planner(dir.path() + "/missing");
+    EXPECT_THROW(planner.apply({1, 1}, kT0), std::system_error);
+    RetentionPlanner empty(dir.path());
+    auto result = empty.apply({1, 1}, kT0);
+    EXPECT_TRUE(result.deleted.empty());
+    EXPECT_EQ(result.totalBytesAfter, 0u);
+}
+
+}  // namespace
+}  // namespace splicegate::audit

@@ -1,0 +1,507 @@
+// MetricsExposer: the /metrics page served over real loopback HTTP from a fake StatsSource with
+// known values: every SPEC.md name with its labels and values, the fsync histogram, the page
+// accepted by `promtool check metrics`, and the exposer's error and lifetime contracts.
+#include "metrics/MetricsExposer.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "common/Error.h"
+#include "tests/support/Daemon.h"
+#include "tests/support/Sockets.h"
+
+namespace splicegate {
+namespace {
+
+using test::Deadline;
+using test::deadlineIn;
+using test::milliseconds;
+
+struct HttpResponse {
+    int status = 0;
+    std::string headers;
+    std::string body;
+    std::string error;  // non-empty when the request failed
+};
+
+// One HTTP/1.0 GET on a fresh connection, read to EOF (bounded).
+HttpResponse httpGet(unsigned port, const std::string& path, bool ipv6 = false) {
+    HttpResponse response;
+    int error = 0;
+    auto fd = test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(3000), ipv6);
+    if (!fd) {
+        response.error = "connect: " + errnoText(error);
+        return response;
+    }
+    std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    Deadline deadline = deadlineIn(milliseconds(5000));
+    if (!test::sendAll(fd.get(), request.data(), request.size(), deadline, error)) {
+        response.error = "send: " + errnoText(error);
+        return response;
+    }
+    std::string raw;
+    char buffer[16384];
+    for (;;) {
+        ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
+        if (n > 0) {
+            raw.append(buffer, static_cast<std::size_t>(n));
+            continue;
+        }
+        if (n == 0) break;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
+            test::Clock::now() < deadline)
+            continue;
+        response.error = "recv: " + errnoText(errno);
+        return response;
+    }
+    auto split = raw.find("\r\n\r\n");
+    if (split == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
+        response.error = "malformed response: " + raw.substr(0, 200);
+        return response;
+    }
+    response.headers = raw.substr(0, split);
+    response.body = raw.substr(split + 4);
+    auto space = response.headers.find(' ');
+    response.status = std::atoi(response.headers.c_str() + space + 1);
+    return response;
+}
+
+// Sample lines of a text exposition: "name{labels}" -> value text. Comments are skipped.
+std::map<std::string, std::string> samples(const std::string& body) {
+    std::map<std::string, std::string> result;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        auto space = line.rfind(' ');
+        result[line.substr(0, space)] = line.substr(space + 1);
+    }
+    return result;
+}
+
+// "# TYPE name kind" -> kind.
+std::map<std::string, std::string> types(const std::string& body) {
+    std::map<std::string, std::string> result;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("# TYPE ", 0) != 0) continue;
+        std::istringstream fields(line.substr(7));
+        std::string name, kind;
+        fields >> name >> kind;
+        result[name] = kind;
+    }
+    return result;
+}
+
+bool hasHelp(const std::string& body, const std::string& name) {
+    return body.find("# HELP " + name + " ") != std::string::npos;
+}
+
+double valueOf(const std::map<std::string, std::string>& s, const std::string& series) {
+    auto found = s.find(series);
+    if (found == s.end()) return std::nan("");
+    return std::strtod(found->second.c_str(), nullptr);
+}
+
+StatsSnapshot knownSnapshot() {
+    StatsSnapshot s;
+    s.version = "9.8.7-test";
+    RouteSnapshot web;
+    web.name = "web";
+    web.accepted = 1001;
+    web.active = 7;
+    web.connectFailures = 3;
+    web.bytesC2u = 123456789012ULL;
+    web.bytesU2c = 987654321;
+    for (int i = 0; i < static_cast<int>(CloseReason::Count); ++i)
+        web.closed[toString(static_cast<CloseReason>(i))] = static_cast<std::uint64_t>(10 + i);
+    web.refused[toString(RefuseReason::MaxConnections)] = 42;
+    RouteSnapshot def;
+    def.name = "default";
+    def.accepted = 5;
+    def.active = 0;
+    def.bytesC2u = 11;
+    def.bytesU2c = 22;
+    def.closed["closed"] = 5;
+    def.refused["max-connections"] = 0;
+    s.routes = {web, def};
+    s.auditBytes = 555555;
+    s.auditErrors = {{"write", 2}, {"sync", 1}};
+    s.auditLostBytes = 4096;
+    // Raw per-bucket counts 1..13, made cumulative the way sumWorkerStats() does.
+    std::uint64_t cumulative = 0;
+    for (std::uint64_t i = 1; i <= fsyncBucketBounds().size() + 1; ++i)
+        s.fsyncBucketCounts.push_back(cumulative += i);
+    s.fsyncCount = cumulative;  // 91
+    s.fsyncSumSeconds = 1.25;
+    s.pipesInUse = 12;
+    s.pipesIdle = 4;
+    s.pipesOverflowInUse = 1;
+    s.pipeBudgetBytes = 1u << 30;
+    s.pipeBudgetUsedBytes = 1u << 29;
+    s.xdpPackets = {{{"drop", "deny"}, 100}, {{"drop", "syn-rate"}, 50}, {{"pass", "allow"}, 7}};
+    s.adminRequests = {{{"status", "ok"}, 9}, {{"kill", "error"}, 1}};
+    return s;
+}
+
+TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
+    std::atomic<int> calls{0};
+    MetricsExposer exposer("127.0.0.1:0", [&] {
+        ++calls;
+        return knownSnapshot();
+    });
+    ASSERT_NE(exposer.port(), 0u);
+    auto response = httpGet(exposer.port(), "/metrics");
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    ASSERT_EQ(response.status, 200) << response.headers;
+    EXPECT_NE(response.headers.find("text/plain"), std::string::npos) << response.headers;
+    EXPECT_EQ(calls.load(), 1) << "one StatsSource call per scrape";
+    EXPECT_EQ(exposer.scrapes(), 1u);
+
+    const auto& body = response.body;
+    auto s = samples(body);
+    auto t = types(body);
+
+    const std::vector<std::pair<std::string, std::string>> families = {
+        {"splicegate_connections_accepted_total", "counter"},
+        {"splicegate_connections_active", "gauge"},
+        {"splicegate_connections_closed_total", "counter"},
+        {"splicegate_connections_refused_total", "counter"},
+        {"splicegate_upstream_connect_failures_total", "counter"},
+        {"splicegate_bytes_total", "counter"},
+        {"splicegate_audit_bytes_total", "counter"},
+        {"splicegate_audit_fsync_seconds", "histogram"},
+        {"splicegate_audit_errors_total", "counter"},
+        {"splicegate_audit_lost_bytes_total", "counter"},
+        {"splicegate_pipes", "gauge"},
+        {"splicegate_pipe_budget_bytes", "gauge"},
+        {"splicegate_pipe_budget_used_bytes", "gauge"},
+        {"splicegate_xdp_packets_total", "counter"},
+        {"splicegate_admin_requests_total", "counter"},
+        {"splicegate_build_info", "gauge"},
+    };
+    for (const auto& [name, kind] : families) {
+        EXPECT_EQ(t[name], kind) << name << " in\n" << body;
+        EXPECT_TRUE(hasHelp(body, name)) << "no HELP for " << name;
+    }
+
+    const std::map<std::string, double> expected = {
+        {R"(splicegate_build_info{version="9.8.7-test"})", 1},
+        {R"(splicegate_connections_accepted_total{route="web"})", 1001},
+        {R"(splicegate_connections_accepted_total{route="default"})", 5},
+        {R"(splicegate_connections_active{route="web"})", 7},
+        {R"(splicegate_connections_active{route="default"})", 0},
+        {R"(splicegate_connections_closed_total{reason="closed",route="web"})", 10},
+        {R"(splicegate_connections_closed_total{reason="client-reset",route="web"})", 11},
+        {R"(splicegate_connections_closed_total{reason="upstream-unreachable",route="web"})", 13},
+        {R"(splicegate_connections_closed_total{reason="error",route="web"})", 19},
+        {R"(splicegate_connections_closed_total{reason="closed",route="default"})", 5},
+        {R"(splicegate_connections_refused_total{reason="max-connections",route="web"})", 42},
+        {R"(splicegate_connections_refused_total{reason="max-connections",route="default"})", 0},
+        {R"(splicegate_upstream_connect_failures_total{route="web"})", 3},
+        {R"(splicegate_upstream_connect_failures_total{route="default"})", 0},
+        {R"(splicegate_bytes_total{direction="c2u",route="web"})", 123456789012.0},
+        {R"(splicegate_bytes_total{direction="u2c",route="web"})", 987654321},
+        {R"(splicegate_bytes_total{direction="c2u",route="default"})", 11},
+        {R"(splicegate_bytes_total{direction="u2c",route="default"})", 22},
+        {R"(splicegate_audit_bytes_total)", 555555},
+        {R"(splicegate_audit_errors_total{kind="write"})", 2},
+        {R"(splicegate_audit_errors_total{kind="sync"})", 1},
+        {R"(splicegate_audit_lost_bytes_total)", 4096},
+        {R"(splicegate_pipes{state="in_use"})", 12},
+        {R"(splicegate_pipes{state="idle"})", 4},
+        {R"(splicegate_pipes{state="overflow_in_use"})", 1},
+        {R"(splicegate_pipe_budget_bytes)", 1073741824},
+        {R"(splicegate_pipe_budget_used_bytes)", 536870912},
+        {R"(splicegate_xdp_packets_total{action="drop",reason="deny"})", 100},
+        {R"(splicegate_xdp_packets_total{action="drop",reason="syn-rate"})", 50},
+        {R"(splicegate_xdp_packets_total{action="pass",reason="allow"})", 7},
+        {R"(splicegate_admin_requests_total{command="status",result="ok"})", 9},
+        {R"(splicegate_admin_requests_total{command="kill",result="error"})", 1},
+    };
+    for (const auto& [series, value] : expected)
+        EXPECT_EQ(valueOf(s, series), value) << series << " in\n" << body;
+
+    // Every close reason of every route is present (so rate() has a series from the start).
+    for (int i = 0; i < static_cast<int>(CloseReason::Count); ++i) {
+        std::string series = std::string(R"(splicegate_connections_closed_total{reason=")") +
+                              toString(static_cast<CloseReason>(i)) + R"(",route="web"})";
+        EXPECT_EQ(valueOf(s, series), 10 + i) << series;
+    }
+    // Bounded labels: nothing but the fixed label names appears on splicegate_ series.
+    for (const auto& [series, value] : s) {
+        if (series.rfind("splicegate_", 0) != 0) continue;
+        auto open = series.find('{');
+        if (open == std::string::npos) continue;
+        std::string labels = series.substr(open + 1, series.size() - open - 2);
+        std::istringstream in(labels);
+        std::string pair;
+        while (std::getline(in, pair, ',')) {
+            auto name = pair.substr(0, pair.find('='));
+            static const std::vector<std::string> allowed = {
+                "route", "reason", "direction", "kind", "state", "action",
+                "command", "result", "version", "le"};
+            EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end())
+                << "unexpected label " << name << " on " << series;
+        }
+    }
+}
+
+TEST(MetricsExposerTest, FsyncHistogramIsCumulativeWithSumAndCount) {
+    MetricsExposer exposer("127.0.0.1:0", [] { return knownSnapshot(); });
+    auto response = httpGet(exposer.port(), "/metrics");
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    auto s = samples(response.body);
+    const auto& bounds = fsyncBucketBounds();
+    auto snapshot = knownSnapshot();
+    // Buckets in order, values exactly the cumulative counts given, `le` parsing back to bound.
+    std::vector<std::pair<double, double>> buckets;  // le, count
+    for (const auto& [series, value] : s) {
+        const std::string prefix = R"(splicegate_audit_fsync_seconds_bucket{le=")";
+        if (series.rfind(prefix, 0) != 0) continue;
+        std::string le = series.substr(prefix.size(), series.size() - prefix.size() - 2);
+        double bound = le == "+Inf" ? INFINITY : std::strtod(le.c_str(), nullptr);
+        buckets.emplace_back(bound, std::strtod(value.c_str(), nullptr));
+    }
+    std::sort(buckets.begin(), buckets.end());
+    ASSERT_EQ(buckets.size(), bounds.size() + 1) << response.body;
+    for (std::size_t i = 0; i < bounds.size(); ++i) {
+        EXPECT_DOUBLE_EQ(buckets[i].first, bounds[i]);
+        EXPECT_EQ(buckets[i].second, static_cast<double>(snapshot.fsyncBucketCounts[i]))
+            << "le=" << bounds[i];
+    }
+    EXPECT_TRUE(std::isinf(buckets.back().first));
+    EXPECT_EQ(buckets.back().second, 91);
+    EXPECT_EQ(valueOf(s, "splicegate_audit_fsync_seconds_count"), 91);
+    EXPECT_DOUBLE_EQ(valueOf(s, "splicegate_audit_fsync_seconds_sum"), 1.25);
+    EXPECT_NE(response.body.find(R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"} 91)"),
+              std::string::npos)
+        << response.body;
+}
+
+TEST(MetricsExposerTest, HistogramFromRealWorkerCountersStaysConsistent) {
+    // Through the real data-path structures: observeFsync() on two workers, sumWorkerStats().
+    auto a = std::make_unique<WorkerStats>();
+    auto b = std::make_unique<WorkerStats>();
+    RouteIndex routes;
+    auto index = routes.indexOf("default");
+    a->routes[index].bytesC2u.add(100);
+    b->routes[index].bytesC2u.add(23);
+    a->observeFsync(200'000);         // 0.2 ms -> le 0.0005
+    a->observeFsync(3'000'000);       // 3 ms -> le 0.005
+    b->observeFsync(3'000'000'000);   // 3 s -> +Inf only
+    StatsSnapshot snapshot;
+    sumWorkerStats({a.get(), b.get()}, routes, snapshot);
+    auto s = samples(renderMetricsText(snapshot));
+    EXPECT_EQ(valueOf(s, R"(splicegate_bytes_total{direction="c2u",route="default"})"), 123);
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="0.0005"})"), 1);
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="0.0025"})"), 1);
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="0.005"})"), 2);
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="2.5"})"), 2);
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"), 3);
+    EXPECT_EQ(valueOf(s, "splicegate_audit_fsync_seconds_count"), 3);
+    EXPECT_NEAR(valueOf(s, "splicegate_audit_fsync_seconds_sum"), 3.0032, 1e-9);
+
+    // A torn read (a later bucket lagging an earlier one) is clamped, never non-monotonic.
+    snapshot.fsyncBucketCounts[5] = 0;
+    snapshot.fsyncBucketCounts.back() = 1;
+    auto torn = samples(renderMetricsText(snapshot));
+    double previous = 0;
+    for (double bound : fsyncBucketBounds()) {
+        std::ostringstream series;
+        series << R"(splicegate_audit_fsync_seconds_bucket{le=")" << bound << R"("})";
+        double value = valueOf(torn, series.str());
+        ASSERT_FALSE(std::isnan(value)) << series.str();
+        EXPECT_GE(value, previous) << series.str();
+        previous = value;
+    }
+    EXPECT_GE(valueOf(torn, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"), previous);
+    EXPECT_EQ(valueOf(torn, "splicegate_audit_fsync_seconds_count"),
+              valueOf(torn, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"));
+}
+
+TEST(MetricsExposerTest, EmptySnapshotStillValid) {
+    // A daemon without routes, XDP or admin traffic yet: no empty families, build_info present.
+    StatsSnapshot empty;
+    auto text = renderMetricsText(empty);
+    auto s = samples(text);
+    EXPECT_EQ(valueOf(s, std::string(R"(splicegate_build_info{version=")") + SPLICEGATE_VERSION +
+                             R"("})"),
+              1)
+        << text;
+    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"), 0);
+    EXPECT_EQ(valueOf(s, "splicegate_audit_fsync_seconds_count"), 0);
+    EXPECT_EQ(text.find("splicegate_xdp_packets_total"), std::string::npos) << text;
+}
+
+// promtool reads the page from stdin; returns its exit status and output.
+test::ProcessResult promtoolCheckMetrics(const test::TempDir& dir, const std::string& body) {
+    auto file = dir.write("metrics.txt", body);
+    return test::runProcess({"/bin/sh", "-c", "exec promtool check metrics < '" + file + "'"},
+                            milliseconds(30000));
+}
+
+bool havePromtool() { return std::system("command -v promtool >/dev/null 2>&1") == 0; }
+
+TEST(MetricsExposerTest, PromtoolAcceptsThePage) {
+    if (!havePromtool())
+        GTEST_SKIP() << "promtool not installed (Debian package 'prometheus'; "
+                        "tools/install-deps.sh installs it)";
+    MetricsExposer exposer("127.0.0.1:0", [] { return knownSnapshot(); });
+    auto response = httpGet(exposer.port(), "/metrics");
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    test::TempDir dir;
+    auto served = promtoolCheckMetrics(dir, response.body);
+    ASSERT_TRUE(served.status) << "promtool timed out";
+    EXPECT_TRUE(served.status->isExit(0)) << served.status->describe() << "\n"
+                                          << served.out << served.err << "\n--- page:\n"
+                                          << response.body;
+    // Our families alone, with no lint findings at all (promtool prints nothing then).
+    auto ours = promtoolCheckMetrics(dir, renderMetricsText(knownSnapshot()));
+    ASSERT_TRUE(ours.status);
+    EXPECT_TRUE(ours.status->isExit(0)) << ours.out << ours.err;
+    EXPECT_EQ(ours.out + ours.err, "") << "lint findings";
+}
+
+TEST(MetricsExposerTest, SourceRunsOncePerScrapeAndSeesGrowth) {
+    std::atomic<std::uint64_t> bytes{0};
+    MetricsExposer exposer("127.0.0.1:0", [&] {
+        StatsSnapshot s;
+        RouteSnapshot route;
+        route.name = "default";
+        route.bytesC2u = bytes += 1000;
+        s.routes.push_back(route);
+        return s;
+    });
+    for (int i = 1; i <= 3; ++i) {
+        auto response = httpGet(exposer.port(), "/metrics");
+        ASSERT_TRUE(response.error.empty()) << response.error;
+        EXPECT_EQ(valueOf(samples(response.body),
+                          R"(splicegate_bytes_total{direction="c2u",route="default"})"),
+                  1000.0 * i);
+    }
+    EXPECT_EQ(exposer.scrapes(), 3u);
+}
+
+TEST(MetricsExposerTest, ConcurrentScrapesNeverRunTheSourceConcurrently) {
+    std::atomic<int> inside{0};
+    std::atomic<bool> overlapped{false};
+    MetricsExposer exposer("127.0.0.1:0", [&] {
+        if (inside.fetch_add(1) != 0) overlapped = true;
+        std::this_thread::sleep_for(milliseconds(5));
+        inside.fetch_sub(1);
+        return knownSnapshot();
+    });
+    std::vector<std::thread> threads;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+            for (int i = 0; i < 5; ++i)
+                if (httpGet(exposer.port(), "/metrics").status == 200) ++ok;
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(ok.load(), 20);
+    EXPECT_FALSE(overlapped.load());
+}
+
+TEST(MetricsExposerTest, ThrowingSourceGivesAnEmptyPageAndTheExposerSurvives) {
+    std::atomic<bool> fail{true};
+    MetricsExposer exposer("127.0.0.1:0", [&]() -> StatsSnapshot {
+        if (fail) throw std::runtime_error("stats not ready");
+        return knownSnapshot();
+    });
+    auto bad = httpGet(exposer.port(), "/metrics");
+    ASSERT_TRUE(bad.error.empty()) << bad.error;
+    EXPECT_EQ(bad.body.find("splicegate_"), std::string::npos) << bad.body;
+    fail = false;
+    auto good = httpGet(exposer.port(), "/metrics");
+    EXPECT_NE(good.body.find("splicegate_bytes_total"), std::string::npos) << good.body;
+}
+
+TEST(MetricsExposerTest, RejectsANonNumericAddressNamingIt) {
+    for (const std::string listen : {"localhost:9464", "127.0.0.1", "::1:9464", "1.2.3.4:99999"}) {
+        try {
+            MetricsExposer exposer(listen, [] { return StatsSnapshot{}; });
+            ADD_FAILURE() << listen << " accepted";
+        } catch (const UsageError& e) {
+            EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(MetricsExposerTest, BusyPortThrowsSystemErrorNamingTheAddress) {
+    uint16_t port = 0;
+    auto listener = test::listenTcp(port);
+    std::string listen = test::loopback(port);
+    try {
+        MetricsExposer exposer(listen, [] { return StatsSnapshot{}; });
+        ADD_FAILURE() << "bound a busy port " << listen;
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EADDRINUSE) << e.what();
+        EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "not a system_error: " << e.what();
+    }
+}
+
+TEST(MetricsExposerTest, ServesOnIpv6Loopback) {
+    uint16_t probe = 0;
+    try {
+        auto v6 = test::listenTcp(probe, true);
+    } catch (const std::system_error& e) {
+        GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+    }
+    MetricsExposer exposer("[::1]:0", [] { return knownSnapshot(); });
+    ASSERT_NE(exposer.port(), 0u);
+    auto response = httpGet(exposer.port(), "/metrics", true);
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    EXPECT_EQ(response.status, 200);
+    EXPECT_NE(response.body.find("splicegate_bytes_total"), std::string::npos);
+}
+
+TEST(MetricsExposerTest, DestructorStopsServingAndTheSource) {
+    std::atomic<int> calls{0};
+    unsigned port = 0;
+    {
+        MetricsExposer exposer("127.0.0.1:0", [&] {
+            ++calls;
+            return StatsSnapshot{};
+        });
+        port = exposer.port();
+        ASSERT_EQ(httpGet(port, "/metrics").status, 200);
+    }
+    int before = calls.load();
+    auto after = httpGet(port, "/metrics");
+    EXPECT_FALSE(after.error.empty()) << "still serving after destruction";
+    EXPECT_EQ(calls.load(), before);
+    // The port is free again: a new exposer can take it.
+    MetricsExposer again(test::loopback(static_cast<uint16_t>(port)), [] { return StatsSnapshot{}; });
+    EXPECT_EQ(again.port(), port);
+}
+
+TEST(MetricsExposerTest, UnknownPathIsNotFound) {
+    MetricsExposer exposer("127.0.0.1:0", [] { return StatsSnapshot{}; });
+    auto response = httpGet(exposer.port(), "/nope");
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    EXPECT_EQ(response.status, 404);
+}
+
+}  // namespace
+}  // namespace splicegate
