@@ -13,5 +13,10 @@ upstream=$!
 trap 'kill "$upstream" 2>/dev/null || true' EXIT INT TERM
 echo "demo upstream on 127.0.0.1:8080 (pid $upstream); relay on 127.0.0.1:8443"
 echo "try: curl -s http://127.0.0.1:8443/README.md | head"
+echo "then: build/bin/splicegatectl --socket /tmp/splicegate-demo/admin.sock status"
+echo "      curl -s http://127.0.0.1:9464/metrics | grep splicegate_bytes_total"
+echo "      build/bin/splicegate-audit list /tmp/splicegate-demo/audit"
+mkdir -p /tmp/splicegate-demo
 build/bin/splicegate --config packaging/splicegate.conf \
-    --admin-socket "" --metrics-listen "" --audit-dir "${SPLICEGATE_AUDIT_DIR:-/tmp/splicegate-demo-audit}"
+    --admin-socket /tmp/splicegate-demo/admin.sock --admin-group root \
+    --audit-dir /tmp/splicegate-demo/audit
