@@ -57,9 +57,10 @@ std::string chunkText(const Record& record) {
 }
 
 // Copies byte ranges of files into one output fd: copy_file_range when the output is a regular
-// file, else sendfile, else pread/write; each method is dropped for good once the kernel refuses it.
+// file, else sendfile, else pread/write; each method is dropped for good once the kernel refuses
+// it.
 class RangeCopier {
-public:
+  public:
     explicit RangeCopier(int outFd) : out_(outFd) {
         struct stat st {};
         if (::fstat(outFd, &st) == 0 && S_ISREG(st.st_mode)) method_ = Method::CopyFileRange;
@@ -78,7 +79,7 @@ public:
         }
     }
 
-private:
+  private:
     enum class Method { CopyFileRange, SendFile, ReadWrite };
 
     ssize_t step(int inFd, std::uint64_t offset, std::size_t piece, const std::string& what) {
@@ -229,9 +230,12 @@ std::string placeText(const std::string& file, std::uint64_t offset, const std::
 
 const char* connectionStateName(ConnectionState state) noexcept {
     switch (state) {
-        case ConnectionState::Open: return "open";
-        case ConnectionState::Closed: return "closed";
-        case ConnectionState::Truncated: return "truncated";
+        case ConnectionState::Open:
+            return "open";
+        case ConnectionState::Closed:
+            return "closed";
+        case ConnectionState::Truncated:
+            return "truncated";
     }
     return "open";
 }
@@ -251,7 +255,8 @@ ListResult listConnections(const std::string& dir) {
         bool isLast = last[files.worker] == files.segment;
         for (bool more = true; more;) {
             switch (reader.next(record)) {
-                case IndexReader::Status::Record: break;
+                case IndexReader::Status::Record:
+                    break;
                 case IndexReader::Status::End:
                     if (first && !isLast)
                         result.problems.push_back(
@@ -295,8 +300,8 @@ ListResult listConnections(const std::string& dir) {
                     if (it == byId.end()) break;
                     auto& summary = result.connections[it->second];
                     if (summary.state != ConnectionState::Open) break;
-                    auto& bytes = record.direction == kDirectionC2U ? summary.c2uBytes
-                                                                    : summary.u2cBytes;
+                    auto& bytes =
+                        record.direction == kDirectionC2U ? summary.c2uBytes : summary.u2cBytes;
                     bytes = addSaturating(bytes, record.length);
                     break;
                 }
@@ -321,7 +326,8 @@ ListResult listConnections(const std::string& dir) {
                     break;
                 }
                 case RecordType::SegmentStart:
-                case RecordType::SegmentSealed: break;
+                case RecordType::SegmentSealed:
+                    break;
             }
         }
     }
@@ -341,7 +347,7 @@ namespace {
 
 // Coalesces adjacent ranges of one data file into one copy.
 class PendingCopy {
-public:
+  public:
     explicit PendingCopy(int outFd) : copier_(outFd) {}
 
     void add(int inFd, const std::string& path, std::uint64_t offset, std::uint64_t length) {
@@ -363,7 +369,7 @@ public:
         fd_ = -1;
     }
 
-private:
+  private:
     RangeCopier copier_;
     int fd_ = -1;
     std::string path_;
@@ -402,15 +408,15 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 // The last segment's tail may be a write in progress; elsewhere records are lost.
                 if (result.found && !isLast)
                     fail(placeText(files.indexPath, reader.goodEnd(),
-                                  reader.problem() + "; later chunks of connection " +
-                                      std::to_string(id) + " may be missing"));
+                                   reader.problem() + "; later chunks of connection " +
+                                       std::to_string(id) + " may be missing"));
                 break;
             }
             if (status == IndexReader::Status::Corrupt) {
                 auto place = placeText(files.indexPath, reader.recordOffset(), reader.problem());
                 if (result.found)
-                    fail(place + "; chunks of connection " +
-                                             std::to_string(id) + " may be missing");
+                    fail(place + "; chunks of connection " + std::to_string(id) +
+                         " may be missing");
                 if (damage.empty()) damage = place;
                 if (!reader.resync()) break;
                 continue;
@@ -429,18 +435,17 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 if (record.direction != direction) continue;
                 if (!data) {
                     if (!files.hasData)
-                        fail(placeText(
-                            files.indexPath, reader.recordOffset(),
-                            chunkText(record) + ": the data file " + baseName(files.dataPath) +
-                                " is missing"));
+                        fail(placeText(files.indexPath, reader.recordOffset(),
+                                       chunkText(record) + ": the data file " +
+                                           baseName(files.dataPath) + " is missing"));
                     data = openRead(files.dataPath);
                     dataSize = fileSize(data.get(), files.dataPath);
                 }
                 if (record.chunkEnd() > dataSize)
-                    fail(placeText(
-                        files.indexPath, reader.recordOffset(),
-                        chunkText(record) + " lies beyond the end of " + baseName(files.dataPath) +
-                            " (" + std::to_string(dataSize) + " bytes)"));
+                    fail(placeText(files.indexPath, reader.recordOffset(),
+                                   chunkText(record) + " lies beyond the end of " +
+                                       baseName(files.dataPath) + " (" + std::to_string(dataSize) +
+                                       " bytes)"));
                 output->add(data.get(), files.dataPath, record.offset, record.length);
                 result.bytes += record.length;
                 ++result.chunks;
@@ -467,7 +472,7 @@ namespace {
 // The data-file byte ranges referenced so far in one segment, merged when adjacent: chunks arrive
 // nearly in offset order, so this stays small however many chunks there are.
 class CoveredRanges {
-public:
+  public:
     // Adds [begin, end); on overlap returns false and sets the overlapping part.
     bool add(std::uint64_t begin, std::uint64_t end, std::uint64_t& overlapBegin,
              std::uint64_t& overlapEnd) {
@@ -503,7 +508,7 @@ public:
         return true;
     }
 
-private:
+  private:
     std::map<std::uint64_t, std::uint64_t> ranges_;  // begin -> end
 };
 
@@ -516,7 +521,7 @@ struct ConnectionCheck {
 };
 
 class Verifier {
-public:
+  public:
     Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem)
         : dir_(dir), onProblem_(onProblem) {}
 
@@ -534,7 +539,7 @@ public:
         return summary_;
     }
 
-private:
+  private:
     void report(const std::string& file, std::uint64_t offset, const std::string& what) {
         ++summary_.problems;
         onProblem_(placeText(file, offset, what));
@@ -597,13 +602,19 @@ private:
                                    std::to_string(files.worker) + " segment " +
                                    std::to_string(files.segment));
                     break;
-                case RecordType::SegmentSealed: sealed = true; break;
-                case RecordType::Open: open(files, offset, record); break;
+                case RecordType::SegmentSealed:
+                    sealed = true;
+                    break;
+                case RecordType::Open:
+                    open(files, offset, record);
+                    break;
                 case RecordType::Chunk:
                     chunk(files, offset, record, dataSize, covered);
                     break;
                 case RecordType::Close:
-                case RecordType::Truncated: end(files, offset, record); break;
+                case RecordType::Truncated:
+                    end(files, offset, record);
+                    break;
             }
             first = false;
         }
@@ -666,8 +677,8 @@ private:
                    chunkText(record) + " overlaps data bytes " + std::to_string(overlapBegin) +
                        ".." + std::to_string(overlapEnd) + " of an earlier chunk");
         if (auto* check = follows(files, offset, record))
-            check->bytes[record.direction] = addSaturating(check->bytes[record.direction],
-                                                           record.length);
+            check->bytes[record.direction] =
+                addSaturating(check->bytes[record.direction], record.length);
     }
 
     void end(const SegmentFiles& files, std::uint64_t offset, const Record& record) {

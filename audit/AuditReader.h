@@ -24,7 +24,7 @@
 namespace splicegate::audit {
 
 class IndexReader {
-public:
+  public:
     enum class Status {
         Record,   // a good record; recordOffset() is where it starts
         End,      // clean end of file
@@ -52,7 +52,7 @@ public:
 
     static constexpr std::size_t kDefaultBufferSize = 1 << 20;
 
-private:
+  private:
     // Makes at least `wanted` bytes available from pos_ unless the file ends first. Returns the
     // bytes available.
     std::size_t fill(std::size_t wanted);

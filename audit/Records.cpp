@@ -20,7 +20,9 @@ namespace {
 
 // ---- Little-endian writing into a std::string.
 
-void putU8(std::string& out, std::uint8_t value) { out.push_back(static_cast<char>(value)); }
+void putU8(std::string& out, std::uint8_t value) {
+    out.push_back(static_cast<char>(value));
+}
 
 void putU16(std::string& out, std::uint16_t value) {
     putU8(out, static_cast<std::uint8_t>(value & 0xff));
@@ -35,7 +37,9 @@ void putU64(std::string& out, std::uint64_t value) {
     for (int i = 0; i < 8; ++i) putU8(out, static_cast<std::uint8_t>((value >> (8 * i)) & 0xff));
 }
 
-void putI64(std::string& out, std::int64_t value) { putU64(out, static_cast<std::uint64_t>(value)); }
+void putI64(std::string& out, std::int64_t value) {
+    putU64(out, static_cast<std::uint64_t>(value));
+}
 
 // Cuts `text` to at most kMaxStringBytes without splitting a UTF-8 sequence.
 std::string_view clampString(std::string_view text) {
@@ -87,7 +91,7 @@ void finish(std::string& out, std::size_t start) {
 // ---- Bounds-checked little-endian reading.
 
 class Reader {
-public:
+  public:
     Reader(const std::uint8_t* data, std::size_t size) noexcept : data_(data), size_(size) {}
 
     bool u8(std::uint8_t& value) noexcept {
@@ -123,7 +127,7 @@ public:
     }
     bool atEnd() const noexcept { return pos_ == size_; }
 
-private:
+  private:
     bool little(std::size_t bytes, std::uint64_t& value) noexcept {
         if (size_ - pos_ < bytes) return false;
         value = 0;
@@ -299,8 +303,8 @@ DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& ou
         return DecodeStatus::Corrupt;
     }
     if (length > size) {
-        problem = "short record: " + std::to_string(size) + " of " + std::to_string(length) +
-                  " bytes";
+        problem =
+            "short record: " + std::to_string(size) + " of " + std::to_string(length) + " bytes";
         return DecodeStatus::Incomplete;
     }
     auto storedCrc = static_cast<std::uint32_t>(loadLittle(data + 8, 4));
@@ -332,12 +336,18 @@ DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& ou
 
 const char* recordTypeName(RecordType type) noexcept {
     switch (type) {
-        case RecordType::SegmentStart: return "SegmentStart";
-        case RecordType::Open: return "Open";
-        case RecordType::Chunk: return "Chunk";
-        case RecordType::Close: return "Close";
-        case RecordType::Truncated: return "Truncated";
-        case RecordType::SegmentSealed: return "SegmentSealed";
+        case RecordType::SegmentStart:
+            return "SegmentStart";
+        case RecordType::Open:
+            return "Open";
+        case RecordType::Chunk:
+            return "Chunk";
+        case RecordType::Close:
+            return "Close";
+        case RecordType::Truncated:
+            return "Truncated";
+        case RecordType::SegmentSealed:
+            return "SegmentSealed";
     }
     return "unknown";
 }

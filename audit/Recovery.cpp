@@ -62,7 +62,8 @@ UniqueFd openFile(const std::string& path, int flags) {
 
 // mkdir -p with mode 0750 for the components it creates.
 void makeDirectories(const std::string& dir) {
-    if (dir.empty()) throw std::system_error(ENOENT, std::system_category(), "empty audit directory");
+    if (dir.empty())
+        throw std::system_error(ENOENT, std::system_category(), "empty audit directory");
     for (std::size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
         std::string part = dir.substr(0, slash);
         if (::mkdir(part.c_str(), 0750) != 0 && errno != EEXIST)
@@ -103,7 +104,7 @@ struct RepairedSegment {
 };
 
 class Recovery {
-public:
+  public:
     explicit Recovery(const std::string& dir) : dir_(dir), now_(nowNs()) {}
 
     RecoveryReport run() {
@@ -119,7 +120,7 @@ public:
         return std::move(report_);
     }
 
-private:
+  private:
     void act(const std::string& line) { report_.actions.push_back(line); }
 
     void worker(const std::vector<SegmentFiles>& segments, std::size_t begin, std::size_t end) {
@@ -186,7 +187,9 @@ private:
         std::uint64_t maxChunkEnd = 0;
         for (bool more = true; more && !cutAt;) {
             switch (reader.next(record)) {
-                case IndexReader::Status::End: more = false; continue;
+                case IndexReader::Status::End:
+                    more = false;
+                    continue;
                 case IndexReader::Status::Torn:
                     if (sealed) {
                         damage.push_back(placeText(indexName, reader.goodEnd(), reader.problem()));
@@ -206,7 +209,8 @@ private:
                         cutWhy = reader.problem();
                     }
                     continue;
-                case IndexReader::Status::Record: break;
+                case IndexReader::Status::Record:
+                    break;
             }
             auto offset = reader.recordOffset();
             if (first) {
@@ -244,9 +248,12 @@ private:
                     maxChunkEnd = std::max(maxChunkEnd, record.chunkEnd());
                     break;
                 case RecordType::Close:
-                case RecordType::Truncated: open.erase(record.id); break;
+                case RecordType::Truncated:
+                    open.erase(record.id);
+                    break;
                 case RecordType::SegmentStart:
-                case RecordType::SegmentSealed: break;
+                case RecordType::SegmentSealed:
+                    break;
             }
             if (record.type != RecordType::SegmentStart && record.type != RecordType::SegmentSealed)
                 report_.maxConnectionId = std::max(report_.maxConnectionId, record.id);
@@ -279,8 +286,8 @@ private:
             truncateTo(segment.data.get(), maxChunkEnd, files.dataPath);
             segment.dataChanged = true;
             act(baseName(files.dataPath) + ": cut " +
-                std::to_string(segment.dataSize - maxChunkEnd) +
-                " unindexed bytes at offset " + std::to_string(maxChunkEnd));
+                std::to_string(segment.dataSize - maxChunkEnd) + " unindexed bytes at offset " +
+                std::to_string(maxChunkEnd));
             segment.dataSize = maxChunkEnd;
         }
         return segment;
@@ -288,9 +295,8 @@ private:
 
     void removeLoneData(const SegmentFiles& files) {
         struct stat st {};
-        std::uint64_t size = ::stat(files.dataPath.c_str(), &st) == 0
-                                 ? static_cast<std::uint64_t>(st.st_size)
-                                 : 0;
+        std::uint64_t size =
+            ::stat(files.dataPath.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
         if (::unlink(files.dataPath.c_str()) != 0 && errno != ENOENT)
             throwErrno(errno, "cannot remove " + files.dataPath);
         dirChanged_ = true;
@@ -375,6 +381,8 @@ private:
 
 }  // namespace
 
-RecoveryReport recoverAuditDirectory(const std::string& dir) { return Recovery(dir).run(); }
+RecoveryReport recoverAuditDirectory(const std::string& dir) {
+    return Recovery(dir).run();
+}
 
 }  // namespace splicegate::audit

@@ -6,13 +6,17 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "audit/AuditWriter.h"
 #include "audit/Recovery.h"
+#include "audit/Retention.h"
 #include "metrics/MetricsExposer.h"
 #include "relay/AdminServer.h"
 #include "relay/Config.h"
@@ -113,14 +117,44 @@ sigset_t controlSignals() {
     return set;
 }
 
+// Deletes closed audit data beyond --audit-retention-bytes/-hours. Runs on the main thread:
+// unlinking a large segment can take a while and must not stall a worker.
+class RetentionJob {
+public:
+    explicit RetentionJob(const Config& config)
+        : policy_{config.auditRetentionBytes, config.auditRetentionHours} {
+        if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
+            planner_.emplace(config.auditDir);
+    }
+    void tick() {
+        if (!planner_ || ++ticks_ % kEverySeconds != 0) return;
+        try {
+            auto result = planner_->apply(policy_, audit::wallClockNs());
+            for (const auto& problem : result.problems)
+                if (reported_.insert(problem).second) logWarn("audit retention: ", problem);
+        } catch (const std::exception& error) {
+            logError("audit retention: ", error.what());
+        }
+    }
+
+private:
+    static constexpr unsigned kEverySeconds = 10;
+    audit::RetentionPolicy policy_;
+    std::optional<audit::RetentionPlanner> planner_;
+    std::set<std::string> reported_;
+    unsigned ticks_ = 0;
+};
+
 // Serves signals until a drain is asked for; then drains and stops the relay.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader) {
     auto signals = controlSignals();
+    RetentionJob retention(startConfig);
     auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
     for (;;) {
         siginfo_t info{};
         timespec poll{1, 0};
         int sig = ::sigtimedwait(&signals, &info, &poll);
+        if (sig < 0) retention.tick();  // about once a second
         if (sig == SIGHUP) {
             try {
                 auto config = reloader.reload();

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -88,12 +89,19 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
                              "--audit-fsync-interval-ms", "50", "--splice-engine", mode.engine}));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
 
+    auto started = Clock::now();
+    auto phase = [&](const char* what) {
+        std::cout << "[ info ] " << mode.durability << "/" << mode.engine << ": " << what << " at "
+                  << std::chrono::duration_cast<milliseconds>(Clock::now() - started).count()
+                  << " ms\n";
+    };
     {
         std::vector<std::thread> threads;
         for (auto& client : clients)
             threads.emplace_back([&, c = &client] { runClient(port, *c, milliseconds(60000)); });
         for (auto& thread : threads) thread.join();
     }
+    phase("transfers done");
     board->waitSize(kConnections, deadlineIn(milliseconds(5000)));
     std::map<uint64_t, DuplexResult> atUpstream;
     for (auto& [id, result] : board->snapshot()) atUpstream[id] = result;
@@ -130,6 +138,7 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
     auto status = daemon.terminate(milliseconds(20000));
     ASSERT_TRUE(status && status->isExit(0)) << "daemon did not drain cleanly" << daemon.why();
 
+    phase("drained");
     // 3. verify exits 0.
     auto verify = auditVerify(auditDir);
     EXPECT_TRUE(verify.status && verify.status->isExit(0))
@@ -152,9 +161,22 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
         EXPECT_EQ(row.upstream, upstream.address()) << "connection " << row.id;
     }
 
+    phase("verified and listed");
     // 5. extract (the shipped binary) equals what the other end received, by SHA-256.
     TempDir out;
     int mismatches = 0;
+    long extractMs = 0;
+    {
+        auto t0 = Clock::now();
+        for (int i = 0; i < 20; ++i) runProcess({"/bin/true"});
+        std::cout << "20 x /bin/true: " << std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count() << " ms\n";
+        t0 = Clock::now();
+        for (int i = 0; i < 20; ++i) auditExtract(auditDir, 5, "c2u", out.path() + "/x");
+        std::cout << "20 x extract 5: " << std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count() << " ms\n";
+        t0 = Clock::now();
+        for (int i = 0; i < 20; ++i) fileSha256(out.path() + "/x");
+        std::cout << "20 x sha: " << std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count() << " ms\n";
+    }
     for (const auto& c : clients) {
         auto it = byPort.find(c.port);
         if (it == byPort.end()) {
@@ -168,7 +190,9 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
         EXPECT_EQ(row.u2c, c.u2cSize) << "u2c_bytes of audit connection " << row.id;
         const DuplexResult& u = atUpstream[c.id];
 
+        auto t0 = Clock::now();
         auto c2u = auditExtract(auditDir, row.id, "c2u", out.path() + "/c2u");
+        extractMs += std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
         if (!c2u.ok()) {
             ADD_FAILURE() << "extract c2u of " << row.id << ": " << describeProcess(c2u.process);
             ++mismatches;
@@ -207,6 +231,8 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
         if (mismatches > 10) break;
     }
     EXPECT_EQ(mismatches, 0);
+    phase("extracts compared");
+    std::cout << "extract c2u total " << extractMs << " ms\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AuditCaptureTest,

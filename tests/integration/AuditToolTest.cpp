@@ -29,7 +29,9 @@ using namespace splicegate::audit;
 
 constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;  // 2023-11-14T22:13:20Z
 
-std::string tool() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit"; }
+std::string tool() {
+    return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit";
+}
 
 ProcessResult runTool(const std::vector<std::string>& args) {
     std::vector<std::string> argv{tool()};
@@ -42,8 +44,8 @@ std::size_t lineCount(const std::string& text) {
 }
 
 std::string describe(const ProcessResult& result) {
-    return (result.status ? result.status->describe() : std::string("timed out")) +
-           "\nstdout:\n" + result.out.substr(0, 4000) + "\nstderr:\n" + result.err;
+    return (result.status ? result.status->describe() : std::string("timed out")) + "\nstdout:\n" +
+           result.out.substr(0, 4000) + "\nstderr:\n" + result.err;
 }
 
 void writeFile(const std::string& path, const std::string& content) {
@@ -154,8 +156,8 @@ TEST(AuditToolTest, UsageErrorsExitTwoWithOneLine) {
     expectUsageError({"extract", dir, "--direction", "c2u"});
     expectUsageError({"extract", dir, "--connection", "x1", "--direction", "c2u"});
     expectUsageError({"extract", dir, "--connection", "-1", "--direction", "c2u"});
-    expectUsageError({"extract", dir, "--connection", "99999999999999999999999", "--direction",
-                      "c2u"});
+    expectUsageError(
+        {"extract", dir, "--connection", "99999999999999999999999", "--direction", "c2u"});
     expectUsageError({"extract", dir, "--connection", "1", "--direction", "both"});
     expectUsageError({"extract", dir, "--connection", "1", "--direction"});
     expectUsageError({"extract", dir, "--connection", "1", "--direction", "c2u", "-o"});
@@ -166,8 +168,10 @@ TEST(AuditToolTest, MissingDirectoryIsARuntimeFailure) {
     TempDir parent;
     std::string missing = parent.path() + "/no-such-dir";
     for (std::vector<std::string> args :
-         {std::vector<std::string>{"list", missing}, {"list", missing, "--json"},
-          {"verify", missing}, {"extract", missing, "--connection", "1", "--direction", "c2u"}}) {
+         {std::vector<std::string>{"list", missing},
+          {"list", missing, "--json"},
+          {"verify", missing},
+          {"extract", missing, "--connection", "1", "--direction", "c2u"}}) {
         auto result = runTool(args);
         ASSERT_TRUE(result.status && result.status->isExit(1)) << args[0] << describe(result);
         EXPECT_EQ(lineCount(result.err), 1u) << describe(result);
@@ -184,9 +188,8 @@ TEST(AuditToolTest, ListPrintsAnAlignedTable) {
     std::istringstream in(result.out);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
     ASSERT_EQ(lines.size(), 4u) << result.out;
-    const std::vector<std::string> headers = {"ID",        "ROUTE",     "CLIENT", "UPSTREAM",
-                                              "OPENED",    "CLOSED",    "C2U_BYTES",
-                                              "U2C_BYTES", "STATE"};
+    const std::vector<std::string> headers = {
+        "ID", "ROUTE", "CLIENT", "UPSTREAM", "OPENED", "CLOSED", "C2U_BYTES", "U2C_BYTES", "STATE"};
     std::vector<std::vector<std::string>> rows;
     for (const auto& line : lines) {
         std::istringstream words(line);
@@ -282,20 +285,19 @@ TEST(AuditToolTest, ExtractWritesTheExactBytes) {
     SampleLog log;
     TempDir out;
     std::string file = out.path() + "/c2u.bin";
-    auto toFile = runTool({"extract", log.dir.path(), "--connection", "1", "--direction", "c2u",
-                           "-o", file});
+    auto toFile =
+        runTool({"extract", log.dir.path(), "--connection", "1", "--direction", "c2u", "-o", file});
     ASSERT_TRUE(toFile.status && toFile.status->isExit(0)) << describe(toFile);
     EXPECT_TRUE(toFile.out.empty());
     EXPECT_TRUE(toFile.err.empty()) << toFile.err;
     EXPECT_TRUE(readFile(file) == log.c2u) << "extracted c2u bytes differ";
 
-    auto toStdout =
-        runTool({"extract", log.dir.path(), "--direction", "u2c", "--connection", "1"});
+    auto toStdout = runTool({"extract", log.dir.path(), "--direction", "u2c", "--connection", "1"});
     ASSERT_TRUE(toStdout.status && toStdout.status->isExit(0)) << describe(toStdout);
     EXPECT_TRUE(toStdout.out == log.u2c) << "extracted u2c bytes differ";
 
-    auto dash = runTool({"extract", log.dir.path(), "--connection", "2", "--direction", "u2c",
-                         "--output", "-"});
+    auto dash = runTool(
+        {"extract", log.dir.path(), "--connection", "2", "--direction", "u2c", "--output", "-"});
     ASSERT_TRUE(dash.status && dash.status->isExit(0)) << describe(dash);
     EXPECT_EQ(dash.out, "partial");
 
@@ -308,8 +310,8 @@ TEST(AuditToolTest, ExtractOfAnUnknownConnectionFails) {
     SampleLog log;
     TempDir out;
     std::string file = out.path() + "/none.bin";
-    auto result = runTool({"extract", log.dir.path(), "--connection", "42", "--direction", "c2u",
-                           "-o", file});
+    auto result = runTool(
+        {"extract", log.dir.path(), "--connection", "42", "--direction", "c2u", "-o", file});
     ASSERT_TRUE(result.status && result.status->isExit(1)) << describe(result);
     EXPECT_EQ(lineCount(result.err), 1u) << result.err;
     EXPECT_NE(result.err.find("42"), std::string::npos) << result.err;
@@ -355,7 +357,8 @@ TEST(AuditToolTest, GarbageNeverCrashesIt) {
             writeFile(base + ".data", garbage.substr(0, garbage.size() / 2));
         }
         for (std::vector<std::string> args :
-             {std::vector<std::string>{"list", dir.path()}, {"list", dir.path(), "--json"},
+             {std::vector<std::string>{"list", dir.path()},
+              {"list", dir.path(), "--json"},
               {"verify", dir.path()},
               {"extract", dir.path(), "--connection", "1", "--direction", "c2u"}}) {
             auto result = runTool(args);

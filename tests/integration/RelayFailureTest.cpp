@@ -42,8 +42,8 @@ TEST(RelayUpstreamFailureTest, RefusedUpstreamFallsOverToTheNext) {
     TestServer live(duplexUpstream(board, milliseconds(30000)));
     uint16_t closed = pickFreePort();
     uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {loopback(closed), live.address()},
-                            {"--connect-timeout-ms", "1000"}));
+    Daemon daemon(
+        relayArgs(port, {loopback(closed), live.address()}, {"--connect-timeout-ms", "1000"}));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
 
     std::vector<ClientRun> runs;
@@ -64,13 +64,13 @@ TEST(RelayUpstreamFailureTest, AllUpstreamsRefusedClosesClientAndDaemonCarriesOn
     uint16_t port = pickFreePort();
     uint16_t goodPort = pickFreePort();
     TempDir configDir;
-    std::string config =
-        configDir.write("splicegate.conf", routeSection("good", loopback(goodPort), {echo.address()}));
+    std::string config = configDir.write(
+        "splicegate.conf", routeSection("good", loopback(goodPort), {echo.address()}));
     Daemon daemon(relayArgs(port, {loopback(closedA), loopback(closedB)},
                             {"--connect-timeout-ms", "500", "--config", config}));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-    ASSERT_TRUE(daemon.waitReady(goodPort)) << "route.good from the config not listening"
-                                            << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(goodPort))
+        << "route.good from the config not listening" << daemon.why();
 
     for (int attempt = 0; attempt < 3; ++attempt) {
         int error = 0;
@@ -79,8 +79,8 @@ TEST(RelayUpstreamFailureTest, AllUpstreamsRefusedClosesClientAndDaemonCarriesOn
                             << daemon.why();
         auto started = Clock::now();
         int closeError = 0;
-        PeerClose end = waitPeerClose(client.get(), deadlineIn(milliseconds(4000)), nullptr,
-                                      &closeError);
+        PeerClose end =
+            waitPeerClose(client.get(), deadlineIn(milliseconds(4000)), nullptr, &closeError);
         auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
         EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
             << "attempt " << attempt << ": with every upstream refusing, the client saw "
@@ -92,9 +92,10 @@ TEST(RelayUpstreamFailureTest, AllUpstreamsRefusedClosesClientAndDaemonCarriesOn
     bool mentioned = !grepLines(log, "refused").empty() ||
                      !grepLines(log, std::to_string(closedA)).empty() ||
                      !grepLines(log, std::to_string(closedB)).empty();
-    EXPECT_TRUE(mentioned) << "daemon log does not mention the failed upstream connects (looked for "
-                              "'refused', ports "
-                           << closedA << " and " << closedB << ")" << daemon.why();
+    EXPECT_TRUE(mentioned)
+        << "daemon log does not mention the failed upstream connects (looked for "
+           "'refused', ports "
+        << closedA << " and " << closedB << ")" << daemon.why();
     ASSERT_TRUE(daemon.running()) << daemon.why();
     EXPECT_TRUE(relayStillWorks(goodPort, 41)) << daemon.why(20);
 }
@@ -109,8 +110,8 @@ TEST(RelayResetTest, ClientResetClosesUpstream) {
     auto board = std::make_shared<ResultBoard<std::size_t, Seen>>();
     auto progress = std::make_shared<std::atomic<uint64_t>>(0);
     TestServer upstream([board, progress](int fd, std::size_t index) {
-        StreamResult result = receiveAll(fd, deadlineIn(milliseconds(20000)), UINT64_MAX,
-                                          progress.get());
+        StreamResult result =
+            receiveAll(fd, deadlineIn(milliseconds(20000)), UINT64_MAX, progress.get());
         board->put(index, Seen{result, Clock::now()});
     });
     uint16_t port = pickFreePort();
@@ -124,7 +125,7 @@ TEST(RelayResetTest, ClientResetClosesUpstream) {
         ASSERT_TRUE(client) << std::strerror(error) << daemon.why();
         std::atomic<bool> stop{false};
         std::atomic<bool> done{false};
-        std::thread uploader([&] {
+        std::jthread uploader([&] {
             SendOptions options;
             options.chunk = 64 * 1024;
             options.pauseEveryChunk = std::chrono::microseconds(2000);
@@ -140,7 +141,8 @@ TEST(RelayResetTest, ClientResetClosesUpstream) {
         }
         stop = true;
         uploader.join();
-        ASSERT_GE(progress->load(), 2 * kMiB) << "upload never reached the upstream" << daemon.why();
+        ASSERT_GE(progress->load(), 2 * kMiB)
+            << "upload never reached the upstream" << daemon.why();
         ASSERT_FALSE(board->waitSize(1, deadlineIn(milliseconds(0))))
             << "upstream connection ended before the reset";
         auto resetAt = Clock::now();
@@ -321,8 +323,8 @@ TEST(RelayLimitTest, MaxConnectionsRefusesBeyondTheLimit) {
         servedAgain = again && echoRoundTrip(again.get(), 410, 4096, milliseconds(2000));
         if (!servedAgain) std::this_thread::sleep_for(milliseconds(100));
     }
-    EXPECT_TRUE(servedAgain) << "no new connection served after one of the " << kLimit
-                             << " closed" << daemon.why(20);
+    EXPECT_TRUE(servedAgain) << "no new connection served after one of the " << kLimit << " closed"
+                             << daemon.why(20);
 }
 
 // --idle-timeout-ms 400: a silent connection is closed at both ends; one that keeps talking is
@@ -339,16 +341,17 @@ TEST(RelayLimitTest, IdleTimeoutClosesOnlySilentConnections) {
     ASSERT_TRUE(busy) << std::strerror(error);
     auto started = Clock::now();
     for (int i = 0; i < 15; ++i) {  // 1.5 s of traffic every 100 ms
-        ASSERT_TRUE(echoRoundTrip(busy.get(), 500 + static_cast<uint64_t>(i), 1000,
-                                  milliseconds(2000)))
+        ASSERT_TRUE(
+            echoRoundTrip(busy.get(), 500 + static_cast<uint64_t>(i), 1000, milliseconds(2000)))
             << "busy connection broken after " << i * 100 << " ms" << daemon.why(20);
         std::this_thread::sleep_for(milliseconds(100));
     }
     PeerClose end = waitPeerClose(silent.get(), deadlineIn(milliseconds(500)));
     auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - started).count();
     EXPECT_TRUE(end == PeerClose::Eof || end == PeerClose::Reset)
-        << "silent connection still open " << took << " ms after it went idle (--idle-timeout-ms "
-                                                       "400)"
+        << "silent connection still open " << took
+        << " ms after it went idle (--idle-timeout-ms "
+           "400)"
         << daemon.why(20);
 }
 

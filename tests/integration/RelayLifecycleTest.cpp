@@ -75,8 +75,9 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     RecordProperty("daemon_pipe_fds", static_cast<int>(fds.pipes));
     EXPECT_LE(maxThreads, kThreadBound)
         << "daemon threads peaked at " << maxThreads << " with " << kConnections
-        << " idle connections (at start " << threadsAtStart << ", bound workers + 8 = "
-        << kThreadBound << "): idle connections must not park threads (NOTES.md 1)";
+        << " idle connections (at start " << threadsAtStart
+        << ", bound workers + 8 = " << kThreadBound
+        << "): idle connections must not park threads (NOTES.md 1)";
     EXPECT_LT(rss, kRssBoundKiB) << "daemon RSS " << rss << " KiB with " << kConnections
                                  << " idle connections";
     EXPECT_LE(fds.pipes, kPipeFdBound)
@@ -91,8 +92,8 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     for (std::size_t i : {std::size_t{0}, kConnections / 2, kConnections - 1}) {
         uint32_t tag = static_cast<uint32_t>(0xab000000u + i);
         int error = 0;
-        ASSERT_TRUE(sendAll(clients[i].get(), &tag, sizeof tag, deadlineIn(milliseconds(2000)),
-                            error));
+        ASSERT_TRUE(
+            sendAll(clients[i].get(), &tag, sizeof tag, deadlineIn(milliseconds(2000)), error));
         sentTags.insert(tag);
     }
     std::vector<pollfd> polls;
@@ -194,12 +195,12 @@ TEST(RelayChurnTest, SequentialConnectionsAreServedAndReleased) {
             }
         }
         const ClientRun* last = orderly.empty() ? nullptr : &orderly.back();
-        if (i % 3 == 0 && last != nullptr && (last->connectError != 0 || !last->result.received.eof ||
-                                              last->result.received.bytes != kSize)) {
-            ADD_FAILURE() << "orderly connection #" << i << " (id " << id
-                          << ") was not served: " << (last->connectError != 0
-                                                          ? std::strerror(last->connectError)
-                                                          : last->result.received.describe())
+        if (i % 3 == 0 && last != nullptr &&
+            (last->connectError != 0 || !last->result.received.eof ||
+             last->result.received.bytes != kSize)) {
+            ADD_FAILURE() << "orderly connection #" << i << " (id " << id << ") was not served: "
+                          << (last->connectError != 0 ? std::strerror(last->connectError)
+                                                      : last->result.received.describe())
                           << "; earlier connections had closed normally" << daemon.why(20);
             break;
         }
@@ -213,9 +214,9 @@ TEST(RelayChurnTest, SequentialConnectionsAreServedAndReleased) {
         std::this_thread::sleep_for(milliseconds(20));
         sockets = daemon.fdCounts().sockets;
     }
-    EXPECT_LE(sockets, socketsAtStart) << "after " << kConnections
-                                       << " connections all closed, the daemon holds " << sockets
-                                       << " sockets (had " << socketsAtStart << " at start)";
+    EXPECT_LE(sockets, socketsAtStart)
+        << "after " << kConnections << " connections all closed, the daemon holds " << sockets
+        << " sockets (had " << socketsAtStart << " at start)";
     auto termAt = Clock::now();
     auto status = daemon.terminate(milliseconds(3000));
     ASSERT_TRUE(status) << "no exit 3 s after SIGTERM with no connection open" << daemon.why(20);
@@ -250,8 +251,8 @@ TEST(RelayDrainTest, SigtermLetsInFlightTransferFinish) {
     Deadline deadline = deadlineIn(milliseconds(30000));
     ASSERT_TRUE(sendHeader(client.get(), StreamHeader{kId, kReply}, deadline, error));
     StreamResult sent, reply;
-    std::thread transfer([&] {
-        SendOptions paced;  // ~1.5 s in all
+    std::jthread transfer([&] {  // joins on every exit path (bounded by `deadline`)
+        SendOptions paced;       // ~1.5 s in all
         paced.chunk = 128 * 1024;
         paced.pauseEveryChunk = std::chrono::microseconds(8000);
         sent = sendPattern(client.get(), c2uSeed(kId), kUpload, deadline, paced);
@@ -296,8 +297,8 @@ TEST(RelayDrainTest, SigtermLetsInFlightTransferFinish) {
     auto status = daemon.waitExit(milliseconds(5000));
     ASSERT_TRUE(status) << "daemon still running 5 s after its last connection ended"
                         << daemon.why();
-    EXPECT_TRUE(status->isExit(0)) << "SIGTERM drain ended with " << status->describe()
-                                   << daemon.why();
+    EXPECT_TRUE(status->isExit(0))
+        << "SIGTERM drain ended with " << status->describe() << daemon.why();
 }
 
 // SIGTERM with an idle connection and --drain-timeout-ms 500: exit 0 within ~2 s, and the idle
@@ -348,7 +349,7 @@ TEST(RelayDrainTest, SigintAlsoDrainsAndExitsZero) {
 
 // Config-file reloads on SIGHUP. The established connection is an echo round trip each time.
 class RelayReloadTest : public ::testing::Test {
-protected:
+  protected:
     TestServer echoA_{echoUpstream(milliseconds(30000))};
     TestServer echoB_{echoUpstream(milliseconds(30000))};
     TempDir configDir_;
@@ -361,7 +362,9 @@ protected:
     std::string first(const TestServer& upstream) {
         return routeSection("first", loopback(portFirst_), {upstream.address()});
     }
-    std::string second() { return routeSection("second", loopback(portSecond_), {echoB_.address()}); }
+    std::string second() {
+        return routeSection("second", loopback(portSecond_), {echoB_.address()});
+    }
 
     static UniqueFd open(uint16_t port, Daemon& daemon) {
         int error = 0;
@@ -521,20 +524,19 @@ std::vector<std::string> nonEmptyLines(const std::string& text) {
 
 TEST(RelayStartupTest, UnknownOptionIsAUsageErrorNamingIt) {
     EXPECT_TRUE(usageError({"--no-such-option"}, "no-such-option"));
-    EXPECT_TRUE(usageError({"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
-                            "--frobnicate", "3"},
-                           "frobnicate"));
+    EXPECT_TRUE(
+        usageError({"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--frobnicate", "3"},
+                   "frobnicate"));
 }
 
 TEST(RelayStartupTest, BadValuesAreUsageErrorsNamingThem) {
-    EXPECT_TRUE(usageError({"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--workers",
-                            "many"},
-                           "workers"));
-    EXPECT_TRUE(usageError({"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2",
-                            "--splice-engine", "warp"},
-                           "splice-engine"));
-    EXPECT_TRUE(usageError({"--listen", "not-an-address", "--upstream", "127.0.0.1:2"},
-                           "not-an-address"));
+    EXPECT_TRUE(usageError(
+        {"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--workers", "many"}, "workers"));
+    EXPECT_TRUE(usageError(
+        {"--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2", "--splice-engine", "warp"},
+        "splice-engine"));
+    EXPECT_TRUE(
+        usageError({"--listen", "not-an-address", "--upstream", "127.0.0.1:2"}, "not-an-address"));
 }
 
 TEST(RelayStartupTest, ConfigFileErrorsNameTheKeyOrFile) {
@@ -563,11 +565,10 @@ TEST(RelayStartupTest, ListenAddressInUseExitsOne) {
     uint16_t busy = 0;
     UniqueFd holder = listenTcp(busy);
     uint16_t upstream = pickFreePort();
-    ProcessResult result =
-        runProcess({daemonBinary(), "--listen", loopback(busy), "--upstream", loopback(upstream),
-                    "--workers", "1", "--admin-socket", "", "--metrics-listen", "", "--audit-dir",
-                    ""},
-                   milliseconds(10000));
+    ProcessResult result = runProcess(
+        {daemonBinary(), "--listen", loopback(busy), "--upstream", loopback(upstream), "--workers",
+         "1", "--admin-socket", "", "--metrics-listen", "", "--audit-dir", ""},
+        milliseconds(10000));
     ASSERT_TRUE(result.status) << "daemon kept running although its listen port was taken";
     EXPECT_TRUE(result.status->isExit(1)) << result.status->describe() << "\n" << result.err;
     EXPECT_FALSE(grepLines(result.err, std::to_string(busy)).empty())

@@ -40,7 +40,9 @@ std::vector<std::string> engineArgs(const std::string& engine) {
     return result;
 }
 
-std::string engineName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+std::string engineName(const ::testing::TestParamInfo<std::string>& info) {
+    return info.param;
+}
 
 class RelayDuplexTest : public ::testing::TestWithParam<std::string> {};
 
@@ -207,9 +209,9 @@ TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
     uint64_t pushedWhileSlow = pushed->load();
     RecordProperty("daemon_max_rss_kib", static_cast<int>(maxRss));
     RecordProperty("upstream_pushed_while_slow", static_cast<int>(pushedWhileSlow));
-    EXPECT_LT(maxRss, kRssBoundKiB) << "daemon RSS peaked at " << maxRss
-                                    << " KiB while back-pressured (at start " << rssBefore
-                                    << " KiB); bound " << kRssBoundKiB << " KiB";
+    EXPECT_LT(maxRss, kRssBoundKiB)
+        << "daemon RSS peaked at " << maxRss << " KiB while back-pressured (at start " << rssBefore
+        << " KiB); bound " << kRssBoundKiB << " KiB";
     EXPECT_LT(pushedWhileSlow, kBufferedBound)
         << "upstream pushed " << pushedWhileSlow << " bytes while the client had read only "
         << received << ": the relay is not back-pressuring the upstream";
@@ -240,8 +242,8 @@ TEST(RelayIpv6Test, ListenAndUpstreamOnIpv6Loopback) {
     auto board = std::make_shared<DuplexBoard>();
     TestServer upstream(duplexUpstream(board, milliseconds(30000)), /*ipv6=*/true);
     uint16_t port = pickFreePort();
-    Daemon daemon({"--listen", loopback(port, true), "--upstream", upstream.address(), "--workers",
-                   "2"});
+    Daemon daemon(
+        {"--listen", loopback(port, true), "--upstream", upstream.address(), "--workers", "2"});
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     std::vector<ClientRun> runs{duplexClient(port, 7, kSize, kSize, milliseconds(30000), true)};
     board->waitSize(1, deadlineIn(milliseconds(5000)));

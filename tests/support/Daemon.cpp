@@ -55,14 +55,18 @@ ExitStatus decode(int status) {
 // before fork(): between fork and exec only async-signal-safe calls are made.
 pid_t spawn(const std::vector<std::string>& argv, const std::string& outPath,
             const std::string& errPath) {
+    if (::access(argv.at(0).c_str(), X_OK) != 0) {
+        throwErrno("cannot execute " + argv[0] +
+                   " (build the daemon, or point SPLICEGATE_BIN at a splicegate binary)");
+    }
     std::vector<char*> cargv;
     for (const auto& arg : argv) cargv.push_back(const_cast<char*>(arg.c_str()));
     cargv.push_back(nullptr);
     int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     int out = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int err = outPath == errPath ? out
-                                 : ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                                          0644);
+    int err = outPath == errPath
+                  ? out
+                  : ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (devNull < 0 || out < 0 || err < 0) {
         int saved = errno;
         if (devNull >= 0) ::close(devNull);
@@ -118,7 +122,8 @@ std::optional<ExitStatus> reap(pid_t pid, milliseconds timeout) {
 }  // namespace
 
 TempDir::TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "splicegate-it-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "splicegate-it-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throwErrno("mkdtemp " + pattern);
     path_ = pattern;
 }
@@ -289,8 +294,12 @@ long Daemon::statusField(const char* name) const {
     return -1;
 }
 
-long Daemon::rssKiB() const { return statusField("VmRSS"); }
-long Daemon::threadCount() const { return statusField("Threads"); }
+long Daemon::rssKiB() const {
+    return statusField("VmRSS");
+}
+long Daemon::threadCount() const {
+    return statusField("Threads");
+}
 
 Daemon::FdCounts Daemon::fdCounts() const {
     FdCounts counts;
@@ -310,7 +319,9 @@ Daemon::FdCounts Daemon::fdCounts() const {
     return counts;
 }
 
-std::string Daemon::log() const { return readFile(logPath_); }
+std::string Daemon::log() const {
+    return readFile(logPath_);
+}
 
 std::string Daemon::logTail(std::size_t lines) const {
     std::vector<std::string> all;
@@ -328,7 +339,9 @@ std::string Daemon::why(std::size_t lines) {
     std::ostringstream out;
     bool alive = running();
     out << "\n  daemon: " << commandLine_ << "\n  state: "
-        << (alive ? std::string("running") : status_ ? status_->describe() : std::string("gone"))
+        << (alive     ? std::string("running")
+            : status_ ? status_->describe()
+                      : std::string("gone"))
         << "\n  log tail:\n"
         << logTail(lines);
     return out.str();

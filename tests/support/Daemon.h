@@ -22,7 +22,7 @@
 namespace splicegate::test {
 
 class TempDir {
-public:
+  public:
     TempDir();
     TempDir(const TempDir&) = delete;
     TempDir& operator=(const TempDir&) = delete;
@@ -31,7 +31,7 @@ public:
     // Writes `content` to path()/name atomically (temp file + rename); returns the full path.
     std::string write(const std::string& name, const std::string& content) const;
 
-private:
+  private:
     std::string path_;
 };
 
@@ -64,13 +64,14 @@ std::vector<std::string> grepLines(const std::string& text, const std::string& n
 // Command line of a one-route relay: --listen 127.0.0.1:listenPort, one --upstream per entry,
 // --workers N, then `extra`.
 std::vector<std::string> relayArgs(uint16_t listenPort, const std::vector<std::string>& upstreams,
-                                   const std::vector<std::string>& extra = {}, unsigned workers = 2);
+                                   const std::vector<std::string>& extra = {},
+                                   unsigned workers = 2);
 // An INI `[route.NAME]` section.
 std::string routeSection(const std::string& name, const std::string& listen,
                          const std::vector<std::string>& upstreams);
 
 class Daemon {
-public:
+  public:
     // Starts the daemon with `args` (without the binary path). Does not wait for readiness.
     explicit Daemon(std::vector<std::string> args, bool addQuietDefaults = true);
     Daemon(const Daemon&) = delete;
@@ -109,7 +110,7 @@ public:
     // A one-paragraph explanation for failure messages: command, state, log tail.
     std::string why(std::size_t lines = 40);
 
-private:
+  private:
     long statusField(const char* name) const;
 
     TempDir dir_;

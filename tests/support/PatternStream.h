@@ -10,13 +10,13 @@
 namespace splicegate::test {
 
 class PatternStream {
-public:
+  public:
     explicit PatternStream(uint64_t seed) noexcept;
 
     // Writes the next `size` bytes of the stream to `out`.
     void fill(uint8_t* out, std::size_t size) noexcept;
 
-private:
+  private:
     uint64_t next() noexcept;
 
     uint64_t state_;

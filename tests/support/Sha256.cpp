@@ -11,11 +11,14 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
     }
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+Sha256::~Sha256() {
+    EVP_MD_CTX_free(ctx_);
+}
 
 void Sha256::update(const void* data, std::size_t size) {
     if (size == 0) return;
-    if (EVP_DigestUpdate(ctx_, data, size) != 1) throw std::runtime_error("EVP_DigestUpdate failed");
+    if (EVP_DigestUpdate(ctx_, data, size) != 1)
+        throw std::runtime_error("EVP_DigestUpdate failed");
 }
 
 std::string Sha256::finishHex() {

@@ -1,7 +1,8 @@
 #pragma once
 // SHA-256 of a byte stream through OpenSSL's EVP interface (libcrypto), so both ends of a relayed
 // transfer can be compared by digest (NOTES.md 10: counts alone miss corruption).
-// Thread affinity: one object per thread. Error contract: OpenSSL failures throw std::runtime_error.
+// Thread affinity: one object per thread. Error contract: OpenSSL failures throw
+// std::runtime_error.
 #include <openssl/evp.h>
 
 #include <cstddef>
@@ -10,7 +11,7 @@
 namespace splicegate::test {
 
 class Sha256 {
-public:
+  public:
     Sha256();
     Sha256(const Sha256&) = delete;
     Sha256& operator=(const Sha256&) = delete;
@@ -20,7 +21,7 @@ public:
     // Lower-case hex digest of everything passed to update(); the object starts over afterwards.
     std::string finishHex();
 
-private:
+  private:
     EVP_MD_CTX* ctx_;
 };
 

@@ -54,7 +54,9 @@ uint16_t boundPort(int fd) {
     return ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
 }
 
-bool isTimeout(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
+bool isTimeout(int error) {
+    return error == EAGAIN || error == EWOULDBLOCK || error == EINTR;
+}
 
 }  // namespace
 
@@ -279,7 +281,8 @@ StreamResult sendPattern(int fd, uint64_t seed, uint64_t size, Deadline deadline
             return result;
         }
         left -= n;
-        if (options.pauseEveryChunk.count() > 0) std::this_thread::sleep_for(options.pauseEveryChunk);
+        if (options.pauseEveryChunk.count() > 0)
+            std::this_thread::sleep_for(options.pauseEveryChunk);
     }
     if (options.shutdownWrite && ::shutdown(fd, SHUT_WR) != 0) result.error = errno;
     result.sha256 = sha.finishHex();
@@ -329,10 +332,14 @@ DuplexResult duplex(int fd, uint64_t seed, uint64_t size, Deadline deadline) {
 
 const char* toString(PeerClose kind) noexcept {
     switch (kind) {
-        case PeerClose::Eof: return "EOF";
-        case PeerClose::Reset: return "RST";
-        case PeerClose::Timeout: return "no close before the deadline";
-        case PeerClose::OtherError: return "error";
+        case PeerClose::Eof:
+            return "EOF";
+        case PeerClose::Reset:
+            return "RST";
+        case PeerClose::Timeout:
+            return "no close before the deadline";
+        case PeerClose::OtherError:
+            return "error";
     }
     return "?";
 }

@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 using std::chrono::milliseconds;
 
-inline Deadline deadlineIn(milliseconds timeout) { return Clock::now() + timeout; }
+inline Deadline deadlineIn(milliseconds timeout) {
+    return Clock::now() + timeout;
+}
 
 // "127.0.0.1:PORT" (or "[::1]:PORT" with ipv6).
 std::string loopback(uint16_t port, bool ipv6 = false);

@@ -12,7 +12,9 @@ TestServer::TestServer(Handler handler, bool ipv6) : handler_(std::move(handler)
     acceptor_ = std::thread([this] { acceptLoop(); });
 }
 
-TestServer::~TestServer() { stop(); }
+TestServer::~TestServer() {
+    stop();
+}
 
 void TestServer::acceptLoop() {
     while (!stopping_.load()) {

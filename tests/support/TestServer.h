@@ -23,7 +23,7 @@
 namespace splicegate::test {
 
 class TestServer {
-public:
+  public:
     using Handler = std::function<void(int fd, std::size_t index)>;
 
     explicit TestServer(Handler handler, bool ipv6 = false);
@@ -43,7 +43,7 @@ public:
 
     void stop();
 
-private:
+  private:
     struct Connection {
         UniqueFd fd;
         std::thread thread;
@@ -68,7 +68,7 @@ private:
 // Collects one value per key from handler threads; the test waits for how many it expects.
 template <typename Key, typename Value>
 class ResultBoard {
-public:
+  public:
     void put(const Key& key, Value value) {
         std::lock_guard lock(mutex_);
         values_.emplace_back(key, std::move(value));
@@ -89,7 +89,7 @@ public:
         return values_;
     }
 
-private:
+  private:
     mutable std::mutex mutex_;
     mutable std::condition_variable changed_;
     std::vector<std::pair<Key, Value>> values_;

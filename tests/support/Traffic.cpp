@@ -44,9 +44,8 @@ std::vector<ClientRun> duplexClients(uint16_t port, std::size_t count, uint64_t 
     std::vector<ClientRun> runs(count);
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < count; ++i) {
-        threads.emplace_back([&, i] {
-            runs[i] = duplexClient(port, firstId + i, c2uSize, u2cSize, timeout);
-        });
+        threads.emplace_back(
+            [&, i] { runs[i] = duplexClient(port, firstId + i, c2uSize, u2cSize, timeout); });
     }
     for (auto& thread : threads) thread.join();
     return runs;
@@ -119,9 +118,9 @@ std::vector<ClientRun> duplexClients(uint16_t port, std::size_t count, uint64_t 
         }
     }
     if (bad == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << bad << " of " << clients.size()
-                                         << " connections not byte-exact (c2u " << c2uSize
-                                         << " B, u2c " << u2cSize << " B each):" << problems.str();
+    return ::testing::AssertionFailure()
+           << bad << " of " << clients.size() << " connections not byte-exact (c2u " << c2uSize
+           << " B, u2c " << u2cSize << " B each):" << problems.str();
 }
 
 TestServer::Handler echoUpstream(milliseconds timeout) {

@@ -22,8 +22,12 @@
 
 namespace splicegate::test {
 
-inline uint64_t c2uSeed(uint64_t id) { return id * 2 + 1; }
-inline uint64_t u2cSeed(uint64_t id) { return id * 2 + 2 + 0x5eed000000ULL; }
+inline uint64_t c2uSeed(uint64_t id) {
+    return id * 2 + 1;
+}
+inline uint64_t u2cSeed(uint64_t id) {
+    return id * 2 + 2 + 0x5eed000000ULL;
+}
 
 using DuplexBoard = ResultBoard<uint64_t, DuplexResult>;  // id -> upstream's view
 

@@ -26,7 +26,7 @@ constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;
 
 // Builds one segment pair in memory with the real encoders, then writes both files.
 class SegmentBuilder {
-public:
+  public:
     SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
         : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
         encodeSegmentStart(index_, worker, segment, kT0);
@@ -55,7 +55,9 @@ public:
     std::uint64_t truncated(std::uint64_t id) {
         return add([&] { encodeTruncated(index_, id, kT0 + 10); });
     }
-    std::uint64_t seal() { return add([&] { encodeSegmentSealed(index_, data_.size(), 0); }); }
+    std::uint64_t seal() {
+        return add([&] { encodeSegmentSealed(index_, data_.size(), 0); });
+    }
 
     void write() const {
         writeFile(indexPath(), index_);
@@ -73,7 +75,7 @@ public:
                   static_cast<ssize_t>(content.size()));
     }
 
-private:
+  private:
     template <typename F>
     std::uint64_t add(F encode) {
         auto offset = index_.size();
@@ -359,7 +361,8 @@ TEST(AuditReaderTest, CopyFileRangeCopiesBigRangesExactly) {
     UniqueFd out(::open((dir.path() + "/out").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     copyFileRange(in.get(), 12345, 4 << 20, out.get(), "in");
     copyFileRange(in.get(), 0, 10, out.get(), "in");
-    EXPECT_EQ(readFile(dir.path() + "/out"), content.substr(12345, 4 << 20) + content.substr(0, 10));
+    EXPECT_EQ(readFile(dir.path() + "/out"),
+              content.substr(12345, 4 << 20) + content.substr(0, 10));
     EXPECT_THROW(copyFileRange(in.get(), content.size() - 5, 10, out.get(), "in"),
                  std::runtime_error);
 }
@@ -369,8 +372,8 @@ TEST(AuditReaderTest, CopyFileRangeCopiesBigRangesExactly) {
 TEST(AuditReaderTest, VerifyAcceptsAConsistentLog) {
     SampleLog log;
     std::vector<std::string> problems;
-    auto summary = verifyDirectory(log.dir.path(),
-                                   [&](const std::string& line) { problems.push_back(line); });
+    auto summary =
+        verifyDirectory(log.dir.path(), [&](const std::string& line) { problems.push_back(line); });
     EXPECT_TRUE(problems.empty()) << joined(problems);
     EXPECT_EQ(summary.problems, 0u);
     EXPECT_EQ(summary.segments, 3u);

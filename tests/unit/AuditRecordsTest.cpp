@@ -53,8 +53,8 @@ std::vector<std::string> sampleRecords() {
 // Recomputes the CRC of a hand-edited record so that only the edit is wrong.
 void fixCrc(std::string& record) {
     for (int i = 8; i < 12; ++i) record[static_cast<std::size_t>(i)] = 0;
-    auto crc = static_cast<std::uint32_t>(
-        ::crc32(0L, bytes(record), static_cast<uInt>(record.size())));
+    auto crc =
+        static_cast<std::uint32_t>(::crc32(0L, bytes(record), static_cast<uInt>(record.size())));
     for (int i = 0; i < 4; ++i)
         record[8 + static_cast<std::size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xff);
 }
@@ -68,7 +68,7 @@ TEST(AuditRecordsTest, HeaderLayoutIsLittleEndian) {
     EXPECT_EQ(static_cast<unsigned char>(record[5]), 0);
     EXPECT_EQ(static_cast<unsigned char>(record[6]), kTruncatedRecordSize);  // length
     EXPECT_EQ(static_cast<unsigned char>(record[7]), 0);
-    EXPECT_EQ(record.substr(12, 4), std::string(4, '\0'));  // reserved
+    EXPECT_EQ(record.substr(12, 4), std::string(4, '\0'));    // reserved
     EXPECT_EQ(static_cast<unsigned char>(record[16]), 0x08);  // id, low byte first
     EXPECT_EQ(static_cast<unsigned char>(record[23]), 0x01);
 }

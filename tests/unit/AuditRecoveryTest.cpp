@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
-#include "audit/Recovery.h"
 #include "audit/Records.h"
+#include "audit/Recovery.h"
 #include "common/UniqueFd.h"
 #include "tests/support/Daemon.h"
 
@@ -35,13 +35,14 @@ void writeFile(const std::string& path, const std::string& content) {
 
 // One segment pair built with the real encoders.
 class SegmentBuilder {
-public:
+  public:
     SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
         : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
         encodeSegmentStart(index_, worker, segment, kT0);
     }
     std::uint64_t open(std::uint64_t id) {
-        return add([&] { encodeOpen(index_, id, kT0, "web", "198.51.100.1:4000", "192.0.2.1:443"); });
+        return add(
+            [&] { encodeOpen(index_, id, kT0, "web", "198.51.100.1:4000", "192.0.2.1:443"); });
     }
     std::uint64_t chunk(std::uint64_t id, std::uint8_t direction, const std::string& payload) {
         auto offset = data_.size();
@@ -55,7 +56,9 @@ public:
     std::uint64_t close(std::uint64_t id, std::uint64_t c2u, std::uint64_t u2c) {
         return add([&] { encodeClose(index_, id, kT0 + 1, c2u, u2c, "done"); });
     }
-    std::uint64_t seal() { return add([&] { encodeSegmentSealed(index_, data_.size(), 0); }); }
+    std::uint64_t seal() {
+        return add([&] { encodeSegmentSealed(index_, data_.size(), 0); });
+    }
     void write() const {
         writeFile(indexPath(), index_);
         writeFile(dataPath(), data_);
@@ -65,7 +68,7 @@ public:
     std::string& index() { return index_; }
     std::string& data() { return data_; }
 
-private:
+  private:
     template <typename F>
     std::uint64_t add(F encode) {
         auto offset = index_.size();
@@ -103,8 +106,9 @@ std::vector<Record> records(const std::string& path) {
 RecoveryReport recoverAndCheck(const std::string& dir, bool sameLastSegment = true) {
     auto report = recoverAuditDirectory(dir);
     auto problems = verifyDirectory(dir);
-    EXPECT_TRUE(problems.empty()) << "after recovery:\n" << joined(problems)
-                                  << "actions:\n" << joined(report.actions);
+    EXPECT_TRUE(problems.empty()) << "after recovery:\n"
+                                  << joined(problems) << "actions:\n"
+                                  << joined(report.actions);
     auto before = snapshot(dir);
     auto again = recoverAuditDirectory(dir);
     EXPECT_TRUE(again.actions.empty()) << "second run:\n" << joined(again.actions);
@@ -189,8 +193,8 @@ TEST(AuditRecoveryTest, CutsAGarbageTail) {
     segment.index() += std::string(100, '\x5a');
     segment.write();
     auto report = recoverAndCheck(dir.path());
-    EXPECT_TRUE(anyLineHas(report.actions, "cut 100 bytes of index at offset " +
-                                               std::to_string(goodEnd), "bad magic"))
+    EXPECT_TRUE(anyLineHas(
+        report.actions, "cut 100 bytes of index at offset " + std::to_string(goodEnd), "bad magic"))
         << joined(report.actions);
 }
 
@@ -203,7 +207,8 @@ TEST(AuditRecoveryTest, CutsUnindexedDataTail) {
     segment.data() += std::string(1000, 'z');  // spliced, never indexed
     segment.write();
     auto report = recoverAndCheck(dir.path());
-    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000001.data: cut 1000 unindexed bytes at offset 10"))
+    EXPECT_TRUE(
+        anyLineHas(report.actions, "w00-0000000001.data: cut 1000 unindexed bytes at offset 10"))
         << joined(report.actions);
     EXPECT_EQ(readFile(segment.dataPath()), "0123456789");
     auto kept = records(segment.indexPath());
@@ -223,8 +228,8 @@ TEST(AuditRecoveryTest, CutsAtTheFirstChunkBeyondTheDataFile) {
     segment.close(1, 25, 0);
     segment.write();
     auto report = recoverAndCheck(dir.path());
-    EXPECT_TRUE(anyLineHas(report.actions, "at offset " + std::to_string(lost),
-                           "never reached the disk"))
+    EXPECT_TRUE(
+        anyLineHas(report.actions, "at offset " + std::to_string(lost), "never reached the disk"))
         << joined(report.actions);
     auto list = listConnections(dir.path());
     ASSERT_EQ(list.connections.size(), 1u);
@@ -316,7 +321,8 @@ TEST(AuditRecoveryTest, HalfMadeSegmentsAreRepaired) {
     noData.chunk(5, kDirectionC2U, "abc");
     writeFile(noData.indexPath(), noData.index());
     auto report = recoverAndCheck(dir.path(), false);
-    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.data: removed")) << joined(report.actions);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.data: removed"))
+        << joined(report.actions);
     EXPECT_TRUE(anyLineHas(report.actions, "w01-0000000003.index: wrote a new SegmentStart"));
     EXPECT_TRUE(anyLineHas(report.actions, "w01-0000000003.data: created"));
     EXPECT_TRUE(anyLineHas(report.actions, "w02-0000000001.data: created"));

@@ -32,6 +32,8 @@ options:
   --splicegate PATH   daemon binary (default build/bin/splicegate); parties are skipped
                       with a note when it is missing
   --out FILE          markdown output (default tools/bench/results-<date>.md)
+  --wait-quiet S      before each measurement, wait up to S seconds while other work keeps
+                      the CPUs over 25 % busy (default 0: measure anyway, with a note)
   --keep-logs         keep the work directory with every process's log
   --help              this text
 
@@ -48,7 +50,7 @@ alive() {
 }
 
 RUNS="" DURATION="" WARMUP="" IDLE_CONNS=8000 IDLE_HOLD="" DIRECTION=down QUICK=0
-PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0
+PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -65,6 +67,7 @@ while (($#)); do
         --splicegate) SPLICEGATE=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
+        --wait-quiet) WAIT_QUIET=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -75,6 +78,7 @@ if ((QUICK)); then
 fi
 RUNS=${RUNS:-3} DURATION=${DURATION:-5} WARMUP=${WARMUP:-0.5} IDLE_HOLD=${IDLE_HOLD:-6}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --runs wants a positive integer" >&2; exit 2; }
+[[ $WAIT_QUIET =~ ^[0-9]+$ ]] || { echo "run.sh: --wait-quiet wants whole seconds" >&2; exit 2; }
 [[ $IDLE_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --idle-conns wants a positive integer" >&2; exit 2; }
 [[ $DIRECTION == down || $DIRECTION == up ]] || { echo "run.sh: --direction wants down or up" >&2; exit 2; }
 for p in ${PARTIES//,/ }; do
@@ -246,6 +250,23 @@ stop_relay() {
     RELAY_PID=""
 }
 
+# cpu_busy_pct: share of all CPUs busy over 0.5 s (from /proc/stat). Called between
+# measurements, when nothing of the benchmark runs, it shows load from outside the benchmark.
+cpu_busy_pct() {
+    local a b
+    read -r -a a < <(head -n 1 /proc/stat)
+    sleep 0.5
+    read -r -a b < <(head -n 1 /proc/stat)
+    awk -v u1="${a[1]}" -v n1="${a[2]}" -v s1="${a[3]}" -v i1="${a[4]}" -v w1="${a[5]}" \
+        -v q1="${a[6]}" -v r1="${a[7]}" -v t1="${a[8]}" \
+        -v u2="${b[1]}" -v n2="${b[2]}" -v s2="${b[3]}" -v i2="${b[4]}" -v w2="${b[5]}" \
+        -v q2="${b[6]}" -v r2="${b[7]}" -v t2="${b[8]}" 'BEGIN {
+            busy = (u2 + n2 + s2 + q2 + r2 + t2) - (u1 + n1 + s1 + q1 + r1 + t1)
+            idle = (i2 + w2) - (i1 + w1)
+            printf "%.0f", ((busy + idle) > 0 ? 100 * busy / (busy + idle) : 0) }'
+}
+FOREIGN=()
+
 # record RUN PARTY METRIC VALUE
 record() { [[ -n $4 ]] && printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; return 0; }
 
@@ -271,6 +292,15 @@ measure() {
             args=(idle --conns "$IDLE_CONNS" --hold "$IDLE_HOLD" --open-timeout 60)
             limit=$(awk -v h="$IDLE_HOLD" 'BEGIN { printf "%d", h + 100 }') ;;
     esac
+    local foreign waited=0
+    foreign=$(cpu_busy_pct)
+    while ((foreign > 25 && waited < WAIT_QUIET)); do  # --wait-quiet: let other work pass
+        sleep 1.5
+        waited=$((waited + 2))
+        foreign=$(cpu_busy_pct)
+    done
+    FOREIGN+=("$foreign")
+    ((foreign <= 25)) || note "$tag: CPUs were $foreign % busy with other work just before it"
     start_relay "$party" "$upstream" "$tag" || { FAILED=1; return 0; }
     args+=(--connect "$RELAY_ADDR")
     [[ -n $RELAY_PID ]] && args+=(--watch-pid "$RELAY_PID")
@@ -347,7 +377,6 @@ for run in $(seq "$RUNS"); do
     for test in ${TESTS//,/ }; do
         for party in "${SELECTED[@]}"; do
             measure "$run" "$test" "$party"
-            sleep 0.3
         done
     done
 done
@@ -377,6 +406,12 @@ PARTY_LIST=$(IFS=,; echo "${SELECTED[*]}")
     echo "  rr 64 B x 64 connections; churn 32 in flight, 1 KiB each way; idle $IDLE_CONNS connections"
     echo "  held ${IDLE_HOLD} s."
     echo "- $FD_STATEMENT."
+    if ((${#FOREIGN[@]})); then
+        sorted=$(printf '%s\n' "${FOREIGN[@]}" | sort -n)
+        echo "- CPU busy with work outside the benchmark, sampled for 0.5 s before each of the"
+        echo "  ${#FOREIGN[@]} measurements: median $(sed -n "$(((${#FOREIGN[@]} + 1) / 2))p" <<<"$sorted") %,"
+        echo "  max $(tail -n 1 <<<"$sorted") % (over 25 % is noted below: such runs are not comparable)."
+    fi
     echo "- CPU = utime+stime of the relay process (all threads, io-wq workers included) over the"
     echo "  window; GiB = 2^30 bytes received end to end. See tools/bench/README.md."
     echo

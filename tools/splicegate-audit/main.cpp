@@ -162,8 +162,8 @@ std::size_t width(const std::string& text) {
 }
 
 void printTable(const std::vector<ConnectionSummary>& connections) {
-    const std::vector<std::string> headers = {"ID",     "ROUTE",     "CLIENT",    "UPSTREAM",
-                                              "OPENED", "CLOSED",    "C2U_BYTES", "U2C_BYTES",
+    const std::vector<std::string> headers = {"ID",     "ROUTE",  "CLIENT",    "UPSTREAM",
+                                              "OPENED", "CLOSED", "C2U_BYTES", "U2C_BYTES",
                                               "STATE",  "REASON"};
     const std::vector<bool> rightAligned = {true,  false, false, false, false,
                                             false, true,  true,  false, false};
@@ -207,16 +207,15 @@ void printJson(const std::vector<ConnectionSummary>& connections) {
     std::cout << "[\n";
     for (std::size_t i = 0; i < connections.size(); ++i) {
         const auto& c = connections[i];
-        std::string line = "  {\"id\": " + std::to_string(c.id) +
-                           ", \"route\": " + jsonString(c.route) +
-                           ", \"client\": " + jsonString(c.client) +
-                           ", \"upstream\": " + jsonString(c.upstream) +
-                           ", \"opened\": " + jsonString(isoTime(c.openedNs)) +
-                           ", \"closed\": " + (c.closedNs ? jsonString(isoTime(*c.closedNs)) : "null") +
-                           ", \"c2u_bytes\": " + std::to_string(c.c2uBytes) +
-                           ", \"u2c_bytes\": " + std::to_string(c.u2cBytes) +
-                           ", \"state\": " + jsonString(connectionStateName(c.state)) +
-                           ", \"reason\": " + (c.closedNs ? jsonString(c.reason) : "null") + "}";
+        std::string line =
+            "  {\"id\": " + std::to_string(c.id) + ", \"route\": " + jsonString(c.route) +
+            ", \"client\": " + jsonString(c.client) + ", \"upstream\": " + jsonString(c.upstream) +
+            ", \"opened\": " + jsonString(isoTime(c.openedNs)) +
+            ", \"closed\": " + (c.closedNs ? jsonString(isoTime(*c.closedNs)) : "null") +
+            ", \"c2u_bytes\": " + std::to_string(c.c2uBytes) +
+            ", \"u2c_bytes\": " + std::to_string(c.u2cBytes) +
+            ", \"state\": " + jsonString(connectionStateName(c.state)) +
+            ", \"reason\": " + (c.closedNs ? jsonString(c.reason) : "null") + "}";
         line += i + 1 < connections.size() ? ",\n" : "\n";
         std::cout << line;
     }
@@ -342,9 +341,9 @@ int runVerify(const std::string& dir) {
                   << (summary.problems == 1 ? " problem" : " problems") << " found\n";
         return 1;
     }
-    std::cout << dir << ": consistent (" << summary.segments << " segments, "
-              << summary.connections << " connections, " << summary.records << " records, "
-              << summary.chunkBytes << " chunk bytes)\n";
+    std::cout << dir << ": consistent (" << summary.segments << " segments, " << summary.connections
+              << " connections, " << summary.records << " records, " << summary.chunkBytes
+              << " chunk bytes)\n";
     return 0;
 }
 
@@ -367,8 +366,8 @@ int run(const std::vector<std::string>& args) {
     Command command = makeCommand(name);
     po::options_description all;
     all.add(command.options);
-    all.add_options()("dir", po::value<std::string>())(
-        "extra", po::value<std::vector<std::string>>());
+    all.add_options()("dir", po::value<std::string>())("extra",
+                                                       po::value<std::vector<std::string>>());
     po::positional_options_description positional;
     positional.add("dir", 1).add("extra", -1);
     constexpr int kStyle =
@@ -377,12 +376,9 @@ int run(const std::vector<std::string>& args) {
     std::string hint = " (see 'splicegate-audit " + name + " --help')";
     try {
         std::vector<std::string> rest(args.begin() + 1, args.end());
-        po::store(po::command_line_parser(rest)
-                      .options(all)
-                      .positional(positional)
-                      .style(kStyle)
-                      .run(),
-                  values);
+        po::store(
+            po::command_line_parser(rest).options(all).positional(positional).style(kStyle).run(),
+            values);
     } catch (const po::error& error) {
         throw UsageError(error.what() + hint);
     }
