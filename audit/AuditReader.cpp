@@ -242,93 +242,100 @@ const char* connectionStateName(ConnectionState state) noexcept {
 
 // ---- list
 
+namespace {
+
+// Adds the connections of one index file to `result`.
+void listSegment(const SegmentFiles& files, ListResult& result,
+                 std::unordered_map<std::uint64_t, std::size_t>& byId) {
+    Record record;
+    IndexReader reader(files.indexPath);
+    bool first = true;
+    for (bool more = true; more;) {
+        switch (reader.next(record)) {
+            case IndexReader::Status::Record:
+                break;
+            case IndexReader::Status::End:
+            case IndexReader::Status::Torn:
+                // A torn tail is a write in progress (or a crash not yet recovered): the
+                // records before it are all there is. verify reports it.
+                more = false;
+                continue;
+            case IndexReader::Status::Corrupt:
+                result.problems.push_back(
+                    placeText(files.indexPath, reader.recordOffset(), reader.problem()));
+                more = reader.resync();
+                first = false;
+                continue;
+        }
+        if (first && record.type != RecordType::SegmentStart)
+            result.problems.push_back(
+                placeText(files.indexPath, 0, "the first record is not SegmentStart"));
+        first = false;
+        switch (record.type) {
+            case RecordType::Open: {
+                if (byId.count(record.id) != 0) break;
+                byId.emplace(record.id, result.connections.size());
+                ConnectionSummary summary;
+                summary.id = record.id;
+                summary.worker = files.worker;
+                summary.segment = files.segment;
+                summary.route = record.route;
+                summary.client = record.client;
+                summary.upstream = record.upstream;
+                summary.openedNs = record.timeNs;
+                result.connections.push_back(std::move(summary));
+                break;
+            }
+            case RecordType::Chunk: {
+                auto it = byId.find(record.id);
+                if (it == byId.end()) break;
+                auto& summary = result.connections[it->second];
+                if (summary.state != ConnectionState::Open) break;
+                auto& bytes =
+                    record.direction == kDirectionC2U ? summary.c2uBytes : summary.u2cBytes;
+                bytes = addSaturating(bytes, record.length);
+                break;
+            }
+            case RecordType::Close: {
+                auto it = byId.find(record.id);
+                if (it == byId.end()) break;
+                auto& summary = result.connections[it->second];
+                if (summary.state != ConnectionState::Open) break;
+                summary.state = ConnectionState::Closed;
+                summary.closedNs = record.timeNs;
+                summary.reason = record.reason;
+                summary.c2uBytes = record.c2uBytes;
+                summary.u2cBytes = record.u2cBytes;
+                break;
+            }
+            case RecordType::Truncated: {
+                auto it = byId.find(record.id);
+                if (it == byId.end()) break;
+                auto& summary = result.connections[it->second];
+                if (summary.state == ConnectionState::Open)
+                    summary.state = ConnectionState::Truncated;
+                break;
+            }
+            case RecordType::SegmentStart:
+            case RecordType::SegmentSealed:
+                break;
+        }
+    }
+}
+
+}  // namespace
+
 ListResult listConnections(const std::string& dir) {
     auto segments = listSegments(dir);
-    auto last = lastIndexedSegments(segments);
     ListResult result;
     std::unordered_map<std::uint64_t, std::size_t> byId;
-    Record record;
     for (const auto& files : segments) {
         if (!files.hasIndex) continue;
-        IndexReader reader(files.indexPath);
-        bool first = true;
-        bool isLast = last[files.worker] == files.segment;
-        for (bool more = true; more;) {
-            switch (reader.next(record)) {
-                case IndexReader::Status::Record:
-                    break;
-                case IndexReader::Status::End:
-                    if (first && !isLast)
-                        result.problems.push_back(
-                            placeText(files.indexPath, 0, "empty index file"));
-                    more = false;
-                    continue;
-                case IndexReader::Status::Torn:
-                    if (!isLast)
-                        result.problems.push_back(
-                            placeText(files.indexPath, reader.goodEnd(), reader.problem()));
-                    more = false;
-                    continue;
-                case IndexReader::Status::Corrupt:
-                    result.problems.push_back(
-                        placeText(files.indexPath, reader.recordOffset(), reader.problem()));
-                    more = reader.resync();
-                    first = false;
-                    continue;
-            }
-            if (first && record.type != RecordType::SegmentStart)
-                result.problems.push_back(
-                    placeText(files.indexPath, 0, "the first record is not SegmentStart"));
-            first = false;
-            switch (record.type) {
-                case RecordType::Open: {
-                    if (byId.count(record.id) != 0) break;
-                    byId.emplace(record.id, result.connections.size());
-                    ConnectionSummary summary;
-                    summary.id = record.id;
-                    summary.worker = files.worker;
-                    summary.segment = files.segment;
-                    summary.route = record.route;
-                    summary.client = record.client;
-                    summary.upstream = record.upstream;
-                    summary.openedNs = record.timeNs;
-                    result.connections.push_back(std::move(summary));
-                    break;
-                }
-                case RecordType::Chunk: {
-                    auto it = byId.find(record.id);
-                    if (it == byId.end()) break;
-                    auto& summary = result.connections[it->second];
-                    if (summary.state != ConnectionState::Open) break;
-                    auto& bytes =
-                        record.direction == kDirectionC2U ? summary.c2uBytes : summary.u2cBytes;
-                    bytes = addSaturating(bytes, record.length);
-                    break;
-                }
-                case RecordType::Close: {
-                    auto it = byId.find(record.id);
-                    if (it == byId.end()) break;
-                    auto& summary = result.connections[it->second];
-                    if (summary.state != ConnectionState::Open) break;
-                    summary.state = ConnectionState::Closed;
-                    summary.closedNs = record.timeNs;
-                    summary.reason = record.reason;
-                    summary.c2uBytes = record.c2uBytes;
-                    summary.u2cBytes = record.u2cBytes;
-                    break;
-                }
-                case RecordType::Truncated: {
-                    auto it = byId.find(record.id);
-                    if (it == byId.end()) break;
-                    auto& summary = result.connections[it->second];
-                    if (summary.state == ConnectionState::Open)
-                        summary.state = ConnectionState::Truncated;
-                    break;
-                }
-                case RecordType::SegmentStart:
-                case RecordType::SegmentSealed:
-                    break;
-            }
+        try {
+            listSegment(files, result, byId);
+        } catch (const std::system_error& error) {
+            // An unreadable file is one problem; the other segments are still listed.
+            result.problems.push_back(placeText(files.indexPath, 0, error.what()));
         }
     }
     std::sort(result.connections.begin(), result.connections.end(),
@@ -533,7 +540,12 @@ class Verifier {
                 report(files.dataPath, 0, "data file without an index file");
                 continue;
             }
-            segment(files);
+            try {
+                segment(files);
+            } catch (const std::system_error& error) {
+                // An unreadable file is one problem; the other segments are still checked.
+                report(files.indexPath, 0, error.what());
+            }
         }
         summary_.connections = connections_.size();
         return summary_;

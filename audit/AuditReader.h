@@ -96,9 +96,9 @@ struct ConnectionSummary {
 
 struct ListResult {
     std::vector<ConnectionSummary> connections;  // sorted by id
-    // Damage that may hide connections or bytes, as "FILE:OFFSET: what". A torn tail of a
-    // worker's last index (the running daemon's current write, or a crash not yet recovered) is
-    // not a problem.
+    // Damage that may hide connections or bytes, as "FILE:OFFSET: what": corrupt records, an
+    // index whose first record is not SegmentStart, unreadable files. A torn tail (the running
+    // daemon's write in progress, or a crash not yet recovered) is not a problem here.
     std::vector<std::string> problems;
 };
 

@@ -41,7 +41,9 @@ namespace {
 
 using Labels = std::vector<ClientMetric::Label>;
 
-double asDouble(std::uint64_t value) noexcept { return static_cast<double>(value); }
+double asDouble(std::uint64_t value) noexcept {
+    return static_cast<double>(value);
+}
 
 MetricFamily family(const char* name, const char* help, MetricType type) {
     MetricFamily result;
@@ -99,9 +101,9 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
                            "Client connections accepted, by route.", MetricType::Counter);
     auto active = family("splicegate_connections_active",
                          "Client connections currently open, by route.", MetricType::Gauge);
-    auto closed = family("splicegate_connections_closed_total",
-                         "Client connections closed, by route and close reason.",
-                         MetricType::Counter);
+    auto closed =
+        family("splicegate_connections_closed_total",
+               "Client connections closed, by route and close reason.", MetricType::Counter);
     auto refused = family("splicegate_connections_refused_total",
                           "Client connections refused before relaying, by route and reason.",
                           MetricType::Counter);
@@ -136,15 +138,16 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     addCounter(auditBytes, {}, s.auditBytes);
     out.push_back(std::move(auditBytes));
 
-    auto fsync = family("splicegate_audit_fsync_seconds",
-                        "Latency of the audit log's fsync (group commit) calls.",
-                        MetricType::Histogram);
+    auto fsync =
+        family("splicegate_audit_fsync_seconds",
+               "Latency of the audit log's fsync (group commit) calls.", MetricType::Histogram);
     fsync.metric.push_back(fsyncHistogram(s));
     out.push_back(std::move(fsync));
 
     auto auditErrors = family("splicegate_audit_errors_total",
                               "Audit log I/O errors, by kind (write, sync).", MetricType::Counter);
-    for (const auto& [kind, count] : s.auditErrors) addCounter(auditErrors, {{"kind", kind}}, count);
+    for (const auto& [kind, count] : s.auditErrors)
+        addCounter(auditErrors, {{"kind", kind}}, count);
     out.push_back(std::move(auditErrors));
 
     auto lost = family("splicegate_audit_lost_bytes_total",
@@ -186,9 +189,8 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(admin));
 
     // A family without samples would still print HELP/TYPE lines; leave it out instead.
-    out.erase(std::remove_if(out.begin(), out.end(), [](const MetricFamily& f) {
-                  return f.metric.empty();
-              }),
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [](const MetricFamily& f) { return f.metric.empty(); }),
               out.end());
     return out;
 }
@@ -227,9 +229,8 @@ std::unique_ptr<prometheus::Exposer> startCivetweb(const SocketAddress& address,
     CivetCallbacks callbacks;
     callbacks.log_message = &civetLogMessage;
     // civetweb takes "a.b.c.d:port" and "[v6]:port", the same syntax as the option.
-    std::vector<std::string> options = {"listening_ports",    address.toString(),
-                                        "num_threads",        "2",
-                                        "request_timeout_ms", "10000"};
+    std::vector<std::string> options = {
+        "listening_ports", address.toString(), "num_threads", "2", "request_timeout_ms", "10000"};
     std::string messages;
     startupMessages = &messages;
     try {
@@ -241,7 +242,8 @@ std::unique_ptr<prometheus::Exposer> startCivetweb(const SocketAddress& address,
         std::string detail = messages.empty() ? e.what() : messages;
         if (int err = probeBindErrno(address); err != 0)
             throwErrno(err, concat("metrics endpoint: cannot listen on ", listen));
-        throw std::runtime_error(concat("metrics endpoint: cannot listen on ", listen, ": ", detail));
+        throw std::runtime_error(
+            concat("metrics endpoint: cannot listen on ", listen, ": ", detail));
     }
 }
 
@@ -269,7 +271,7 @@ SocketAddress wakeAddress(const SocketAddress& bound, unsigned port) {
 }  // namespace
 
 class MetricsCollector final : public prometheus::Collectable {
-public:
+  public:
     explicit MetricsCollector(StatsSource source) : source_(std::move(source)) {}
 
     std::vector<MetricFamily> Collect() const override {
@@ -290,7 +292,7 @@ public:
 
     std::uint64_t scrapes() const noexcept { return scrapes_.load(std::memory_order_relaxed); }
 
-private:
+  private:
     StatsSource source_;
     mutable std::mutex mutex_;
     mutable std::atomic<std::uint64_t> scrapes_{0};
@@ -300,8 +302,8 @@ MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source) : 
     if (!source) throw std::invalid_argument("metrics endpoint: no statistics source");
     auto address = SocketAddress::parseNumeric(listen);
     if (!address)
-        throw UsageError(concat("metrics endpoint: '", listen,
-                                "' is not a numeric ADDR:PORT or [IPv6]:PORT"));
+        throw UsageError(
+            concat("metrics endpoint: '", listen, "' is not a numeric ADDR:PORT or [IPv6]:PORT"));
 
     collector_ = std::make_shared<MetricsCollector>(std::move(source));
 
@@ -349,7 +351,9 @@ MetricsExposer::~MetricsExposer() {
     if (waker.joinable()) waker.join();
 }
 
-std::uint64_t MetricsExposer::scrapes() const noexcept { return collector_->scrapes(); }
+std::uint64_t MetricsExposer::scrapes() const noexcept {
+    return collector_->scrapes();
+}
 
 std::string renderMetricsText(const StatsSnapshot& snapshot) {
     return prometheus::TextSerializer().Serialize(buildFamilies(snapshot));

@@ -5,7 +5,8 @@
 // per-worker counters (metrics/Stats.h), so scraping adds no lock or shared write per chunk.
 //
 // Debian 12's civetweb is built without IPv6: an "[IPv6]:PORT" address is then served by
-// MetricsHttpServer (same Collectable, same page) instead of prometheus-cpp's Exposer.
+// MetricsHttpServer (same Collectable and families, without prometheus-cpp's own exposer_*
+// metrics) instead of prometheus-cpp's Exposer.
 //
 // Thread affinity: construct and destroy from one thread. The StatsSource runs on a civetweb
 // thread, never concurrently with itself (scrapes are serialized by a mutex), and must not block
@@ -34,7 +35,7 @@ class MetricsCollector;
 class MetricsHttpServer;
 
 class MetricsExposer {
-public:
+  public:
     // Starts serving "http://<listen>/metrics". Port 0 binds a free port (see port()).
     MetricsExposer(const std::string& listen, StatsSource source);
     ~MetricsExposer();
@@ -48,14 +49,14 @@ public:
     // Scrapes served so far (successful calls of the source).
     std::uint64_t scrapes() const noexcept;
 
-private:
+  private:
     std::string listen_;
     unsigned port_ = 0;
     SocketAddress wakeAddress_;  // see the destructor
     // Declared before exposer_: the server (and its threads) stop before the collector goes.
     std::shared_ptr<MetricsCollector> collector_;
     std::unique_ptr<prometheus::Exposer> exposer_;  // civetweb: IPv4 (and IPv6 if built in)
-    std::unique_ptr<MetricsHttpServer> fallback_;    // IPv6 when civetweb lacks it
+    std::unique_ptr<MetricsHttpServer> fallback_;   // IPv6 when civetweb lacks it
 };
 
 // The Prometheus text exposition of `snapshot`, exactly what a scrape serves (for tests and

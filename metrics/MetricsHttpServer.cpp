@@ -32,8 +32,8 @@ MetricsHttpServer::MetricsHttpServer(const SocketAddress& address, std::string p
                                      std::function<std::string()> render)
     : path_(std::move(path)), render_(std::move(render)) {
     const std::string where = concat("metrics endpoint: cannot listen on ", address.toString());
-    listener_.reset(checkSys(
-        ::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), where));
+    listener_.reset(
+        checkSys(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), where));
     int one = 1;
     checkSys(::setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), where);
     if (address.family() == AF_INET6)
@@ -77,8 +77,8 @@ void MetricsHttpServer::run() noexcept {
             return;
         }
         if (fds[1].revents != 0) return;
-        UniqueFd connection(::accept4(listener_.get(), nullptr, nullptr,
-                                      SOCK_NONBLOCK | SOCK_CLOEXEC));
+        UniqueFd connection(
+            ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
         if (!connection) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 logWarn("metrics endpoint: accept: ", errnoText(errno));

@@ -21,7 +21,7 @@
 namespace splicegate {
 
 class MetricsHttpServer {
-public:
+  public:
     static constexpr std::size_t kMaxRequestBytes = 8192;
     static constexpr std::chrono::milliseconds kRequestTimeout{5000};
 
@@ -33,7 +33,7 @@ public:
 
     unsigned port() const noexcept { return port_; }
 
-private:
+  private:
     void run() noexcept;
     void serve(int fd) noexcept;
     bool waitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) noexcept;

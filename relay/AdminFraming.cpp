@@ -20,8 +20,7 @@ constexpr unsigned char kContinuation = 0x80;
 }  // namespace
 
 FrameAssembler::FrameAssembler(std::size_t maxFrameBytes, std::size_t maxBufferedBytes)
-    : maxFrameBytes_(maxFrameBytes),
-      maxBufferedBytes_(std::max(maxBufferedBytes, maxFrameBytes)) {}
+    : maxFrameBytes_(maxFrameBytes), maxBufferedBytes_(std::max(maxBufferedBytes, maxFrameBytes)) {}
 
 bool FrameAssembler::fail(std::string message) {
     error_ = std::move(message);
@@ -177,9 +176,9 @@ Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle) {
     if (!request.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
         result.command = "frame";
         result.closeAfter = true;
-        result.response = errorResponse(
-            ERROR_BAD_FRAME, "frame of " + std::to_string(frame.size()) +
-                                 " bytes does not parse as a splicegate.admin.Request");
+        result.response = errorResponse(ERROR_BAD_FRAME,
+                                        "frame of " + std::to_string(frame.size()) +
+                                            " bytes does not parse as a splicegate.admin.Request");
         return result;
     }
     result.command = commandLabel(request);

@@ -30,7 +30,7 @@ inline constexpr std::size_t kMaxResponseFrameBytes = std::size_t{256} << 20;
 inline constexpr std::size_t kMaxVarintBytes = 10;
 
 class FrameAssembler {
-public:
+  public:
     // `maxFrameBytes`: the largest body accepted. `maxBufferedBytes`: bound on everything held
     // (complete frames not yet popped + the partial one); at least maxFrameBytes.
     explicit FrameAssembler(std::size_t maxFrameBytes = kMaxFrameBytes,
@@ -64,7 +64,7 @@ public:
     // Bytes held: complete frames not yet popped plus the partial frame.
     std::size_t bufferedBytes() const noexcept { return queuedBytes_ + body_.size(); }
 
-private:
+  private:
     bool fail(std::string message);
 
     std::size_t maxFrameBytes_;
@@ -99,8 +99,8 @@ Response errorResponse(ErrorCode code, std::string message);
 
 // What to do with one frame.
 struct Dispatch {
-    Response response;     // protocol_version always set to kProtocolVersion
-    std::string command;   // commandLabel(), or "frame" when the frame did not parse
+    Response response;        // protocol_version always set to kProtocolVersion
+    std::string command;      // commandLabel(), or "frame" when the frame did not parse
     bool closeAfter = false;  // the frame was bad: send the response, then close the peer
 };
 

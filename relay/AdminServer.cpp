@@ -57,7 +57,9 @@ constexpr std::uint64_t makeTag(Op op, std::uint32_t slot, std::uint32_t generat
     return (static_cast<std::uint64_t>(op) << 56) | (static_cast<std::uint64_t>(slot) << 32) |
            generation;
 }
-constexpr Op tagOp(std::uint64_t tag) noexcept { return static_cast<Op>(tag >> 56); }
+constexpr Op tagOp(std::uint64_t tag) noexcept {
+    return static_cast<Op>(tag >> 56);
+}
 constexpr std::uint32_t tagSlot(std::uint64_t tag) noexcept {
     return static_cast<std::uint32_t>((tag >> 32) & kMaxSlots);
 }
@@ -81,16 +83,15 @@ GroupInfo resolveGroup(const std::string& name, const std::string& path) {
     struct group grp {};
     struct group* found = nullptr;
     int rc = 0;
-    while ((rc = getgrnam_r(name.c_str(), &grp, buffer.data(), buffer.size(), &found)) ==
-           ERANGE) {
+    while ((rc = getgrnam_r(name.c_str(), &grp, buffer.data(), buffer.size(), &found)) == ERANGE) {
         buffer.resize(buffer.size() * 2);
     }
     if (found == nullptr) {
         unsigned long numeric = 0;
         auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), numeric);
         if (ec == std::errc() && end == name.data() + name.size()) {
-            while ((rc = getgrgid_r(static_cast<gid_t>(numeric), &grp, buffer.data(),
-                                    buffer.size(), &found)) == ERANGE) {
+            while ((rc = getgrgid_r(static_cast<gid_t>(numeric), &grp, buffer.data(), buffer.size(),
+                                    &found)) == ERANGE) {
                 buffer.resize(buffer.size() * 2);
             }
         }
@@ -135,8 +136,7 @@ void removeStaleSocket(const std::string& path, const sockaddr_un& address) {
     }
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     checkSys(probe.get(), "admin socket " + path + ": socket");
-    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) ==
-            0 ||
+    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ||
         errno == EAGAIN || errno == EINPROGRESS) {
         throwErrno(EADDRINUSE, "admin socket " + path +
                                    ": another process is listening on it (is splicegate "
@@ -189,17 +189,17 @@ struct Peer {
     std::size_t outputOffset = 0;    // bytes of output.front() already sent
     std::size_t outputBytes = 0;     // unsent bytes in all of output
 
-    bool recvArmed = false;    // a multishot recv is in the kernel
+    bool recvArmed = false;  // a multishot recv is in the kernel
     bool sendInFlight = false;
     bool rearmQueued = false;  // on the re-arm list of this loop iteration
     bool paused = false;       // output over the high-water mark: not reading
     bool eof = false;          // the peer shut its side
     bool closeAfterFlush = false;
-    bool closing = false;      // cancelled; freed once nothing is in flight
+    bool closing = false;  // cancelled; freed once nothing is in flight
     bool cancelledRecv = false;
     bool cancelledSend = false;
 
-    bool frameTimer = false;   // a frame has begun and is incomplete
+    bool frameTimer = false;  // a frame has begun and is incomplete
     Clock::time_point frameStarted;
     std::uint64_t framesSeen = 0;  // frames.framesCompleted() at the last feed
     Clock::time_point lastSendProgress;
@@ -252,8 +252,7 @@ struct SocketFile {
     SocketFile& operator=(const SocketFile&) = delete;
     ~SocketFile() {
         struct stat st {};
-        if (owned && ::lstat(path.c_str(), &st) == 0 && st.st_dev == device &&
-            st.st_ino == inode) {
+        if (owned && ::lstat(path.c_str(), &st) == 0 && st.st_dev == device && st.st_ino == inode) {
             ::unlink(path.c_str());
         }
     }
@@ -292,6 +291,7 @@ struct AdminServer::Impl {
 
     void count(const std::string& command, const std::string& result);
     bool allowHostileLog();
+    void flushHostileLog(Clock::time_point now);
 
     AdminServerOptions options;
     AdminHandler& handler;
@@ -388,8 +388,8 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     io_uring_buf_ring_init(buffers.ring);
     for (unsigned id = 0; id < count; ++id) {
         io_uring_buf_ring_add(buffers.ring, buffers.buffer(id), kBufferSize,
-                              static_cast<unsigned short>(id),
-                              io_uring_buf_ring_mask(count), static_cast<int>(id));
+                              static_cast<unsigned short>(id), io_uring_buf_ring_mask(count),
+                              static_cast<int>(id));
     }
     io_uring_buf_ring_advance(buffers.ring, static_cast<int>(count));
 
@@ -404,22 +404,25 @@ void AdminServer::Impl::count(const std::string& command, const std::string& res
 
 // Hostile peers must not be able to flood the log: at most a few lines a second, then a count.
 bool AdminServer::Impl::allowHostileLog() {
-    const auto now = Clock::now();
-    if (now - logWindow >= std::chrono::seconds(1)) {
-        if (logSuppressed > 0) {
-            logWarn("admin socket ", options.socketPath, ": ", logSuppressed,
-                    " more refused or bad admin peers not logged");
-        }
-        logWindow = now;
-        logLinesInWindow = 0;
-        logSuppressed = 0;
-    }
+    flushHostileLog(Clock::now());
     if (logLinesInWindow < kHostileLogLinesPerSecond) {
         ++logLinesInWindow;
         return true;
     }
     ++logSuppressed;
     return false;
+}
+
+// Starts a new one-second window once the last is over, reporting what it held back.
+void AdminServer::Impl::flushHostileLog(Clock::time_point now) {
+    if (now - logWindow < std::chrono::seconds(1)) return;
+    if (logSuppressed > 0) {
+        logWarn("admin socket ", options.socketPath, ": ", logSuppressed,
+                " more refused or bad admin peers not logged");
+    }
+    logWindow = now;
+    logLinesInWindow = 0;
+    logSuppressed = 0;
 }
 
 io_uring_sqe* AdminServer::Impl::sqe() {
@@ -484,7 +487,8 @@ Peer* AdminServer::Impl::peerFor(std::uint64_t tag) noexcept {
 void AdminServer::Impl::refuseNow(int fd, admin::ErrorCode code, const std::string& message) {
     // A fresh socket's buffer takes a small response at once; never wait for it.
     const std::string bytes = admin::encodeFrame(admin::errorResponse(code, message));
-    [[maybe_unused]] ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    [[maybe_unused]] ssize_t sent =
+        ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     ::close(fd);
 }
 
@@ -524,11 +528,11 @@ void AdminServer::Impl::acceptPeer(int rawFd) {
                     " gid ", credentials.gid, " pid ", credentials.pid, ": not root",
                     rootOnly ? std::string() : " and not in group '" + group.name + "'");
         }
-        refuseNow(fd.release(), admin::ERROR_PERMISSION_DENIED,
-                  "permission denied: uid " + std::to_string(credentials.uid) + " is not root" +
-                      (rootOnly ? std::string()
-                                : " and not a member of group '" + group.name + "'") +
-                      " (--admin-group)");
+        refuseNow(
+            fd.release(), admin::ERROR_PERMISSION_DENIED,
+            "permission denied: uid " + std::to_string(credentials.uid) + " is not root" +
+                (rootOnly ? std::string() : " and not a member of group '" + group.name + "'") +
+                " (--admin-group)");
         return;
     }
     if (peerCount >= options.maxPeers) {
@@ -681,8 +685,8 @@ void AdminServer::Impl::onSend(Peer& peer, int result) {
     peer.sendInFlight = false;
     if (peer.closing) return;
     if (result <= 0) {
-        logDebug("admin socket: peer ", peer.id, " send failed: ",
-                 result == 0 ? std::string("nothing sent") : errnoText(-result));
+        logDebug("admin socket: peer ", peer.id,
+                 " send failed: ", result == 0 ? std::string("nothing sent") : errnoText(-result));
         beginClose(peer);
         return;
     }
@@ -765,8 +769,8 @@ int AdminServer::Impl::checkTimers(Clock::time_point now) {
                 count("send", "stalled");
                 if (allowHostileLog()) {
                     logWarn("admin socket: closing peer ", peer.id, " uid ", peer.uid, " pid ",
-                            peer.pid, ": it has not read its response for ",
-                            options.stallTimeoutMs, " ms");
+                            peer.pid, ": it has not read its response for ", options.stallTimeoutMs,
+                            " ms");
                 }
                 beginClose(peer);
             } else {
@@ -775,6 +779,8 @@ int AdminServer::Impl::checkTimers(Clock::time_point now) {
         }
     }
     if (acceptBackoff) next = std::min(next, acceptRetryAt);
+    flushHostileLog(now);
+    if (logSuppressed > 0) next = std::min(next, logWindow + std::chrono::seconds(1));
     const auto wait = std::chrono::duration_cast<milliseconds>(next - now).count();
     return static_cast<int>(std::clamp<long long>(wait + 1, 1, 1000));
 }
@@ -799,26 +805,26 @@ void AdminServer::Impl::loop() {
             ++seen;
             const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
             switch (tagOp(tag)) {
-            case Op::Accept:
-                onAccept(*cqe);
-                break;
-            case Op::Recv:
-                onRecv(peerFor(tag), *cqe);
-                break;
-            case Op::Send:
-                if (Peer* peer = peerFor(tag)) onSend(*peer, cqe->res);
-                break;
-            case Op::Wake:
-                if (!stopping.load(std::memory_order_acquire)) armWake();
-                break;
-            case Op::Cancel:
-                break;
-            default:
-                if ((cqe->flags & IORING_CQE_F_BUFFER) != 0 &&
-                    (cqe->flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
-                    buffers.recycle(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-                }
-                break;
+                case Op::Accept:
+                    onAccept(*cqe);
+                    break;
+                case Op::Recv:
+                    onRecv(peerFor(tag), *cqe);
+                    break;
+                case Op::Send:
+                    if (Peer* peer = peerFor(tag)) onSend(*peer, cqe->res);
+                    break;
+                case Op::Wake:
+                    if (!stopping.load(std::memory_order_acquire)) armWake();
+                    break;
+                case Op::Cancel:
+                    break;
+                default:
+                    if ((cqe->flags & IORING_CQE_F_BUFFER) != 0 &&
+                        (cqe->flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
+                        buffers.recycle(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+                    }
+                    break;
             }
         }
         io_uring_cq_advance(&ring.ring, seen);
@@ -855,7 +861,9 @@ void AdminServer::Impl::run() noexcept {
 AdminServer::AdminServer(AdminServerOptions options, AdminHandler& handler)
     : impl_(std::make_unique<Impl>(std::move(options), handler)) {}
 
-AdminServer::~AdminServer() { stop(); }
+AdminServer::~AdminServer() {
+    stop();
+}
 
 void AdminServer::start() {
     if (impl_->started) return;
@@ -871,7 +879,9 @@ void AdminServer::stop() {
     impl_->thread.join();
 }
 
-const std::string& AdminServer::socketPath() const noexcept { return impl_->options.socketPath; }
+const std::string& AdminServer::socketPath() const noexcept {
+    return impl_->options.socketPath;
+}
 
 std::uint64_t AdminServer::recvBufferExhaustions() const noexcept {
     return impl_->noBuffers.load(std::memory_order_relaxed);

@@ -29,7 +29,7 @@
 namespace splicegate {
 
 class AdminHandler {
-public:
+  public:
     virtual ~AdminHandler() = default;
     // Called on the admin thread, one request at a time, only for a request that names a command
     // this build knows; must not block for long. Returns the response: on failure, error.code
@@ -40,14 +40,14 @@ public:
 
 struct AdminServerOptions {
     std::string socketPath;
-    std::string group;            // --admin-group; empty: root only (socket group root)
+    std::string group;  // --admin-group; empty: root only (socket group root)
     unsigned stallTimeoutMs = 5000;
-    unsigned maxPeers = 1024;     // more concurrent peers are told so and closed
-    unsigned recvBuffers = 256;   // provided buffer ring entries of 4 KiB (rounded up to 2^n)
+    unsigned maxPeers = 1024;    // more concurrent peers are told so and closed
+    unsigned recvBuffers = 256;  // provided buffer ring entries of 4 KiB (rounded up to 2^n)
 };
 
 class AdminServer {
-public:
+  public:
     // Binds the socket (removing a stale socket file only if nothing listens on it), chmod 0660,
     // chown root:group (as non-root: only the group), listens, and sets up the io_uring and its
     // buffer ring. Throws UsageError for a missing group (naming --admin-group) or an unusable
@@ -79,7 +79,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -35,28 +35,29 @@ void check(bool condition, const char* what) {
 Response stubHandle(const Request& request) {
     Response response;
     switch (request.command_case()) {
-    case Request::kStatus:
-        response.mutable_status()->set_version("fuzz");
-        response.mutable_status()->add_routes()->set_name("default");
-        break;
-    case Request::kListConnections:
-        for (int i = 0; i < 3; ++i) response.mutable_list_connections()->add_connections()->set_id(i);
-        break;
-    case Request::kKillConnection:
-        if (request.kill_connection().id() % 2 == 0) {
-            return errorResponse(ERROR_NOT_FOUND, "no connection");
-        }
-        response.mutable_kill_connection()->set_id(request.kill_connection().id());
-        break;
-    case Request::kXdpAdd:
-        if (request.xdp_add().cidr().size() > 64) throw std::runtime_error("cidr too long");
-        response.mutable_xdp_add();
-        break;
-    case Request::kXdpDelete:
-        return errorResponse(ERROR_INVALID_ARGUMENT, "bad cidr " + request.xdp_delete().cidr());
-    default:
-        response.mutable_version()->set_version("fuzz");
-        break;
+        case Request::kStatus:
+            response.mutable_status()->set_version("fuzz");
+            response.mutable_status()->add_routes()->set_name("default");
+            break;
+        case Request::kListConnections:
+            for (int i = 0; i < 3; ++i)
+                response.mutable_list_connections()->add_connections()->set_id(i);
+            break;
+        case Request::kKillConnection:
+            if (request.kill_connection().id() % 2 == 0) {
+                return errorResponse(ERROR_NOT_FOUND, "no connection");
+            }
+            response.mutable_kill_connection()->set_id(request.kill_connection().id());
+            break;
+        case Request::kXdpAdd:
+            if (request.xdp_add().cidr().size() > 64) throw std::runtime_error("cidr too long");
+            response.mutable_xdp_add();
+            break;
+        case Request::kXdpDelete:
+            return errorResponse(ERROR_INVALID_ARGUMENT, "bad cidr " + request.xdp_delete().cidr());
+        default:
+            response.mutable_version()->set_version("fuzz");
+            break;
     }
     return response;
 }
@@ -97,7 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::size_t offset = 0;
     while (offset < input.size() && piecesOk) {
         state = state * 1103515245u + 12345u;
-        const std::size_t length = std::min<std::size_t>(1 + (state >> 16) % 64, input.size() - offset);
+        const std::size_t length =
+            std::min<std::size_t>(1 + (state >> 16) % 64, input.size() - offset);
         piecesOk = pieces.feed(input.substr(offset, length));
         offset += length;
         check(pieces.bufferedBytes() <= kMaxBuffered, "buffered input over its bound");

@@ -75,7 +75,7 @@ protected:
         raiseFdLimit();
         TempDir auditRoot;
         const std::string auditDir = auditRoot.path() + "/audit";
-        TempDir out;
+        ScratchDir out;
         std::mt19937_64 random(seed);
         std::uniform_int_distribution<int> killAfterMs(50, 500);
         uint64_t maxIdBefore = 0;

@@ -66,7 +66,7 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
     ASSERT_TRUE(mount.ok()) << mount.error();
     const std::string auditDir = mount.path() + "/audit";
     const std::string filler = mount.path() + "/filler";
-    TempDir out;
+    ScratchDir out;
 
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(20000)));
@@ -137,8 +137,9 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
             if (c->port == 0) continue;
             auto u = atUpstream.find(c->id);
             uint64_t c2uReceived = u == atUpstream.end() ? 0 : u->second.c2uStreamBytes();
-            if (u != atUpstream.end())
+            if (u != atUpstream.end()) {
                 EXPECT_TRUE(u->second.c2u.matches) << u->second.c2u.describe();
+            }
             auto it = byPort.find(c->port);
             uint64_t c2uAudited = 0;
             uint64_t u2cAudited = 0;
@@ -185,7 +186,9 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
     EXPECT_TRUE(verify.status && verify.status->isExit(0))
         << "verify after the disk-full run and a restart: " << describeProcess(verify);
     auto listing = checkPrefix("after a restart");
-    if (after.complete()) EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+    if (after.complete()) {
+        EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+    }
 }
 
 TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
@@ -194,7 +197,7 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
     ASSERT_TRUE(mount.ok()) << mount.error();
     const std::string auditDir = mount.path() + "/audit";
     const std::string filler = mount.path() + "/filler";
-    TempDir out;
+    ScratchDir out;
 
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(20000)));
@@ -264,7 +267,9 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
             EXPECT_LE(c2u.size, 16 + c.c2uSize);
         }
     }
-    if (after.complete()) EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+    if (after.complete()) {
+        EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Durability, AuditDiskFullTest, ::testing::Values("batch", "strict"));

@@ -83,8 +83,9 @@ std::map<uint64_t, AuditView> checkAudit(const std::string& auditDir, const Audi
         }
         auto up = upstream.find(c.id);
         uint64_t c2uReceived = up == upstream.end() ? 0 : up->second.c2uStreamBytes();
-        if (up != upstream.end())
+        if (up != upstream.end()) {
             EXPECT_TRUE(up->second.c2u.matches) << "upstream: " << up->second.c2u.describe();
+        }
         EXPECT_TRUE(c.u2c.matches) << c.describe();
         if (checkUnforwarded) {
             EXPECT_LE(c2uReceived, view.c2u)
@@ -128,7 +129,7 @@ class AuditWriteErrorTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     const std::string engine = GetParam();
     TempDir root;
-    TempDir out;
+    ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(20000)));
@@ -182,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, AuditWriteErrorTest, ::testing::Values("inline
 
 TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     TempDir root;
-    TempDir out;
+    ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(20000)));
@@ -251,9 +252,10 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
         auto view = views[c.id];
         if (view.row == nullptr) continue;
         for (const auto& s : summary.connections) {
-            if (s.id == view.row->id)
+            if (s.id == view.row->id) {
                 EXPECT_GT(s.segment, 1u) << "connection " << s.id
                                          << " opened after the failed sync is in segment 1";
+            }
         }
     }
 }
@@ -271,7 +273,7 @@ class AuditShortMoveTest : public ::testing::TestWithParam<ShortCase> {};
 TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
     const ShortCase param = GetParam();
     TempDir root;
-    TempDir out;
+    ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(30000)));
@@ -326,7 +328,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
     TempDir root;
-    TempDir out;
+    ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
     TestServer upstream(checkedUpstream(board, milliseconds(20000)));

@@ -147,7 +147,9 @@ protected:
         EXPECT_TRUE(fileIsPrefixOf(u2c.path, u2cStreamOf(fresh_)));
         auto summary = audit::listConnections(auditDir_);
         for (const auto& s : summary.connections)
-            if (s.id == row->id) EXPECT_GT(s.segment, 1u) << "new connections go to a new segment";
+            if (s.id == row->id) {
+                EXPECT_GT(s.segment, 1u) << "new connections go to a new segment";
+            }
     }
 
     // Every connection of the original log still lists and extracts as before (nothing durable
@@ -193,7 +195,7 @@ protected:
     }
 
     TempDir root_;
-    TempDir out_;
+    ScratchDir out_;
     std::string auditDir_;
     std::string index_;
     std::string data_;

@@ -1,13 +1,13 @@
 // splicegate-audit as a process (SPEC.md "Audit logs and splicegate-audit"): list as a table and
 // as JSON, extract to a file and to stdout, verify, --help/--version, usage errors (exit 2, one
 // line), runtime failures (exit 1) and garbage input that must never crash it. No root needed.
+// property_tree pulls in the deprecated global boost::bind placeholders; keep the build quiet.
+#define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-// property_tree pulls in the deprecated global boost::bind placeholders; keep the build quiet.
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <cstdint>

@@ -103,7 +103,7 @@ std::string which(const std::string& name) {
 // A child process with stdout+stderr in `logPath`, killed (SIGKILL) if the test process dies.
 // stop() sends SIGTERM to its pid and reaps it, SIGKILL after a bound.
 class ChildProcess {
-public:
+  public:
     ChildProcess(const std::vector<std::string>& argv, const std::string& logPath) {
         std::vector<char*> cargv;
         for (const auto& arg : argv) cargv.push_back(const_cast<char*>(arg.c_str()));
@@ -169,7 +169,7 @@ public:
         return false;
     }
 
-private:
+  private:
     pid_t pid_ = -1;
 };
 
@@ -219,20 +219,22 @@ TEST(MetricsPrometheusTest, RealPrometheusScrapesBytesTotalAndEvaluatesTheRules)
     });
 
     test::TempDir dir;
-    const std::string rules = std::string(SPLICEGATE_SOURCE_DIR) +
-                              "/packaging/prometheus/splicegate.rules.yml";
+    const std::string rules =
+        std::string(SPLICEGATE_SOURCE_DIR) + "/packaging/prometheus/splicegate.rules.yml";
     auto config = dir.write("prometheus.yml",
                             "global:\n"
                             "  scrape_interval: 1s\n"
                             "  scrape_timeout: 1s\n"
                             "  evaluation_interval: 1s\n"
                             "rule_files:\n"
-                            "  - " + rules + "\n"
-                            "scrape_configs:\n"
-                            "  - job_name: splicegate\n"
-                            "    static_configs:\n"
-                            "      - targets: ['127.0.0.1:" + std::to_string(exposer.port()) +
-                                "']\n");
+                            "  - " +
+                                rules +
+                                "\n"
+                                "scrape_configs:\n"
+                                "  - job_name: splicegate\n"
+                                "    static_configs:\n"
+                                "      - targets: ['127.0.0.1:" +
+                                std::to_string(exposer.port()) + "']\n");
     const std::string logPath = dir.path() + "/prometheus.log";
 
     // Start Prometheus on a free port; a port taken between pick and bind means another try.
@@ -301,15 +303,16 @@ TEST(MetricsPrometheusTest, RealPrometheusScrapesBytesTotalAndEvaluatesTheRules)
     for (;;) {
         auto answer = httpGet(webPort, "/api/v1/rules");
         rulesAnswer = answer.body;
-        if (answer.status == 200 && rulesAnswer.find(R"("health":"unknown")") == std::string::npos &&
+        if (answer.status == 200 &&
+            rulesAnswer.find(R"("health":"unknown")") == std::string::npos &&
             rulesAnswer.find("SplicegateDown") != std::string::npos)
             break;
         if (Clock::now() >= rulesDeadline) break;
         std::this_thread::sleep_for(milliseconds(250));
     }
-    for (const char* name : {"SplicegateDown", "SplicegateAuditErrors", "SplicegateAuditFsyncSlow",
-                             "SplicegatePipeBudgetExhausted", "SplicegateXdpDropsSpiking",
-                             "splicegate:bytes:rate5m"})
+    for (const char* name :
+         {"SplicegateDown", "SplicegateAuditErrors", "SplicegateAuditFsyncSlow",
+          "SplicegatePipeBudgetExhausted", "SplicegateXdpDropsSpiking", "splicegate:bytes:rate5m"})
         EXPECT_NE(rulesAnswer.find(name), std::string::npos) << name << " not loaded";
     EXPECT_EQ(rulesAnswer.find(R"("health":"err")"), std::string::npos) << rulesAnswer;
     EXPECT_EQ(rulesAnswer.find(R"("health":"unknown")"), std::string::npos) << rulesAnswer;
@@ -318,8 +321,8 @@ TEST(MetricsPrometheusTest, RealPrometheusScrapesBytesTotalAndEvaluatesTheRules)
     EXPECT_EQ(alerts.body.find(R"("state":"firing")"), std::string::npos) << alerts.body;
 
     // The recording rule over the real scrapes gives the c2u throughput.
-    auto recorded = httpGet(webPort, "/api/v1/query?query=" +
-                                         urlEncode(R"(splicegate:bytes:rate5m{direction="c2u"})"));
+    auto recorded = httpGet(
+        webPort, "/api/v1/query?query=" + urlEncode(R"(splicegate:bytes:rate5m{direction="c2u"})"));
     EXPECT_EQ(recorded.status, 200) << recorded.error;
 
     EXPECT_TRUE(server->stop()) << "Prometheus ignored SIGTERM for 10 s";

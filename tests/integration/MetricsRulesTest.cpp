@@ -27,9 +27,10 @@ bool have(const std::string& tool) {
     return result.status && result.status->isExit(0);
 }
 
-#define REQUIRE_TOOL(tool)                                                                     \
-    if (!have(tool))                                                                           \
-    GTEST_SKIP() << tool << " is not installed (Debian package 'prometheus' for promtool; "    \
+#define REQUIRE_TOOL(tool)                                                          \
+    if (!have(tool))                                                                \
+    GTEST_SKIP() << tool                                                            \
+                 << " is not installed (Debian package 'prometheus' for promtool; " \
                     "tools/install-deps.sh installs it)"
 
 std::string run(const std::vector<std::string>& argv, bool& ok) {
@@ -86,9 +87,9 @@ print(n, "queries")
 )py");
     auto rules = dir.path() + "/dashboard.rules.yml";
     bool ok = false;
-    auto output = run({"/bin/sh", "-c", "exec python3 '" + script + "' '" + kDashboard + "' '" +
-                                            rules + "'"},
-                      ok);
+    auto output =
+        run({"/bin/sh", "-c", "exec python3 '" + script + "' '" + kDashboard + "' '" + rules + "'"},
+            ok);
     ASSERT_TRUE(ok) << output;
     output = run({"/bin/sh", "-c", "exec promtool check rules '" + rules + "'"}, ok);
     EXPECT_TRUE(ok) << output;
@@ -123,8 +124,8 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
         auto used = namesIn(test::readFile(file));
         EXPECT_FALSE(used.empty()) << file;
         for (const auto& name : used)
-            EXPECT_TRUE(served.count(name)) << file << " uses " << name
-                                            << ", which the exposer does not serve";
+            EXPECT_TRUE(served.count(name))
+                << file << " uses " << name << ", which the exposer does not serve";
     }
 }
 

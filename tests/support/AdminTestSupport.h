@@ -34,7 +34,7 @@
 namespace splicegate::test {
 
 class FakeAdminHandler : public AdminHandler {
-public:
+  public:
     std::atomic<unsigned> calls{0};
     std::atomic<bool> throwOnDrain{false};
     std::atomic<unsigned> delayMs{0};
@@ -44,79 +44,80 @@ public:
         if (delayMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs.load()));
         admin::Response response;
         switch (request.command_case()) {
-        case admin::Request::kStatus: {
-            auto* status = response.mutable_status();
-            status->set_version("9.9.9-test");
-            status->set_uptime_seconds(3725);
-            status->set_workers(2);
-            status->set_splice_engine("inline");
-            status->set_connections_active(2);
-            status->set_connections_accepted(17);
-            status->set_bytes_c2u(123456789012ULL);
-            status->set_bytes_u2c(42);
-            auto* route = status->add_routes();
-            route->set_name("default");
-            route->set_listen("127.0.0.1:8443");
-            route->add_upstreams("192.0.2.10:443");
-            route->add_upstreams("192.0.2.11:443");
-            route->set_audit(true);
-            route->set_connections_active(2);
-            route->set_connections_accepted(17);
-            route->set_bytes_c2u(123456789012ULL);
-            route->set_bytes_u2c(42);
-            status->mutable_pipes()->set_in_use(1);
-            status->mutable_pipes()->set_idle(7);
-            status->mutable_pipes()->set_budget_bytes(64u << 20);
-            status->mutable_pipes()->set_budget_used_bytes(8u << 20);
-            status->mutable_audit()->set_enabled(true);
-            status->mutable_audit()->set_directory("/var/lib/splicegate/audit");
-            status->mutable_audit()->set_durability("batch");
-            status->mutable_audit()->set_on_error("fail-closed");
-            break;
-        }
-        case admin::Request::kListConnections:
-            for (std::uint64_t id : {41u, 42u}) {
-                auto* c = response.mutable_list_connections()->add_connections();
-                c->set_id(id);
-                c->set_route("default");
-                c->set_client("198.51.100.7:5" + std::to_string(id));
-                c->set_upstream("192.0.2.10:443");
-                c->set_age_ms(id * 1000);
-                c->set_bytes_c2u(id * 10);
-                c->set_bytes_u2c(id * 20);
-                c->set_state("relaying");
-                c->set_worker(static_cast<std::uint32_t>(id % 2));
+            case admin::Request::kStatus: {
+                auto* status = response.mutable_status();
+                status->set_version("9.9.9-test");
+                status->set_uptime_seconds(3725);
+                status->set_workers(2);
+                status->set_splice_engine("inline");
+                status->set_connections_active(2);
+                status->set_connections_accepted(17);
+                status->set_bytes_c2u(123456789012ULL);
+                status->set_bytes_u2c(42);
+                auto* route = status->add_routes();
+                route->set_name("default");
+                route->set_listen("127.0.0.1:8443");
+                route->add_upstreams("192.0.2.10:443");
+                route->add_upstreams("192.0.2.11:443");
+                route->set_audit(true);
+                route->set_connections_active(2);
+                route->set_connections_accepted(17);
+                route->set_bytes_c2u(123456789012ULL);
+                route->set_bytes_u2c(42);
+                status->mutable_pipes()->set_in_use(1);
+                status->mutable_pipes()->set_idle(7);
+                status->mutable_pipes()->set_budget_bytes(64u << 20);
+                status->mutable_pipes()->set_budget_used_bytes(8u << 20);
+                status->mutable_audit()->set_enabled(true);
+                status->mutable_audit()->set_directory("/var/lib/splicegate/audit");
+                status->mutable_audit()->set_durability("batch");
+                status->mutable_audit()->set_on_error("fail-closed");
+                break;
             }
-            break;
-        case admin::Request::kKillConnection:
-            if (request.kill_connection().id() != 42) {
+            case admin::Request::kListConnections:
+                for (std::uint64_t id : {41u, 42u}) {
+                    auto* c = response.mutable_list_connections()->add_connections();
+                    c->set_id(id);
+                    c->set_route("default");
+                    c->set_client("198.51.100.7:5" + std::to_string(id));
+                    c->set_upstream("192.0.2.10:443");
+                    c->set_age_ms(id * 1000);
+                    c->set_bytes_c2u(id * 10);
+                    c->set_bytes_u2c(id * 20);
+                    c->set_state("relaying");
+                    c->set_worker(static_cast<std::uint32_t>(id % 2));
+                }
+                break;
+            case admin::Request::kKillConnection:
+                if (request.kill_connection().id() != 42) {
+                    return admin::errorResponse(
+                        admin::ERROR_NOT_FOUND,
+                        "no open connection " + std::to_string(request.kill_connection().id()));
+                }
+                response.mutable_kill_connection()->set_id(42);
+                break;
+            case admin::Request::kDrain:
+                if (throwOnDrain) throw std::runtime_error("drain exploded");
+                response.mutable_drain();
+                break;
+            case admin::Request::kReload:
+                response.mutable_reload()->set_routes(3);
+                break;
+            case admin::Request::kRotateAudit:
+                response.mutable_rotate_audit();
+                break;
+            case admin::Request::kXdpList:
+            case admin::Request::kXdpAdd:
+            case admin::Request::kXdpDelete:
                 return admin::errorResponse(
-                    admin::ERROR_NOT_FOUND,
-                    "no open connection " + std::to_string(request.kill_connection().id()));
-            }
-            response.mutable_kill_connection()->set_id(42);
-            break;
-        case admin::Request::kDrain:
-            if (throwOnDrain) throw std::runtime_error("drain exploded");
-            response.mutable_drain();
-            break;
-        case admin::Request::kReload:
-            response.mutable_reload()->set_routes(3);
-            break;
-        case admin::Request::kRotateAudit:
-            response.mutable_rotate_audit();
-            break;
-        case admin::Request::kXdpList:
-        case admin::Request::kXdpAdd:
-        case admin::Request::kXdpDelete:
-            return admin::errorResponse(admin::ERROR_NOT_ENABLED,
-                                        "XDP not enabled (start splicegate with --xdp-interface)");
-        case admin::Request::kVersion:
-            response.mutable_version()->set_version("9.9.9-test");
-            response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
-            break;
-        case admin::Request::COMMAND_NOT_SET:
-            return admin::errorResponse(admin::ERROR_UNKNOWN_COMMAND, "handler saw no command");
+                    admin::ERROR_NOT_ENABLED,
+                    "XDP not enabled (start splicegate with --xdp-interface)");
+            case admin::Request::kVersion:
+                response.mutable_version()->set_version("9.9.9-test");
+                response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
+                break;
+            case admin::Request::COMMAND_NOT_SET:
+                return admin::errorResponse(admin::ERROR_UNKNOWN_COMMAND, "handler saw no command");
         }
         return response;
     }
@@ -138,7 +139,7 @@ inline admin::Request killRequest(std::uint64_t id) {
 
 // A raw connection to the admin socket.
 class AdminPeer {
-public:
+  public:
     explicit AdminPeer(const std::string& path) { error_ = connectTo(path); }
 
     bool connected() const noexcept { return fd_.valid(); }
@@ -186,7 +187,7 @@ public:
         return how == PeerClose::Eof || how == PeerClose::Reset;
     }
 
-private:
+  private:
     int connectTo(const std::string& path) {
         UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
         if (!fd) return errno;
@@ -206,7 +207,9 @@ private:
     admin::FrameAssembler frames_{admin::kMaxResponseFrameBytes, admin::kMaxResponseFrameBytes};
 };
 
-inline std::string ctlBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl"; }
+inline std::string ctlBinary() {
+    return std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl";
+}
 
 // splicegatectl --socket PATH ARGS...
 inline ProcessResult runCtl(const std::string& socketPath, std::vector<std::string> args,

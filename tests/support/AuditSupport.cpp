@@ -4,7 +4,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -13,8 +19,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -103,6 +111,85 @@ std::optional<std::string> jsonField(const std::string& line, const std::string&
 
 }  // namespace
 
+ProcessResult runTool(const std::vector<std::string>& argv, milliseconds timeout) {
+    ProcessResult result;
+    UniqueFd out(::memfd_create("tool-stdout", MFD_CLOEXEC));
+    UniqueFd err(::memfd_create("tool-stderr", MFD_CLOEXEC));
+    if (!out || !err) throw std::system_error(errno, std::generic_category(), "memfd_create");
+    std::vector<char*> cargv;
+    for (const auto& arg : argv) cargv.push_back(const_cast<char*>(arg.c_str()));
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out.get(), 1);
+    posix_spawn_file_actions_adddup2(&actions, err.get(), 2);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    sigset_t none;
+    sigemptyset(&none);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&defaults, sig);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setsigdefault(&attributes, &defaults);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, cargv[0], &actions, &attributes, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (rc != 0) throw std::system_error(rc, std::generic_category(), "posix_spawn " + argv[0]);
+    // Bounded wait: poll a pidfd, kill on timeout.
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    Deadline deadline = deadlineIn(timeout);
+    bool finished = false;
+    while (!finished) {
+        int status = 0;
+        pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            ExitStatus exit;
+            if (WIFEXITED(status)) {
+                exit.exited = true;
+                exit.code = WEXITSTATUS(status);
+            } else if (WIFSIGNALED(status)) {
+                exit.signal = WTERMSIG(status);
+            }
+            result.status = exit;
+            break;
+        }
+        if (r < 0 && errno != EINTR) break;
+        auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            break;
+        }
+        if (pidfd) {
+            pollfd p{pidfd.get(), POLLIN, 0};
+            ::poll(&p, 1, static_cast<int>(std::min<long>(left, 1000)));
+        } else {
+            std::this_thread::sleep_for(milliseconds(1));
+        }
+    }
+    auto slurp = [](int fd) {
+        std::string text;
+        char buffer[65536];
+        off_t offset = 0;
+        for (;;) {
+            ssize_t n = ::pread(fd, buffer, sizeof buffer, offset);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            text.append(buffer, static_cast<std::size_t>(n));
+            offset += n;
+        }
+        return text;
+    };
+    result.out = slurp(out.get());
+    result.err = slurp(err.get());
+    return result;
+}
+
 std::string auditToolBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit"; }
 std::string failpointsBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-failpoints"; }
 
@@ -131,7 +218,7 @@ std::string AuditListing::describe() const {
 
 AuditListing auditList(const std::string& dir) {
     AuditListing listing;
-    listing.process = runProcess({auditToolBinary(), "list", dir, "--json"}, milliseconds(30000));
+    listing.process = runTool({auditToolBinary(), "list", dir, "--json"}, milliseconds(30000));
     std::istringstream in(listing.process.out);
     std::string line;
     while (std::getline(in, line)) {
@@ -174,7 +261,7 @@ AuditListing auditList(const std::string& dir) {
 }
 
 ProcessResult auditVerify(const std::string& dir, milliseconds timeout) {
-    return runProcess({auditToolBinary(), "verify", dir}, timeout);
+    return runTool({auditToolBinary(), "verify", dir}, timeout);
 }
 
 Extracted auditExtract(const std::string& dir, uint64_t id, const std::string& direction,
@@ -182,7 +269,7 @@ Extracted auditExtract(const std::string& dir, uint64_t id, const std::string& d
     Extracted result;
     result.path = outPath;
     ::unlink(outPath.c_str());
-    result.process = runProcess({auditToolBinary(), "extract", dir, "--connection",
+    result.process = runTool({auditToolBinary(), "extract", dir, "--connection",
                                  std::to_string(id), "--direction", direction, "-o", outPath},
                                 milliseconds(30000));
     struct stat st {};
@@ -382,6 +469,20 @@ ExpectedStream c2uStreamOf(const CheckedClient& client) {
 }
 ExpectedStream u2cStreamOf(const CheckedClient& client) {
     return ExpectedStream{std::nullopt, u2cSeed(client.id)};
+}
+
+ScratchDir::ScratchDir() {
+    struct stat st {};
+    std::string base = ::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+    std::string pattern = base + "/splicegate-audit-it-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr)
+        throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    path_ = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
 }
 
 ScopedEnv::ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {

@@ -25,6 +25,11 @@
 
 namespace splicegate::test {
 
+// Like runProcess() (tests/support/Daemon.h) but with posix_spawn (no page-table copy of a big
+// test process, which makes fork cost ~20 ms here) and output captured in memfds; for the many
+// short `splicegate-audit` runs. Killed after `timeout` (then status is empty).
+ProcessResult runTool(const std::vector<std::string>& argv, milliseconds timeout = milliseconds(30000));
+
 std::string auditToolBinary();   // SPLICEGATE_BIN_DIR "/splicegate-audit"
 std::string failpointsBinary();  // SPLICEGATE_BIN_DIR "/splicegate-failpoints"
 
@@ -149,6 +154,21 @@ void runCheckedClients(uint16_t relayPort, std::vector<CheckedClient>& clients, 
 // The c2u stream a checked client sends (header then pattern), and the u2c stream it receives.
 ExpectedStream c2uStreamOf(const CheckedClient& client);
 ExpectedStream u2cStreamOf(const CheckedClient& client);
+
+// A private directory in /dev/shm (tmpfs; /tmp when that is missing), removed with its content:
+// where extracted streams go, so that hundreds of MiB of extracts do not add dirty pages (and
+// writeback throttling) to the disk that holds the audit log under test.
+class ScratchDir {
+public:
+    ScratchDir();
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+    ~ScratchDir();
+    const std::string& path() const noexcept { return path_; }
+
+private:
+    std::string path_;
+};
 
 // Sets an environment variable for the life of the object (restoring the old value).
 class ScopedEnv {

@@ -53,7 +53,7 @@ struct Stream {
 Stream sampleStream() {
     Stream stream;
     stream.add(killRequest(7));
-    stream.add(Request());  // empty body: length 0
+    stream.add(Request());                      // empty body: length 0
     stream.add(xdpAdd(std::string(300, 'x')));  // a two-byte length prefix
     stream.add(killRequest(~std::uint64_t{0}));
     stream.addRaw(std::string(20000, 'y'));  // three-byte prefix, spans many pieces
@@ -170,8 +170,8 @@ TEST(AdminFraming, OversizedPrefixFailsBeforeAnyBody) {
 TEST(AdminFraming, OversizedPrefixInTheMiddleOfAPiece) {
     // A good frame, then a bad prefix followed by body bytes in the same piece: the good frame
     // is delivered, nothing after the bad prefix is buffered.
-    const std::string bytes = encodeFrame(killRequest(5)) + varint64(2 * kMaxFrameBytes) +
-                              std::string(1000, 'c');
+    const std::string bytes =
+        encodeFrame(killRequest(5)) + varint64(2 * kMaxFrameBytes) + std::string(1000, 'c');
     FrameAssembler assembler;
     EXPECT_FALSE(assembler.feed(bytes));
     ASSERT_TRUE(assembler.hasFrame());
@@ -319,7 +319,8 @@ TEST(AdminDispatch, GarbageIsABadFrame) {
         return Response();
     };
     // Field 31 with wire type 7 (invalid), and a truncated length-delimited field.
-    for (const std::string& garbage : {std::string("\xff\xff\xff", 3), std::string("\x52\x05\x08", 3)}) {
+    for (const std::string& garbage :
+         {std::string("\xff\xff\xff", 3), std::string("\x52\x05\x08", 3)}) {
         Dispatch dispatch = dispatchFrame(garbage, handler);
         EXPECT_FALSE(called);
         EXPECT_TRUE(dispatch.closeAfter);

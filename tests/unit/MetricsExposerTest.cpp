@@ -1,8 +1,6 @@
 // MetricsExposer: the /metrics page served over real loopback HTTP from a fake StatsSource with
 // known values: every SPEC.md name with its labels and values, the fsync histogram, the page
 // accepted by `promtool check metrics`, and the exposer's error and lifetime contracts.
-#include "metrics/MetricsExposer.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "metrics/MetricsExposer.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
 
@@ -246,7 +245,7 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
     // Every close reason of every route is present (so rate() has a series from the start).
     for (int i = 0; i < static_cast<int>(CloseReason::Count); ++i) {
         std::string series = std::string(R"(splicegate_connections_closed_total{reason=")") +
-                              toString(static_cast<CloseReason>(i)) + R"(",route="web"})";
+                             toString(static_cast<CloseReason>(i)) + R"(",route="web"})";
         EXPECT_EQ(valueOf(s, series), 10 + i) << series;
     }
     // Bounded labels: nothing but the fixed label names appears on splicegate_ series.
@@ -260,8 +259,8 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         while (std::getline(in, pair, ',')) {
             auto name = pair.substr(0, pair.find('='));
             static const std::vector<std::string> allowed = {
-                "route", "reason", "direction", "kind", "state", "action",
-                "command", "result", "version", "le"};
+                "route",  "reason",  "direction", "kind",    "state",
+                "action", "command", "result",    "version", "le"};
             EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end())
                 << "unexpected label " << name << " on " << series;
         }
@@ -308,9 +307,9 @@ TEST(MetricsExposerTest, HistogramFromRealWorkerCountersStaysConsistent) {
     auto index = routes.indexOf("default");
     a->routes[index].bytesC2u.add(100);
     b->routes[index].bytesC2u.add(23);
-    a->observeFsync(200'000);         // 0.2 ms -> le 0.0005
-    a->observeFsync(3'000'000);       // 3 ms -> le 0.005
-    b->observeFsync(3'000'000'000);   // 3 s -> +Inf only
+    a->observeFsync(200'000);        // 0.2 ms -> le 0.0005
+    a->observeFsync(3'000'000);      // 3 ms -> le 0.005
+    b->observeFsync(3'000'000'000);  // 3 s -> +Inf only
     StatsSnapshot snapshot;
     sumWorkerStats({a.get(), b.get()}, routes, snapshot);
     auto s = samples(renderMetricsText(snapshot));
@@ -362,7 +361,9 @@ test::ProcessResult promtoolCheckMetrics(const test::TempDir& dir, const std::st
                             milliseconds(30000));
 }
 
-bool havePromtool() { return std::system("command -v promtool >/dev/null 2>&1") == 0; }
+bool havePromtool() {
+    return std::system("command -v promtool >/dev/null 2>&1") == 0;
+}
 
 TEST(MetricsExposerTest, PromtoolAcceptsThePage) {
     if (!havePromtool())
@@ -477,9 +478,9 @@ bool haveIpv6Loopback(std::string& why) {
     }
 }
 
-#define REQUIRE_IPV6()                                                    \
-    do {                                                                  \
-        std::string why;                                                  \
+#define REQUIRE_IPV6()                                                           \
+    do {                                                                         \
+        std::string why;                                                         \
         if (!haveIpv6Loopback(why)) GTEST_SKIP() << "no IPv6 loopback: " << why; \
     } while (0)
 
@@ -499,8 +500,7 @@ TEST(MetricsExposerTest, ServesOnIpv6Loopback) {
         << response.headers;
     EXPECT_EQ(calls.load(), 1);
     auto s = samples(response.body);
-    EXPECT_EQ(valueOf(s, R"(splicegate_bytes_total{direction="c2u",route="web"})"),
-              123456789012.0);
+    EXPECT_EQ(valueOf(s, R"(splicegate_bytes_total{direction="c2u",route="web"})"), 123456789012.0);
     EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"), 91);
     // A query string is ignored, as civetweb does.
     EXPECT_EQ(httpGet(exposer.port(), "/metrics?x=1", true).status, 200);
@@ -526,7 +526,8 @@ TEST(MetricsExposerTest, Ipv6ServerAnswersBadRequestsAndKeepsServing) {
     // A peer that connects and says nothing, or half a request, then closes: no answer needed.
     {
         int error = 0;
-        auto silent = test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(2000), true);
+        auto silent =
+            test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(2000), true);
         ASSERT_TRUE(silent);
         test::sendAll(silent.get(), "GET /met", 8, deadlineIn(milliseconds(1000)), error);
     }
@@ -594,7 +595,8 @@ TEST(MetricsExposerTest, DestructorStopsServingAndTheSource) {
     EXPECT_FALSE(after.error.empty()) << "still serving after destruction";
     EXPECT_EQ(calls.load(), before);
     // The port is free again: a new exposer can take it.
-    MetricsExposer again(test::loopback(static_cast<uint16_t>(port)), [] { return StatsSnapshot{}; });
+    MetricsExposer again(test::loopback(static_cast<uint16_t>(port)),
+                         [] { return StatsSnapshot{}; });
     EXPECT_EQ(again.port(), port);
 }
 

@@ -84,8 +84,8 @@ admin::Response exchange(const std::string& socketPath, admin::Request request,
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) {
             if (!waitFor(fd.get(), POLLOUT, deadline)) {
-                throw Unreachable(where + ": no answer within " +
-                                  std::to_string(timeout.count()) + " ms");
+                throw Unreachable(where + ": no answer within " + std::to_string(timeout.count()) +
+                                  " ms");
             }
             continue;
         }
@@ -109,15 +109,15 @@ admin::Response exchange(const std::string& socketPath, admin::Request request,
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) {
             if (!waitFor(fd.get(), POLLIN, deadline)) {
-                throw Unreachable(where + ": no answer within " +
-                                  std::to_string(timeout.count()) + " ms");
+                throw Unreachable(where + ": no answer within " + std::to_string(timeout.count()) +
+                                  " ms");
             }
             continue;
         }
         if (n == 0) {
-            throw Unreachable(where + ": the daemon closed the connection without answering" +
-                              (frames.midFrame() ? " (" + frames.partialFrame() + ")"
-                                                 : std::string()));
+            throw Unreachable(
+                where + ": the daemon closed the connection without answering" +
+                (frames.midFrame() ? " (" + frames.partialFrame() + ")" : std::string()));
         }
         throw Unreachable(where + ": " + errnoText(errno) +
                           (writeClosed ? " (the daemon closed the connection)" : ""));

@@ -13,12 +13,12 @@
 namespace splicegate::ctl {
 
 class Unreachable : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 class ProtocolFailure : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 

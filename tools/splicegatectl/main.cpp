@@ -5,6 +5,7 @@
 // Errors are one line each on stderr; results go to stdout (aligned tables, or one JSON document
 // with --json).
 #include <arpa/inet.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <google/protobuf/util/json_util.h>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -105,8 +105,8 @@ std::string mainHelp(const po::options_description& visible) {
         out << std::string(synopsis.size() < 28 ? 28 - synopsis.size() : 1, ' ') << command.summary
             << "\n";
     }
-    out << "\n" << optionsText(visible)
-        << "\nSee 'splicegatectl COMMAND --help' for a command.\n"
+    out << "\n"
+        << optionsText(visible) << "\nSee 'splicegatectl COMMAND --help' for a command.\n"
         << "Exit status: 0 success, 1 the daemon answered with an error, 2 usage error,\n"
         << "3 the daemon cannot be reached.\n";
     return out.str();
@@ -182,7 +182,8 @@ admin::Request buildRequest(const std::string& command, const std::vector<std::s
         expectArgs(0, "no arguments");
         request.mutable_version();
     } else if (command == "xdp") {
-        if (args.empty()) throw UsageProblem{"'xdp' needs a subcommand: list, add CIDR or del CIDR"};
+        if (args.empty())
+            throw UsageProblem{"'xdp' needs a subcommand: list, add CIDR or del CIDR"};
         const std::string& sub = args[0];
         if (sub == "list") {
             if (args.size() != 1) throw UsageProblem{"'xdp list' takes no arguments"};
@@ -213,7 +214,7 @@ admin::Request buildRequest(const std::string& command, const std::vector<std::s
 // ---- Human output.
 
 class Table {
-public:
+  public:
     explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
     void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
     void print(std::ostream& out) const {
@@ -234,11 +235,13 @@ public:
         }
     }
 
-private:
+  private:
     std::vector<std::vector<std::string>> rows_;
 };
 
-std::string orDash(const std::string& text) { return text.empty() ? "-" : text; }
+std::string orDash(const std::string& text) {
+    return text.empty() ? "-" : text;
+}
 
 std::string duration(std::uint64_t ms) {
     if (ms < 10'000) {
@@ -251,7 +254,8 @@ std::string duration(std::uint64_t ms) {
     s %= 86400;
     char text[64];
     if (days > 0) {
-        std::snprintf(text, sizeof text, "%llud%02lluh%02llum", static_cast<unsigned long long>(days),
+        std::snprintf(text, sizeof text, "%llud%02lluh%02llum",
+                      static_cast<unsigned long long>(days),
                       static_cast<unsigned long long>(s / 3600),
                       static_cast<unsigned long long>((s % 3600) / 60));
     } else if (s >= 3600) {
@@ -283,8 +287,8 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
     facts.add({"draining", s.draining() ? "yes" : "no"});
     facts.add({"connections", std::to_string(s.connections_active()) + " active, " +
                                   std::to_string(s.connections_accepted()) + " accepted"});
-    facts.add({"bytes", std::to_string(s.bytes_c2u()) + " c2u, " + std::to_string(s.bytes_u2c()) +
-                            " u2c"});
+    facts.add({"bytes",
+               std::to_string(s.bytes_c2u()) + " c2u, " + std::to_string(s.bytes_u2c()) + " u2c"});
     const auto& p = s.pipes();
     facts.add({"pipes", std::to_string(p.in_use()) + " in use, " + std::to_string(p.idle()) +
                             " idle, " + std::to_string(p.overflow_in_use()) + " overflow"});
@@ -305,8 +309,8 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
     facts.add({"xdp", s.xdp_enabled() ? "on" : "off"});
     facts.print(out);
     out << "\n";
-    Table routes({"ROUTE", "LISTEN", "UPSTREAMS", "AUDIT", "ACTIVE", "ACCEPTED", "C2U_BYTES",
-                  "U2C_BYTES"});
+    Table routes(
+        {"ROUTE", "LISTEN", "UPSTREAMS", "AUDIT", "ACTIVE", "ACCEPTED", "C2U_BYTES", "U2C_BYTES"});
     for (const auto& r : s.routes()) {
         routes.add({r.name(), orDash(r.listen()), orDash(join(r.upstreams())),
                     r.audit() ? "yes" : "no", std::to_string(r.connections_active()),
@@ -317,8 +321,8 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
 }
 
 void printConnections(const admin::ListConnectionsResponse& list, std::ostream& out) {
-    Table table({"ID", "ROUTE", "CLIENT", "UPSTREAM", "AGE", "C2U_BYTES", "U2C_BYTES", "STATE",
-                 "WORKER"});
+    Table table(
+        {"ID", "ROUTE", "CLIENT", "UPSTREAM", "AGE", "C2U_BYTES", "U2C_BYTES", "STATE", "WORKER"});
     for (const auto& c : list.connections()) {
         table.add({std::to_string(c.id()), orDash(c.route()), orDash(c.client()),
                    orDash(c.upstream()), duration(c.age_ms()), std::to_string(c.bytes_c2u()),
@@ -327,51 +331,51 @@ void printConnections(const admin::ListConnectionsResponse& list, std::ostream& 
     table.print(out);
 }
 
-void printHuman(const admin::Request& request, const admin::Response& response,
-                std::ostream& out) {
+void printHuman(const admin::Request& request, const admin::Response& response, std::ostream& out) {
     switch (request.command_case()) {
-    case admin::Request::kStatus:
-        printStatus(response.status(), out);
-        break;
-    case admin::Request::kListConnections:
-        printConnections(response.list_connections(), out);
-        break;
-    case admin::Request::kKillConnection:
-        out << "connection " << request.kill_connection().id() << " closed\n";
-        break;
-    case admin::Request::kDrain:
-        out << "draining: the daemon accepts no new connections and exits when the open ones "
-               "finish\n";
-        break;
-    case admin::Request::kReload:
-        out << "configuration reloaded: " << response.reload().routes() << " routes\n";
-        break;
-    case admin::Request::kRotateAudit:
-        out << "audit rotated\n";
-        break;
-    case admin::Request::kXdpList: {
-        Table table({"CIDR", "KIND"});
-        for (const auto& rule : response.xdp_list().rules()) table.add({rule.cidr(), rule.kind()});
-        table.print(out);
-        break;
-    }
-    case admin::Request::kXdpAdd:
-        out << "xdp rule added: " << request.xdp_add().cidr() << "\n";
-        break;
-    case admin::Request::kXdpDelete:
-        out << "xdp rule deleted: " << request.xdp_delete().cidr() << "\n";
-        break;
-    case admin::Request::kVersion: {
-        Table table({kProgram, SPLICEGATE_VERSION,
-                     "(admin protocol " + std::to_string(admin::kProtocolVersion) + ")"});
-        table.add({"splicegate", orDash(response.version().version()),
-                   "(admin protocol " + std::to_string(response.version().protocol_version()) +
-                       ")"});
-        table.print(out);
-        break;
-    }
-    case admin::Request::COMMAND_NOT_SET:
-        break;
+        case admin::Request::kStatus:
+            printStatus(response.status(), out);
+            break;
+        case admin::Request::kListConnections:
+            printConnections(response.list_connections(), out);
+            break;
+        case admin::Request::kKillConnection:
+            out << "connection " << request.kill_connection().id() << " closed\n";
+            break;
+        case admin::Request::kDrain:
+            out << "draining: the daemon accepts no new connections and exits when the open ones "
+                   "finish\n";
+            break;
+        case admin::Request::kReload:
+            out << "configuration reloaded: " << response.reload().routes() << " routes\n";
+            break;
+        case admin::Request::kRotateAudit:
+            out << "audit rotated\n";
+            break;
+        case admin::Request::kXdpList: {
+            Table table({"CIDR", "KIND"});
+            for (const auto& rule : response.xdp_list().rules())
+                table.add({rule.cidr(), rule.kind()});
+            table.print(out);
+            break;
+        }
+        case admin::Request::kXdpAdd:
+            out << "xdp rule added: " << request.xdp_add().cidr() << "\n";
+            break;
+        case admin::Request::kXdpDelete:
+            out << "xdp rule deleted: " << request.xdp_delete().cidr() << "\n";
+            break;
+        case admin::Request::kVersion: {
+            Table table({kProgram, SPLICEGATE_VERSION,
+                         "(admin protocol " + std::to_string(admin::kProtocolVersion) + ")"});
+            table.add(
+                {"splicegate", orDash(response.version().version()),
+                 "(admin protocol " + std::to_string(response.version().protocol_version()) + ")"});
+            table.print(out);
+            break;
+        }
+        case admin::Request::COMMAND_NOT_SET:
+            break;
     }
 }
 
@@ -379,17 +383,28 @@ void printHuman(const admin::Request& request, const admin::Response& response,
 const google::protobuf::Message& resultOf(const admin::Request& request,
                                           const admin::Response& response) {
     switch (request.command_case()) {
-    case admin::Request::kStatus: return response.status();
-    case admin::Request::kListConnections: return response.list_connections();
-    case admin::Request::kKillConnection: return response.kill_connection();
-    case admin::Request::kDrain: return response.drain();
-    case admin::Request::kReload: return response.reload();
-    case admin::Request::kRotateAudit: return response.rotate_audit();
-    case admin::Request::kXdpList: return response.xdp_list();
-    case admin::Request::kXdpAdd: return response.xdp_add();
-    case admin::Request::kXdpDelete: return response.xdp_delete();
-    case admin::Request::kVersion: return response.version();
-    case admin::Request::COMMAND_NOT_SET: break;
+        case admin::Request::kStatus:
+            return response.status();
+        case admin::Request::kListConnections:
+            return response.list_connections();
+        case admin::Request::kKillConnection:
+            return response.kill_connection();
+        case admin::Request::kDrain:
+            return response.drain();
+        case admin::Request::kReload:
+            return response.reload();
+        case admin::Request::kRotateAudit:
+            return response.rotate_audit();
+        case admin::Request::kXdpList:
+            return response.xdp_list();
+        case admin::Request::kXdpAdd:
+            return response.xdp_add();
+        case admin::Request::kXdpDelete:
+            return response.xdp_delete();
+        case admin::Request::kVersion:
+            return response.version();
+        case admin::Request::COMMAND_NOT_SET:
+            break;
     }
     return response;
 }
@@ -415,6 +430,7 @@ int run(int argc, char** argv) {
     std::string socketPath;
     unsigned timeoutSeconds = 5;
     po::options_description visible("Options", 80, 40);
+    // clang-format off
     visible.add_options()
         ("socket,s",
          po::value<std::string>(&socketPath)->value_name("PATH")->default_value(kDefaultSocket),
@@ -428,6 +444,7 @@ int run(int argc, char** argv) {
     hidden.add_options()
         ("command", po::value<std::string>(), "command")
         ("args", po::value<std::vector<std::string>>(), "arguments");
+    // clang-format on
     po::options_description all;
     all.add(visible).add(hidden);
     po::positional_options_description positional;

@@ -1,0 +1,336 @@
+// Integration tests of splicegatectl (tools/splicegatectl) against an in-process AdminServer
+// with a fake handler: every command in human and --json form, exit codes (0 ok, 1 the daemon
+// answered with an error, 2 usage, 3 unreachable), help, and an unprivileged peer run through
+// `setpriv` (refused by file mode, then by SO_PEERCRED) while a good client keeps being served.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/AdminTestSupport.h"
+
+namespace splicegate::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* const kSetpriv = "/usr/bin/setpriv";
+
+std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start < text.size()) {
+        std::size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        out.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
+
+template <typename Message>
+bool parsesAs(const std::string& json, Message& message) {
+    google::protobuf::util::JsonParseOptions options;
+    return google::protobuf::util::JsonStringToMessage(json, &message, options).ok();
+}
+
+class AdminCtlTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ::chmod(dir_.path().c_str(), 0755);  // an unprivileged peer must reach the socket
+        AdminServerOptions options;
+        options.socketPath = path();
+        options.group = "root";
+        options.stallTimeoutMs = 2000;
+        server_ = std::make_unique<AdminServer>(options, handler_);
+        server_->start();
+    }
+
+    std::string path() const { return dir_.path() + "/admin.sock"; }
+
+    ProcessResult ctl(std::vector<std::string> args) { return runCtl(path(), std::move(args)); }
+
+    static void expectExit(const ProcessResult& result, int code, const std::string& what) {
+        ASSERT_TRUE(result.status.has_value()) << what << ": did not finish";
+        EXPECT_TRUE(result.status->isExit(code))
+            << what << ": " << result.status->describe() << "\nstdout: " << result.out
+            << "\nstderr: " << result.err;
+    }
+
+    // An error: exit `code`, nothing on stdout, exactly one line on stderr containing `needle`.
+    static void expectOneLineError(const ProcessResult& result, int code, const std::string& needle,
+                                   const std::string& what) {
+        expectExit(result, code, what);
+        EXPECT_EQ(result.out, "") << what;
+        EXPECT_EQ(lines(result.err).size(), 1u) << what << ": " << result.err;
+        EXPECT_NE(result.err.find(needle), std::string::npos) << what << ": " << result.err;
+        EXPECT_EQ(result.err.rfind("splicegatectl: ", 0), 0u) << what << ": " << result.err;
+    }
+
+    std::uint64_t countOf(const std::string& command, const std::string& result) const {
+        auto counts = server_->requestCounts();
+        auto it = counts.find({command, result});
+        return it == counts.end() ? 0 : it->second;
+    }
+
+    TempDir dir_;
+    FakeAdminHandler handler_;
+    std::unique_ptr<AdminServer> server_;
+};
+
+TEST_F(AdminCtlTest, StatusTable) {
+    auto result = ctl({"status"});
+    expectExit(result, 0, "status");
+    EXPECT_EQ(result.err, "");
+    EXPECT_NE(result.out.find("9.9.9-test"), std::string::npos) << result.out;
+    EXPECT_NE(result.out.find("1h02m05s"), std::string::npos) << result.out;
+    EXPECT_NE(result.out.find("192.0.2.10:443,192.0.2.11:443"), std::string::npos) << result.out;
+    // The route table's columns line up: each header starts where its values start.
+    auto all = lines(result.out);
+    std::size_t header = 0;
+    while (header < all.size() && all[header].rfind("ROUTE", 0) != 0) ++header;
+    ASSERT_LT(header + 1, all.size()) << result.out;
+    const std::string& row = all[header + 1];
+    EXPECT_EQ(all[header].find("LISTEN"), row.find("127.0.0.1:8443")) << result.out;
+    EXPECT_EQ(all[header].find("C2U_BYTES"), row.find("123456789012")) << result.out;
+}
+
+TEST_F(AdminCtlTest, StatusJson) {
+    auto result = ctl({"--json", "status"});
+    expectExit(result, 0, "--json status");
+    admin::StatusResponse status;
+    ASSERT_TRUE(parsesAs(result.out, status)) << result.out;
+    EXPECT_EQ(status.version(), "9.9.9-test");
+    EXPECT_EQ(status.bytes_c2u(), 123456789012ULL);
+    EXPECT_EQ(status.routes_size(), 1);
+    EXPECT_EQ(result.out.front(), '{');
+    EXPECT_EQ(result.out.back(), '\n');
+    // Options may follow the command too.
+    auto after = ctl({"status", "--json"});
+    expectExit(after, 0, "status --json");
+    EXPECT_EQ(after.out, result.out);
+}
+
+TEST_F(AdminCtlTest, ConnectionsAndKill) {
+    auto list = ctl({"connections"});
+    expectExit(list, 0, "connections");
+    auto rows = lines(list.out);
+    ASSERT_EQ(rows.size(), 3u) << list.out;
+    EXPECT_EQ(rows[0].rfind("ID", 0), 0u);
+    EXPECT_EQ(rows[1].rfind("41 ", 0), 0u) << list.out;
+    EXPECT_EQ(rows[2].rfind("42 ", 0), 0u) << list.out;
+    EXPECT_EQ(rows[0].find("CLIENT"), rows[1].find("198.51.100.7:541")) << list.out;
+
+    auto json = ctl({"--json", "connections"});
+    expectExit(json, 0, "--json connections");
+    admin::ListConnectionsResponse parsed;
+    ASSERT_TRUE(parsesAs(json.out, parsed)) << json.out;
+    ASSERT_EQ(parsed.connections_size(), 2);
+    EXPECT_EQ(parsed.connections(1).id(), 42u);
+
+    auto kill = ctl({"kill", "42"});
+    expectExit(kill, 0, "kill 42");
+    EXPECT_EQ(kill.out, "connection 42 closed\n");
+    auto killJson = ctl({"--json", "kill", "42"});
+    expectExit(killJson, 0, "--json kill 42");
+    admin::KillConnectionResponse killed;
+    ASSERT_TRUE(parsesAs(killJson.out, killed)) << killJson.out;
+    EXPECT_EQ(killed.id(), 42u);
+
+    expectOneLineError(ctl({"kill", "7"}), 1, "no open connection 7", "kill 7");
+    expectOneLineError(ctl({"--json", "kill", "7"}), 1, "no open connection 7", "--json kill 7");
+}
+
+TEST_F(AdminCtlTest, OtherCommands) {
+    auto drain = ctl({"drain"});
+    expectExit(drain, 0, "drain");
+    EXPECT_NE(drain.out.find("draining"), std::string::npos);
+    auto reload = ctl({"reload"});
+    expectExit(reload, 0, "reload");
+    EXPECT_NE(reload.out.find("3 routes"), std::string::npos) << reload.out;
+    auto rotate = ctl({"audit-rotate"});
+    expectExit(rotate, 0, "audit-rotate");
+    auto version = ctl({"version"});
+    expectExit(version, 0, "version");
+    EXPECT_NE(version.out.find(std::string("splicegatectl  ") + SPLICEGATE_VERSION),
+              std::string::npos)
+        << version.out;
+    EXPECT_NE(version.out.find("splicegate     9.9.9-test"), std::string::npos) << version.out;
+
+    for (const auto& args : std::vector<std::vector<std::string>>{{"--json", "drain"},
+                                                                  {"--json", "reload"},
+                                                                  {"--json", "audit-rotate"},
+                                                                  {"--json", "version"}}) {
+        auto result = ctl(args);
+        expectExit(result, 0, args[1]);
+        google::protobuf::Value value;  // any JSON document
+        EXPECT_TRUE(parsesAs(result.out, value)) << args[1] << ": " << result.out;
+    }
+    auto json = ctl({"--json", "version"});
+    admin::VersionResponse parsed;
+    ASSERT_TRUE(parsesAs(json.out, parsed)) << json.out;
+    EXPECT_EQ(parsed.version(), "9.9.9-test");
+    EXPECT_EQ(parsed.protocol_version(), admin::kProtocolVersion);
+
+    for (const auto& args : std::vector<std::vector<std::string>>{{"xdp", "list"},
+                                                                  {"xdp", "add", "192.0.2.0/24"},
+                                                                  {"xdp", "del", "2001:db8::/32"},
+                                                                  {"--json", "xdp", "list"}}) {
+        expectOneLineError(ctl(args), 1, "XDP not enabled", args[0] + " " + args[1]);
+    }
+    EXPECT_EQ(countOf("drain", "ok"), 2u);
+    EXPECT_EQ(countOf("xdp_add", "not_enabled"), 1u);
+    EXPECT_EQ(countOf("xdp_delete", "not_enabled"), 1u);
+}
+
+TEST_F(AdminCtlTest, UsageErrorsExit2) {
+    const std::vector<std::vector<std::string>> cases = {
+        {},
+        {"frobnicate"},
+        {"kill"},
+        {"kill", "abc"},
+        {"kill", "-1"},
+        {"kill", "1", "2"},
+        {"kill", "99999999999999999999999"},
+        {"status", "extra"},
+        {"xdp"},
+        {"xdp", "flush"},
+        {"xdp", "add"},
+        {"xdp", "add", "not-a-cidr"},
+        {"xdp", "add", "10.0.0.0/33"},
+        {"xdp", "list", "extra"},
+        {"--nope", "status"},
+        {"--timeout", "0", "status"},
+        {"--timeout", "soon", "status"},
+    };
+    const auto before = handler_.calls.load();
+    for (const auto& args : cases) {
+        std::string what = "splicegatectl";
+        for (const auto& arg : args) what += " " + arg;
+        expectOneLineError(ctl(args), 2, "", what);
+    }
+    auto missingValue = runProcess({ctlBinary(), "status", "--socket"});
+    expectOneLineError(missingValue, 2, "socket", "--socket without a value");
+    EXPECT_EQ(handler_.calls.load(), before) << "a usage error reached the daemon";
+}
+
+TEST_F(AdminCtlTest, HelpAndVersion) {
+    auto help = runProcess({ctlBinary(), "--help"});
+    expectExit(help, 0, "--help");
+    for (const char* word : {"usage:", "status", "connections", "kill ID", "drain", "reload",
+                             "audit-rotate", "xdp list", "version", "--socket", "--json"}) {
+        EXPECT_NE(help.out.find(word), std::string::npos) << word;
+    }
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"kill", "--help"}, {"help", "kill"}, {"--help", "kill"}}) {
+        std::vector<std::string> argv = {ctlBinary()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto result = runProcess(argv);
+        expectExit(result, 0, args[0] + " " + args[1]);
+        EXPECT_NE(result.out.find("usage: splicegatectl [--socket PATH] [--json] kill ID"),
+                  std::string::npos)
+            << result.out;
+    }
+    auto xdpHelp = runProcess({ctlBinary(), "xdp", "--help"});
+    expectExit(xdpHelp, 0, "xdp --help");
+    EXPECT_NE(xdpHelp.out.find("xdp add CIDR"), std::string::npos) << xdpHelp.out;
+    auto version = runProcess({ctlBinary(), "--version"});
+    expectExit(version, 0, "--version");
+    EXPECT_EQ(version.out, std::string("splicegatectl ") + SPLICEGATE_VERSION +
+                               " (admin protocol " + std::to_string(admin::kProtocolVersion) +
+                               ")\n");
+}
+
+TEST_F(AdminCtlTest, UnreachableExit3) {
+    const std::string missing = dir_.path() + "/missing.sock";
+    auto noFile = runCtl(missing, {"status"});
+    expectOneLineError(noFile, 3, missing, "missing socket");
+    EXPECT_NE(noFile.err.find("No such file"), std::string::npos) << noFile.err;
+
+    // A socket file nobody listens on.
+    const std::string stale = dir_.path() + "/stale.sock";
+    {
+        UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        std::strncpy(address.sun_path, stale.c_str(), sizeof(address.sun_path) - 1);
+        ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    }
+    expectOneLineError(runCtl(stale, {"status"}), 3, "Connection refused", "stale socket");
+
+    // A listener that never answers: the timeout.
+    const std::string silent = dir_.path() + "/silent.sock";
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, silent.c_str(), sizeof(address.sun_path) - 1);
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ASSERT_EQ(::listen(listener.get(), 16), 0);
+    const auto started = Clock::now();
+    auto timeout = runCtl(silent, {"--timeout", "1", "status"});
+    expectOneLineError(timeout, 3, "no answer within 1000 ms", "silent daemon");
+    EXPECT_LT(Clock::now() - started, 4s);
+    // The default timeout is 5 s.
+    const auto startedDefault = Clock::now();
+    auto defaultTimeout = runCtl(silent, {"version"});
+    expectOneLineError(defaultTimeout, 3, "no answer within 5000 ms", "silent daemon, default");
+    EXPECT_GE(Clock::now() - startedDefault, 4500ms);
+}
+
+TEST_F(AdminCtlTest, UnprivilegedPeerIsRefused) {
+    const std::vector<std::string> asNobody = {
+        kSetpriv,    "--reuid=65534", "--regid=65534", "--clear-groups",
+        ctlBinary(), "--socket",      path()};
+    auto run = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> argv = asNobody;
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return runProcess(argv, 15000ms);
+    };
+    // The socket's mode (0660 root:root) keeps nobody out at connect().
+    auto byMode = run({"status"});
+    expectOneLineError(byMode, 3, "Permission denied", "nobody, mode 0660");
+
+    // With the file mode opened up, SO_PEERCRED still refuses: an answer naming the rule, the
+    // refusal counted, and a good client is served meanwhile.
+    ASSERT_EQ(::chmod(path().c_str(), 0666), 0);
+    std::thread hostile([&] {
+        for (int i = 0; i < 20; ++i) run({"status"});
+    });
+    for (int i = 0; i < 20; ++i) {
+        AdminPeer good(path());
+        auto response = good.call(statusRequest(), 2000ms);
+        ASSERT_TRUE(response.has_value()) << i;
+        EXPECT_EQ(response->error().code(), admin::ERROR_NONE);
+    }
+    hostile.join();
+    auto byCredentials = run({"status"});
+    expectOneLineError(byCredentials, 1, "permission denied: uid 65534", "nobody, mode 0666");
+    EXPECT_NE(byCredentials.err.find("group 'root'"), std::string::npos) << byCredentials.err;
+    EXPECT_GE(countOf("connect", "refused"), 21u);
+    EXPECT_EQ(countOf("status", "ok"), 20u) << "a refused peer's request reached the handler";
+}
+
+TEST_F(AdminCtlTest, GroupMemberIsAccepted) {
+    server_.reset();
+    AdminServerOptions options;
+    options.socketPath = path();
+    options.group = "nogroup";  // gid 65534
+    server_ = std::make_unique<AdminServer>(options, handler_);
+    server_->start();
+    auto result = runProcess({kSetpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                              ctlBinary(), "--socket", path(), "status"},
+                             15000ms);
+    expectExit(result, 0, "nobody in group nogroup");
+    EXPECT_NE(result.out.find("9.9.9-test"), std::string::npos) << result.out << result.err;
+}
+
+}  // namespace
+}  // namespace splicegate::test
