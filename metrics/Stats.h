@@ -58,9 +58,10 @@ struct RouteCounters {
 };
 
 // Upper bounds (seconds) of the fsync latency histogram's buckets; +Inf is implicit.
+inline constexpr std::array<double, 12> kFsyncBucketBounds = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
 inline const std::vector<double>& fsyncBucketBounds() {
-    static const std::vector<double> bounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                               0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+    static const std::vector<double> bounds(kFsyncBucketBounds.begin(), kFsyncBucketBounds.end());
     return bounds;
 }
 
@@ -70,7 +71,7 @@ struct alignas(64) WorkerStats {
     Counter auditWriteErrors;
     Counter auditSyncErrors;
     Counter auditLostBytes;
-    std::array<Counter, 13> fsyncBuckets;  // fsyncBucketBounds().size() + 1 (+Inf)
+    std::array<Counter, kFsyncBucketBounds.size() + 1> fsyncBuckets;  // the last is +Inf
     Counter fsyncCount;
     Counter fsyncNanos;
     Counter pipesInUse;

@@ -17,6 +17,7 @@ PACKAGES="
   iproute2 procps util-linux
   haproxy
   python3
+  prometheus
 "
 missing=""
 for p in $PACKAGES; do

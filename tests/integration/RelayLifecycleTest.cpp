@@ -27,6 +27,10 @@ namespace {
 
 constexpr uint64_t kMiB = 1024 * 1024;
 
+std::string engineName(const ::testing::TestParamInfo<std::string>& param) {
+    return param.param;
+}
+
 long elapsedMs(Clock::time_point since) {
     return static_cast<long>(
         std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
@@ -35,7 +39,9 @@ long elapsedMs(Clock::time_point since) {
 // 3,000 idle connections (client connected, upstream accepted, no data) with --workers 2: the
 // daemon's threads stay within workers + 8, memory stays modest, idle connections hold no pipes;
 // they still forward when used; closing them all is clean (EOF upstream, fds released).
-TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
+class RelayIdleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     constexpr std::size_t kConnections = 3000;
     constexpr unsigned kWorkers = 2;
     constexpr long kThreadBound = kWorkers + 8;
@@ -45,7 +51,9 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
 
     TestServer upstream(nullptr);  // hold mode: accept and keep, no thread per connection
     uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {upstream.address()}, {}, kWorkers));
+    std::vector<std::string> extra;
+    if (GetParam() != "default") extra = {"--splice-engine", GetParam()};
+    Daemon daemon(relayArgs(port, {upstream.address()}, extra, kWorkers));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     long threadsAtStart = daemon.threadCount();
     long socketsAtStart = daemon.fdCounts().sockets;
@@ -155,6 +163,11 @@ TEST(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
     EXPECT_LE(daemon.threadCount(), kThreadBound);
     EXPECT_TRUE(daemon.running()) << daemon.why();
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, RelayIdleTest,
+                         ::testing::Values(std::string("default"), std::string("chain"),
+                                           std::string("inline")),
+                         engineName);
 
 // 120 connections one after another, closing in different ways (orderly after a duplex
 // exchange, client RST, no data at all): every one is served, nothing leaks, and SIGTERM then

@@ -169,7 +169,9 @@ TEST(RelayHalfCloseTest, UpstreamHalfClosesThenClientStillSends) {
 
 // Upstream pushes 256 MiB as fast as it can; the client reads ~1 KiB/10 ms for 3 s. The daemon
 // must hold back (bounded RSS, upstream blocked), then deliver all of it byte-exact.
-TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
+class RelayBackPressureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
     constexpr uint64_t kSize = 256 * kMiB;
     constexpr uint64_t kSeed = 31;
     constexpr long kRssBoundKiB = 64 * 1024;
@@ -182,7 +184,7 @@ TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
         sent->put(index, sendPattern(fd, kSeed, kSize, deadlineIn(milliseconds(60000)), options));
     });
     uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {upstream.address()}));
+    Daemon daemon(relayArgs(port, {upstream.address()}, engineArgs(GetParam())));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     long rssBefore = daemon.rssKiB();
 
@@ -235,6 +237,10 @@ TEST(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
     ASSERT_TRUE(sent->waitSize(1, deadlineIn(milliseconds(2000))));
     EXPECT_EQ(sent->snapshot().front().second.bytes, kSize);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, RelayBackPressureTest,
+                         ::testing::Values(std::string("chain"), std::string("inline")),
+                         engineName);
 
 // Listener and upstream on ::1.
 TEST(RelayIpv6Test, ListenAndUpstreamOnIpv6Loopback) {

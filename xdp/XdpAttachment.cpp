@@ -1,0 +1,211 @@
+#include "xdp/XdpAttachment.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "xdp/edge_filter_shared.h"
+
+namespace splicegate {
+namespace {
+
+std::uint32_t modeFlag(XdpAttachMode mode) noexcept {
+    return mode == XdpAttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+}
+
+// A program found on the interface in one mode.
+struct Resident {
+    unsigned id = 0;
+    UniqueFd fd;
+    std::string name;
+    bool ours() const { return id != 0 && fd.valid() && name == SG_XDP_PROG_NAME; }
+};
+
+Resident inspect(unsigned id) {
+    Resident resident;
+    resident.id = id;
+    if (id == 0) return resident;
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) {
+        resident.name = "unknown: " + errnoText(fd);
+        return resident;
+    }
+    resident.fd.reset(fd);
+    bpf_prog_info info{};
+    __u32 length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0) resident.name = info.name;
+    return resident;
+}
+
+std::string prefix(const std::string& interface) { return "xdp-interface " + interface; }
+
+unsigned attachedProgramId(unsigned ifindex, XdpAttachMode mode) noexcept {
+    __u32 id = 0;
+    if (bpf_xdp_query_id(static_cast<int>(ifindex), static_cast<int>(modeFlag(mode)), &id) < 0)
+        return 0;
+    return id;
+}
+
+}  // namespace
+
+const char* xdpAttachModeName(XdpAttachMode mode) noexcept {
+    switch (mode) {
+        case XdpAttachMode::Native: return "native";
+        case XdpAttachMode::Generic: return "generic";
+        case XdpAttachMode::Auto: return "auto";
+    }
+    return "?";
+}
+
+std::optional<XdpAttachMode> parseXdpAttachMode(std::string_view text) noexcept {
+    if (text == "native") return XdpAttachMode::Native;
+    if (text == "generic") return XdpAttachMode::Generic;
+    if (text == "auto") return XdpAttachMode::Auto;
+    return std::nullopt;
+}
+
+unsigned XdpAttachment::interfaceIndex(const std::string& interface) {
+    if (interface.empty() || interface.size() >= IFNAMSIZ)
+        throw std::system_error(EINVAL, std::system_category(),
+                                prefix(interface) + ": not a valid interface name");
+    unsigned index = if_nametoindex(interface.c_str());
+    if (index == 0)
+        throw std::system_error(errno == 0 ? ENODEV : errno, std::system_category(),
+                                prefix(interface) + ": no such interface");
+    return index;
+}
+
+XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAttachMode mode)
+    : interface_(interface) {
+    const unsigned ifindex = interfaceIndex(interface);
+    program_.reset(checkSys(fcntl(programFd, F_DUPFD_CLOEXEC, 3), "xdp: dup of the program fd"));
+
+    bpf_xdp_query_opts query{};
+    query.sz = sizeof(query);
+    if (int err = bpf_xdp_query(static_cast<int>(ifindex), 0, &query); err < 0)
+        throwErrno(-err, prefix(interface) + ": querying its XDP programs");
+    Resident native = inspect(query.drv_prog_id);
+    Resident generic = inspect(query.skb_prog_id);
+    for (auto* resident : {&native, &generic}) {
+        if (resident->id != 0 && !resident->ours())
+            throw std::system_error(
+                EBUSY, std::system_category(),
+                concat(prefix(interface), ": another XDP program ('", resident->name, "', id ",
+                       resident->id, ") is attached in ", resident == &native ? "native" : "generic",
+                       " mode; not replacing it"));
+    }
+
+    std::vector<XdpAttachMode> candidates;
+    if (mode == XdpAttachMode::Auto)
+        candidates = {XdpAttachMode::Native, XdpAttachMode::Generic};
+    else
+        candidates = {mode};
+
+    int lastError = 0;
+    std::string failures;
+    for (XdpAttachMode candidate : candidates) {
+        Resident& same = candidate == XdpAttachMode::Native ? native : generic;
+        Resident& other = candidate == XdpAttachMode::Native ? generic : native;
+        // The kernel refuses native and generic programs at once (EEXIST), so a stale program of
+        // ours in the other mode has to go first: the one non-atomic replacement.
+        if (other.ours()) {
+            bpf_xdp_attach_opts detachOptions{};
+            detachOptions.sz = sizeof(detachOptions);
+            detachOptions.old_prog_fd = other.fd.get();
+            const XdpAttachMode otherMode =
+                candidate == XdpAttachMode::Native ? XdpAttachMode::Generic : XdpAttachMode::Native;
+            int err = bpf_xdp_detach(static_cast<int>(ifindex),
+                                     modeFlag(otherMode) | XDP_FLAGS_REPLACE, &detachOptions);
+            logWarn(prefix(interface), ": detached a stale edge filter (id ", other.id, ") in ",
+                    xdpAttachModeName(otherMode), " mode to attach in ",
+                    xdpAttachModeName(candidate), " mode",
+                    err < 0 ? concat(" (detach failed: ", errnoText(err), ")") : std::string());
+            other = Resident{};
+        }
+        bpf_xdp_attach_opts options{};
+        options.sz = sizeof(options);
+        std::uint32_t flags = modeFlag(candidate);
+        if (same.ours()) {
+            options.old_prog_fd = same.fd.get();
+            flags |= XDP_FLAGS_REPLACE;
+        } else {
+            flags |= XDP_FLAGS_UPDATE_IF_NOEXIST;
+        }
+        int err = bpf_xdp_attach(static_cast<int>(ifindex), program_.get(), flags, &options);
+        if (err == 0) {
+            ifindex_ = ifindex;
+            mode_ = candidate;
+            if (same.ours())
+                logInfo(prefix(interface), ": replaced a stale edge filter (id ", same.id,
+                        ") in ", xdpAttachModeName(candidate), " mode");
+            else
+                logInfo(prefix(interface), ": edge filter attached in ",
+                        xdpAttachModeName(candidate), " mode");
+            return;
+        }
+        lastError = -err;
+        if (!failures.empty()) failures += ", ";
+        failures += concat(xdpAttachModeName(candidate), ": ", errnoText(err));
+        if (mode == XdpAttachMode::Auto && candidate == XdpAttachMode::Native)
+            logInfo(prefix(interface), ": native XDP unavailable (", errnoText(err),
+                    "), trying generic mode");
+    }
+    if (mode == XdpAttachMode::Auto)
+        throw std::system_error(lastError, std::system_category(),
+                                prefix(interface) + ": cannot attach in native or generic mode (" +
+                                    failures + ")");
+    throw std::system_error(lastError, std::system_category(),
+                            concat(prefix(interface), ": cannot attach in ",
+                                   xdpAttachModeName(mode), " mode"));
+}
+
+XdpAttachment::XdpAttachment(XdpAttachment&& other) noexcept
+    : interface_(std::move(other.interface_)),
+      ifindex_(std::exchange(other.ifindex_, 0)),
+      mode_(other.mode_),
+      program_(std::move(other.program_)) {}
+
+XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
+    if (this != &other) {
+        detach();
+        interface_ = std::move(other.interface_);
+        ifindex_ = std::exchange(other.ifindex_, 0);
+        mode_ = other.mode_;
+        program_ = std::move(other.program_);
+    }
+    return *this;
+}
+
+XdpAttachment::~XdpAttachment() { detach(); }
+
+void XdpAttachment::detach() noexcept {
+    if (ifindex_ == 0) return;
+    bpf_xdp_attach_opts options{};
+    options.sz = sizeof(options);
+    options.old_prog_fd = program_.get();
+    // With XDP_FLAGS_REPLACE the kernel detaches only if our program is still the one attached.
+    int err = bpf_xdp_detach(static_cast<int>(ifindex_), modeFlag(mode_) | XDP_FLAGS_REPLACE,
+                             &options);
+    if (err == 0)
+        logInfo(prefix(interface_), ": edge filter detached");
+    else if (err == -ENODEV)
+        logDebug(prefix(interface_), ": interface gone, nothing to detach");
+    else if (err == -EEXIST && attachedProgramId(ifindex_, mode_) == 0)
+        logInfo(prefix(interface_), ": edge filter was already detached");
+    else if (err == -EEXIST)
+        logWarn(prefix(interface_), ": another XDP program replaced the edge filter; left it");
+    else
+        logWarn(prefix(interface_), ": detaching the edge filter failed: ", errnoText(err));
+    ifindex_ = 0;
+    program_.reset();
+}
+
+}  // namespace splicegate
