@@ -53,6 +53,9 @@ public:
         awaitDurable_ = awaitDurable;
     }
     bool audited() const noexcept { return audited_; }
+    // Chain engine: a fill is a thread hand-off, so a short one is taken as "drained" and the
+    // flow waits for readiness. Inline engine: another direct splice is cheaper than a poll.
+    void setShortFillMeansDrained(bool value) noexcept { shortFillMeansDrained_ = value; }
 
     std::size_t fillRequest() const noexcept;
     std::size_t teeRequest() const noexcept { return inPipe_ - teed_; }
@@ -100,6 +103,7 @@ private:
     std::uint64_t totalForwarded_ = 0;
     std::uint64_t totalAudited_ = 0;
     bool audited_ = false;
+    bool shortFillMeansDrained_ = true;
     bool awaitDurable_ = false;
     bool sourceEof_ = false;
     bool sourceBlocked_ = false;

@@ -9,7 +9,7 @@ namespace splicegate {
 Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers) {
     io_uring_params params{};
     // One thread submits; completions are reaped by the same thread.
-    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CLAMP;
+    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_CLAMP;
     params.flags |= IORING_SETUP_CQSIZE;
     params.cq_entries = entries * 4;
     int rc = io_uring_queue_init_params(entries, &ring_, &params);

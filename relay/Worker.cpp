@@ -446,6 +446,8 @@ void Worker::onConnect(Connection& c, int result) {
 
 void Worker::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
+    for (auto& flow : c.flows)
+        flow.setShortFillMeansDrained(context_.settings.engine == SpliceEngine::Chain);
     openAudit(c);
     logDebug("connection ", c.id, ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");

@@ -41,8 +41,9 @@ enum sg_reason {
 };
 
 /* Index into the per-CPU counter array. */
-#define SG_COUNTER_INDEX(action, reason) ((action) * SG_REASON_COUNT + (reason))
-#define SG_COUNTER_SLOTS (SG_ACTION_COUNT * SG_REASON_COUNT)
+#define SG_COUNTER_INDEX(action, reason) \
+	((__u32)(action) * (__u32)SG_REASON_COUNT + (__u32)(reason))
+#define SG_COUNTER_SLOTS ((__u32)SG_ACTION_COUNT * (__u32)SG_REASON_COUNT)
 
 /* sg_config.flags: which tries hold rules, so the program skips lookups in empty ones. */
 #define SG_CFG_DENY4 (1U << 0)

@@ -80,6 +80,26 @@ TEST_P(RelayDuplexTest, TinyPipeBudgetSharedBy32Connections) {
     EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
 }
 
+// 96 busy connections with 1 MiB pipes and a pipe budget far above what the kernel lets this
+// user hold (fs.pipe-user-pages-soft, shared with every other process of the user): pipes may
+// be refused or silently shrunk (NOTES.md 4), and every byte must still arrive intact.
+TEST_P(RelayDuplexTest, NinetySixConnectionsBeyondTheUserPipeLimit) {
+    constexpr std::size_t kConnections = 96;
+    constexpr uint64_t kSize = 2 * kMiB;
+    ASSERT_GE(raiseFdLimit(), 1024u);
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
+    uint16_t port = pickFreePort();
+    auto extra = engineArgs(GetParam());
+    extra.insert(extra.end(), {"--pipe-size", "1048576", "--pipe-budget", "1073741824"});
+    Daemon daemon(relayArgs(port, {upstream.address()}, extra));
+    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
+
+    auto runs = duplexClients(port, kConnections, 20000, kSize, kSize, milliseconds(90000));
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+    EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, RelayDuplexTest,
                          ::testing::Values(std::string("default"), std::string("chain"),
                                            std::string("inline")),

@@ -367,12 +367,15 @@ std::string CheckedReceive::describe() const {
 
 namespace {
 
-CheckedReceive receiveLoop(int fd, Deadline deadline, ExpectedGenerator& generator) {
+CheckedReceive receiveLoop(int fd, Deadline deadline, ExpectedGenerator& generator,
+                           uint64_t limit) {
     CheckedReceive result;
     std::vector<uint8_t> buffer(256 * 1024);
     std::vector<uint8_t> want(buffer.size());
-    for (;;) {
-        ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
+    while (result.bytes < limit) {
+        std::size_t wanted = static_cast<std::size_t>(
+            std::min<uint64_t>(buffer.size(), limit - result.bytes));
+        ssize_t n = ::recv(fd, buffer.data(), wanted, 0);
         if (n == 0) {
             result.eof = true;
             break;
@@ -407,14 +410,15 @@ CheckedReceive receiveLoop(int fd, Deadline deadline, ExpectedGenerator& generat
 
 }  // namespace
 
-CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline) {
+CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline,
+                              uint64_t limit) {
     ExpectedGenerator generator(expected);
-    return receiveLoop(fd, deadline, generator);
+    return receiveLoop(fd, deadline, generator, limit);
 }
 
 TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
-                                    SendOptions u2cOptions) {
-    return [board, timeout, u2cOptions](int fd, std::size_t) {
+                                    SendOptions u2cOptions, uint64_t c2uLimit) {
+    return [board, timeout, u2cOptions, c2uLimit](int fd, std::size_t) {
         Deadline deadline = deadlineIn(timeout);
         CheckedUpstreamSide side;
         int error = 0;
@@ -424,7 +428,8 @@ TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, millise
             side.u2cSent = sendPattern(fd, u2cSeed(side.header.id), side.header.size, deadline,
                                        u2cOptions);
         });
-        side.c2u = receiveChecked(fd, ExpectedStream{std::nullopt, c2uSeed(side.header.id)}, deadline);
+        side.c2u = receiveChecked(fd, ExpectedStream{std::nullopt, c2uSeed(side.header.id)}, deadline,
+                                  c2uLimit);
         sender.join();
         board->put(side.header.id, std::move(side));
     };
@@ -451,7 +456,8 @@ void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds ti
     std::thread sender([&] {
         client.c2uSent = sendPattern(fd.get(), c2uSeed(client.id), client.c2uSize, deadline, c2uOptions);
     });
-    client.u2c = receiveChecked(fd.get(), u2cStreamOf(client), deadline);
+    uint64_t limit = client.u2cSize > UINT64_MAX - (1 << 20) ? UINT64_MAX : client.u2cSize + (1 << 20);
+    client.u2c = receiveChecked(fd.get(), u2cStreamOf(client), deadline, limit);
     sender.join();
 }
 

@@ -107,8 +107,10 @@ struct CheckedReceive {
     Timeline timeline;
     std::string describe() const;
 };
-// Receives until EOF, an error or the deadline, checking each byte against `expected`.
-CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline);
+// Receives until EOF, an error, the deadline or `limit` bytes, checking each byte against
+// `expected`.
+CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline,
+                              uint64_t limit = UINT64_MAX);
 
 // A "checked duplex" connection (the duplex protocol of tests/support/Traffic.h, both ends
 // checking every byte and recording arrival times). The client connects, sends StreamHeader
@@ -127,8 +129,10 @@ struct CheckedUpstreamSide {
     }
 };
 using CheckedBoard = ResultBoard<uint64_t, CheckedUpstreamSide>;
+// The upstream stops receiving after `c2uLimit` payload bytes (a runaway relay cannot make a
+// test read forever).
 TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
-                                    SendOptions u2cOptions = {});
+                                    SendOptions u2cOptions = {}, uint64_t c2uLimit = 1ULL << 30);
 
 struct CheckedClient {
     uint64_t id = 0;
@@ -146,6 +150,7 @@ struct CheckedClient {
     }
     std::string describe() const;
 };
+// The client stops receiving 1 MiB past u2cSize (more than expected is already a failure).
 void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds timeout,
                       SendOptions c2uOptions = {});
 // Runs every client on its own thread and waits for all.

@@ -1,0 +1,19 @@
+#include "xdp/EdgeFilter.h"
+
+namespace splicegate {
+
+EdgeFilter::EdgeFilter(const EdgeFilterOptions& options) {
+    // The interface first: a typo in the config is the likeliest failure and the clearest message.
+    XdpAttachment::interfaceIndex(options.interface);
+    program_ = std::make_unique<EdgeFilterProgram>();
+    program_->setDropMalformed(options.dropMalformed);
+    program_->setSynLimit(options.synRate, options.synBurst);
+    program_->setListenPorts(options.listenPorts);
+    for (const Cidr& cidr : options.deny) program_->addDeny(cidr);
+    for (const Cidr& cidr : options.allow) program_->addAllow(cidr);
+    attachment_ = XdpAttachment(options.interface, program_->programFd(), options.mode);
+}
+
+EdgeFilter::~EdgeFilter() = default;
+
+}  // namespace splicegate

@@ -1,0 +1,85 @@
+#pragma once
+// The loaded edge filter BPF program (xdp/bpf/edge_filter.bpf.c, embedded in this binary by its
+// skeleton) and its maps: rules, listen ports, SYN limit, malformed verdict, counters. Not
+// attached anywhere; XdpAttachment does that, EdgeFilter combines the two. Tests and the
+// benchmark run it with bpf_prog_test_run_opts through programFd().
+//
+// Rules are mirrored in user space (the tries cannot be listed by prefix cheaply), and the config
+// flags tell the program which tries are empty so it skips their lookups.
+// Thread affinity: every member function is thread-safe (one mutex; the data path is the
+// kernel's, so contention is only between control-plane callers).
+// Error contract: the constructor and the setters throw std::system_error naming what failed
+// (e.g. "xdp-deny 10.0.0.0/8: adding to the deny trie: Argument list too long"); a failed change
+// leaves the previous state. libbpf's own messages go to our log one level quieter (warn -> info,
+// info -> debug, debug dropped).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xdp/Cidr.h"
+
+struct edge_filter_bpf;
+
+namespace splicegate {
+
+// {action, reason} -> packets, summed over CPUs. Always holds every pair the program can count,
+// zeros included, so a metrics exposer can publish stable series.
+using XdpPacketCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
+
+class EdgeFilterProgram {
+public:
+    // Opens and loads the program; defaults: no rules, no listen ports, no SYN limit, malformed
+    // packets dropped. Throws std::system_error ("xdp: loading the edge filter BPF program: ...").
+    EdgeFilterProgram();
+    ~EdgeFilterProgram();
+    EdgeFilterProgram(const EdgeFilterProgram&) = delete;
+    EdgeFilterProgram& operator=(const EdgeFilterProgram&) = delete;
+
+    int programFd() const noexcept;
+    std::uint32_t programId() const;
+
+    // Adds are idempotent; removes return false when the rule was not there.
+    void addDeny(const Cidr& cidr);
+    bool removeDeny(const Cidr& cidr);
+    void addAllow(const Cidr& cidr);
+    bool removeAllow(const Cidr& cidr);
+    // Deny rules first, then allow rules, each sorted; second = true for allow.
+    std::vector<std::pair<Cidr, bool>> rules() const;
+
+    // rate = SYNs per second per source address, 0 = no limit; burst = bucket depth, 0 = rate.
+    void setSynLimit(std::uint32_t rate, std::uint32_t burst);
+    void setListenPorts(const std::vector<std::uint16_t>& ports);
+    std::vector<std::uint16_t> listenPorts() const;
+    void setDropMalformed(bool drop);
+
+    XdpPacketCounts packetCounts() const;
+    static const char* actionName(unsigned action) noexcept;
+    static const char* reasonName(unsigned reason) noexcept;
+
+    // Test hook: the LRU hash of per-source SYN state (struct sg_syn_key -> struct sg_syn_state).
+    int synStateMapFd() const noexcept;
+
+private:
+    struct SkeletonDeleter {
+        void operator()(edge_filter_bpf* skeleton) const noexcept;
+    };
+
+    bool changeRule(const Cidr& cidr, bool allow, bool add);
+    void writeConfigLocked();
+
+    std::unique_ptr<edge_filter_bpf, SkeletonDeleter> skeleton_;
+    mutable std::mutex mutex_;
+    std::set<Cidr> deny_;
+    std::set<Cidr> allow_;
+    std::set<std::uint16_t> ports_;
+    std::uint64_t synIntervalNs_ = 0;
+    std::uint64_t synToleranceNs_ = 0;
+    bool dropMalformed_ = true;
+};
+
+}  // namespace splicegate
