@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -330,6 +331,43 @@ TEST_F(AdminCtlTest, GroupMemberIsAccepted) {
                              15000ms);
     expectExit(result, 0, "nobody in group nogroup");
     EXPECT_NE(result.out.find("9.9.9-test"), std::string::npos) << result.out << result.err;
+}
+
+TEST_F(AdminCtlTest, BashCompletion) {
+    const std::string completion =
+        (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
+         "packaging/bash-completion/splicegatectl")
+            .string();
+    ASSERT_TRUE(std::filesystem::exists(completion)) << completion;
+    // bash-completion's helpers, reduced to what the function uses.
+    const std::string script =
+        "_init_completion() { words=(\"${COMP_WORDS[@]}\"); cword=$COMP_CWORD;"
+        " cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; }\n"
+        "_filedir() { COMPREPLY=(FILES); }\n"
+        "source '" +
+        completion +
+        "' || exit 9\n"
+        "PATH='" SPLICEGATE_BIN_DIR
+        "':$PATH\n"
+        "try() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); COMPREPLY=();"
+        " _splicegatectl; echo \"${COMPREPLY[*]}\"; }\n"
+        "try splicegatectl ''\n"
+        "try splicegatectl au\n"
+        "try splicegatectl --js\n"
+        "try splicegatectl --socket ''\n"
+        "try splicegatectl --json xdp ''\n"
+        "try splicegatectl --socket '" +
+        path() + "' kill ''\n";
+    auto result = runProcess({"/bin/bash", "-c", script});
+    expectExit(result, 0, "completion script");
+    const auto got = lines(result.out);
+    ASSERT_EQ(got.size(), 6u) << result.out << result.err;
+    EXPECT_EQ(got[0], "status connections kill drain reload audit-rotate xdp version help");
+    EXPECT_EQ(got[1], "audit-rotate");
+    EXPECT_EQ(got[2], "--json");
+    EXPECT_EQ(got[3], "FILES");
+    EXPECT_EQ(got[4], "list add del");
+    EXPECT_EQ(got[5], "41 42");  // asked from the daemon
 }
 
 }  // namespace

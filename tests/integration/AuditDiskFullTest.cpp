@@ -69,7 +69,7 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
     ScratchDir out;
 
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     const auto args =
         relayArgs(port, {upstream.address()},
@@ -94,7 +94,7 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
             full[i].c2uSize = full[i].u2cSize = 3 * kMiB;
         }
         runCheckedClients(port, full, milliseconds(20000));
-        board->waitSize(full.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         int cut = 0;
         for (const auto& c : full) cut += c.complete() ? 0 : 1;
         EXPECT_GT(cut, 0) << "with " << left << " B free, 4 x 6 MiB of audit fitted?";
@@ -119,7 +119,7 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
         EXPECT_TRUE(after.complete())
             << "a connection after space returned was not relayed byte-exact: "
             << after.describe() << daemon.why(30);
-        board->waitSize(full.size() + 2, deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         auto status = daemon.terminate(milliseconds(15000));
         EXPECT_TRUE(status && status->isExit(0)) << daemon.why();
     }
@@ -200,7 +200,7 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
     ScratchDir out;
 
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     std::vector<CheckedClient> full(4);
     CheckedClient after;
@@ -218,7 +218,7 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
             full[i].u2cSize = 3 * kMiB + 2 * i;
         }
         runCheckedClients(port, full, milliseconds(20000));
-        board->waitSize(full.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         auto snapshot = board->snapshot();
         std::map<uint64_t, CheckedUpstreamSide> atUpstream(snapshot.begin(), snapshot.end());
         for (const auto& c : full) {

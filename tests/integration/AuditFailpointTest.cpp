@@ -70,6 +70,14 @@ std::map<uint64_t, AuditView> checkAudit(const std::string& auditDir, const Audi
         if (c.port == 0) continue;
         AuditView view;
         auto it = byPort.find(c.port);
+        if (it != byPort.end() &&
+            (it->second->c2u > 16 + c.c2uSize || it->second->u2c > c.u2cSize)) {
+            ADD_FAILURE() << c.describe() << ": audit connection " << it->second->id << " holds c2u "
+                          << it->second->c2u << " B, u2c " << it->second->u2c
+                          << " B: more than was ever sent (not extracted)";
+            views[c.id] = AuditView{it->second, it->second->c2u, it->second->u2c};
+            continue;
+        }
         if (it != byPort.end()) {
             view.row = it->second;
             auto c2u = auditExtract(auditDir, view.row->id, "c2u", outDir + "/c2u");
@@ -132,7 +140,7 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     auto clients = makeClients(6, 10, 1 * kMiB, 1 * kMiB);
     {
@@ -143,7 +151,7 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
                        "--splice-engine", engine, "--log-level", "debug"}));
         ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
         runCheckedClients(port, clients, milliseconds(20000));
-        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         EXPECT_FALSE(grepLines(daemon->log(), "audit write failed").empty()) << daemon->why(30);
         ASSERT_TRUE(daemon->running()) << daemon->why();
         // The daemon carries on.
@@ -153,7 +161,7 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
         runCheckedClient(port, later, milliseconds(10000));
         EXPECT_TRUE(later.complete()) << later.describe() << daemon->why(20);
         clients.push_back(later);
-        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         auto status = daemon->terminate(milliseconds(10000));
         EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
     }
@@ -161,7 +169,14 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     auto listing = auditList(auditDir);
     ASSERT_TRUE(listing.ok()) << listing.describe();
     EXPECT_EQ(listing.rows.size(), clients.size()) << listing.describe();
-    auto views = checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path());
+    // Chain engine: the failpoint replaces the result of an audit write the kernel completed in
+    // full, so the forward linked behind it is not cancelled the way a real error would cancel
+    // it (io_uring breaks a link on an error or short splice). The far end of the failed
+    // connection may then hold bytes the audit lacks: a limit of the failpoint, not of the
+    // daemon, so that check only runs for the inline engine (complete connections are checked
+    // for exact equality either way).
+    auto views = checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path(),
+                            engine == "inline");
     int failed = 0;
     for (const auto& c : clients) {
         const AuditView& view = views[c.id];
@@ -186,7 +201,7 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     auto clients = makeClients(4, 10, 2 * kMiB, 2 * kMiB);
     auto later = makeClients(2, 40, 512 * kKiB, 512 * kKiB);
@@ -199,16 +214,14 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
                       1));
         ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
         runCheckedClients(port, clients, milliseconds(20000));
-        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         EXPECT_FALSE(grepLines(daemon->log(), "sealing it as failed").empty())
             << "no log line about the failed fdatasync" << daemon->why(30);
-        EXPECT_FALSE(grepLines(daemon->log(), "audit-sync-error").empty())
-            << "no connection closed with reason audit-sync-error" << daemon->why(30);
         ASSERT_TRUE(daemon->running()) << daemon->why();
         runCheckedClients(port, later, milliseconds(10000));
         for (const auto& c : later)
             EXPECT_TRUE(c.complete()) << "after the failed sync: " << c.describe() << daemon->why(20);
-        board->waitSize(clients.size() + later.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         auto status = daemon->terminate(milliseconds(10000));
         EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
     }
@@ -221,7 +234,10 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     int syncErrors = 0;
     for (const auto& c : clients) {
         const AuditView& view = views[c.id];
-        if (view.row != nullptr && view.row->reason == "audit-sync-error") {
+        // The close reason of a failed fdatasync: "audit-sync-error" in the first audit build,
+        // folded into "audit-error" when close reasons became a metrics label.
+        if (view.row != nullptr &&
+            (view.row->reason == "audit-sync-error" || view.row->reason == "audit-error")) {
             ++syncErrors;
             EXPECT_FALSE(c.complete()) << c.describe();
         } else {
@@ -229,7 +245,7 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
                                       << (view.row ? view.row->reason : "none") << ")";
         }
     }
-    EXPECT_GE(syncErrors, 1) << "no connection closed with reason audit-sync-error";
+    EXPECT_GE(syncErrors, 1) << "no connection closed with reason audit-sync-error/audit-error";
 
     // Segment 1 of worker 0 is sealed as failed; the later connections live in a later segment.
     const std::string first = auditDir + "/" + audit::segmentBaseName(0, 1) + ".index";
@@ -276,7 +292,7 @@ TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
     ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(30000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(30000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     auto clients = makeClients(4, 10, 1 * kMiB + 3, 1 * kMiB + 5);
     {
@@ -287,7 +303,7 @@ TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
                        "--splice-engine", param.engine}));
         ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
         runCheckedClients(port, clients, milliseconds(30000));
-        board->waitSize(clients.size(), deadlineIn(milliseconds(3000)));
+        waitHandlersDone(upstream, milliseconds(3000));
         for (const auto& c : clients)
             EXPECT_TRUE(c.complete()) << param.failpoints << ": " << c.describe() << daemon->why(20);
         auto status = daemon->terminate(milliseconds(10000));
@@ -326,12 +342,22 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- fill ECONNRESET -----------------------------------------------------------------------
 
+// The 4th fill (socket -> pipe splice) of the daemon's only worker reports ECONNRESET: that
+// connection is closed as a reset, and the daemon carries on with byte-exact connections.
+//
+// KNOWN DAEMON BUG (reported in the audit test report, issue 3): the failpoint replaces the
+// result of a splice that already moved bytes into the connection's pipe, so the pipe still
+// holds bytes the flow does not account for; PipePool::release() trusts the flow's count (0)
+// and puts the non-empty pipe back in the idle pool, and every later connection that gets it
+// forwards (and audits) the previous connection's leftover bytes ahead of its own: a
+// cross-connection data leak that then carries on from connection to connection. The "later
+// connections" checks below fail on that, by design.
 TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
     TempDir root;
     ScratchDir out;
     const std::string auditDir = root.path() + "/audit";
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000)));
+    TestServer upstream(checkedUpstream(board, milliseconds(10000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     auto victim = makeClients(1, 10, 2 * kMiB, 2 * kMiB);
     auto later = makeClients(2, 20, 512 * kKiB, 512 * kKiB);
@@ -341,13 +367,26 @@ TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
             relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir, "--log-level", "debug"},
                       1));
         ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
-        runCheckedClients(port, victim, milliseconds(15000));
+        runCheckedClients(port, victim, milliseconds(10000));
         EXPECT_FALSE(victim[0].complete()) << "the injected reset did not end the connection: "
                                            << victim[0].describe();
+        EXPECT_NE(victim[0].u2c.error, 0) << "the client should see the reset: "
+                                          << victim[0].describe();
         ASSERT_TRUE(daemon->running()) << daemon->why();
-        runCheckedClients(port, later, milliseconds(15000));
-        for (const auto& c : later) EXPECT_TRUE(c.complete()) << c.describe() << daemon->why(20);
-        board->waitSize(3, deadlineIn(milliseconds(3000)));
+        runCheckedClients(port, later, milliseconds(10000));
+        waitHandlersDone(upstream, milliseconds(3000));
+        auto atUpstream = upstreamResults(*board);
+        for (const auto& c : later) {
+            auto u = atUpstream.find(c.id);
+            bool upstreamOk = u != atUpstream.end() && u->second.c2u.matches &&
+                              u->second.c2u.eof && u->second.c2u.bytes == c.c2uSize;
+            EXPECT_TRUE(c.complete() && upstreamOk)
+                << "DAEMON BUG (stale pipe bytes after an injected fill error leak into later "
+                   "connections): a connection made after the reset is not byte-exact: "
+                << c.describe() << "; c2u at the upstream: "
+                << (u == atUpstream.end() ? std::string("nothing recorded")
+                                          : u->second.c2u.describe());
+        }
         auto status = daemon->terminate(milliseconds(10000));
         EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
     }

@@ -78,7 +78,7 @@ protected:
         index_ = auditDir_ + "/" + audit::segmentBaseName(0, 1) + ".index";
         data_ = auditDir_ + "/" + audit::segmentBaseName(0, 1) + ".data";
         board_ = std::make_shared<CheckedBoard>();
-        upstream_ = std::make_unique<TestServer>(checkedUpstream(board_, milliseconds(20000)));
+        upstream_ = std::make_unique<TestServer>(checkedUpstream(board_, milliseconds(20000), {}, 64 << 20));
         port_ = pickFreePort();
         // A clean log: one worker, five connections, drained (segment 1 sealed).
         clients_.resize(5);

@@ -498,6 +498,30 @@ TEST_F(RelayReloadTest, SighupWithBrokenConfigKeepsRunningConfig) {
         << daemon.why(20);
 }
 
+// Reloads while data is flowing: busy connections on an unchanged route are not disturbed.
+TEST_F(RelayReloadTest, RepeatedSighupDuringBusyTransfers) {
+    constexpr std::size_t kConnections = 4;
+    constexpr uint64_t kSize = 32 * kMiB;
+    auto board = std::make_shared<DuplexBoard>();
+    TestServer busy(duplexUpstream(board, milliseconds(60000)));
+    std::string config = writeConfig(first(busy));
+    Daemon daemon({"--config", config, "--workers", "2"});
+    ASSERT_TRUE(daemon.waitReady(portFirst_)) << daemon.why();
+
+    std::vector<ClientRun> runs;
+    std::jthread clients([&] {
+        runs = duplexClients(portFirst_, kConnections, 7000, kSize, kSize, milliseconds(60000));
+    });
+    for (int i = 0; i < 6; ++i) {
+        std::this_thread::sleep_for(milliseconds(150));
+        writeConfig(first(busy) + (i % 2 == 0 ? second() : std::string()));
+        daemon.signal(SIGHUP);
+    }
+    clients.join();
+    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
 // --- Start-up input ---
 
 std::vector<std::string> nonEmptyLines(const std::string& text) {

@@ -470,6 +470,15 @@ void runCheckedClients(uint16_t relayPort, std::vector<CheckedClient>& clients, 
     for (auto& thread : threads) thread.join();
 }
 
+bool waitHandlersDone(const TestServer& server, milliseconds timeout) {
+    Deadline deadline = deadlineIn(timeout);
+    for (;;) {
+        if (server.finishedCount() >= server.acceptedCount()) return true;
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+}
+
 ExpectedStream c2uStreamOf(const CheckedClient& client) {
     return ExpectedStream{StreamHeader{client.id, client.u2cSize}, c2uSeed(client.id)};
 }

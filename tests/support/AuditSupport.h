@@ -156,6 +156,9 @@ void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds ti
 // Runs every client on its own thread and waits for all.
 void runCheckedClients(uint16_t relayPort, std::vector<CheckedClient>& clients, milliseconds timeout,
                        SendOptions c2uOptions = {});
+// Waits (bounded) until every connection the server accepted has finished its handler.
+bool waitHandlersDone(const TestServer& server, milliseconds timeout);
+
 // The c2u stream a checked client sends (header then pattern), and the u2c stream it receives.
 ExpectedStream c2uStreamOf(const CheckedClient& client);
 ExpectedStream u2cStreamOf(const CheckedClient& client);

@@ -15,7 +15,7 @@
  *
  * Only pointer-vs-data_end comparisons guard packet access; lengths taken from headers are
  * compared as scalars, so the program loads without CAP_PERFMON (no pointer-pointer compares).
- * Needs: kernel 5.3+ (bounded loops are unrolled anyway), bpf_ktime_get_ns, LPM trie, LRU hash.
+ * Needs: kernel 5.6+ (global BPF functions; bounded loops from 5.3), LPM trie, LRU hash.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -23,6 +23,7 @@
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/tcp.h>
+#include <stddef.h>
 #include <stdbool.h>
 
 #include <bpf/bpf_endian.h>
@@ -127,6 +128,28 @@ static __always_inline int malformed(const struct sg_config *cfg)
 		      SG_REASON_MALFORMED);
 }
 
+/*
+ * The work after Ethernet is split into global (non-static, __noinline) functions. The verifier
+ * checks a global function once, with unknown scalar arguments, instead of once per path into it
+ * (the VLAN walk alone makes three), which keeps verification small and fast. The price: every
+ * offset argument has to be bounded again inside before it touches the packet.
+ */
+
+/* Beyond these the packet is not looked at (bounds the verifier can reason about). */
+#define SG_MAX_L2_OFF (14 + 4 * SG_MAX_VLAN_TAGS)
+#define SG_MAX_L4_OFF 0x3fff
+
+/* sg_decide's `meta`: transport protocol in the low byte, then flags. */
+#define SG_META_V6 0x100
+#define SG_META_LATER_FRAGMENT 0x200
+
+static __always_inline const struct sg_config *config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&sg_cfg, &zero);
+}
+
 /* The source address, v4 mapped into ::ffff:0:0/96 so one key type serves the SYN buckets. */
 struct sg_source {
 	struct sg_syn_key key;
@@ -189,27 +212,47 @@ static __always_inline bool syn_admitted(const struct sg_config *cfg, const stru
 }
 
 /*
- * Everything after the IP header: the source rules, then TCP. `l4_len` is how many bytes the IP
- * header says follow up to the end of the datagram (SG_LEN_UNKNOWN when it does not say).
+ * Everything after the IP header(s): the source rules, then TCP. `src_off` is where the source
+ * address starts, `l4_off` the transport header, `l4_len` how many bytes the IP header says follow
+ * up to the end of the datagram (SG_LEN_UNKNOWN when it does not say).
  */
-static __always_inline int decide(struct xdp_md *ctx, const struct sg_config *cfg,
-				  const struct sg_source *src, __u8 l4_proto, __u32 l4_off,
-				  __u32 l4_len, bool later_fragment)
+__noinline int sg_decide(struct xdp_md *ctx, __u32 src_off, __u32 l4_off, __u32 l4_len,
+			 __u32 meta)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	const struct sg_config *cfg = config();
+	struct sg_source src = { .v4 = !(meta & SG_META_V6) };
 	bool allow = false;
 	struct tcphdr *th;
 	__u32 th_len;
+	void *addr;
 
-	if (denied(cfg, src)) {
-		if (!allowed(cfg, src))
+	if (!cfg)
+		return XDP_PASS;
+	if (src_off > SG_MAX_L2_OFF + 12 || l4_off > SG_MAX_L4_OFF)
+		return malformed(cfg);
+	addr = data + src_off;
+	if (src.v4) {
+		if (addr + 4 > data_end)
+			return malformed(cfg);
+		src.key.addr[10] = 0xff;
+		src.key.addr[11] = 0xff;
+		__builtin_memcpy(&src.key.addr[12], addr, 4);
+	} else {
+		if (addr + 16 > data_end)
+			return malformed(cfg);
+		__builtin_memcpy(src.key.addr, addr, 16);
+	}
+
+	if (denied(cfg, &src)) {
+		if (!allowed(cfg, &src))
 			return finish(SG_ACTION_DROP, SG_REASON_DENY);
 		allow = true;
 	}
-	if (later_fragment)
+	if (meta & SG_META_LATER_FRAGMENT)
 		return finish(SG_ACTION_PASS, allow ? SG_REASON_ALLOW : SG_REASON_FRAGMENT);
-	if (l4_proto != IPPROTO_TCP)
+	if ((meta & 0xff) != IPPROTO_TCP)
 		return finish(SG_ACTION_PASS, allow ? SG_REASON_ALLOW : SG_REASON_NOT_TCP);
 
 	th = data + l4_off;
@@ -222,8 +265,8 @@ static __always_inline int decide(struct xdp_md *ctx, const struct sg_config *cf
 	if (th->syn && !th->ack && cfg->syn_interval_ns && !allow) {
 		__u16 port = bpf_ntohs(th->dest);
 
-		if (bpf_map_lookup_elem(&sg_ports, &port) && !syn_admitted(cfg, src)) {
-			if (!allowed(cfg, src))
+		if (bpf_map_lookup_elem(&sg_ports, &port) && !syn_admitted(cfg, &src)) {
+			if (!allowed(cfg, &src))
 				return finish(SG_ACTION_DROP, SG_REASON_SYN_RATE);
 			allow = true;
 		}
@@ -231,15 +274,20 @@ static __always_inline int decide(struct xdp_md *ctx, const struct sg_config *cf
 	return finish(SG_ACTION_PASS, allow ? SG_REASON_ALLOW : SG_REASON_NO_MATCH);
 }
 
-static __always_inline int handle_ipv4(struct xdp_md *ctx, const struct sg_config *cfg, __u32 off)
+__noinline int sg_ipv4(struct xdp_md *ctx, __u32 off)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct iphdr *iph = data + off;
-	struct sg_source src = { .v4 = true };
+	const struct sg_config *cfg = config();
+	struct iphdr *iph;
 	__u32 hlen, tot, l4_len;
-	__u16 frag;
+	__u32 meta;
 
+	if (!cfg)
+		return XDP_PASS;
+	if (off > SG_MAX_L2_OFF)
+		return malformed(cfg);
+	iph = data + off;
 	if ((void *)(iph + 1) > data_end)
 		return malformed(cfg);
 	if (iph->version != 4 || iph->ihl < 5)
@@ -256,27 +304,27 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, const struct sg_confi
 			return malformed(cfg);
 		l4_len = tot - hlen;
 	}
-
-	src.key.addr[10] = 0xff;
-	src.key.addr[11] = 0xff;
-	__builtin_memcpy(&src.key.addr[12], &iph->saddr, 4);
-
-	frag = bpf_ntohs(iph->frag_off);
-	return decide(ctx, cfg, &src, iph->protocol, off + hlen, l4_len,
-		      (frag & SG_IP_OFFSET) != 0);
+	meta = iph->protocol;
+	if (bpf_ntohs(iph->frag_off) & SG_IP_OFFSET)
+		meta |= SG_META_LATER_FRAGMENT;
+	return sg_decide(ctx, off + offsetof(struct iphdr, saddr), off + hlen, l4_len, meta);
 }
 
-static __always_inline int handle_ipv6(struct xdp_md *ctx, const struct sg_config *cfg, __u32 off)
+__noinline int sg_ipv6(struct xdp_md *ctx, __u32 off)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct ipv6hdr *ip6 = data + off;
-	struct sg_source src = { .v4 = false };
-	bool later_fragment = false;
-	__u32 payload, ext_len = 0;
+	const struct sg_config *cfg = config();
+	__u32 payload, ext_len = 0, src_off, meta = SG_META_V6;
+	struct ipv6hdr *ip6;
 	__u8 nexthdr;
 	int i;
 
+	if (!cfg)
+		return XDP_PASS;
+	if (off > SG_MAX_L2_OFF)
+		return malformed(cfg);
+	ip6 = data + off;
 	if ((void *)(ip6 + 1) > data_end)
 		return malformed(cfg);
 	if (ip6->version != 6)
@@ -286,11 +334,10 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, const struct sg_confi
 		return malformed(cfg);
 	if (!payload)
 		payload = SG_LEN_UNKNOWN;
-	__builtin_memcpy(src.key.addr, &ip6->saddr, sizeof(src.key.addr));
+	src_off = off + offsetof(struct ipv6hdr, saddr);
 	nexthdr = ip6->nexthdr;
 	off += sizeof(*ip6);
 
-#pragma unroll
 	for (i = 0; i < SG_IPV6_MAX_EXT_HDRS; i++) {
 		struct ipv6_opt_hdr *opt = data + off;
 		struct sg_frag_hdr *fh = data + off;
@@ -313,15 +360,17 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, const struct sg_confi
 			len = sizeof(*fh);
 			nexthdr = fh->nexthdr;
 			if (bpf_ntohs(fh->frag_off) & SG_IP6_OFFSET)
-				later_fragment = true;
+				meta |= SG_META_LATER_FRAGMENT;
 		} else {
 			goto transport;
 		}
 		ext_len += len;
 		off += len;
-		if (ext_len > payload || data + off > data_end)
+		/* Keeps `off` bounded for the verifier on every iteration, and catches headers
+		 * running past the payload or the frame. */
+		if (off > SG_MAX_L4_OFF || ext_len > payload || data + off > data_end)
 			return malformed(cfg);
-		if (later_fragment)
+		if (meta & SG_META_LATER_FRAGMENT)
 			goto transport;
 	}
 	/* Still an extension header after the fixed bound: too deep to look into. */
@@ -330,8 +379,9 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, const struct sg_confi
 		return malformed(cfg);
 
 transport:
-	return decide(ctx, cfg, &src, nexthdr, off,
-		      payload == SG_LEN_UNKNOWN ? SG_LEN_UNKNOWN : payload - ext_len, later_fragment);
+	meta |= nexthdr;
+	return sg_decide(ctx, src_off, off,
+			 payload == SG_LEN_UNKNOWN ? SG_LEN_UNKNOWN : payload - ext_len, meta);
 }
 
 SEC("xdp")
@@ -340,12 +390,11 @@ int splicegate_xdp(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	const struct sg_config *cfg;
-	__u32 zero = 0, off = sizeof(*eth);
+	const struct sg_config *cfg = config();
+	__u32 off = sizeof(*eth);
 	__be16 proto;
 	int i;
 
-	cfg = bpf_map_lookup_elem(&sg_cfg, &zero);
 	if (!cfg)
 		return XDP_PASS; /* an array always has entry 0; this satisfies the verifier */
 	if ((void *)(eth + 1) > data_end)
@@ -365,9 +414,9 @@ int splicegate_xdp(struct xdp_md *ctx)
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return handle_ipv4(ctx, cfg, off);
+		return sg_ipv4(ctx, off);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return handle_ipv6(ctx, cfg, off);
+		return sg_ipv6(ctx, off);
 	/* More tags than we walk would hide an IP packet from the rules. */
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return malformed(cfg);

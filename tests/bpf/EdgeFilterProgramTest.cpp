@@ -1,0 +1,463 @@
+// The edge filter program on crafted frames (BPF_PROG_TEST_RUN): verdicts and counter deltas
+// from a table, truncation at every length, the SYN limiter, rule changes. No interface involved.
+#include <bpf/bpf.h>
+#include <gtest/gtest.h>
+#include <linux/bpf.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xdp/EdgeFilterProgram.h"
+#include "xdp/edge_filter_shared.h"
+#include "xdp/testing/PacketBuilder.h"
+#include "xdp/testing/XdpTestRun.h"
+
+namespace splicegate {
+namespace {
+
+using xdptest::PacketBuilder;
+using Frame = std::vector<std::uint8_t>;
+
+constexpr std::uint16_t kListenPort = 8443;
+constexpr std::uint16_t kOtherPort = 9999;
+constexpr std::uint16_t kQinQ = 0x88a8;
+constexpr std::uint16_t kDot1Q = 0x8100;
+
+// A fresh IPv4 TCP frame from `source` to the listen port.
+PacketBuilder v4(const char* source = "198.18.0.10") {
+    PacketBuilder builder;
+    builder.ipv4(source, "198.18.0.1");
+    return builder;
+}
+PacketBuilder v6(const char* source = "2001:2::10") {
+    PacketBuilder builder;
+    builder.ipv6(source, "2001:2::1");
+    return builder;
+}
+Frame syn4(const char* source = "198.18.0.10", std::uint16_t port = kListenPort) {
+    return v4(source).tcp(40000, port, xdptest::kSyn).build();
+}
+Frame syn6(const char* source = "2001:2::10", std::uint16_t port = kListenPort) {
+    return v6(source).tcp(40000, port, xdptest::kSyn).build();
+}
+
+class EdgeFilterProgramTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::string why;
+        if (!xdptest::bpfAvailable(&why)) GTEST_SKIP() << why;
+        program_ = std::make_unique<EdgeFilterProgram>();
+    }
+
+    struct Outcome {
+        std::uint32_t verdict = 0;
+        // The one {action, reason} the frame counted under ("" if none or several).
+        std::string counted;
+    };
+
+    Outcome run(const Frame& frame) {
+        auto before = program_->packetCounts();
+        auto result = xdptest::runXdp(program_->programFd(), frame);
+        EXPECT_EQ(result.error, 0) << "BPF_PROG_TEST_RUN: " << std::strerror(-result.error);
+        auto after = program_->packetCounts();
+        Outcome outcome;
+        outcome.verdict = result.verdict;
+        std::uint64_t total = 0;
+        for (const auto& [key, count] : after) {
+            std::uint64_t delta = count - before[key];
+            total += delta;
+            if (delta == 1) outcome.counted = key.first + "/" + key.second;
+        }
+        if (total != 1) outcome.counted = "counted " + std::to_string(total) + " times";
+        return outcome;
+    }
+
+    void expect(const Frame& frame, std::uint32_t verdict, const std::string& counted,
+                const std::string& description) {
+        Outcome outcome = run(frame);
+        EXPECT_EQ(outcome.verdict, verdict) << description;
+        EXPECT_EQ(outcome.counted, counted) << description;
+    }
+
+    // Pretends `elapsed` passed for every source's SYN bucket.
+    void rewindSynBuckets(std::chrono::nanoseconds elapsed) {
+        int fd = program_->synStateMapFd();
+        sg_syn_key key{};
+        sg_syn_key next{};
+        void* previous = nullptr;
+        while (bpf_map_get_next_key(fd, previous, &next) == 0) {
+            sg_syn_state state{};
+            ASSERT_EQ(bpf_map_lookup_elem(fd, &next, &state), 0);
+            state.tat_ns -= static_cast<std::uint64_t>(elapsed.count());
+            ASSERT_EQ(bpf_map_update_elem(fd, &next, &state, BPF_EXIST), 0);
+            key = next;
+            previous = &key;
+        }
+    }
+
+    std::unique_ptr<EdgeFilterProgram> program_;
+};
+
+struct Case {
+    const char* description;
+    std::function<Frame()> frame;
+    std::uint32_t verdict;
+    const char* counted;
+};
+
+TEST_F(EdgeFilterProgramTest, VerdictTable) {
+    program_->addDeny(*Cidr::parse("203.0.113.0/24"));
+    program_->addDeny(*Cidr::parse("2001:db8:bad::/48"));
+    program_->addAllow(*Cidr::parse("203.0.113.7"));
+    program_->addAllow(*Cidr::parse("2001:db8:bad::7"));
+    program_->setListenPorts({kListenPort});
+    program_->setSynLimit(1000, 1000);  // present but never reached here
+
+    using namespace xdptest;
+    const Case cases[] = {
+        // Plain traffic.
+        {"IPv4 TCP SYN", [] { return syn4(); }, XDP_PASS, "pass/no_match"},
+        {"IPv4 TCP ACK with payload",
+         [] { return v4().tcp(40000, kListenPort, kAck | kPsh).payload(100).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv4 with 40 bytes of options",
+         [] { return v4().ipv4Options(40).tcp(1, 2, kSyn).build(); }, XDP_PASS, "pass/no_match"},
+        {"IPv4 TCP with 40 bytes of TCP options",
+         [] { return v4().tcp(1, 2, kSyn, 40).build(); }, XDP_PASS, "pass/no_match"},
+        {"IPv4 short datagram padded to the minimum frame",
+         [] { return v4().tcp(1, 2, kSyn).payload(6).ipv4TotalLength(40).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv4 total length 0 (BIG TCP after GRO)",
+         [] { return v4().tcp(1, 2, kAck).payload(64).ipv4TotalLength(0).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv4 UDP", [] { return v4().udp(53, 53).payload(20).build(); }, XDP_PASS,
+         "pass/not_tcp"},
+        {"IPv4 ICMP", [] { return v4().icmp().build(); }, XDP_PASS, "pass/not_tcp"},
+        {"IPv4 without transport", [] { return v4().build(); }, XDP_PASS, "pass/not_tcp"},
+        {"IPv4 first fragment with a whole TCP header",
+         [] { return v4().ipv4Fragment(0, true).tcp(1, 2, kSyn).payload(64).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv4 later fragment",
+         [] { return v4().ipv4Fragment(185, false).tcp(1, 2, kSyn).payload(64).build(); },
+         XDP_PASS, "pass/fragment"},
+        {"IPv4 later fragment with More Fragments",
+         [] { return v4().ipv4Fragment(1, true).udp(1, 2).build(); }, XDP_PASS, "pass/fragment"},
+        // Non-IP and VLANs.
+        {"ARP", [] { return PacketBuilder().ethernetOnly(0x0806, 28).build(); }, XDP_PASS,
+         "pass/not_ip"},
+        {"bare Ethernet header", [] { return PacketBuilder().ethernetOnly(0x88cc, 0).build(); },
+         XDP_PASS, "pass/not_ip"},
+        {"802.1Q IPv4 TCP", [] { return v4().vlan(kDot1Q, 10).tcp(1, 2, kSyn).build(); },
+         XDP_PASS, "pass/no_match"},
+        {"802.1Q ARP", [] { return PacketBuilder().vlan(kDot1Q, 10).ethernetOnly(0x0806, 28).build(); },
+         XDP_PASS, "pass/not_ip"},
+        {"802.1ad + 802.1Q IPv6 TCP",
+         [] { return v6().vlan(kQinQ, 100).vlan(kDot1Q, 10).tcp(1, 2, kSyn).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"three VLAN tags",
+         [] { return v4().vlan(kQinQ, 1).vlan(kDot1Q, 2).vlan(kDot1Q, 3).tcp(1, 2, kSyn).build(); },
+         XDP_DROP, "drop/malformed"},
+        // IPv6.
+        {"IPv6 TCP SYN", [] { return syn6(); }, XDP_PASS, "pass/no_match"},
+        {"IPv6 hop-by-hop, routing, destination options, TCP",
+         [] {
+             return v6().ipv6Ext(kHopByHop).ipv6Ext(kRouting, 24).ipv6Ext(kDestOptions, 16)
+                 .tcp(1, 2, kSyn).build();
+         },
+         XDP_PASS, "pass/no_match"},
+        {"IPv6 AH then TCP", [] { return v6().ipv6Ext(kAuthHeader, 24).tcp(1, 2, kSyn).build(); },
+         XDP_PASS, "pass/no_match"},
+        {"IPv6 first fragment with TCP",
+         [] { return v6().ipv6Fragment(0, true).tcp(1, 2, kSyn).payload(64).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv6 later fragment",
+         [] { return v6().ipv6Ext(kHopByHop).ipv6Fragment(100, false).tcp(1, 2, kSyn).build(); },
+         XDP_PASS, "pass/fragment"},
+        {"IPv6 UDP", [] { return v6().udp(1, 2).build(); }, XDP_PASS, "pass/not_tcp"},
+        {"ICMPv6", [] { return v6().icmp().build(); }, XDP_PASS, "pass/not_tcp"},
+        {"IPv6 no next header", [] { return v6().build(); }, XDP_PASS, "pass/not_tcp"},
+        {"IPv6 with 8 extension headers (the bound)",
+         [] {
+             PacketBuilder builder = v6();
+             for (int i = 0; i < SG_IPV6_MAX_EXT_HDRS; ++i) builder.ipv6Ext(kDestOptions);
+             return builder.tcp(1, 2, kSyn).build();
+         },
+         XDP_PASS, "pass/no_match"},
+        {"IPv6 with 9 extension headers",
+         [] {
+             PacketBuilder builder = v6();
+             for (int i = 0; i <= SG_IPV6_MAX_EXT_HDRS; ++i) builder.ipv6Ext(kDestOptions);
+             return builder.tcp(1, 2, kSyn).build();
+         },
+         XDP_DROP, "drop/malformed"},
+        // Broken headers.
+        {"IPv4 IHL 4", [] { return v4().ipv4Ihl(4).tcp(1, 2, kSyn).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 IHL 0", [] { return v4().ipv4Ihl(0).tcp(1, 2, kSyn).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 IHL 15 past the frame", [] { return v4().ipv4Ihl(15).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 IHL 6 without options (TCP header then short)",
+         [] { return v4().ipv4Ihl(6).tcp(1, 2, kSyn).build(); }, XDP_DROP, "drop/malformed"},
+        {"IPv4 version 6 under EtherType IPv4",
+         [] { return v4().ipv4Version(6).tcp(1, 2, kSyn).build(); }, XDP_DROP, "drop/malformed"},
+        {"IPv4 total length below the header",
+         [] { return v4().ipv4TotalLength(19).tcp(1, 2, kSyn).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 total length past the frame",
+         [] { return v4().ipv4TotalLength(1500).tcp(1, 2, kSyn).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 datagram too short for the TCP header it announces",
+         [] { return v4().tcp(1, 2, kSyn).payload(20).ipv4TotalLength(28).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv4 tiny first fragment (8 bytes of TCP, RFC 1858)",
+         [] {
+             return v4().ipv4Fragment(0, true).tcp(1, 2, kSyn).payload(20).ipv4TotalLength(28)
+                 .build();
+         },
+         XDP_DROP, "drop/malformed"},
+        {"TCP data offset 4", [] { return v4().tcp(1, 2, kSyn).tcpDataOffset(4).build(); },
+         XDP_DROP, "drop/malformed"},
+        {"TCP data offset 15 past the datagram",
+         [] { return v4().tcp(1, 2, kSyn).tcpDataOffset(15).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv6 version 4 under EtherType IPv6",
+         [] {
+             Frame frame = syn6();
+             frame[14] = 0x40;
+             return frame;
+         },
+         XDP_DROP, "drop/malformed"},
+        {"IPv6 payload length past the frame",
+         [] { return v6().ipv6PayloadLength(1000).tcp(1, 2, kSyn).build(); }, XDP_DROP,
+         "drop/malformed"},
+        {"IPv6 extension header past the payload length",
+         [] { return v6().ipv6Ext(kRouting, 64).tcp(1, 2, kSyn).ipv6PayloadLength(16).build(); },
+         XDP_DROP, "drop/malformed"},
+        {"IPv6 tiny first fragment",
+         [] {
+             return v6().ipv6Fragment(0, true).tcp(1, 2, kSyn).payload(20).ipv6PayloadLength(16)
+                 .build();
+         },
+         XDP_DROP, "drop/malformed"},
+        // Rules.
+        {"IPv4 deny", [] { return syn4("203.0.113.5"); }, XDP_DROP, "drop/deny"},
+        {"IPv4 deny, ACK", [] { return v4("203.0.113.5").tcp(1, 2, kAck).build(); }, XDP_DROP,
+         "drop/deny"},
+        {"IPv4 deny behind QinQ",
+         [] { return v4("203.0.113.5").vlan(kQinQ, 1).vlan(kDot1Q, 2).tcp(1, 2, kSyn).build(); },
+         XDP_DROP, "drop/deny"},
+        {"IPv4 deny, UDP", [] { return v4("203.0.113.200").udp(1, 2).build(); }, XDP_DROP,
+         "drop/deny"},
+        {"IPv4 deny, later fragment",
+         [] { return v4("203.0.113.5").ipv4Fragment(10, false).udp(1, 2).build(); }, XDP_DROP,
+         "drop/deny"},
+        {"IPv4 deny precedes a broken TCP header",
+         [] { return v4("203.0.113.5").tcp(1, 2, kSyn).tcpDataOffset(2).build(); }, XDP_DROP,
+         "drop/deny"},
+        {"IPv4 next to the deny prefix", [] { return syn4("203.0.114.5"); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv4 allow beats deny", [] { return syn4("203.0.113.7"); }, XDP_PASS, "pass/allow"},
+        {"IPv4 allow beats deny, UDP", [] { return v4("203.0.113.7").udp(1, 2).build(); },
+         XDP_PASS, "pass/allow"},
+        {"IPv6 deny", [] { return syn6("2001:db8:bad:1::1"); }, XDP_DROP, "drop/deny"},
+        {"IPv6 deny after extension headers",
+         [] {
+             return v6("2001:db8:bad::99").ipv6Ext(kHopByHop).ipv6Ext(kDestOptions)
+                 .tcp(1, 2, kSyn).build();
+         },
+         XDP_DROP, "drop/deny"},
+        {"IPv6 next to the deny prefix", [] { return syn6("2001:db8:bae::1"); }, XDP_PASS,
+         "pass/no_match"},
+        {"IPv6 allow beats deny", [] { return syn6("2001:db8:bad::7"); }, XDP_PASS, "pass/allow"},
+        {"IPv4-mapped IPv6 source is not the IPv4 prefix",
+         [] { return syn6("::ffff:203.0.113.5"); }, XDP_PASS, "pass/no_match"},
+    };
+    for (const Case& c : cases) expect(c.frame(), c.verdict, c.counted, c.description);
+}
+
+// Every cut of a valid frame, from just the Ethernet header up to one byte short, is malformed.
+// BPF_PROG_TEST_RUN refuses frames shorter than ETH_HLEN, as real NICs never deliver them.
+TEST_F(EdgeFilterProgramTest, TruncatedAtEveryLengthIsMalformed) {
+    using namespace xdptest;
+    const std::pair<const char*, PacketBuilder> packets[] = {
+        {"IPv4 options + TCP options + payload",
+         v4().ipv4Options(8).tcp(1, kListenPort, kSyn, 12).payload(3)},
+        {"802.1Q IPv4 UDP", v4().vlan(kDot1Q, 7).udp(1, 2).payload(1)},
+        {"QinQ IPv6 HBH + routing + fragment(first) + TCP",
+         v6().vlan(kQinQ, 1).vlan(kDot1Q, 2).ipv6Ext(kHopByHop).ipv6Ext(kRouting, 16)
+             .ipv6Fragment(0, true).tcp(1, kListenPort, kSyn, 4).payload(2)},
+        {"IPv6 AH + ICMPv6", v6().ipv6Ext(kAuthHeader, 12).icmp()},
+    };
+    for (const auto& [description, builder] : packets) {
+        const Frame full = builder.build();
+        ASSERT_LE(builder.boundaries().back(), full.size()) << description;
+        Outcome whole = run(full);
+        EXPECT_EQ(whole.verdict, XDP_PASS) << description;
+        for (std::size_t length = 14; length < full.size(); ++length) {
+            Frame cut(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(length));
+            expect(cut, XDP_DROP, "drop/malformed",
+                   std::string(description) + " cut to " + std::to_string(length) + " of " +
+                       std::to_string(full.size()) + " bytes");
+        }
+    }
+}
+
+TEST_F(EdgeFilterProgramTest, MalformedVerdictIsConfigurable) {
+    const Frame broken = v4().ipv4Ihl(3).build();
+    expect(broken, XDP_DROP, "drop/malformed", "default: drop");
+    program_->setDropMalformed(false);
+    expect(broken, XDP_PASS, "pass/malformed", "dropMalformed = false");
+    program_->setDropMalformed(true);
+    expect(broken, XDP_DROP, "drop/malformed", "back to drop");
+}
+
+TEST_F(EdgeFilterProgramTest, SynLimitBurstThenDropThenRefill) {
+    program_->setListenPorts({kListenPort, 443});
+    program_->setSynLimit(1, 3);  // one token per second, three back to back
+    for (int i = 0; i < 3; ++i)
+        expect(syn4(), XDP_PASS, "pass/no_match", "SYN " + std::to_string(i + 1) + " of burst 3");
+    expect(syn4(), XDP_DROP, "drop/syn_rate", "4th SYN");
+    expect(syn4(), XDP_DROP, "drop/syn_rate", "5th SYN (a refused SYN costs nothing)");
+    // Not limited: other ports, non-SYN segments, SYN-ACKs, other sources.
+    expect(syn4("198.18.0.10", kOtherPort), XDP_PASS, "pass/no_match", "SYN to another port");
+    expect(v4().tcp(40000, kListenPort, xdptest::kAck).build(), XDP_PASS, "pass/no_match", "ACK");
+    expect(v4().tcp(40000, kListenPort, xdptest::kSyn | xdptest::kAck).build(), XDP_PASS,
+           "pass/no_match", "SYN-ACK");
+    expect(syn4("198.18.0.11"), XDP_PASS, "pass/no_match", "another source");
+    expect(syn4("198.18.0.10", 443), XDP_DROP, "drop/syn_rate", "second listen port, same source");
+
+    rewindSynBuckets(std::chrono::milliseconds(1000));
+    expect(syn4(), XDP_PASS, "pass/no_match", "one token after one second");
+    expect(syn4(), XDP_DROP, "drop/syn_rate", "and only one");
+    rewindSynBuckets(std::chrono::seconds(60));
+    for (int i = 0; i < 3; ++i)
+        expect(syn4(), XDP_PASS, "pass/no_match", "refilled to the burst, not beyond: SYN " +
+                                                     std::to_string(i + 1));
+    expect(syn4(), XDP_DROP, "drop/syn_rate", "burst spent again");
+}
+
+TEST_F(EdgeFilterProgramTest, SynLimitRefillsInRealTime) {
+    program_->setListenPorts({kListenPort});
+    program_->setSynLimit(20, 1);  // one token per 50 ms, no burst
+    expect(syn6(), XDP_PASS, "pass/no_match", "first SYN");
+    expect(syn6(), XDP_DROP, "drop/syn_rate", "second SYN at once");
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    expect(syn6(), XDP_PASS, "pass/no_match", "after 60 ms");
+}
+
+TEST_F(EdgeFilterProgramTest, SynLimitBurstDefaultsToRateAndZeroRateIsOff) {
+    program_->setListenPorts({kListenPort});
+    program_->setSynLimit(5, 0);
+    for (int i = 0; i < 5; ++i) expect(syn4(), XDP_PASS, "pass/no_match", "burst = rate");
+    expect(syn4(), XDP_DROP, "drop/syn_rate", "6th");
+    program_->setSynLimit(0, 0);
+    for (int i = 0; i < 20; ++i) expect(syn4(), XDP_PASS, "pass/no_match", "no limit");
+}
+
+TEST_F(EdgeFilterProgramTest, ListenPortsFollowReloads) {
+    program_->setSynLimit(1, 1);
+    program_->setListenPorts({kListenPort});
+    expect(syn4("198.18.1.1", kOtherPort), XDP_PASS, "pass/no_match", "unlisted port");
+    expect(syn4("198.18.1.1", kOtherPort), XDP_PASS, "pass/no_match", "unlisted port again");
+    program_->setListenPorts({kOtherPort});
+    EXPECT_EQ(program_->listenPorts(), std::vector<std::uint16_t>{kOtherPort});
+    expect(syn4("198.18.1.1", kOtherPort), XDP_PASS, "pass/no_match", "listed now: first");
+    expect(syn4("198.18.1.1", kOtherPort), XDP_DROP, "drop/syn_rate", "listed now: second");
+    expect(syn4("198.18.1.1", kListenPort), XDP_PASS, "pass/no_match", "no longer listed");
+    expect(syn4("198.18.1.1", kListenPort), XDP_PASS, "pass/no_match", "no longer listed");
+}
+
+TEST_F(EdgeFilterProgramTest, AllowOverridesSynLimit) {
+    program_->setListenPorts({kListenPort});
+    program_->setSynLimit(1, 1);
+    program_->addAllow(*Cidr::parse("198.18.0.0/24"));
+    program_->addAllow(*Cidr::parse("2001:2::/64"));
+    expect(syn4(), XDP_PASS, "pass/no_match", "first SYN: under the limit, allow not consulted");
+    expect(syn4(), XDP_PASS, "pass/allow", "second SYN: over the limit, allowed");
+    expect(syn6(), XDP_PASS, "pass/no_match", "IPv6 first SYN");
+    expect(syn6(), XDP_PASS, "pass/allow", "IPv6 second SYN");
+    expect(syn4("198.18.1.10"), XDP_PASS, "pass/no_match", "outside the allow prefix: first");
+    expect(syn4("198.18.1.10"), XDP_DROP, "drop/syn_rate", "outside the allow prefix: second");
+}
+
+TEST_F(EdgeFilterProgramTest, RulesAddRemoveList) {
+    const Cidr deny = *Cidr::parse("198.51.100.0/24");
+    const Cidr deny6 = *Cidr::parse("2001:db8::/32");
+    const Cidr allow = *Cidr::parse("198.51.100.1");
+    const Frame from = syn4("198.51.100.1");
+
+    expect(from, XDP_PASS, "pass/no_match", "no rules");
+    program_->addDeny(deny);
+    program_->addDeny(deny);  // idempotent
+    program_->addDeny(deny6);
+    expect(from, XDP_DROP, "drop/deny", "denied");
+    program_->addAllow(allow);
+    expect(from, XDP_PASS, "pass/allow", "allowed over deny");
+    expect(syn4("198.51.100.2"), XDP_DROP, "drop/deny", "neighbour still denied");
+
+    auto rules = program_->rules();
+    ASSERT_EQ(rules.size(), 3u);
+    EXPECT_EQ(rules[0], std::make_pair(deny, false));
+    EXPECT_EQ(rules[1], std::make_pair(deny6, false));
+    EXPECT_EQ(rules[2], std::make_pair(allow, true));
+
+    EXPECT_TRUE(program_->removeAllow(allow));
+    EXPECT_FALSE(program_->removeAllow(allow));
+    expect(from, XDP_DROP, "drop/deny", "allow removed");
+    EXPECT_TRUE(program_->removeDeny(deny));
+    EXPECT_FALSE(program_->removeDeny(deny));
+    EXPECT_FALSE(program_->removeDeny(*Cidr::parse("198.51.100.0/25")));
+    expect(from, XDP_PASS, "pass/no_match", "deny removed");
+    expect(syn6("2001:db8::1"), XDP_DROP, "drop/deny", "IPv6 deny still there");
+    EXPECT_TRUE(program_->removeDeny(deny6));
+    expect(syn6("2001:db8::1"), XDP_PASS, "pass/no_match", "IPv6 deny removed");
+    EXPECT_TRUE(program_->rules().empty());
+}
+
+TEST_F(EdgeFilterProgramTest, LongestPrefixAndOverlappingRules) {
+    program_->addDeny(*Cidr::parse("10.0.0.0/8"));
+    program_->addDeny(*Cidr::parse("10.1.0.0/16"));
+    program_->addAllow(*Cidr::parse("10.1.2.0/24"));
+    expect(syn4("10.200.0.1"), XDP_DROP, "drop/deny", "/8");
+    expect(syn4("10.1.200.1"), XDP_DROP, "drop/deny", "/16");
+    expect(syn4("10.1.2.3"), XDP_PASS, "pass/allow", "allowed /24 inside both");
+    EXPECT_TRUE(program_->removeDeny(*Cidr::parse("10.1.0.0/16")));
+    expect(syn4("10.1.200.1"), XDP_DROP, "drop/deny", "still in the /8");
+    program_->addDeny(*Cidr::parse("0.0.0.0/0"));
+    expect(syn4("192.0.2.1"), XDP_DROP, "drop/deny", "deny everything");
+    expect(v6().udp(1, 2).build(), XDP_PASS, "pass/not_tcp", "IPv4 /0 leaves IPv6 alone");
+}
+
+TEST_F(EdgeFilterProgramTest, TenThousandPrefixes) {
+    for (std::uint32_t i = 0; i < 10000; ++i) {
+        Cidr cidr{};
+        cidr.family = AF_INET;
+        cidr.address = {100, static_cast<std::uint8_t>(64 + (i >> 8) % 64),
+                        static_cast<std::uint8_t>(i), 0};
+        cidr.prefixLength = 24;
+        program_->addDeny(cidr);
+    }
+    EXPECT_EQ(program_->rules().size(), 10000u);
+    expect(syn4("100.64.0.9"), XDP_DROP, "drop/deny", "first prefix");
+    expect(syn4("100.103.15.9"), XDP_DROP, "drop/deny", "last prefix");  // 9999 = 39*256 + 15
+    expect(syn4("100.103.16.9"), XDP_PASS, "pass/no_match", "just after");
+}
+
+TEST_F(EdgeFilterProgramTest, CountersListEveryPossiblePair) {
+    auto counts = program_->packetCounts();
+    EXPECT_EQ(counts.size(), 9u);
+    for (const auto& [key, count] : counts) EXPECT_EQ(count, 0u) << key.first << "/" << key.second;
+    EXPECT_TRUE(counts.count({"drop", "deny"}));
+    EXPECT_TRUE(counts.count({"drop", "syn_rate"}));
+    EXPECT_TRUE(counts.count({"pass", "allow"}));
+}
+
+}  // namespace
+}  // namespace splicegate
