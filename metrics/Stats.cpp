@@ -25,6 +25,7 @@ const char* toString(CloseReason reason) noexcept {
         case CloseReason::Killed: return "killed";
         case CloseReason::Shutdown: return "shutdown";
         case CloseReason::AuditError: return "audit-error";
+        case CloseReason::AuditSyncError: return "audit-sync-error";
         case CloseReason::PipeError: return "pipe-error";
         case CloseReason::Error: return "error";
         case CloseReason::Count: break;

@@ -24,7 +24,8 @@ enum class CloseReason : std::uint8_t {
     IdleTimeout,
     Killed,               // admin "kill"
     Shutdown,             // drain timeout or stop
-    AuditError,
+    AuditError,           // an audit write failed (fail-closed)
+    AuditSyncError,       // an fdatasync failed; its unsynced chunks may be gone (fail-closed)
     PipeError,
     Error,                // anything else (socket errors)
     Count

@@ -43,9 +43,3 @@ if(SPLICEGATE_INSTALL_SYSTEM_FILES)
           DESTINATION lib/sysctl.d COMPONENT splicegate)
 endif()
 
-# The package test (tests/integration/PackageTest.cpp) needs to know where the sources and this
-# build tree are, to run packaging/build-deb.sh on the binaries built here.
-if(TARGET integration_PackageTest)
-  target_compile_definitions(integration_PackageTest PRIVATE
-      SPLICEGATE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SPLICEGATE_BUILD_DIR="${PROJECT_BINARY_DIR}")
-endif()

@@ -33,6 +33,7 @@ struct Connection {
     Flow flows[2];
     audit::Reservation auditSlots[2];      // log space of each direction's audit write
     bool audited = false;
+    std::uint64_t auditedBytes[2] = {0, 0};  // recorded in the index, per direction
     std::uint64_t auditSyncTarget = 0;     // sync sequence that makes its last chunk durable
     std::chrono::steady_clock::time_point opened;
     std::chrono::steady_clock::time_point lastActivity;

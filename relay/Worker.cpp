@@ -642,7 +642,7 @@ bool Worker::auditWriteStep(Connection& c, Direction d, bool linkForward) {
         failpointLength(FailSite::AuditWrite, flow.auditWriteRequest()));
     if (int rc = audit_->reserve(length, slot); rc < 0) {
         onAuditFailure(c, d, rc);
-        return false;
+        return c.state == ConnectionState::Relaying;  // fail-open: forward unaudited
     }
     submitMove(c, d, Op::AuditWrite, flow.auditPipe.readFd(), slot.segment->data.get(), length,
                static_cast<std::int64_t>(slot.offset), linkForward);
@@ -659,6 +659,9 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     auto& slot = c.auditSlot(d);
     if (result > 0 && slot.segment) {
         stats_->auditBytes.add(static_cast<std::uint64_t>(result));
+        // Counted here, not in the flow: a write that lands after the close decision is still
+        // in the index, and the Close record must match the chunks.
+        c.auditedBytes[static_cast<int>(d)] += static_cast<std::uint64_t>(result);
         audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
                             static_cast<std::uint32_t>(result), audit::wallClockNs());
         c.auditSyncTarget = audit_->nextSyncSequence();
@@ -668,6 +671,7 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     if (c.state != ConnectionState::Relaying) return;
     if (!flow.recordAuditWrite(result)) {
         onAuditFailure(c, d, result == 0 ? -ENOSPC : result);
+        if (c.state == ConnectionState::Relaying && c.busy(d) == 0) pump(c, d);
         return;
     }
     if (context_.settings.auditDurability == AuditDurability::Strict && !audit_->syncInFlight())
@@ -697,10 +701,10 @@ void Worker::waitDurable(Connection& c, Direction d) {
 }
 
 void Worker::startSync() {
+    auto failuresBefore = audit_->failedSyncs();
     auto segment = audit_->beginSync();
     if (!segment) {
-        if (audit_->failedSyncs() > 0 && !audit_->syncInFlight() && !durabilityWaiters_.empty())
-            onSync(-EIO);  // beginSync failed to write the index
+        if (audit_->failedSyncs() != failuresBefore) onSync(-EIO);  // the index write failed
         return;
     }
     syncingSegment_ = segment;
@@ -730,7 +734,7 @@ void Worker::onSync(int result) {
             // Chunks written since the last good sync may be gone: their connections close.
             for (auto& c : connections_)
                 if (c && c->id != 0 && c->audited && c->auditSyncTarget > audit_->durableSequence())
-                    closeConnection(*c, CloseReason::AuditError, true);
+                    closeConnection(*c, CloseReason::AuditSyncError, true);
         }
     }
     auto waiters = std::move(durabilityWaiters_);
@@ -745,10 +749,10 @@ void Worker::onSync(int result) {
         c->flow(waiter.flow.direction).recordDurable();
         pump(*c, waiter.flow.direction);
     }
-    if (!durabilityWaiters_.empty() || (audit_->dirty() &&
-                                        context_.settings.auditDurability ==
-                                            AuditDurability::Strict))
-        startSync();
+    // After a failure the next sync waits for the timer: retrying at once on a full or broken
+    // disk would spin through new segments.
+    bool strict = context_.settings.auditDurability == AuditDurability::Strict;
+    if (result >= 0 && (!durabilityWaiters_.empty() || (audit_->dirty() && strict))) startSync();
 }
 
 void Worker::openAudit(Connection& c) {
@@ -764,9 +768,7 @@ void Worker::closeAudit(Connection& c) {
     for (auto& slot : c.auditSlots)
         if (slot.segment) audit_->abandon(slot);
     if (!c.audited) return;
-    audit_->recordClose(c.id, audit::wallClockNs(),
-                        c.flow(Direction::ClientToUpstream).bytesAudited(),
-                        c.flow(Direction::UpstreamToClient).bytesAudited(),
+    audit_->recordClose(c.id, audit::wallClockNs(), c.auditedBytes[0], c.auditedBytes[1],
                         toString(c.closeReason));
 }
 
@@ -803,7 +805,9 @@ void Worker::onMove(Connection& c, Direction d, Op op, int result) {
         auto copied = static_cast<std::size_t>(std::max(result, 0));
         if (copied < flow.bytesInAuditPipe()) flow.correctTee(flow.bytesInAuditPipe() - copied);
         if (result < 0 && result != -ECANCELED && result != -EAGAIN) onAuditFailure(c, d, result);
-        return;  // the linked write's completion drives the flow on
+        // The linked write's completion drives the flow on; a failed tee cancelled it already.
+        if (c.state == ConnectionState::Relaying && c.busy(d) == 0) pump(c, d);
+        return;
     }
     if (result == -ECANCELED) {  // a broken link: the flow's bookkeeping is untouched
         if (c.busy(d) == 0) pump(c, d);

@@ -112,6 +112,9 @@ TEST_F(AdminCtlTest, StatusJson) {
     EXPECT_EQ(status.version(), "9.9.9-test");
     EXPECT_EQ(status.bytes_c2u(), 123456789012ULL);
     EXPECT_EQ(status.routes_size(), 1);
+    // 64-bit counters are JSON numbers (jq can compare them), field names as in the .proto.
+    EXPECT_NE(result.out.find("\"bytes_c2u\": 123456789012,"), std::string::npos) << result.out;
+    EXPECT_NE(result.out.find("\"budget_used_bytes\": 8388608"), std::string::npos) << result.out;
     EXPECT_EQ(result.out.front(), '{');
     EXPECT_EQ(result.out.back(), '\n');
     // Options may follow the command too.

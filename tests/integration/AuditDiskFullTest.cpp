@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -158,6 +159,10 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
                         << it->second->id << " state " << it->second->state;
                 }
             }
+            std::cout << "[ info ] " << durability << " " << when << ": client " << c->id
+                      << (c->complete() ? " complete" : " cut") << ", upstream received "
+                      << c2uReceived << " B c2u (audit " << c2uAudited << "), client received "
+                      << c->u2c.bytes << " B u2c (audit " << u2cAudited << ")\n";
             EXPECT_LE(c2uReceived, c2uAudited)
                 << when << ": fail-closed (" << durability << "): the upstream received "
                 << c2uReceived << " B of " << c->describe() << " but the audit holds only "
@@ -176,9 +181,10 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
     // made after space returned is audited exactly.
     {
         TestServer idle(nullptr);
-        Daemon restarted(relayArgs(port, {idle.address()},
+        uint16_t restartPort = pickFreePort();  // the old listener may linger a moment
+        Daemon restarted(relayArgs(restartPort, {idle.address()},
                                    {"--audit-dir", auditDir, "--audit-durability", durability}));
-        ASSERT_TRUE(restarted.waitReady(port)) << restarted.why();
+        ASSERT_TRUE(restarted.waitReady(restartPort)) << restarted.why();
         auto status = restarted.terminate(milliseconds(10000));
         EXPECT_TRUE(status && status->isExit(0)) << restarted.why();
     }
@@ -200,13 +206,15 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
     ScratchDir out;
 
     auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
+    TestServer upstream(checkedUpstream(board, milliseconds(10000), {}, 64 << 20));
     uint16_t port = pickFreePort();
     std::vector<CheckedClient> full(4);
     CheckedClient after;
     {
+        // A short drain timeout: a stalled connection must not hold the test for 30 s.
         Daemon daemon(relayArgs(port, {upstream.address()},
-                                {"--audit-dir", auditDir, "--audit-on-error", "fail-open"}));
+                                {"--audit-dir", auditDir, "--audit-on-error", "fail-open",
+                                 "--drain-timeout-ms", "3000"}));
         ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
         uint64_t free = mount.freeBytes();
         ASSERT_GT(free, kLeaveFree + kMiB);
@@ -217,15 +225,20 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
             full[i].c2uSize = 3 * kMiB + i;
             full[i].u2cSize = 3 * kMiB + 2 * i;
         }
-        runCheckedClients(port, full, milliseconds(20000));
+        runCheckedClients(port, full, milliseconds(8000));
         waitHandlersDone(upstream, milliseconds(3000));
         auto snapshot = board->snapshot();
         std::map<uint64_t, CheckedUpstreamSide> atUpstream(snapshot.begin(), snapshot.end());
         for (const auto& c : full) {
-            EXPECT_TRUE(c.complete()) << "fail-open must keep forwarding: " << c.describe()
-                                      << daemon.why(20);
+            EXPECT_TRUE(c.complete())
+                << "fail-open must keep forwarding (a stall here, with u2c/c2u stopping right "
+                   "after the 'forwarded unaudited' warning, is the daemon bug in the report): "
+                << c.describe() << daemon.why(20);
             auto u = atUpstream.find(c.id);
-            ASSERT_NE(u, atUpstream.end()) << "upstream never finished " << c.describe();
+            if (u == atUpstream.end()) {
+                ADD_FAILURE() << "the upstream never finished " << c.describe();
+                continue;
+            }
             EXPECT_TRUE(u->second.c2u.matches && u->second.c2u.eof &&
                         u->second.c2u.bytes == c.c2uSize)
                 << "c2u at the upstream: " << u->second.c2u.describe() << " of " << c.c2uSize;
@@ -247,9 +260,10 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
     }
     {
         TestServer idle(nullptr);
-        Daemon restarted(relayArgs(port, {idle.address()},
+        uint16_t restartPort = pickFreePort();  // the old listener may linger a moment
+        Daemon restarted(relayArgs(restartPort, {idle.address()},
                                    {"--audit-dir", auditDir, "--audit-on-error", "fail-open"}));
-        ASSERT_TRUE(restarted.waitReady(port)) << restarted.why();
+        ASSERT_TRUE(restarted.waitReady(restartPort)) << restarted.why();
         auto status = restarted.terminate(milliseconds(10000));
         EXPECT_TRUE(status && status->isExit(0)) << restarted.why();
     }
@@ -272,7 +286,8 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Durability, AuditDiskFullTest, ::testing::Values("batch", "strict"));
+INSTANTIATE_TEST_SUITE_P(Durability, AuditDiskFullTest, ::testing::Values("batch", "strict"),
+                         [](const auto& param) { return std::string(param.param); });
 
 }  // namespace
 }  // namespace splicegate::test

@@ -192,7 +192,8 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     EXPECT_EQ(failed, 1) << "exactly one connection should close with reason audit-error";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, AuditWriteErrorTest, ::testing::Values("inline", "chain"));
+INSTANTIATE_TEST_SUITE_P(Engines, AuditWriteErrorTest, ::testing::Values("inline", "chain"),
+                         [](const auto& param) { return std::string(param.param); });
 
 // ---- audit-sync EIO, strict ----------------------------------------------------------------
 

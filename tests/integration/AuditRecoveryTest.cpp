@@ -110,6 +110,7 @@ protected:
     // Starts the daemon on the (damaged) directory: it must start, relay and audit a new
     // connection, and drain. Returns its log.
     std::string startOverDamage(uint64_t newId) {
+        port_ = pickFreePort();  // the first daemon's listener may linger a moment
         Daemon daemon(args());
         EXPECT_TRUE(daemon.waitReady(port_)) << "the daemon refused to start over a damaged log"
                                              << daemon.why();

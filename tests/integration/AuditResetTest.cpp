@@ -2,7 +2,19 @@
 // injection: real RSTs). The log must stay consistent (SPEC.md: "in every mode the log is
 // consistent", `verify` exits 0): a connection closed while audit writes of the other direction
 // are still in flight must not end up with a Close record whose byte counts disagree with its
-// chunks. And, fail-closed, no far end may hold a byte that the audit lacks.
+// chunks. And, fail-closed, no far end may hold a byte that the audit lacks, and every byte a
+// peer or the audit holds must be the connection's own.
+//
+// KNOWN DAEMON BUGS this test fails on (see the audit test report, issue 3):
+// 1. Both engines: Worker::onAuditWrite indexes a chunk whose write completes after the
+//    connection started closing, but returns before Flow::recordAuditWrite, so the Close record
+//    (Flow::bytesAudited) undercounts it: `verify` exits 1 with "Close record of connection N
+//    counts ..., but its chunks hold ..." on a log that never saw a crash.
+// 2. Chain engine: a fill (socket -> pipe) completing after the close is dropped by
+//    Worker::onMove (state != Relaying), so the pipe holds bytes the flow does not count;
+//    releaseConnection hands it back to the PipePool as empty and the next connection of that
+//    worker forwards (and audits) them: other connections' bytes reach peers. Happens with the
+//    audit off too.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -166,7 +178,8 @@ TEST_P(AuditResetTest, ResetsMidTransferKeepTheLogConsistent) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, AuditResetTest, ::testing::Values("inline", "chain"));
+INSTANTIATE_TEST_SUITE_P(Engines, AuditResetTest, ::testing::Values("inline", "chain"),
+                         [](const auto& param) { return std::string(param.param); });
 
 }  // namespace
 }  // namespace splicegate::test

@@ -1,6 +1,7 @@
 #include "tests/support/AuditSupport.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -517,6 +518,15 @@ TmpfsMount::TmpfsMount(std::string path, uint64_t bytes) : path_(std::move(path)
         error_ = "mkdir " + path_ + ": " + std::strerror(errno);
         return;
     }
+    // Once per process, when still single-threaded: a private mount namespace, so the tmpfs
+    // vanishes with the test process even if it dies before the destructor runs (the daemon and
+    // the audit tool, started from this process, inherit the namespace). Otherwise the mount is
+    // made in the host namespace and only the destructor removes it.
+    static const bool privateNamespace = [] {
+        if (::unshare(CLONE_NEWNS) != 0) return false;
+        return ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+    }();
+    (void)privateNamespace;
     std::string options = "size=" + std::to_string(bytes) + ",mode=0750";
     if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
         error_ = "mount -t tmpfs -o " + options + " " + path_ + ": " + std::strerror(errno);

@@ -1,16 +1,18 @@
 #pragma once
 // Helpers for the audit integration tests (tests/integration/Audit*Test.cpp):
 // - the `splicegate-audit` binary driven as a process (list --json parsed, extract to a file,
-//   verify), so the tests exercise the shipped tool and not only the in-process reader;
+//   verify) through runTool(), so the tests exercise the shipped tool and not only the
+//   in-process reader;
 // - "expected streams": what one direction of a test connection must carry (an optional 16-byte
 //   StreamHeader followed by PatternStream(seed)), with a prefix check for files (an extracted
 //   audit stream) and a checking receiver that records when each byte arrived (a timeline), so
 //   crash tests can bound what an audit may miss;
-// - the `splicegate-failpoints` daemon (env SPLICEGATE_FAILPOINTS) through ScopedEnv, and a small
-//   tmpfs mount that is always unmounted.
-// Thread affinity: none, except ScopedEnv (main thread, before any thread reads the environment
-// concurrently; it is only read by fork/exec here). Error contract: process spawn failures throw
-// std::system_error (from tests/support/Daemon.h); everything else reports in its result.
+// - "checked duplex" connections (client and upstream handler) built on those;
+// - the `splicegate-failpoints` daemon (env SPLICEGATE_FAILPOINTS) through ScopedEnv, a small
+//   tmpfs mount that is always unmounted, and a /dev/shm scratch directory for extracts.
+// Thread affinity: none, except ScopedEnv and TmpfsMount (test main thread, while no other thread
+// reads the environment or could be forked). Error contract: process spawn failures throw
+// std::system_error; everything else reports in its result.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -192,7 +194,9 @@ private:
 };
 
 // A tmpfs of `bytes` mounted at `path` (created if missing); unmounted (lazily if busy) by the
-// destructor. ok() is false (and error() says why) when the mount failed.
+// destructor. The first one in a process first moves the process into a private mount
+// namespace when it can (unshare(CLONE_NEWNS) needs a single-threaded process), so a crashed
+// test leaves no mount behind. ok() is false (and error() says why) when the mount failed.
 class TmpfsMount {
 public:
     TmpfsMount(std::string path, uint64_t bytes);

@@ -34,6 +34,8 @@ options:
   --out FILE          markdown output (default tools/bench/results-<date>.md)
   --wait-quiet S      before each measurement, wait up to S seconds while other work keeps
                       the CPUs over 25 % busy (default 0: measure anyway, with a note)
+  --nice N            run the whole benchmark at this nice value (e.g. -10 on a machine
+                      shared with builds; negative values need root; default 0)
   --keep-logs         keep the work directory with every process's log
   --help              this text
 
@@ -50,7 +52,7 @@ alive() {
 }
 
 RUNS="" DURATION="" WARMUP="" IDLE_CONNS=8000 IDLE_HOLD="" DIRECTION=down QUICK=0
-PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0
+PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0 NICE=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -68,6 +70,7 @@ while (($#)); do
         --out) OUT=${2:?}; shift 2 ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
         --wait-quiet) WAIT_QUIET=${2:?}; shift 2 ;;
+        --nice) NICE=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -78,6 +81,7 @@ if ((QUICK)); then
 fi
 RUNS=${RUNS:-3} DURATION=${DURATION:-5} WARMUP=${WARMUP:-0.5} IDLE_HOLD=${IDLE_HOLD:-6}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --runs wants a positive integer" >&2; exit 2; }
+[[ $NICE =~ ^-?[0-9]+$ ]] || { echo "run.sh: --nice wants an integer" >&2; exit 2; }
 [[ $WAIT_QUIET =~ ^[0-9]+$ ]] || { echo "run.sh: --wait-quiet wants whole seconds" >&2; exit 2; }
 [[ $IDLE_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --idle-conns wants a positive integer" >&2; exit 2; }
 [[ $DIRECTION == down || $DIRECTION == up ]] || { echo "run.sh: --direction wants down or up" >&2; exit 2; }
@@ -100,6 +104,8 @@ if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
 fi
 
 ip link set lo up
+# Every process started from here on (relays, their io-wq workers, load tools) inherits it.
+if ((NICE != 0)); then renice -n "$NICE" -p $$ >/dev/null || die "cannot renice to $NICE"; fi
 sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 ||
     die "cannot set the namespace's sysctls"
 
@@ -411,6 +417,9 @@ PARTY_LIST=$(IFS=,; echo "${SELECTED[*]}")
         echo "- CPU busy with work outside the benchmark, sampled for 0.5 s before each of the"
         echo "  ${#FOREIGN[@]} measurements: median $(sed -n "$(((${#FOREIGN[@]} + 1) / 2))p" <<<"$sorted") %,"
         echo "  max $(tail -n 1 <<<"$sorted") % (over 25 % is noted below: such runs are not comparable)."
+    fi
+    if ((NICE != 0)); then
+        echo "- Every benchmark process ran at nice $NICE, ahead of other work on the machine."
     fi
     echo "- CPU = utime+stime of the relay process (all threads, io-wq workers included) over the"
     echo "  window; GiB = 2^30 bytes received end to end. See tools/bench/README.md."

@@ -5,7 +5,7 @@
 // Errors are one line each on stderr; results go to stdout (aligned tables, or one JSON document
 // with --json).
 #include <arpa/inet.h>
-#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/descriptor.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -347,7 +347,8 @@ void printHuman(const admin::Request& request, const admin::Response& response, 
                    "finish\n";
             break;
         case admin::Request::kReload:
-            out << "configuration reloaded: " << response.reload().routes() << " routes\n";
+            out << "configuration reloaded: " << response.reload().routes()
+                << (response.reload().routes() == 1 ? " route\n" : " routes\n");
             break;
         case admin::Request::kRotateAudit:
             out << "audit rotated\n";
@@ -409,16 +410,134 @@ const google::protobuf::Message& resultOf(const admin::Request& request,
     return response;
 }
 
+// ---- JSON output: protobuf field names, every field (defaults too), and 64-bit integers as JSON
+// numbers (proto3's JSON mapping prints them as strings, which breaks numeric jq filters;
+// protobuf's JSON parser accepts either form).
+
+std::string jsonString(const std::string& text) {
+    std::string out = "\"";
+    for (unsigned char c : text) {
+        switch (c) {
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (c < 0x20) {
+                    char escaped[8];
+                    std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+                    out += escaped;
+                } else {
+                    out += static_cast<char>(c);
+                }
+        }
+    }
+    return out + "\"";
+}
+
+void writeJson(const google::protobuf::Message& message, std::ostream& out, int depth);
+
+void writeJsonValue(const google::protobuf::Message& message,
+                    const google::protobuf::FieldDescriptor* field, int index, std::ostream& out,
+                    int depth) {
+    using FD = google::protobuf::FieldDescriptor;
+    const auto* reflection = message.GetReflection();
+    const bool repeated = field->is_repeated();
+    switch (field->cpp_type()) {
+        case FD::CPPTYPE_INT32:
+            out << (repeated ? reflection->GetRepeatedInt32(message, field, index)
+                             : reflection->GetInt32(message, field));
+            break;
+        case FD::CPPTYPE_INT64:
+            out << (repeated ? reflection->GetRepeatedInt64(message, field, index)
+                             : reflection->GetInt64(message, field));
+            break;
+        case FD::CPPTYPE_UINT32:
+            out << (repeated ? reflection->GetRepeatedUInt32(message, field, index)
+                             : reflection->GetUInt32(message, field));
+            break;
+        case FD::CPPTYPE_UINT64:
+            out << (repeated ? reflection->GetRepeatedUInt64(message, field, index)
+                             : reflection->GetUInt64(message, field));
+            break;
+        case FD::CPPTYPE_DOUBLE:
+            out << (repeated ? reflection->GetRepeatedDouble(message, field, index)
+                             : reflection->GetDouble(message, field));
+            break;
+        case FD::CPPTYPE_FLOAT:
+            out << (repeated ? reflection->GetRepeatedFloat(message, field, index)
+                             : reflection->GetFloat(message, field));
+            break;
+        case FD::CPPTYPE_BOOL:
+            out << ((repeated ? reflection->GetRepeatedBool(message, field, index)
+                              : reflection->GetBool(message, field))
+                        ? "true"
+                        : "false");
+            break;
+        case FD::CPPTYPE_ENUM:
+            out << jsonString(repeated ? reflection->GetRepeatedEnum(message, field, index)->name()
+                                       : reflection->GetEnum(message, field)->name());
+            break;
+        case FD::CPPTYPE_STRING:
+            out << jsonString(repeated ? reflection->GetRepeatedString(message, field, index)
+                                       : reflection->GetString(message, field));
+            break;
+        case FD::CPPTYPE_MESSAGE:
+            writeJson(repeated ? reflection->GetRepeatedMessage(message, field, index)
+                               : reflection->GetMessage(message, field),
+                      out, depth);
+            break;
+    }
+}
+
+void writeJson(const google::protobuf::Message& message, std::ostream& out, int depth) {
+    const auto* descriptor = message.GetDescriptor();
+    const std::string indent(static_cast<std::size_t>(depth + 1) * 2, ' ');
+    const std::string closing(static_cast<std::size_t>(depth) * 2, ' ');
+    if (descriptor->field_count() == 0) {
+        out << "{}";
+        return;
+    }
+    out << "{\n";
+    for (int i = 0; i < descriptor->field_count(); ++i) {
+        const auto* field = descriptor->field(i);
+        out << indent << jsonString(field->name()) << ": ";
+        if (field->is_repeated()) {
+            const int size = message.GetReflection()->FieldSize(message, field);
+            if (size == 0) {
+                out << "[]";
+            } else {
+                out << "[\n";
+                for (int k = 0; k < size; ++k) {
+                    out << indent << "  ";
+                    writeJsonValue(message, field, k, out, depth + 2);
+                    out << (k + 1 < size ? ",\n" : "\n");
+                }
+                out << indent << "]";
+            }
+        } else {
+            writeJsonValue(message, field, -1, out, depth + 1);
+        }
+        out << (i + 1 < descriptor->field_count() ? ",\n" : "\n");
+    }
+    out << closing << "}";
+}
+
 bool printJson(const google::protobuf::Message& message, std::ostream& out) {
-    google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
-    options.always_print_primitive_fields = true;
-    options.preserve_proto_field_names = true;
-    std::string json;
-    if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) return false;
-    out << json;
-    if (json.empty() || json.back() != '\n') out << "\n";
-    return true;
+    writeJson(message, out, 0);
+    out << "\n";
+    return static_cast<bool>(out);
 }
 
 int usageError(const std::string& message) {

@@ -230,7 +230,7 @@ __noinline int sg_decide(struct xdp_md *ctx, __u32 src_off, __u32 l4_off, __u32 
 
 	if (!cfg)
 		return XDP_PASS;
-	if (src_off > SG_MAX_L2_OFF + 12 || l4_off > SG_MAX_L4_OFF)
+	if (src_off > SG_MAX_L2_OFF + 12)
 		return malformed(cfg);
 	addr = data + src_off;
 	if (src.v4) {
@@ -255,6 +255,10 @@ __noinline int sg_decide(struct xdp_md *ctx, __u32 src_off, __u32 l4_off, __u32 
 	if ((meta & 0xff) != IPPROTO_TCP)
 		return finish(SG_ACTION_PASS, allow ? SG_REASON_ALLOW : SG_REASON_NOT_TCP);
 
+	/* Bounded right before use: a check made before the map lookups above would be lost when
+	 * the compiler spills and refills the argument. */
+	if (l4_off > SG_MAX_L4_OFF)
+		return malformed(cfg);
 	th = data + l4_off;
 	if ((void *)(th + 1) > data_end || l4_len < sizeof(*th))
 		return malformed(cfg);
