@@ -98,8 +98,10 @@ export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-parallel=$jobs}"
 deps_flag=""
 if [ -n "$prebuilt" ]; then
     export SPLICEGATE_PREBUILT="$prebuilt"
-    # Nothing is compiled: the build dependencies are not needed to package prebuilt binaries.
+    # Nothing is compiled: the build dependencies are not needed to package prebuilt binaries,
+    # and a -dbgsym package of a test build would be thrown away.
     deps_flag="-d"
+    DEB_BUILD_OPTIONS="$DEB_BUILD_OPTIONS noautodbgsym"
 fi
 
 echo "build-deb.sh: building splicegate $version in $stage${prebuilt:+ (binaries from $prebuilt)}"

@@ -14,9 +14,10 @@
 //
 // Thread affinity: construct, start() and destroy from one thread; requestCounts() from any
 // thread; AdminHandler::handle() runs on the admin thread.
-// Error contract: the constructor throws UsageError (bad group, bad path) or std::system_error
-// (a failed call), naming the socket path; start() throws std::system_error when io_uring set-up
-// fails. The admin thread never throws: a peer's error closes that peer; a failure of the ring
+// Error contract: the constructor (which also sets up the io_uring and its buffer ring) throws
+// UsageError (bad group, bad path) or std::system_error (a failed call), naming the socket path;
+// start() throws std::system_error only if the thread cannot be created. The admin thread never
+// throws: a peer's error closes that peer; a failure of the ring
 // itself is logged and stops the admin server (never the daemon).
 #include <cstdint>
 #include <map>

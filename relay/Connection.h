@@ -1,6 +1,7 @@
 #pragma once
 // A relayed TCP connection: client socket, upstream socket and one Flow per direction.
 // Owned by one worker (slot in its table); never touched by another thread.
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,16 @@
 namespace splicegate {
 
 enum class ConnectionState : std::uint8_t { Connecting, Relaying, Closing };
+
+// Results of a linked tee -> audit write [-> forward] chain (chain engine). CQEs of linked
+// requests are not promised in submission order, so they are kept here and applied to the
+// flow's bookkeeping in chain order once the last one is in.
+struct PendingChain {
+    bool active = false;
+    int tee = -ECANCELED;
+    int write = -ECANCELED;
+    int forward = -ECANCELED;
+};
 
 struct Connection {
     std::uint64_t id = 0;
@@ -32,6 +43,7 @@ struct Connection {
     std::uint8_t flowOps[2] = {0, 0};      // polls or moves of that direction in flight
     Flow flows[2];
     audit::Reservation auditSlots[2];      // log space of each direction's audit write
+    PendingChain chains[2];
     bool audited = false;
     std::uint64_t auditedBytes[2] = {0, 0};  // recorded in the index, per direction
     std::uint64_t auditSyncTarget = 0;     // sync sequence that makes its last chunk durable
@@ -42,6 +54,7 @@ struct Connection {
     Flow& flow(Direction d) noexcept { return flows[static_cast<int>(d)]; }
     std::uint8_t& busy(Direction d) noexcept { return flowOps[static_cast<int>(d)]; }
     audit::Reservation& auditSlot(Direction d) noexcept { return auditSlots[static_cast<int>(d)]; }
+    PendingChain& chain(Direction d) noexcept { return chains[static_cast<int>(d)]; }
     int sourceFd(Direction d) const noexcept {
         return d == Direction::ClientToUpstream ? client.get() : upstream.get();
     }

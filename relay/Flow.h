@@ -72,11 +72,6 @@ public:
     // Tee and audit write results: bytes, or -errno (an audit failure for the caller to judge).
     bool recordTee(ssize_t result) noexcept;
     bool recordAuditWrite(ssize_t result) noexcept;
-    // The chain engine records a tee as whole when it submits it; a short one is corrected here.
-    void correctTee(std::size_t notCopied) noexcept {
-        teed_ -= notCopied;
-        inAuditPipe_ -= notCopied;
-    }
     // Strict mode: the bytes written so far are durable.
     void recordDurable() noexcept;
     // Fail-open after an audit failure: what is in flight is forwarded unaudited. Returns the

@@ -485,10 +485,21 @@ void Worker::releaseConnection(Connection& c) {
     closeAudit(c);
     c.client.reset();
     c.upstream.reset();
+    // A move that completed after the close decision was not booked (chain engine), so the
+    // kernel's count decides: a pipe with any byte left in it is closed, never lent again.
+    auto leftIn = [](const Pipe& pipe, std::size_t booked) -> std::size_t {
+        auto buffered = pipe.bufferedBytes();
+        return buffered != 0 ? 1 : booked;
+    };
     for (auto& flow : c.flows) {
-        if (flow.pipe.valid()) pipePool_.release(std::move(flow.pipe), flow.bytesInPipe());
-        if (flow.auditPipe.valid())
-            pipePool_.release(std::move(flow.auditPipe), flow.bytesInAuditPipe());
+        if (flow.pipe.valid()) {
+            auto left = leftIn(flow.pipe, flow.bytesInPipe());
+            pipePool_.release(std::move(flow.pipe), left);
+        }
+        if (flow.auditPipe.valid()) {
+            auto left = leftIn(flow.auditPipe, flow.bytesInAuditPipe());
+            pipePool_.release(std::move(flow.auditPipe), left);
+        }
     }
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     logDebug("connection ", c.id, " closed (", toString(c.closeReason), ") after ", lifetime.count(),
@@ -561,7 +572,7 @@ bool Worker::pumpStep(Connection& c, Direction d) {
             return afterMove(c, d, flow.recordFill(result, request), result);
         }
         case FlowStep::Tee: return teeStep(c, d);
-        case FlowStep::AuditWrite: return auditWriteStep(c, d, false);
+        case FlowStep::AuditWrite: return auditWriteStep(c, d, flow.auditWriteRequest(), false);
         case FlowStep::WaitDurable: waitDurable(c, d); return false;
         case FlowStep::Forward: {
             auto request = failpointLength(FailSite::Forward, flow.forwardRequest());
@@ -618,10 +629,11 @@ bool Worker::teeStep(Connection& c, Direction d) {
         sqe->flags |= IOSQE_IO_LINK;
         ++c.busy(d);
         ++c.operationsInFlight;
-        // Pretend the tee is whole to size the linked write; a short tee cancels the write.
-        flow.recordTee(static_cast<ssize_t>(request));
+        c.chain(d) = PendingChain{true};
+        // The linked write and forward are sized as if the tee will be whole: a short tee or
+        // write breaks the link and cancels what follows.
         bool linkForward = context_.settings.auditDurability != AuditDurability::Strict;
-        auditWriteStep(c, d, linkForward);
+        auditWriteStep(c, d, request, linkForward);
         return false;
     }
     auto copied = ::tee(flow.pipe.readFd(), flow.auditPipe.writeFd(), request, SPLICE_F_NONBLOCK);
@@ -635,12 +647,12 @@ bool Worker::teeStep(Connection& c, Direction d) {
 
 // Moves the audit pipe's bytes into the log at a reserved offset, always through io_uring:
 // a regular-file write may block on the disk (NOTES.md 3, 9).
-bool Worker::auditWriteStep(Connection& c, Direction d, bool linkForward) {
+bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, bool linkForward) {
     auto& flow = c.flow(d);
     auto& slot = c.auditSlot(d);
-    auto length = static_cast<std::uint32_t>(
-        failpointLength(FailSite::AuditWrite, flow.auditWriteRequest()));
+    auto length = static_cast<std::uint32_t>(failpointLength(FailSite::AuditWrite, request));
     if (int rc = audit_->reserve(length, slot); rc < 0) {
+        if (c.chain(d).active) return false;  // the tee is in flight: the chain's end decides
         onAuditFailure(c, d, rc);
         return c.state == ConnectionState::Relaying;  // fail-open: forward unaudited
     }
@@ -655,12 +667,11 @@ bool Worker::auditWriteStep(Connection& c, Direction d, bool linkForward) {
 
 void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     --c.busy(d);
-    auto& flow = c.flow(d);
     auto& slot = c.auditSlot(d);
     if (result > 0 && slot.segment) {
+        // Recorded whatever the connection's state: the bytes are in the log, and the Close
+        // record's counts must match the chunks.
         stats_->auditBytes.add(static_cast<std::uint64_t>(result));
-        // Counted here, not in the flow: a write that lands after the close decision is still
-        // in the index, and the Close record must match the chunks.
         c.auditedBytes[static_cast<int>(d)] += static_cast<std::uint64_t>(result);
         audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
                             static_cast<std::uint32_t>(result), audit::wallClockNs());
@@ -668,15 +679,43 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     } else {
         audit_->abandon(slot);
     }
-    if (c.state != ConnectionState::Relaying) return;
-    if (!flow.recordAuditWrite(result)) {
-        onAuditFailure(c, d, result == 0 ? -ENOSPC : result);
-        if (c.state == ConnectionState::Relaying && c.busy(d) == 0) pump(c, d);
+    if (c.chain(d).active) {
+        c.chain(d).write = result;
+        if (c.busy(d) == 0) applyChain(c, d);
         return;
+    }
+    if (c.state != ConnectionState::Relaying) return;
+    if (applyAuditWrite(c, d, result) && c.busy(d) == 0) pump(c, d);
+}
+
+// Applies an audit write's result to the flow; false when the connection must not go on.
+bool Worker::applyAuditWrite(Connection& c, Direction d, int result) {
+    if (!c.flow(d).recordAuditWrite(result)) {
+        onAuditFailure(c, d, result == 0 ? -ENOSPC : result);
+        return c.state == ConnectionState::Relaying;
     }
     if (context_.settings.auditDurability == AuditDurability::Strict && !audit_->syncInFlight())
         startSync();  // group commit: whoever is waiting when it starts shares this fdatasync
-    if (c.busy(d) == 0) pump(c, d);
+    return true;
+}
+
+// The last completion of a tee -> write [-> forward] chain is in: apply them in chain order.
+void Worker::applyChain(Connection& c, Direction d) {
+    auto results = c.chain(d);
+    c.chain(d) = PendingChain{};
+    if (c.state != ConnectionState::Relaying) return;
+    auto& flow = c.flow(d);
+    if (!flow.recordTee(results.tee) || results.tee == 0) {
+        onAuditFailure(c, d, results.tee == 0 ? -EIO : results.tee);
+        if (c.state == ConnectionState::Relaying) pump(c, d);
+        return;
+    }
+    if (!applyAuditWrite(c, d, results.write)) return;
+    if (results.forward != -ECANCELED) {
+        countForwarded(c, d, results.forward);
+        if (!afterMove(c, d, flow.recordForward(results.forward), results.forward)) return;
+    }
+    pump(c, d);
 }
 
 void Worker::onAuditFailure(Connection& c, Direction d, int result) {
@@ -798,17 +837,13 @@ void Worker::submitMove(Connection& c, Direction d, Op op, int in, int out, std:
 
 void Worker::onMove(Connection& c, Direction d, Op op, int result) {
     --c.busy(d);
-    if (c.state != ConnectionState::Relaying) return;
-    auto& flow = c.flow(d);
-    if (op == Op::Tee) {
-        // The chain recorded a whole tee up front; correct it by what was not copied.
-        auto copied = static_cast<std::size_t>(std::max(result, 0));
-        if (copied < flow.bytesInAuditPipe()) flow.correctTee(flow.bytesInAuditPipe() - copied);
-        if (result < 0 && result != -ECANCELED && result != -EAGAIN) onAuditFailure(c, d, result);
-        // The linked write's completion drives the flow on; a failed tee cancelled it already.
-        if (c.state == ConnectionState::Relaying && c.busy(d) == 0) pump(c, d);
+    if (c.chain(d).active) {  // Tee, or the chain's Forward
+        (op == Op::Tee ? c.chain(d).tee : c.chain(d).forward) = result;
+        if (c.busy(d) == 0) applyChain(c, d);
         return;
     }
+    if (c.state != ConnectionState::Relaying) return;
+    auto& flow = c.flow(d);
     if (result == -ECANCELED) {  // a broken link: the flow's bookkeeping is untouched
         if (c.busy(d) == 0) pump(c, d);
         return;

@@ -128,7 +128,9 @@ private:
     void submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes,
                     std::int64_t outOffset = -1, bool linkNext = false);
     bool teeStep(Connection& c, Direction d);
-    bool auditWriteStep(Connection& c, Direction d, bool linkForward);
+    bool auditWriteStep(Connection& c, Direction d, std::size_t length, bool linkForward);
+    void applyChain(Connection& c, Direction d);
+    bool applyAuditWrite(Connection& c, Direction d, int result);
     void onAuditWrite(Connection& c, Direction d, int result);
     void onAuditFailure(Connection& c, Direction d, int result);
     void waitDurable(Connection& c, Direction d);

@@ -319,7 +319,8 @@ TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
 }
 
 std::string shortName(const ::testing::TestParamInfo<ShortCase>& info) {
-    std::string name = std::string(info.param.failpoints).substr(0, 20);
+    std::string points = info.param.failpoints;
+    std::string name = points.substr(0, points.find(':'));
     if (std::string(info.param.failpoints).find(',') != std::string::npos) name = "all";
     for (auto& ch : name)
         if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
