@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "common/Error.h"
 #include "common/Log.h"
 #include "proto/ProtocolVersion.h"
 
@@ -24,11 +25,13 @@ Config Reloader::reload() {
     std::lock_guard lock(mutex_);
     auto config = loadConfig(args_);
     relay_.reload(config);
+    edge_.applyConfig(config);
     return config;
 }
 
-DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, const Config& config)
-    : relay_(relay), reloader_(reloader), config_(config) {}
+DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,
+                             const Config& config)
+    : relay_(relay), reloader_(reloader), edge_(edge), config_(config) {}
 
 admin::Response DaemonControl::handle(const admin::Request& request) {
     admin::Response response;
@@ -79,10 +82,7 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
         }
         case R::kXdpList:
         case R::kXdpAdd:
-        case R::kXdpDelete:
-            fail(response, admin::ERROR_NOT_ENABLED,
-                 "XDP not enabled: this daemon runs without --xdp-interface");
-            break;
+        case R::kXdpDelete: xdp(request, response); break;
         case R::kVersion:
             response.mutable_version()->set_version(SPLICEGATE_VERSION);
             response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
@@ -152,7 +152,7 @@ void DaemonControl::status(admin::StatusResponse& out) {
     for (const auto& [kind, count] : snapshot.auditErrors) errors += count;
     audit->set_errors(errors);
     audit->set_lost_bytes(snapshot.auditLostBytes);
-    out.set_xdp_enabled(false);
+    out.set_xdp_enabled(edge_.enabled());
 }
 
 void DaemonControl::listConnections(admin::ListConnectionsResponse& out,
@@ -186,6 +186,35 @@ void DaemonControl::listConnections(admin::ListConnectionsResponse& out,
         info->set_bytes_u2c(view.bytesU2c);
         info->set_state(view.state);
         info->set_worker(view.worker);
+    }
+}
+
+void DaemonControl::xdp(const admin::Request& request, admin::Response& response) {
+    if (!edge_.enabled()) {
+        fail(response, admin::ERROR_NOT_ENABLED,
+             "XDP not enabled: this daemon runs without --xdp-interface");
+        return;
+    }
+    try {
+        if (request.has_xdp_list()) {
+            auto* list = response.mutable_xdp_list();
+            for (const auto& [cidr, kind] : edge_.rules()) {
+                auto* rule = list->add_rules();
+                rule->set_cidr(cidr);
+                rule->set_kind(kind);
+            }
+        } else if (request.has_xdp_add()) {
+            edge_.addDeny(request.xdp_add().cidr());
+            response.mutable_xdp_add();
+        } else {
+            std::string normalized;
+            if (!edge_.remove(request.xdp_delete().cidr(), normalized))
+                fail(response, admin::ERROR_NOT_FOUND, "no XDP rule for " + normalized);
+            else
+                response.mutable_xdp_delete();
+        }
+    } catch (const UsageError& error) {
+        fail(response, admin::ERROR_INVALID_ARGUMENT, error.what());
     }
 }
 

@@ -9,6 +9,7 @@
 
 #include "relay/AdminServer.h"
 #include "relay/Config.h"
+#include "relay/EdgeControl.h"
 #include "relay/Relay.h"
 
 namespace splicegate {
@@ -16,7 +17,8 @@ namespace splicegate {
 // Serialises configuration reloads from SIGHUP (main thread) and the admin "reload" command.
 class Reloader {
 public:
-    Reloader(Relay& relay, std::vector<std::string> args) : relay_(relay), args_(std::move(args)) {}
+    Reloader(Relay& relay, EdgeControl& edge, std::vector<std::string> args)
+        : relay_(relay), edge_(edge), args_(std::move(args)) {}
     // Re-reads the configuration and applies its routes. Throws UsageError naming the problem;
     // the running configuration stays in force then.
     Config reload();
@@ -24,21 +26,24 @@ public:
 private:
     std::mutex mutex_;
     Relay& relay_;
+    EdgeControl& edge_;
     const std::vector<std::string> args_;
 };
 
 class DaemonControl : public AdminHandler {
 public:
-    DaemonControl(Relay& relay, Reloader& reloader, const Config& config);
+    DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge, const Config& config);
     admin::Response handle(const admin::Request& request) override;
 
 private:
     void status(admin::StatusResponse& out);
     void listConnections(admin::ListConnectionsResponse& out, admin::Response& response);
     void kill(std::uint64_t id, admin::Response& response);
+    void xdp(const admin::Request& request, admin::Response& response);
 
     Relay& relay_;
     Reloader& reloader_;
+    EdgeControl& edge_;
     const Config config_;
     const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

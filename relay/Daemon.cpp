@@ -21,6 +21,7 @@
 #include "relay/AdminServer.h"
 #include "relay/Config.h"
 #include "relay/Control.h"
+#include "relay/EdgeControl.h"
 #include "relay/Failpoints.h"
 #include "relay/Relay.h"
 #include "relay/Ring.h"
@@ -84,10 +85,6 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     return settings;
 }
 
-void warnAboutLaterFeatures(const Config& config) {
-    if (!config.xdpInterface.empty())
-        logWarn("the XDP edge filter is not in this build yet; --xdp-interface ignored");
-}
 
 // Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
 AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId) {
@@ -206,7 +203,6 @@ int runDaemon(int argc, const char* const* argv) {
         unsigned workers = config.workers != 0 ? config.workers
                                                : std::max(1u, std::thread::hardware_concurrency());
         auto maxConnections = raiseFdLimit(config.maxConnections, workers, config.routes.size());
-        warnAboutLaterFeatures(config);
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
@@ -216,11 +212,12 @@ int runDaemon(int argc, const char* const* argv) {
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")
                                                 : std::to_string(budget) + " B");
-        Reloader reloader(relay, args);
+        EdgeControl edge(config);
+        Reloader reloader(relay, edge, args);
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {
-            control = std::make_unique<DaemonControl>(relay, reloader, config);
+            control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
             admin = std::make_unique<AdminServer>(
                 AdminServerOptions{config.adminSocket, config.adminGroup}, *control);
             admin->start();
@@ -228,8 +225,9 @@ int runDaemon(int argc, const char* const* argv) {
         }
         std::unique_ptr<MetricsExposer> metrics;
         if (!config.metricsListen.empty()) {
-            metrics = std::make_unique<MetricsExposer>(config.metricsListen, [&relay, &admin] {
+            metrics = std::make_unique<MetricsExposer>(config.metricsListen, [&relay, &admin, &edge] {
                 auto snapshot = relay.snapshot();
+                snapshot.xdpPackets = edge.packetCounts();
                 if (admin) snapshot.adminRequests = admin->requestCounts();
                 return snapshot;
             });

@@ -1,0 +1,110 @@
+#include "relay/EdgeControl.h"
+
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate {
+namespace {
+XdpAttachMode attachMode(XdpMode mode) {
+    switch (mode) {
+        case XdpMode::Native: return XdpAttachMode::Native;
+        case XdpMode::Generic: return XdpAttachMode::Generic;
+        case XdpMode::Auto: break;
+    }
+    return XdpAttachMode::Auto;
+}
+
+std::vector<std::uint16_t> listenPorts(const Config& config) {
+    std::vector<std::uint16_t> ports;
+    for (const auto& route : config.routes)
+        ports.push_back(static_cast<std::uint16_t>(route.listen.port()));
+    return ports;
+}
+
+std::vector<Cidr> parseAll(const std::vector<std::string>& texts) {
+    std::vector<Cidr> cidrs;
+    for (const auto& text : texts) cidrs.push_back(Cidr::parseOrThrow(text));
+    return cidrs;
+}
+
+Cidr parseAdminCidr(const std::string& text) {
+    auto cidr = Cidr::parse(text);
+    if (!cidr) throw UsageError("'" + text + "' is not an IPv4 or IPv6 CIDR (e.g. 192.0.2.0/24)");
+    return *cidr;
+}
+}  // namespace
+
+EdgeControl::EdgeControl(const Config& config) {
+    if (config.xdpInterface.empty()) return;
+    EdgeFilterOptions options;
+    options.interface = config.xdpInterface;
+    options.mode = attachMode(config.xdpMode);
+    options.listenPorts = listenPorts(config);
+    options.synRate = config.xdpSynRate;
+    options.synBurst = config.xdpSynBurst;
+    options.deny = parseAll(config.xdpDeny);
+    options.allow = parseAll(config.xdpAllow);
+    filter_ = std::make_unique<EdgeFilter>(options);
+    configDeny_.insert(config.xdpDeny.begin(), config.xdpDeny.end());
+    configAllow_.insert(config.xdpAllow.begin(), config.xdpAllow.end());
+    logInfo("xdp: edge filter attached to ", config.xdpInterface, " (", filter_->attachedMode(),
+            " mode), ", configDeny_.size(), " deny and ", configAllow_.size(), " allow prefixes");
+}
+
+void EdgeControl::applyConfig(const Config& config) {
+    std::lock_guard lock(mutex_);
+    if (!filter_) {
+        if (!config.xdpInterface.empty())
+            logWarn("xdp: --xdp-interface takes effect at the next start, not on reload");
+        return;
+    }
+    std::set<std::string> deny(config.xdpDeny.begin(), config.xdpDeny.end());
+    std::set<std::string> allow(config.xdpAllow.begin(), config.xdpAllow.end());
+    for (const auto& text : configDeny_)
+        if (!deny.count(text)) filter_->removeDeny(Cidr::parseOrThrow(text));
+    for (const auto& text : deny)
+        if (!configDeny_.count(text)) filter_->addDeny(Cidr::parseOrThrow(text));
+    for (const auto& text : configAllow_)
+        if (!allow.count(text)) filter_->removeAllow(Cidr::parseOrThrow(text));
+    for (const auto& text : allow)
+        if (!configAllow_.count(text)) filter_->addAllow(Cidr::parseOrThrow(text));
+    configDeny_ = std::move(deny);
+    configAllow_ = std::move(allow);
+    filter_->setListenPorts(listenPorts(config));
+    filter_->setSynLimit(config.xdpSynRate, config.xdpSynBurst);
+}
+
+std::string EdgeControl::addDeny(const std::string& cidrText) {
+    auto cidr = parseAdminCidr(cidrText);
+    std::lock_guard lock(mutex_);
+    filter_->addDeny(cidr);
+    logInfo("xdp: deny ", cidr.text(), " added by the admin");
+    return cidr.text();
+}
+
+bool EdgeControl::remove(const std::string& cidrText, std::string& normalized) {
+    auto cidr = parseAdminCidr(cidrText);
+    normalized = cidr.text();
+    std::lock_guard lock(mutex_);
+    bool removed = filter_->removeDeny(cidr);
+    removed = filter_->removeAllow(cidr) || removed;
+    if (removed) logInfo("xdp: rule ", normalized, " deleted by the admin");
+    return removed;
+}
+
+std::vector<std::pair<std::string, std::string>> EdgeControl::rules() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!filter_) return out;
+    for (const auto& [cidr, allow] : filter_->rules())
+        out.emplace_back(cidr.text(), allow ? "allow" : "deny");
+    return out;
+}
+
+std::map<std::pair<std::string, std::string>, std::uint64_t> EdgeControl::packetCounts() const {
+    std::lock_guard lock(mutex_);
+    if (!filter_) return {};
+    return filter_->packetCounts();
+}
+
+}  // namespace splicegate

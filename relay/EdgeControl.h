@@ -1,0 +1,40 @@
+#pragma once
+// The daemon's hold on the XDP edge filter: attaches it when --xdp-interface is set, applies the
+// configured rules (and their difference on reload) and the admin's xdp list/add/del.
+// Thread-safe: the main thread (reload), the admin thread and metrics scrapes all call it.
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "relay/Config.h"
+#include "xdp/EdgeFilter.h"
+
+namespace splicegate {
+
+class EdgeControl {
+public:
+    // Attaches when config.xdpInterface is set; throws std::system_error naming the interface.
+    explicit EdgeControl(const Config& config);
+    bool enabled() const noexcept { return filter_ != nullptr; }
+
+    // SIGHUP / admin reload: rules the old config had and the new one lacks are removed, new
+    // ones added (rules added through the admin stay); listen ports and SYN limits follow.
+    void applyConfig(const Config& config);
+    // Admin: `xdp add` denies a prefix, `xdp del` removes a deny (or allow) prefix. Throw
+    // UsageError naming a malformed CIDR; `remove` returns false when no such rule exists.
+    std::string addDeny(const std::string& cidrText);
+    bool remove(const std::string& cidrText, std::string& normalized);
+    std::vector<std::pair<std::string, std::string>> rules() const;  // {cidr, "deny"|"allow"}
+    std::map<std::pair<std::string, std::string>, std::uint64_t> packetCounts() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::unique_ptr<EdgeFilter> filter_;
+    std::set<std::string> configDeny_;
+    std::set<std::string> configAllow_;
+};
+
+}  // namespace splicegate
