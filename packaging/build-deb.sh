@@ -16,11 +16,13 @@
 # build directories without git) are staged in DIR/splicegate-VERSION/, packaging/debian/ is
 # copied to its debian/, debian/changelog is written for VERSION, and
 # `dpkg-buildpackage -b` builds in there (a fresh CMake build in obj-*/ unless --prebuilt).
-# Needs: dpkg-dev, debhelper, fakeroot-free (Rules-Requires-Root: no), and the build
-# dependencies in packaging/debian/control (tools/install-deps.sh installs them all).
+# Needs: dpkg-dev, debhelper (no fakeroot: Rules-Requires-Root: no) and the build dependencies
+# in packaging/debian/control (tools/install-deps.sh installs them all). Exit 0 ok, 1 failure,
+# 2 usage error.
 set -eu
 
 die() { echo "build-deb.sh: $*" >&2; exit 1; }
+usage_error() { echo "build-deb.sh: $* (see --help)" >&2; exit 2; }
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 out="$src/build/deb"
@@ -29,12 +31,12 @@ prebuilt=""
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
-        --version) [ $# -ge 2 ] || die "--version needs a value"; version=$2; shift 2 ;;
-        --prebuilt) [ $# -ge 2 ] || die "--prebuilt needs a build directory"; prebuilt=$2; shift 2 ;;
+        --out) [ $# -ge 2 ] || usage_error "--out needs a directory"; out=$2; shift 2 ;;
+        --version) [ $# -ge 2 ] || usage_error "--version needs a value"; version=$2; shift 2 ;;
+        --prebuilt) [ $# -ge 2 ] || usage_error "--prebuilt needs a build directory"; prebuilt=$2; shift 2 ;;
         --keep) keep=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument '$1' (see --help)" ;;
+        -h|--help) sed -n '2,/^set -eu$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) usage_error "unknown argument '$1'" ;;
     esac
 done
 

@@ -215,7 +215,9 @@ void Worker::armTimer() {
 
 void Worker::onTimer() {
     if (audit_) {
-        if (context_.settings.auditDurability == AuditDurability::None)
+        // Index records reach the page cache every tick even while an fdatasync is still
+        // running, so a crash of the daemon loses at most one interval of them.
+        if (context_.settings.auditDurability == AuditDurability::None || audit_->syncInFlight())
             audit_->flush();
         else
             startSync();

@@ -92,9 +92,13 @@ void EdgeFilterProgram::writeConfigLocked() {
     config.syn_interval_ns = synIntervalNs_;
     config.syn_tolerance_ns = synToleranceNs_;
     config.malformed_action = dropMalformed_ ? SG_ACTION_DROP : SG_ACTION_PASS;
-    for (const Cidr& cidr : deny_) config.flags |= cidr.family == AF_INET ? SG_CFG_DENY4 : SG_CFG_DENY6;
-    for (const Cidr& cidr : allow_)
-        config.flags |= cidr.family == AF_INET ? SG_CFG_ALLOW4 : SG_CFG_ALLOW6;
+    // Cidr orders by family first (AF_INET < AF_INET6): the ends of each set tell what it holds.
+    auto flags = [](const std::set<Cidr>& rules, __u32 v4, __u32 v6) -> __u32 {
+        if (rules.empty()) return 0;
+        return (rules.begin()->family == AF_INET ? v4 : 0) |
+               (rules.rbegin()->family == AF_INET6 ? v6 : 0);
+    };
+    config.flags = flags(deny_, SG_CFG_DENY4, SG_CFG_DENY6) | flags(allow_, SG_CFG_ALLOW4, SG_CFG_ALLOW6);
     const __u32 zero = 0;
     if (int err = bpf_map_update_elem(bpf_map__fd(skeleton_->maps.sg_cfg), &zero, &config, BPF_ANY);
         err < 0)

@@ -13,9 +13,8 @@
  * recognises a stale program of ours on an interface by this name. */
 #define SG_XDP_PROG_NAME "splicegate_xdp"
 
-/* Capacities. The LPM tries allocate per entry (BPF_F_NO_PREALLOC); the LRU hash preallocates. */
+/* Capacities. Tries and buckets allocate per entry (BPF_F_NO_PREALLOC); the LRU hash preallocates. */
 #define SG_MAX_RULES_PER_TRIE 65536
-#define SG_MAX_LISTEN_PORTS 1024
 #define SG_MAX_SYN_SOURCES 65536
 /* IPv6 extension headers walked before the packet counts as malformed. */
 #define SG_IPV6_MAX_EXT_HDRS 8
@@ -45,11 +44,61 @@ enum sg_reason {
 	((__u32)(action) * (__u32)SG_REASON_COUNT + (__u32)(reason))
 #define SG_COUNTER_SLOTS ((__u32)SG_ACTION_COUNT * (__u32)SG_REASON_COUNT)
 
-/* sg_config.flags: which tries hold rules, so the program skips lookups in empty ones. */
-#define SG_CFG_DENY4 (1U << 0)
-#define SG_CFG_DENY6 (1U << 1)
-#define SG_CFG_ALLOW4 (1U << 2)
-#define SG_CFG_ALLOW6 (1U << 3)
+/*
+ * Prefix sets (deny v4, deny v6, allow v4, allow v6). Membership is all that matters (any covering
+ * prefix counts), so each set is kept three ways, for a lookup cost that does not grow with the
+ * number of prefixes (a binary trie's depth grows with log2 of it):
+ *  - "all":   LPM trie with every prefix of the set (the authority; used for crowded buckets);
+ *  - "short": LPM trie with the prefixes shorter than the bucket length (few in practice);
+ *  - "bkt":   hash from the address's first SG_V4_BUCKET_BYTES / SG_V6_BUCKET_BYTES bytes to the
+ *             longer prefixes under them, inline, up to N slots; a bucket with more says
+ *             SG_BUCKET_OVERFLOW and the "all" trie answers for it.
+ * A lookup: short trie (only if the set has short prefixes), then one hash lookup and at most N
+ * masked compares.
+ */
+#define SG_V4_BUCKET_BYTES 2 /* /16 */
+#define SG_V6_BUCKET_BYTES 4 /* /32 */
+#define SG_V4_BUCKET_SLOTS 8
+#define SG_V6_BUCKET_SLOTS 4
+#define SG_BUCKET_OVERFLOW 0xffffffffU
+
+/* Bucket key: the address's first bucket bytes copied into a zeroed __u32. */
+struct sg_v4_slot {
+	__u32 addr; /* network byte order, host bits clear */
+	__u32 mask;
+};
+
+struct sg_v4_bucket {
+	__u32 count; /* used slots, or SG_BUCKET_OVERFLOW */
+	__u32 pad;
+	struct sg_v4_slot slot[SG_V4_BUCKET_SLOTS];
+};
+
+struct sg_v6_slot {
+	__u64 addr[2]; /* the 16 address bytes as two __u64 (memcpy), host bits clear */
+	__u64 mask[2];
+};
+
+struct sg_v6_bucket {
+	__u32 count;
+	__u32 pad;
+	struct sg_v6_slot slot[SG_V6_BUCKET_SLOTS];
+};
+
+/* sg_config.flags: which parts of each set hold prefixes, so the program skips empty ones. */
+#define SG_CFG_DENY4_SHORT (1U << 0)
+#define SG_CFG_DENY4_LONG (1U << 1)
+#define SG_CFG_DENY6_SHORT (1U << 2)
+#define SG_CFG_DENY6_LONG (1U << 3)
+#define SG_CFG_ALLOW4_SHORT (1U << 4)
+#define SG_CFG_ALLOW4_LONG (1U << 5)
+#define SG_CFG_ALLOW6_SHORT (1U << 6)
+#define SG_CFG_ALLOW6_LONG (1U << 7)
+
+/* The listen ports: one bit per port (host byte order), in the single entry of an array. */
+struct sg_ports {
+	__u64 bits[65536 / 64];
+};
 
 /* The single entry of the sg_config array. User space rewrites it whole; a packet racing the
  * update may see old and new fields mixed for that one packet, which is harmless here. */

@@ -231,8 +231,9 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
         std::map<uint64_t, CheckedUpstreamSide> atUpstream(snapshot.begin(), snapshot.end());
         for (const auto& c : full) {
             EXPECT_TRUE(c.complete())
-                << "fail-open must keep forwarding (a stall here, with u2c/c2u stopping right "
-                   "after the 'forwarded unaudited' warning, is the daemon bug in the report): "
+                << "fail-open must keep forwarding (at 173c573 both directions stalled right "
+                   "after the 'forwarded unaudited' warning: no pump after a failed audit "
+                   "write; fixed by f8b02a3): "
                 << c.describe() << daemon.why(20);
             auto u = atUpstream.find(c.id);
             if (u == atUpstream.end()) {

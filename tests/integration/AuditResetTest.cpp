@@ -5,16 +5,14 @@
 // chunks. And, fail-closed, no far end may hold a byte that the audit lacks, and every byte a
 // peer or the audit holds must be the connection's own.
 //
-// KNOWN DAEMON BUGS this test fails on (see the audit test report, issue 3):
-// 1. Both engines: Worker::onAuditWrite indexes a chunk whose write completes after the
-//    connection started closing, but returns before Flow::recordAuditWrite, so the Close record
-//    (Flow::bytesAudited) undercounts it: `verify` exits 1 with "Close record of connection N
-//    counts ..., but its chunks hold ..." on a log that never saw a crash.
-// 2. Chain engine: a fill (socket -> pipe) completing after the close is dropped by
-//    Worker::onMove (state != Relaying), so the pipe holds bytes the flow does not count;
-//    releaseConnection hands it back to the PipePool as empty and the next connection of that
-//    worker forwards (and audits) them: other connections' bytes reach peers. Happens with the
-//    audit off too.
+// Regressions this test caught (at 173c573; fixed by f8b02a3 and 739c13a):
+// 1. Both engines: a chunk whose audit write completed after the connection started closing was
+//    indexed but not counted in the Close record, so `verify` exited 1 ("Close record of
+//    connection N counts ..., but its chunks hold ...") on a log that never saw a crash.
+// 2. Chain engine: a fill (socket -> pipe) completing after the close was dropped, leaving bytes
+//    in the pipe that the flow did not book; the pool lent the pipe again as empty and the next
+//    connection of that worker forwarded (and audited) them: other connections' bytes reached
+//    peers (with the audit off too).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -599,6 +599,7 @@ TEST_F(PackageTest, LintianCleanAndHardenedUnit) {
         "/usr/share/doc/splicegate/README.md",
         "/usr/share/doc/splicegate/changelog",
         "/usr/share/doc/splicegate/copyright",
+        "/usr/share/lintian/overrides/splicegate",
         "/usr/share/man/man1/splicegate-audit.1.gz",
         "/usr/share/man/man1/splicegatectl.1.gz",
         "/usr/share/man/man5/splicegate.conf.5.gz",
@@ -782,7 +783,7 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
                              "/usr/share/doc/splicegate/copyright"}) {
         EXPECT_TRUE(installedFiles.count(path)) << path << " not installed:\n" << listed.result.out;
     }
-    EXPECT_EQ(installedFiles.size(), 15u) << listed.result.out;
+    EXPECT_EQ(installedFiles.size(), 16u) << listed.result.out;
 
     // The binaries run.
     for (const auto& [binary, name] : std::vector<std::pair<std::string, std::string>>{

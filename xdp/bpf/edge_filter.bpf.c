@@ -11,7 +11,8 @@
  *      unless the source is in an allow prefix.
  *   4. Everything else passes. Every frame bumps exactly one per-CPU counter {action, reason}.
  * Allow prefixes are looked up only when something would drop, so the common pass path costs one
- * trie lookup (none when the deny trie of that family is empty).
+ * prefix-set lookup (none when the family's deny set is empty), whose cost does not grow with the
+ * number of prefixes (see the bucket index in edge_filter_shared.h).
  *
  * Only pointer-vs-data_end comparisons guard packet access; lengths taken from headers are
  * compared as scalars, so the program loads without CAP_PERFMON (no pointer-pointer compares).
@@ -65,44 +66,45 @@ struct {
 	__type(value, __u64);
 } sg_counters SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SG_MAX_RULES_PER_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sg_lpm_v4_key);
-	__type(value, __u8);
-} sg_deny_v4 SEC(".maps");
+#define SG_TRIE(name, key_type)                                                                   \
+	struct {                                                                                  \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);                                              \
+		__uint(max_entries, SG_MAX_RULES_PER_TRIE);                                       \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                             \
+		__type(key, key_type);                                                            \
+		__type(value, __u8);                                                              \
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SG_MAX_RULES_PER_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sg_lpm_v6_key);
-	__type(value, __u8);
-} sg_deny_v6 SEC(".maps");
+#define SG_BUCKETS(name, value_type)                                                              \
+	struct {                                                                                  \
+		__uint(type, BPF_MAP_TYPE_HASH);                                                  \
+		__uint(max_entries, SG_MAX_RULES_PER_TRIE);                                       \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                             \
+		__type(key, __u32);                                                               \
+		__type(value, value_type);                                                        \
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SG_MAX_RULES_PER_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sg_lpm_v4_key);
-	__type(value, __u8);
-} sg_allow_v4 SEC(".maps");
+/* The four prefix sets, each as "all" trie, "short" trie and buckets (edge_filter_shared.h). */
+SG_TRIE(sg_deny4_all, struct sg_lpm_v4_key);
+SG_TRIE(sg_deny4_short, struct sg_lpm_v4_key);
+SG_BUCKETS(sg_deny4_bkt, struct sg_v4_bucket);
+SG_TRIE(sg_deny6_all, struct sg_lpm_v6_key);
+SG_TRIE(sg_deny6_short, struct sg_lpm_v6_key);
+SG_BUCKETS(sg_deny6_bkt, struct sg_v6_bucket);
+SG_TRIE(sg_allow4_all, struct sg_lpm_v4_key);
+SG_TRIE(sg_allow4_short, struct sg_lpm_v4_key);
+SG_BUCKETS(sg_allow4_bkt, struct sg_v4_bucket);
+SG_TRIE(sg_allow6_all, struct sg_lpm_v6_key);
+SG_TRIE(sg_allow6_short, struct sg_lpm_v6_key);
+SG_BUCKETS(sg_allow6_bkt, struct sg_v6_bucket);
 
+/* Destination ports of the relay's listeners, as a bitmap: an inlined array lookup and a bit
+ * test instead of a hash lookup on every SYN. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SG_MAX_RULES_PER_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sg_lpm_v6_key);
-	__type(value, __u8);
-} sg_allow_v6 SEC(".maps");
-
-/* Destination ports (host byte order) of the relay's listeners. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, SG_MAX_LISTEN_PORTS);
-	__type(key, __u16);
-	__type(value, __u8);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sg_ports);
 } sg_ports SEC(".maps");
 
 struct {
@@ -156,34 +158,82 @@ struct sg_source {
 	bool v4;
 };
 
-static __always_inline bool in_trie(const struct sg_config *cfg, const struct sg_source *src,
-				    void *trie_v4, __u32 flag_v4, void *trie_v6, __u32 flag_v6)
+static __always_inline bool match_v4(const struct sg_config *cfg, const __u8 *addr, void *all,
+				     void *short_trie, void *buckets, __u32 flag_short,
+				     __u32 flag_long)
 {
-	if (src->v4) {
-		struct sg_lpm_v4_key k4 = { .prefixlen = 32 };
+	struct sg_lpm_v4_key key = { .prefixlen = 32 };
+	struct sg_v4_bucket *bucket;
+	__u32 bucket_key = 0, a, i;
 
-		if (!(cfg->flags & flag_v4))
-			return false;
-		__builtin_memcpy(k4.addr, &src->key.addr[12], sizeof(k4.addr));
-		return bpf_map_lookup_elem(trie_v4, &k4) != NULL;
-	} else {
-		struct sg_lpm_v6_key k6 = { .prefixlen = 128 };
-
-		if (!(cfg->flags & flag_v6))
-			return false;
-		__builtin_memcpy(k6.addr, src->key.addr, sizeof(k6.addr));
-		return bpf_map_lookup_elem(trie_v6, &k6) != NULL;
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	if ((cfg->flags & flag_short) && bpf_map_lookup_elem(short_trie, &key))
+		return true;
+	if (!(cfg->flags & flag_long))
+		return false;
+	__builtin_memcpy(&bucket_key, addr, SG_V4_BUCKET_BYTES);
+	bucket = bpf_map_lookup_elem(buckets, &bucket_key);
+	if (!bucket)
+		return false;
+	if (bucket->count > SG_V4_BUCKET_SLOTS)
+		return bpf_map_lookup_elem(all, &key) != NULL;
+	__builtin_memcpy(&a, addr, sizeof(a));
+	for (i = 0; i < SG_V4_BUCKET_SLOTS; i++) {
+		if (i >= bucket->count)
+			break;
+		if ((a & bucket->slot[i].mask) == bucket->slot[i].addr)
+			return true;
 	}
+	return false;
+}
+
+static __always_inline bool match_v6(const struct sg_config *cfg, const __u8 *addr, void *all,
+				     void *short_trie, void *buckets, __u32 flag_short,
+				     __u32 flag_long)
+{
+	struct sg_lpm_v6_key key = { .prefixlen = 128 };
+	struct sg_v6_bucket *bucket;
+	__u32 bucket_key = 0, i;
+	__u64 a[2];
+
+	__builtin_memcpy(key.addr, addr, sizeof(key.addr));
+	if ((cfg->flags & flag_short) && bpf_map_lookup_elem(short_trie, &key))
+		return true;
+	if (!(cfg->flags & flag_long))
+		return false;
+	__builtin_memcpy(&bucket_key, addr, SG_V6_BUCKET_BYTES);
+	bucket = bpf_map_lookup_elem(buckets, &bucket_key);
+	if (!bucket)
+		return false;
+	if (bucket->count > SG_V6_BUCKET_SLOTS)
+		return bpf_map_lookup_elem(all, &key) != NULL;
+	__builtin_memcpy(a, addr, sizeof(a));
+	for (i = 0; i < SG_V6_BUCKET_SLOTS; i++) {
+		if (i >= bucket->count)
+			break;
+		if ((a[0] & bucket->slot[i].mask[0]) == bucket->slot[i].addr[0] &&
+		    (a[1] & bucket->slot[i].mask[1]) == bucket->slot[i].addr[1])
+			return true;
+	}
+	return false;
 }
 
 static __always_inline bool denied(const struct sg_config *cfg, const struct sg_source *src)
 {
-	return in_trie(cfg, src, &sg_deny_v4, SG_CFG_DENY4, &sg_deny_v6, SG_CFG_DENY6);
+	if (src->v4)
+		return match_v4(cfg, &src->key.addr[12], &sg_deny4_all, &sg_deny4_short,
+				&sg_deny4_bkt, SG_CFG_DENY4_SHORT, SG_CFG_DENY4_LONG);
+	return match_v6(cfg, src->key.addr, &sg_deny6_all, &sg_deny6_short, &sg_deny6_bkt,
+			SG_CFG_DENY6_SHORT, SG_CFG_DENY6_LONG);
 }
 
 static __always_inline bool allowed(const struct sg_config *cfg, const struct sg_source *src)
 {
-	return in_trie(cfg, src, &sg_allow_v4, SG_CFG_ALLOW4, &sg_allow_v6, SG_CFG_ALLOW6);
+	if (src->v4)
+		return match_v4(cfg, &src->key.addr[12], &sg_allow4_all, &sg_allow4_short,
+				&sg_allow4_bkt, SG_CFG_ALLOW4_SHORT, SG_CFG_ALLOW4_LONG);
+	return match_v6(cfg, src->key.addr, &sg_allow6_all, &sg_allow6_short, &sg_allow6_bkt,
+			SG_CFG_ALLOW6_SHORT, SG_CFG_ALLOW6_LONG);
 }
 
 /*
@@ -268,8 +318,11 @@ __noinline int sg_decide(struct xdp_md *ctx, __u32 src_off, __u32 l4_off, __u32 
 
 	if (th->syn && !th->ack && cfg->syn_interval_ns && !allow) {
 		__u16 port = bpf_ntohs(th->dest);
+		__u32 zero = 0;
+		struct sg_ports *ports = bpf_map_lookup_elem(&sg_ports, &zero);
 
-		if (bpf_map_lookup_elem(&sg_ports, &port) && !syn_admitted(cfg, &src)) {
+		if (ports && (ports->bits[port / 64] >> (port % 64)) & 1 &&
+		    !syn_admitted(cfg, &src)) {
 			if (!allowed(cfg, &src))
 				return finish(SG_ACTION_DROP, SG_REASON_SYN_RATE);
 			allow = true;
