@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +67,17 @@ EdgeFilterProgram::EdgeFilterProgram() {
     if (int err = edge_filter_bpf__load(skeleton_.get()); err < 0)
         throwErrno(-err, "xdp: loading the edge filter BPF program (needs CAP_BPF and "
                          "CAP_NET_ADMIN)");
+    auto& maps = skeleton_->maps;
+    sets_ = {
+        {"xdp-deny", AF_INET, maps.sg_deny4_all, maps.sg_deny4_short, maps.sg_deny4_bkt,
+         SG_CFG_DENY4_SHORT, SG_CFG_DENY4_LONG, {}},
+        {"xdp-deny", AF_INET6, maps.sg_deny6_all, maps.sg_deny6_short, maps.sg_deny6_bkt,
+         SG_CFG_DENY6_SHORT, SG_CFG_DENY6_LONG, {}},
+        {"xdp-allow", AF_INET, maps.sg_allow4_all, maps.sg_allow4_short, maps.sg_allow4_bkt,
+         SG_CFG_ALLOW4_SHORT, SG_CFG_ALLOW4_LONG, {}},
+        {"xdp-allow", AF_INET6, maps.sg_allow6_all, maps.sg_allow6_short, maps.sg_allow6_bkt,
+         SG_CFG_ALLOW6_SHORT, SG_CFG_ALLOW6_LONG, {}},
+    };
     std::lock_guard lock(mutex_);
     writeConfigLocked();
 }
@@ -92,52 +105,144 @@ void EdgeFilterProgram::writeConfigLocked() {
     config.syn_interval_ns = synIntervalNs_;
     config.syn_tolerance_ns = synToleranceNs_;
     config.malformed_action = dropMalformed_ ? SG_ACTION_DROP : SG_ACTION_PASS;
-    // Cidr orders by family first (AF_INET < AF_INET6): the ends of each set tell what it holds.
-    auto flags = [](const std::set<Cidr>& rules, __u32 v4, __u32 v6) -> __u32 {
-        if (rules.empty()) return 0;
-        return (rules.begin()->family == AF_INET ? v4 : 0) |
-               (rules.rbegin()->family == AF_INET6 ? v6 : 0);
-    };
-    config.flags = flags(deny_, SG_CFG_DENY4, SG_CFG_DENY6) | flags(allow_, SG_CFG_ALLOW4, SG_CFG_ALLOW6);
+    for (const PrefixSet& set : sets_) {
+        if (set.shortCount > 0) config.flags |= set.shortFlag;
+        if (set.rules.size() > set.shortCount) config.flags |= set.longFlag;
+    }
     const __u32 zero = 0;
     if (int err = bpf_map_update_elem(bpf_map__fd(skeleton_->maps.sg_cfg), &zero, &config, BPF_ANY);
         err < 0)
         throwErrno(-err, "xdp: writing the edge filter's config map");
 }
 
-bool EdgeFilterProgram::changeRule(const Cidr& cidr, bool allow, bool add) {
+namespace {
+
+unsigned bucketBytes(int family) { return family == AF_INET ? SG_V4_BUCKET_BYTES : SG_V6_BUCKET_BYTES; }
+
+bool isShort(const Cidr& cidr) { return cidr.prefixLength < bucketBytes(cidr.family) * 8; }
+
+std::array<std::uint8_t, 16> maskOf(const Cidr& cidr) {
+    std::array<std::uint8_t, 16> mask{};
+    for (unsigned bit = 0; bit < cidr.prefixLength; ++bit)
+        mask[bit / 8] = static_cast<std::uint8_t>(mask[bit / 8] | (0x80u >> (bit % 8)));
+    return mask;
+}
+
+// The trie key of `cidr` (struct sg_lpm_v4_key or sg_lpm_v6_key) in `storage`.
+void* trieKey(const Cidr& cidr, sg_lpm_v6_key& storage) {
+    storage = {};
+    storage.prefixlen = std::min(cidr.prefixLength, cidr.maxPrefixLength());
+    std::memcpy(storage.addr, cidr.address.data(), cidr.family == AF_INET ? 4 : 16);
+    // sg_lpm_v4_key is a prefix of sg_lpm_v6_key's layout: {__u32 prefixlen; __u8 addr[]}.
+    static_assert(offsetof(sg_lpm_v4_key, addr) == offsetof(sg_lpm_v6_key, addr));
+    return &storage;
+}
+
+}  // namespace
+
+EdgeFilterProgram::PrefixSet& EdgeFilterProgram::setFor(const Cidr& cidr, bool allow) {
     if (cidr.family != AF_INET && cidr.family != AF_INET6)
         throw std::system_error(EAFNOSUPPORT, std::system_category(),
                                 "xdp: rule with an address family other than IPv4 or IPv6");
-    const char* what = allow ? "xdp-allow " : "xdp-deny ";
-    const bool v4 = cidr.family == AF_INET;
-    bpf_map* trie = allow ? (v4 ? skeleton_->maps.sg_allow_v4 : skeleton_->maps.sg_allow_v6)
-                          : (v4 ? skeleton_->maps.sg_deny_v4 : skeleton_->maps.sg_deny_v6);
-    sg_lpm_v4_key key4{};
-    sg_lpm_v6_key key6{};
-    void* key = v4 ? static_cast<void*>(&key4) : static_cast<void*>(&key6);
-    key4.prefixlen = key6.prefixlen = std::min(cidr.prefixLength, cidr.maxPrefixLength());
-    std::memcpy(key4.addr, cidr.address.data(), sizeof(key4.addr));
-    std::memcpy(key6.addr, cidr.address.data(), sizeof(key6.addr));
+    return sets_[(allow ? 2 : 0) + (cidr.family == AF_INET ? 0 : 1)];
+}
 
-    std::lock_guard lock(mutex_);
-    std::set<Cidr>& rules = allow ? allow_ : deny_;
-    if (add) {
-        if (rules.count(cidr)) return false;
-        // Trie entry first, then the flag: the program never sees a flag without its entries.
-        if (int err = bpf_map_update_elem(bpf_map__fd(trie), key, &kRulePresent, BPF_ANY); err < 0)
-            throwErrno(-err, concat(what, cidr, ": adding to the ", allow ? "allow" : "deny",
-                                    " trie"));
-        rules.insert(cidr);
-    } else {
-        if (!rules.count(cidr)) return false;
-        int err = bpf_map_delete_elem(bpf_map__fd(trie), key);
-        if (err < 0 && err != -ENOENT)
-            throwErrno(-err, concat(what, cidr, ": removing from the ", allow ? "allow" : "deny",
-                                    " trie"));
-        rules.erase(cidr);
+// Rewrites the bucket `member` falls in from the set's long prefixes under it. Cidr orders by
+// family, then address bytes, so they are one contiguous range of the set.
+void EdgeFilterProgram::rebuildBucketLocked(const PrefixSet& set, const Cidr& member) {
+    const unsigned bytes = bucketBytes(set.family);
+    __u32 key = 0;
+    std::memcpy(&key, member.address.data(), bytes);
+    Cidr first{};
+    first.family = set.family;
+    std::copy_n(member.address.begin(), bytes, first.address.begin());
+    std::vector<const Cidr*> members;
+    for (auto it = set.rules.lower_bound(first);
+         it != set.rules.end() && std::equal(first.address.begin(), first.address.begin() + bytes,
+                                             it->address.begin());
+         ++it) {
+        if (!isShort(*it)) members.push_back(&*it);
     }
+    const int fd = bpf_map__fd(set.buckets);
+    int err = 0;
+    if (members.empty()) {
+        err = bpf_map_delete_elem(fd, &key);
+        if (err == -ENOENT) err = 0;
+    } else if (set.family == AF_INET) {
+        sg_v4_bucket bucket{};
+        bucket.count = static_cast<__u32>(members.size());
+        if (members.size() > SG_V4_BUCKET_SLOTS) {
+            bucket.count = SG_BUCKET_OVERFLOW;
+        } else {
+            for (std::size_t i = 0; i < members.size(); ++i) {
+                const auto mask = maskOf(*members[i]);
+                std::memcpy(&bucket.slot[i].addr, members[i]->address.data(), 4);
+                std::memcpy(&bucket.slot[i].mask, mask.data(), 4);
+            }
+        }
+        err = bpf_map_update_elem(fd, &key, &bucket, BPF_ANY);
+    } else {
+        sg_v6_bucket bucket{};
+        bucket.count = static_cast<__u32>(members.size());
+        if (members.size() > SG_V6_BUCKET_SLOTS) {
+            bucket.count = SG_BUCKET_OVERFLOW;
+        } else {
+            for (std::size_t i = 0; i < members.size(); ++i) {
+                const auto mask = maskOf(*members[i]);
+                std::memcpy(bucket.slot[i].addr, members[i]->address.data(), 16);
+                std::memcpy(bucket.slot[i].mask, mask.data(), 16);
+            }
+        }
+        err = bpf_map_update_elem(fd, &key, &bucket, BPF_ANY);
+    }
+    if (err < 0) throwErrno(-err, concat(set.what, " ", member, ": updating its bucket"));
+}
+
+bool EdgeFilterProgram::changeRule(const Cidr& cidr, bool allow, bool add) {
+    std::lock_guard lock(mutex_);
+    PrefixSet& set = setFor(cidr, allow);
+    sg_lpm_v6_key keyStorage;
+    void* key = trieKey(cidr, keyStorage);
+    const bool shortPrefix = isShort(cidr);
+    const int allFd = bpf_map__fd(set.all);
+    const int shortFd = bpf_map__fd(set.shortTrie);
+    if (add) {
+        if (set.rules.count(cidr)) return false;
+        // Maps first, then the flags: the program never sees a flag without its entries.
+        if (int err = bpf_map_update_elem(allFd, key, &kRulePresent, BPF_ANY); err < 0)
+            throwErrno(-err, concat(set.what, " ", cidr, ": adding to its trie"));
+        try {
+            if (shortPrefix) {
+                if (int err = bpf_map_update_elem(shortFd, key, &kRulePresent, BPF_ANY); err < 0)
+                    throwErrno(-err, concat(set.what, " ", cidr, ": adding to its short trie"));
+            }
+            set.rules.insert(cidr);
+            if (shortPrefix) ++set.shortCount;
+            if (!shortPrefix) rebuildBucketLocked(set, cidr);
+            writeConfigLocked();
+        } catch (...) {
+            if (set.rules.erase(cidr) && shortPrefix) --set.shortCount;
+            if (!shortPrefix) {
+                try {
+                    rebuildBucketLocked(set, cidr);
+                } catch (...) {
+                }
+            }
+            bpf_map_delete_elem(shortFd, key);
+            bpf_map_delete_elem(allFd, key);
+            throw;
+        }
+        return true;
+    }
+    if (!set.rules.erase(cidr)) return false;
+    if (shortPrefix) --set.shortCount;
+    // Flags and bucket first, then the tries: nothing points at an entry that is gone.
+    if (!shortPrefix) rebuildBucketLocked(set, cidr);
     writeConfigLocked();
+    int err = shortPrefix ? bpf_map_delete_elem(shortFd, key) : 0;
+    if (err == 0 || err == -ENOENT) err = bpf_map_delete_elem(allFd, key);
+    if (err < 0 && err != -ENOENT)
+        throwErrno(-err, concat(set.what, " ", cidr, ": removing from its tries"));
     return true;
 }
 
@@ -149,9 +254,8 @@ bool EdgeFilterProgram::removeAllow(const Cidr& cidr) { return changeRule(cidr, 
 std::vector<std::pair<Cidr, bool>> EdgeFilterProgram::rules() const {
     std::lock_guard lock(mutex_);
     std::vector<std::pair<Cidr, bool>> result;
-    result.reserve(deny_.size() + allow_.size());
-    for (const Cidr& cidr : deny_) result.emplace_back(cidr, false);
-    for (const Cidr& cidr : allow_) result.emplace_back(cidr, true);
+    for (std::size_t i = 0; i < sets_.size(); ++i)
+        for (const Cidr& cidr : sets_[i].rules) result.emplace_back(cidr, i >= 2);
     return result;
 }
 
@@ -180,30 +284,15 @@ void EdgeFilterProgram::setDropMalformed(bool drop) {
 void EdgeFilterProgram::setListenPorts(const std::vector<std::uint16_t>& ports) {
     std::set<std::uint16_t> wanted(ports.begin(), ports.end());
     wanted.erase(0);
-    if (wanted.size() > SG_MAX_LISTEN_PORTS)
-        throw std::system_error(E2BIG, std::system_category(),
-                                concat("xdp: ", wanted.size(), " listen ports, at most ",
-                                       SG_MAX_LISTEN_PORTS));
+    sg_ports bitmap{};
+    for (std::uint16_t port : wanted) bitmap.bits[port / 64] |= std::uint64_t{1} << (port % 64);
     std::lock_guard lock(mutex_);
-    const int fd = bpf_map__fd(skeleton_->maps.sg_ports);
-    // Additions before removals: a port kept across a reload is never missing for a moment.
-    for (std::uint16_t port : wanted) {
-        if (ports_.count(port)) continue;
-        const __u16 key = port;
-        if (int err = bpf_map_update_elem(fd, &key, &kRulePresent, BPF_ANY); err < 0)
-            throwErrno(-err, concat("xdp: adding listen port ", port));
-        ports_.insert(port);
-    }
-    for (auto it = ports_.begin(); it != ports_.end();) {
-        if (wanted.count(*it)) {
-            ++it;
-            continue;
-        }
-        const __u16 key = *it;
-        if (int err = bpf_map_delete_elem(fd, &key); err < 0 && err != -ENOENT)
-            throwErrno(-err, concat("xdp: removing listen port ", *it));
-        it = ports_.erase(it);
-    }
+    // One whole-value write: a packet racing it sees every kept port's bit set in both versions.
+    const __u32 zero = 0;
+    if (int err = bpf_map_update_elem(bpf_map__fd(skeleton_->maps.sg_ports), &zero, &bitmap, BPF_ANY);
+        err < 0)
+        throwErrno(-err, "xdp: writing the listen ports");
+    ports_ = std::move(wanted);
 }
 
 std::vector<std::uint16_t> EdgeFilterProgram::listenPorts() const {

@@ -4,8 +4,10 @@
 // attached anywhere; XdpAttachment does that, EdgeFilter combines the two. Tests and the
 // benchmark run it with bpf_prog_test_run_opts through programFd().
 //
-// Rules are mirrored in user space (the tries cannot be listed by prefix cheaply), and the config
-// flags tell the program which tries are empty so it skips their lookups.
+// Each prefix set (deny/allow x IPv4/IPv6) lives in three maps, kept in step here: an LPM trie
+// with every prefix, an LPM trie with the short ones, and a hash of buckets holding the longer
+// ones inline (edge_filter_shared.h says why). The rules are mirrored in user space, which is
+// where rules() lists them from; the config flags tell the program which parts are empty.
 // Thread affinity: every member function is thread-safe (one mutex; the data path is the
 // kernel's, so contention is only between control-plane callers).
 // Error contract: the constructor and the setters throw std::system_error naming what failed
@@ -23,6 +25,7 @@
 
 #include "xdp/Cidr.h"
 
+struct bpf_map;
 struct edge_filter_bpf;
 
 namespace splicegate {
@@ -69,13 +72,26 @@ private:
         void operator()(edge_filter_bpf* skeleton) const noexcept;
     };
 
+    struct PrefixSet {
+        const char* what;  // "xdp-deny", "xdp-allow"
+        int family;
+        bpf_map* all;
+        bpf_map* shortTrie;
+        bpf_map* buckets;
+        std::uint32_t shortFlag;
+        std::uint32_t longFlag;
+        std::set<Cidr> rules;
+        std::size_t shortCount = 0;
+    };
+
+    PrefixSet& setFor(const Cidr& cidr, bool allow);
     bool changeRule(const Cidr& cidr, bool allow, bool add);
+    void rebuildBucketLocked(const PrefixSet& set, const Cidr& member);
     void writeConfigLocked();
 
     std::unique_ptr<edge_filter_bpf, SkeletonDeleter> skeleton_;
     mutable std::mutex mutex_;
-    std::set<Cidr> deny_;
-    std::set<Cidr> allow_;
+    std::vector<PrefixSet> sets_;  // deny v4, deny v6, allow v4, allow v6
     std::set<std::uint16_t> ports_;
     std::uint64_t synIntervalNs_ = 0;
     std::uint64_t synToleranceNs_ = 0;

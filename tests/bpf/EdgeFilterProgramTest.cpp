@@ -7,7 +7,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <algorithm>
+#include <array>
 #include <functional>
+#include <random>
 #include <memory>
 #include <string>
 #include <thread>
@@ -433,6 +436,132 @@ TEST_F(EdgeFilterProgramTest, LongestPrefixAndOverlappingRules) {
     program_->addDeny(*Cidr::parse("0.0.0.0/0"));
     expect(syn4("192.0.2.1"), XDP_DROP, "drop/deny", "deny everything");
     expect(v6().udp(1, 2).build(), XDP_PASS, "pass/not_tcp", "IPv4 /0 leaves IPv6 alone");
+}
+
+// More prefixes under one /16 (/32 for IPv6) than a bucket holds inline: the bucket says so and
+// the full trie answers; removing them again brings the inline slots back.
+TEST_F(EdgeFilterProgramTest, CrowdedBucketFallsBackToTheTrie) {
+    std::vector<Cidr> crowd4, crowd6;
+    for (int i = 1; i <= SG_V4_BUCKET_SLOTS + 12; ++i)
+        crowd4.push_back(*Cidr::parse("10.1.0." + std::to_string(i * 4) + "/31"));
+    for (int i = 1; i <= SG_V6_BUCKET_SLOTS + 3; ++i)
+        crowd6.push_back(*Cidr::parse("2001:db8:0:" + std::to_string(i) + "::/64"));
+    for (const Cidr& cidr : crowd4) program_->addDeny(cidr);
+    for (const Cidr& cidr : crowd6) program_->addDeny(cidr);
+    auto udp4 = [](const std::string& source) { return v4(source.c_str()).udp(1, 2).build(); };
+    auto udp6 = [](const std::string& source) { return v6(source.c_str()).udp(1, 2).build(); };
+    for (int i = 1; i <= SG_V4_BUCKET_SLOTS + 12; ++i) {
+        expect(udp4("10.1.0." + std::to_string(i * 4 + 1)), XDP_DROP, "drop/deny", "crowded v4");
+        expect(udp4("10.1.0." + std::to_string(i * 4 + 2)), XDP_PASS, "pass/not_tcp", "gap v4");
+    }
+    expect(udp6("2001:db8:0:7::99"), XDP_DROP, "drop/deny", "crowded v6");
+    expect(udp6("2001:db8:0:8::1"), XDP_PASS, "pass/not_tcp", "gap v6");
+
+    // Down to inline slots again.
+    for (std::size_t i = 2; i < crowd4.size(); ++i) EXPECT_TRUE(program_->removeDeny(crowd4[i]));
+    for (std::size_t i = 1; i < crowd6.size(); ++i) EXPECT_TRUE(program_->removeDeny(crowd6[i]));
+    expect(udp4("10.1.0.4"), XDP_DROP, "drop/deny", "kept v4 /31 (slot)");
+    expect(udp4("10.1.0.9"), XDP_DROP, "drop/deny", "kept v4 /31 (slot)");
+    expect(udp4("10.1.0.12"), XDP_PASS, "pass/not_tcp", "removed v4");
+    expect(udp6("2001:db8:0:1::5"), XDP_DROP, "drop/deny", "kept v6 /64 (slot)");
+    expect(udp6("2001:db8:0:2::5"), XDP_PASS, "pass/not_tcp", "removed v6");
+}
+
+TEST_F(EdgeFilterProgramTest, ShortAndLongPrefixesTogether) {
+    program_->addDeny(*Cidr::parse("10.0.0.0/8"));       // short: below the /16 bucket length
+    program_->addDeny(*Cidr::parse("192.168.7.0/24"));   // long
+    program_->addDeny(*Cidr::parse("2001:db0::/29"));    // short: below /32
+    program_->addDeny(*Cidr::parse("2001:db9:1:2::/64"));  // long
+    program_->addAllow(*Cidr::parse("10.9.0.0/16"));     // long allow inside a short deny
+    auto udp4 = [](const char* source) { return v4(source).udp(1, 2).build(); };
+    auto udp6 = [](const char* source) { return v6(source).udp(1, 2).build(); };
+    expect(udp4("10.200.1.1"), XDP_DROP, "drop/deny", "inside the /8");
+    expect(udp4("10.9.1.1"), XDP_PASS, "pass/allow", "allowed /16 inside the /8");
+    expect(udp4("192.168.7.9"), XDP_DROP, "drop/deny", "inside the /24");
+    expect(udp4("192.168.8.9"), XDP_PASS, "pass/not_tcp", "next to the /24");
+    expect(udp6("2001:db7:ffff::1"), XDP_DROP, "drop/deny", "inside the /29");
+    expect(udp6("2001:db9:1:2::1"), XDP_DROP, "drop/deny", "inside the /64");
+    expect(udp6("2001:db9:1:3::1"), XDP_PASS, "pass/not_tcp", "next to the /64");
+    EXPECT_TRUE(program_->removeDeny(*Cidr::parse("10.0.0.0/8")));
+    expect(udp4("10.200.1.1"), XDP_PASS, "pass/not_tcp", "the /8 removed");
+    expect(udp4("192.168.7.9"), XDP_DROP, "drop/deny", "the /24 stays");
+}
+
+// Random prefix sets, dense enough that buckets overflow, against a plain C++ matcher.
+TEST_F(EdgeFilterProgramTest, AgreesWithAReferenceMatcher) {
+    std::mt19937 random(7);
+    auto covers = [](const Cidr& cidr, const std::array<std::uint8_t, 16>& address) {
+        for (unsigned bit = 0; bit < cidr.prefixLength; ++bit) {
+            const unsigned mask = 0x80u >> (bit % 8);
+            if ((cidr.address[bit / 8] & mask) != (address[bit / 8] & mask)) return false;
+        }
+        return true;
+    };
+    auto randomAddress = [&](int family) {
+        std::array<std::uint8_t, 16> address{};
+        // Mostly a narrow space (10.0-3.x.x; 2001:db8:0-3:: and 2001:dba:0-3::) where prefixes
+        // crowd buckets past their slots; a quarter spread thin (10.4-63.x.x; 2001:e00-eff::),
+        // where they sit in slots.
+        const bool sparse = random() % 4 == 0;
+        if (family == AF_INET) {
+            address = {10, static_cast<std::uint8_t>(sparse ? 4 + random() % 60 : random() % 4),
+                       static_cast<std::uint8_t>(random()), static_cast<std::uint8_t>(random())};
+        } else {
+            address = {0x20, 0x01, static_cast<std::uint8_t>(sparse ? 0x0e : 0x0d),
+                       static_cast<std::uint8_t>(sparse ? random() : random() % 2 ? 0xb8 : 0xba),
+                       0, static_cast<std::uint8_t>(random() % 4)};
+            for (std::size_t i = 6; i < 16; ++i) address[i] = static_cast<std::uint8_t>(random() % 3);
+        }
+        return address;
+    };
+    std::vector<Cidr> rules;
+    for (int family : {AF_INET, AF_INET6}) {
+        for (int i = 0; i < 300; ++i) {
+            Cidr cidr{};
+            cidr.family = family;
+            cidr.address = randomAddress(family);
+            cidr.prefixLength = family == AF_INET ? 22 + static_cast<unsigned>(random() % 11)
+                                                  : 96 + static_cast<unsigned>(random() % 33);
+            rules.push_back(*Cidr::parse(cidr.text()));
+        }
+    }
+    // Short prefixes (below the bucket length), each over half of its family's probe space.
+    rules.push_back(*Cidr::parse("10.2.0.0/15"));
+    rules.push_back(*Cidr::parse("2001:dba::/31"));
+    std::sort(rules.begin(), rules.end());
+    rules.erase(std::unique(rules.begin(), rules.end()), rules.end());
+    for (const Cidr& cidr : rules) program_->addDeny(cidr);
+    auto check = [&](const std::vector<Cidr>& active, const char* phase) {
+        int mismatches = 0, drops = 0;
+        for (int i = 0; i < 1500 && mismatches < 5; ++i) {
+            const int family = i % 2 ? AF_INET6 : AF_INET;
+            const auto address = randomAddress(family);
+            Cidr probe{};
+            probe.family = family;
+            probe.address = address;
+            probe.prefixLength = family == AF_INET ? 32 : 128;
+            std::string text = probe.text();
+            text = text.substr(0, text.find('/'));
+            const bool denied = std::any_of(active.begin(), active.end(),
+                                            [&](const Cidr& c) { return c.family == family && covers(c, address); });
+            const Frame frame = family == AF_INET ? v4(text.c_str()).udp(1, 2).build()
+                                                  : v6(text.c_str()).udp(1, 2).build();
+            const auto result = xdptest::runXdp(program_->programFd(), frame);
+            drops += denied;
+            if (result.verdict != (denied ? XDP_DROP : XDP_PASS)) {
+                ++mismatches;
+                ADD_FAILURE() << phase << ": " << text << " expected " << (denied ? "drop" : "pass");
+            }
+        }
+        // Both answers must be common, or the comparison proves little.
+        EXPECT_GT(drops, 150) << phase;
+        EXPECT_LT(drops, 1350) << phase;
+    };
+    check(rules, "after adding");
+    std::shuffle(rules.begin(), rules.end(), random);
+    for (std::size_t i = 0; i < rules.size() / 2; ++i) EXPECT_TRUE(program_->removeDeny(rules[i]));
+    rules.erase(rules.begin(), rules.begin() + static_cast<std::ptrdiff_t>(rules.size() / 2));
+    check(rules, "after removing half");
 }
 
 TEST_F(EdgeFilterProgramTest, TenThousandPrefixes) {

@@ -874,12 +874,36 @@ TEST_F(ControlPlaneTest, HostileAdminPeersWhileStatusKeepsAnswering) {
     EXPECT_GE(Clock::now() - stalledAt, 4000ms) << "stalled peers were cut before the timeout";
     ASSERT_NO_FATAL_FAILURE(statusAnswers("after the stalled peers"));
 
+    // An unprivileged peer (uid 65534 through setpriv): refused by the file mode (0660, group
+    // root), and with the mode opened up to 0666, by SO_PEERCRED; counted as refused.
+    std::uint64_t refusedByCredentials = 0;
+    if (const std::string setpriv = findOnPath("setpriv"); !setpriv.empty()) {
+        ASSERT_EQ(::chmod(d().stateDir().c_str(), 0755), 0);
+        const std::vector<std::string> asNobody = {setpriv,         "--reuid=65534", "--regid=65534",
+                                                   "--clear-groups", ctlBinaryPath(), "--socket",
+                                                   d().socketPath(), "status"};
+        auto byMode = runProcess(asNobody, 10000ms);
+        expectOneLineError(byMode, 3, "ermission denied", "nobody, mode 0660");
+        ASSERT_EQ(::chmod(d().socketPath().c_str(), 0666), 0);
+        auto byCredentials = runProcess(asNobody, 10000ms);
+        ASSERT_TRUE(byCredentials.status.has_value());
+        EXPECT_FALSE(byCredentials.status->isExit(0))
+            << "an unprivileged peer was served: " << show(byCredentials);
+        EXPECT_EQ(byCredentials.out, "");
+        refusedByCredentials = 1;
+        ASSERT_EQ(::chmod(d().socketPath().c_str(), 0660), 0);
+        ASSERT_NO_FATAL_FAILURE(statusAnswers("after the unprivileged peer"));
+    }
+
     // The data path never noticed; the counters name every hostile frame.
     EXPECT_TRUE(echoRoundTrip(data.fd.get(), 2, 100000, kTransferTimeout)) << d().why();
     auto samples = scrape();
-    expectAdminCounts(samples, {{{"status", "ok"}, goodStatus + kPeers},
-                                {{"frame", "bad_frame"}, 4},
-                                {{"frame", "stalled"}, 2}});
+    std::map<std::pair<std::string, std::string>, std::uint64_t> hostile = {
+        {{"status", "ok"}, goodStatus + kPeers},
+        {{"frame", "bad_frame"}, 4},
+        {{"frame", "stalled"}, 2}};
+    if (refusedByCredentials > 0) hostile[{"connect", "refused"}] = refusedByCredentials;
+    expectAdminCounts(samples, hostile);
     EXPECT_TRUE(d().daemon().running()) << d().why();
     finish(data);
     auto exited = d().daemon().terminate(15000ms);
