@@ -507,6 +507,17 @@ std::string httpGet(uint16_t port, const std::string& path) {
     return response;
 }
 
+// The daemon binds its listeners first and sets up XDP, the admin socket and metrics after:
+// "ready" for these tests is the admin socket's log line.
+bool waitForLog(Daemon& daemon, const std::string& needle, milliseconds timeout) {
+    for (auto deadline = deadlineIn(timeout); Clock::now() < deadline;) {
+        if (!grepLines(daemon.log(), needle).empty()) return true;
+        if (!daemon.running()) return false;
+        std::this_thread::sleep_for(20ms);
+    }
+    return false;
+}
+
 // ---- Tools the tests need.
 
 std::string missingTools() {
@@ -869,6 +880,7 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
         EmulatedService service(unit, traceFile);
         Daemon& daemon = service.process();
         ASSERT_TRUE(daemon.waitReady(kRelayPort)) << daemon.why();
+        ASSERT_TRUE(waitForLog(daemon, "admin socket ", milliseconds(10000))) << daemon.why();
         ASSERT_TRUE(waitListening(kMetricsPort, true, deadlineIn(milliseconds(5000))))
             << daemon.why();
         pid_t pid = service.daemonPid();
@@ -970,9 +982,9 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
                                    " --xdp-interface sg-pkg0 --xdp-mode generic --metrics-listen ''");
         Daemon& xdpDaemon = xdpService.process();
         ASSERT_TRUE(xdpDaemon.waitReady(kRelayPort)) << xdpDaemon.why();
+        ASSERT_TRUE(waitForLog(xdpDaemon, "admin socket ", milliseconds(10000))) << xdpDaemon.why();
         pid_t xdpPid = xdpService.daemonPid();
         ASSERT_GT(xdpPid, 0);
-        ASSERT_TRUE(waitListening(kRelayPort, true, deadlineIn(milliseconds(5000))));
         if (!grepLines(xdpDaemon.log(), "not in this build").empty()) {
             std::cout << "NOTE: this daemon build has no XDP edge filter yet: the unit's XDP "
                          "capabilities (CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON) were not exercised\n";
