@@ -116,7 +116,12 @@ std::string SocketAddress::toString() const {
     if (family() == AF_INET6) {
         inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, text,
                   sizeof text);
-        return "[" + std::string(text) + "]:" + std::to_string(port());
+        // Built with += : GCC 12 -O3 warns falsely (-Wrestrict, bug 105329) on "[" + string.
+        std::string out = "[";
+        out += text;
+        out += "]:";
+        out += std::to_string(port());
+        return out;
     }
     return "unspecified";
 }

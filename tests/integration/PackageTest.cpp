@@ -1004,6 +1004,11 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
         std::string xdpRefused = refusedSyscalls(unit, xdpTrace, xdpUsed);
         EXPECT_TRUE(xdpRefused.empty())
             << "with XDP, the unit's SystemCallFilter would refuse:" << xdpRefused;
+        std::string extra;
+        for (const auto& name : xdpUsed)
+            if (!used.count(name)) extra += " " + name;
+        std::cout << "with XDP, " << xdpUsed.size() << " system calls; beyond the run above:" << extra
+                  << "\n";
         fs::remove_all(kRunDir);
     }
 
