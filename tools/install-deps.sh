@@ -17,6 +17,7 @@ PACKAGES="
   iproute2 procps util-linux
   haproxy
   python3
+  debhelper lintian dpkg-dev strace man-db adduser
   prometheus
 "
 missing=""
