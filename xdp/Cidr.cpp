@@ -19,8 +19,8 @@ std::string parseCidr(std::string_view text, Cidr& out) {
         addressPart = text.substr(0, slash);
         std::string_view prefixPart = text.substr(slash + 1);
         unsigned value = 0;
-        auto [end, ec] = std::from_chars(prefixPart.data(), prefixPart.data() + prefixPart.size(),
-                                         value);
+        auto [end, ec] =
+            std::from_chars(prefixPart.data(), prefixPart.data() + prefixPart.size(), value);
         if (prefixPart.empty() || prefixPart.size() > 3 || ec != std::errc{} ||
             end != prefixPart.data() + prefixPart.size())
             return "the prefix length after '/' must be a number";
@@ -40,8 +40,7 @@ std::string parseCidr(std::string_view text, Cidr& out) {
     }
     unsigned bits = cidr.maxPrefixLength();
     cidr.prefixLength = prefix.value_or(bits);
-    if (cidr.prefixLength > bits)
-        return "the prefix length must be 0.." + std::to_string(bits);
+    if (cidr.prefixLength > bits) return "the prefix length must be 0.." + std::to_string(bits);
     for (unsigned bit = cidr.prefixLength; bit < 128; ++bit)
         cidr.address[bit / 8] &= static_cast<std::uint8_t>(~(0x80u >> (bit % 8)));
     out = cidr;
@@ -50,7 +49,9 @@ std::string parseCidr(std::string_view text, Cidr& out) {
 
 }  // namespace
 
-unsigned Cidr::maxPrefixLength() const noexcept { return family == AF_INET ? 32 : 128; }
+unsigned Cidr::maxPrefixLength() const noexcept {
+    return family == AF_INET ? 32 : 128;
+}
 
 std::string Cidr::text() const {
     char buffer[INET6_ADDRSTRLEN] = {};
@@ -72,6 +73,8 @@ Cidr Cidr::parseOrThrow(std::string_view text) {
     return cidr;
 }
 
-std::ostream& operator<<(std::ostream& out, const Cidr& cidr) { return out << cidr.text(); }
+std::ostream& operator<<(std::ostream& out, const Cidr& cidr) {
+    return out << cidr.text();
+}
 
 }  // namespace splicegate

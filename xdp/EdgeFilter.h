@@ -40,7 +40,7 @@ struct EdgeFilterOptions {
 };
 
 class EdgeFilter {
-public:
+  public:
     explicit EdgeFilter(const EdgeFilterOptions& options);
     EdgeFilter(EdgeFilter&&) noexcept = default;
     EdgeFilter& operator=(EdgeFilter&&) noexcept = default;
@@ -55,8 +55,12 @@ public:
     std::vector<std::pair<Cidr, bool>> rules() const { return program_->rules(); }
 
     // On reload.
-    void setListenPorts(const std::vector<std::uint16_t>& ports) { program_->setListenPorts(ports); }
-    void setSynLimit(std::uint32_t rate, std::uint32_t burst) { program_->setSynLimit(rate, burst); }
+    void setListenPorts(const std::vector<std::uint16_t>& ports) {
+        program_->setListenPorts(ports);
+    }
+    void setSynLimit(std::uint32_t rate, std::uint32_t burst) {
+        program_->setSynLimit(rate, burst);
+    }
     void setDropMalformed(bool drop) { program_->setDropMalformed(drop); }
 
     // {action, reason} -> packets since load, summed over CPUs; every possible pair is present.
@@ -67,7 +71,7 @@ public:
     unsigned ifindex() const noexcept { return attachment_.ifindex(); }
     std::uint32_t programId() const { return program_->programId(); }
 
-private:
+  private:
     // Declared first, destroyed last: the attachment goes before the program's maps.
     std::unique_ptr<EdgeFilterProgram> program_;
     XdpAttachment attachment_;

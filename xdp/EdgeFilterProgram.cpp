@@ -6,11 +6,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <string_view>
 
 #include "common/Error.h"
@@ -22,7 +21,7 @@ namespace splicegate {
 namespace {
 
 __attribute__((format(printf, 2, 0))) int libbpfPrint(libbpf_print_level level, const char* format,
-                                                       va_list args) {
+                                                      va_list args) {
     // One level quieter than libbpf's own: its warnings are often expected (probing features).
     if (level == LIBBPF_DEBUG) return 0;
     const LogLevel ours = level == LIBBPF_WARN ? LogLevel::Info : LogLevel::Debug;
@@ -40,7 +39,9 @@ __attribute__((format(printf, 2, 0))) int libbpfPrint(libbpf_print_level level, 
     while (!rest.empty()) {
         auto newline = rest.find('\n');
         std::string_view line = rest.substr(0, newline);
-        if (!line.empty()) logLine(ours, concat("libbpf: ", line));
+        if (!line.empty())
+            logLine(ours,
+                    line.rfind("libbpf: ", 0) == 0 ? std::string(line) : concat("libbpf: ", line));
         if (newline == std::string_view::npos) break;
         rest.remove_prefix(newline + 1);
     }
@@ -65,19 +66,22 @@ EdgeFilterProgram::EdgeFilterProgram() {
     skeleton_.reset(edge_filter_bpf__open());
     if (!skeleton_) throwErrno(errno, "xdp: opening the edge filter BPF object");
     if (int err = edge_filter_bpf__load(skeleton_.get()); err < 0)
-        throwErrno(-err, "xdp: loading the edge filter BPF program (needs CAP_BPF and "
-                         "CAP_NET_ADMIN)");
+        throwErrno(-err,
+                   "xdp: loading the edge filter BPF program (needs CAP_BPF, CAP_PERFMON "
+                   "and CAP_NET_ADMIN)");
     auto& maps = skeleton_->maps;
-    sets_ = {
-        {"xdp-deny", AF_INET, maps.sg_deny4_all, maps.sg_deny4_short, maps.sg_deny4_bkt,
-         SG_CFG_DENY4_SHORT, SG_CFG_DENY4_LONG, {}},
-        {"xdp-deny", AF_INET6, maps.sg_deny6_all, maps.sg_deny6_short, maps.sg_deny6_bkt,
-         SG_CFG_DENY6_SHORT, SG_CFG_DENY6_LONG, {}},
-        {"xdp-allow", AF_INET, maps.sg_allow4_all, maps.sg_allow4_short, maps.sg_allow4_bkt,
-         SG_CFG_ALLOW4_SHORT, SG_CFG_ALLOW4_LONG, {}},
-        {"xdp-allow", AF_INET6, maps.sg_allow6_all, maps.sg_allow6_short, maps.sg_allow6_bkt,
-         SG_CFG_ALLOW6_SHORT, SG_CFG_ALLOW6_LONG, {}},
+    auto add = [this](const char* what, int family, bpf_map* all, bpf_map* shortTrie,
+                      bpf_map* buckets, std::uint32_t shortFlag, std::uint32_t longFlag) {
+        sets_.push_back({what, family, all, shortTrie, buckets, shortFlag, longFlag, {}, 0});
     };
+    add("xdp-deny", AF_INET, maps.sg_deny4_all, maps.sg_deny4_short, maps.sg_deny4_bkt,
+        SG_CFG_DENY4_SHORT, SG_CFG_DENY4_LONG);
+    add("xdp-deny", AF_INET6, maps.sg_deny6_all, maps.sg_deny6_short, maps.sg_deny6_bkt,
+        SG_CFG_DENY6_SHORT, SG_CFG_DENY6_LONG);
+    add("xdp-allow", AF_INET, maps.sg_allow4_all, maps.sg_allow4_short, maps.sg_allow4_bkt,
+        SG_CFG_ALLOW4_SHORT, SG_CFG_ALLOW4_LONG);
+    add("xdp-allow", AF_INET6, maps.sg_allow6_all, maps.sg_allow6_short, maps.sg_allow6_bkt,
+        SG_CFG_ALLOW6_SHORT, SG_CFG_ALLOW6_LONG);
     std::lock_guard lock(mutex_);
     writeConfigLocked();
 }
@@ -117,9 +121,13 @@ void EdgeFilterProgram::writeConfigLocked() {
 
 namespace {
 
-unsigned bucketBytes(int family) { return family == AF_INET ? SG_V4_BUCKET_BYTES : SG_V6_BUCKET_BYTES; }
+unsigned bucketBytes(int family) {
+    return family == AF_INET ? SG_V4_BUCKET_BYTES : SG_V6_BUCKET_BYTES;
+}
 
-bool isShort(const Cidr& cidr) { return cidr.prefixLength < bucketBytes(cidr.family) * 8; }
+bool isShort(const Cidr& cidr) {
+    return cidr.prefixLength < bucketBytes(cidr.family) * 8;
+}
 
 std::array<std::uint8_t, 16> maskOf(const Cidr& cidr) {
     std::array<std::uint8_t, 16> mask{};
@@ -158,8 +166,8 @@ void EdgeFilterProgram::rebuildBucketLocked(const PrefixSet& set, const Cidr& me
     std::copy_n(member.address.begin(), bytes, first.address.begin());
     std::vector<const Cidr*> members;
     for (auto it = set.rules.lower_bound(first);
-         it != set.rules.end() && std::equal(first.address.begin(), first.address.begin() + bytes,
-                                             it->address.begin());
+         it != set.rules.end() &&
+         std::equal(first.address.begin(), first.address.begin() + bytes, it->address.begin());
          ++it) {
         if (!isShort(*it)) members.push_back(&*it);
     }
@@ -246,10 +254,18 @@ bool EdgeFilterProgram::changeRule(const Cidr& cidr, bool allow, bool add) {
     return true;
 }
 
-void EdgeFilterProgram::addDeny(const Cidr& cidr) { changeRule(cidr, false, true); }
-bool EdgeFilterProgram::removeDeny(const Cidr& cidr) { return changeRule(cidr, false, false); }
-void EdgeFilterProgram::addAllow(const Cidr& cidr) { changeRule(cidr, true, true); }
-bool EdgeFilterProgram::removeAllow(const Cidr& cidr) { return changeRule(cidr, true, false); }
+void EdgeFilterProgram::addDeny(const Cidr& cidr) {
+    changeRule(cidr, false, true);
+}
+bool EdgeFilterProgram::removeDeny(const Cidr& cidr) {
+    return changeRule(cidr, false, false);
+}
+void EdgeFilterProgram::addAllow(const Cidr& cidr) {
+    changeRule(cidr, true, true);
+}
+bool EdgeFilterProgram::removeAllow(const Cidr& cidr) {
+    return changeRule(cidr, true, false);
+}
 
 std::vector<std::pair<Cidr, bool>> EdgeFilterProgram::rules() const {
     std::lock_guard lock(mutex_);
@@ -289,7 +305,8 @@ void EdgeFilterProgram::setListenPorts(const std::vector<std::uint16_t>& ports) 
     std::lock_guard lock(mutex_);
     // One whole-value write: a packet racing it sees every kept port's bit set in both versions.
     const __u32 zero = 0;
-    if (int err = bpf_map_update_elem(bpf_map__fd(skeleton_->maps.sg_ports), &zero, &bitmap, BPF_ANY);
+    if (int err =
+            bpf_map_update_elem(bpf_map__fd(skeleton_->maps.sg_ports), &zero, &bitmap, BPF_ANY);
         err < 0)
         throwErrno(-err, "xdp: writing the listen ports");
     ports_ = std::move(wanted);
@@ -302,22 +319,32 @@ std::vector<std::uint16_t> EdgeFilterProgram::listenPorts() const {
 
 const char* EdgeFilterProgram::actionName(unsigned action) noexcept {
     switch (action) {
-        case SG_ACTION_PASS: return "pass";
-        case SG_ACTION_DROP: return "drop";
+        case SG_ACTION_PASS:
+            return "pass";
+        case SG_ACTION_DROP:
+            return "drop";
     }
     return "unknown";
 }
 
 const char* EdgeFilterProgram::reasonName(unsigned reason) noexcept {
     switch (reason) {
-        case SG_REASON_NO_MATCH: return "no_match";
-        case SG_REASON_NOT_IP: return "not_ip";
-        case SG_REASON_NOT_TCP: return "not_tcp";
-        case SG_REASON_FRAGMENT: return "fragment";
-        case SG_REASON_MALFORMED: return "malformed";
-        case SG_REASON_DENY: return "deny";
-        case SG_REASON_SYN_RATE: return "syn_rate";
-        case SG_REASON_ALLOW: return "allow";
+        case SG_REASON_NO_MATCH:
+            return "no_match";
+        case SG_REASON_NOT_IP:
+            return "not_ip";
+        case SG_REASON_NOT_TCP:
+            return "not_tcp";
+        case SG_REASON_FRAGMENT:
+            return "fragment";
+        case SG_REASON_MALFORMED:
+            return "malformed";
+        case SG_REASON_DENY:
+            return "deny";
+        case SG_REASON_SYN_RATE:
+            return "syn_rate";
+        case SG_REASON_ALLOW:
+            return "allow";
     }
     return "unknown";
 }

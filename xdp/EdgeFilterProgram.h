@@ -35,9 +35,10 @@ namespace splicegate {
 using XdpPacketCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
 
 class EdgeFilterProgram {
-public:
+  public:
     // Opens and loads the program; defaults: no rules, no listen ports, no SYN limit, malformed
-    // packets dropped. Throws std::system_error ("xdp: loading the edge filter BPF program: ...").
+    // packets dropped. Needs CAP_BPF and CAP_PERFMON. Throws std::system_error
+    // ("xdp: loading the edge filter BPF program (needs ...): Operation not permitted").
     EdgeFilterProgram();
     ~EdgeFilterProgram();
     EdgeFilterProgram(const EdgeFilterProgram&) = delete;
@@ -67,7 +68,7 @@ public:
     // Test hook: the LRU hash of per-source SYN state (struct sg_syn_key -> struct sg_syn_state).
     int synStateMapFd() const noexcept;
 
-private:
+  private:
     struct SkeletonDeleter {
         void operator()(edge_filter_bpf* skeleton) const noexcept;
     };

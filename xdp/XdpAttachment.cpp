@@ -45,7 +45,9 @@ Resident inspect(unsigned id) {
     return resident;
 }
 
-std::string prefix(const std::string& interface) { return "xdp-interface " + interface; }
+std::string prefix(const std::string& interface) {
+    return "xdp-interface " + interface;
+}
 
 unsigned attachedProgramId(unsigned ifindex, XdpAttachMode mode) noexcept {
     __u32 id = 0;
@@ -58,9 +60,12 @@ unsigned attachedProgramId(unsigned ifindex, XdpAttachMode mode) noexcept {
 
 const char* xdpAttachModeName(XdpAttachMode mode) noexcept {
     switch (mode) {
-        case XdpAttachMode::Native: return "native";
-        case XdpAttachMode::Generic: return "generic";
-        case XdpAttachMode::Auto: return "auto";
+        case XdpAttachMode::Native:
+            return "native";
+        case XdpAttachMode::Generic:
+            return "generic";
+        case XdpAttachMode::Auto:
+            return "auto";
     }
     return "?";
 }
@@ -99,8 +104,8 @@ XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAtt
             throw std::system_error(
                 EBUSY, std::system_category(),
                 concat(prefix(interface), ": another XDP program ('", resident->name, "', id ",
-                       resident->id, ") is attached in ", resident == &native ? "native" : "generic",
-                       " mode; not replacing it"));
+                       resident->id, ") is attached in ",
+                       resident == &native ? "native" : "generic", " mode; not replacing it"));
     }
 
     std::vector<XdpAttachMode> candidates;
@@ -144,8 +149,8 @@ XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAtt
             ifindex_ = ifindex;
             mode_ = candidate;
             if (same.ours())
-                logInfo(prefix(interface), ": replaced a stale edge filter (id ", same.id,
-                        ") in ", xdpAttachModeName(candidate), " mode");
+                logInfo(prefix(interface), ": replaced a stale edge filter (id ", same.id, ") in ",
+                        xdpAttachModeName(candidate), " mode");
             else
                 logInfo(prefix(interface), ": edge filter attached in ",
                         xdpAttachModeName(candidate), " mode");
@@ -159,12 +164,12 @@ XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAtt
                     "), trying generic mode");
     }
     if (mode == XdpAttachMode::Auto)
-        throw std::system_error(lastError, std::system_category(),
-                                prefix(interface) + ": cannot attach in native or generic mode (" +
-                                    failures + ")");
-    throw std::system_error(lastError, std::system_category(),
-                            concat(prefix(interface), ": cannot attach in ",
-                                   xdpAttachModeName(mode), " mode"));
+        throw std::system_error(
+            lastError, std::system_category(),
+            prefix(interface) + ": cannot attach in native or generic mode (" + failures + ")");
+    throw std::system_error(
+        lastError, std::system_category(),
+        concat(prefix(interface), ": cannot attach in ", xdpAttachModeName(mode), " mode"));
 }
 
 XdpAttachment::XdpAttachment(XdpAttachment&& other) noexcept
@@ -184,7 +189,9 @@ XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
     return *this;
 }
 
-XdpAttachment::~XdpAttachment() { detach(); }
+XdpAttachment::~XdpAttachment() {
+    detach();
+}
 
 void XdpAttachment::detach() noexcept {
     if (ifindex_ == 0) return;
@@ -192,8 +199,8 @@ void XdpAttachment::detach() noexcept {
     options.sz = sizeof(options);
     options.old_prog_fd = program_.get();
     // With XDP_FLAGS_REPLACE the kernel detaches only if our program is still the one attached.
-    int err = bpf_xdp_detach(static_cast<int>(ifindex_), modeFlag(mode_) | XDP_FLAGS_REPLACE,
-                             &options);
+    int err =
+        bpf_xdp_detach(static_cast<int>(ifindex_), modeFlag(mode_) | XDP_FLAGS_REPLACE, &options);
     if (err == 0)
         logInfo(prefix(interface_), ": edge filter detached");
     else if (err == -ENODEV)

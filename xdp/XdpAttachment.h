@@ -26,7 +26,7 @@ const char* xdpAttachModeName(XdpAttachMode mode) noexcept;  // "native", "gener
 std::optional<XdpAttachMode> parseXdpAttachMode(std::string_view text) noexcept;
 
 class XdpAttachment {
-public:
+  public:
     XdpAttachment() noexcept = default;
     // `programFd` is duplicated; the caller keeps its own.
     XdpAttachment(const std::string& interface, int programFd, XdpAttachMode mode);
@@ -46,7 +46,7 @@ public:
     XdpAttachMode mode() const noexcept { return mode_; }
     void detach() noexcept;
 
-private:
+  private:
     std::string interface_;
     unsigned ifindex_ = 0;
     XdpAttachMode mode_ = XdpAttachMode::Auto;

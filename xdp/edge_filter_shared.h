@@ -13,7 +13,8 @@
  * recognises a stale program of ours on an interface by this name. */
 #define SG_XDP_PROG_NAME "splicegate_xdp"
 
-/* Capacities. Tries and buckets allocate per entry (BPF_F_NO_PREALLOC); the LRU hash preallocates. */
+/* Capacities. Tries and buckets allocate per entry (BPF_F_NO_PREALLOC); the LRU hash
+ * preallocates. */
 #define SG_MAX_RULES_PER_TRIE 65536
 #define SG_MAX_SYN_SOURCES 65536
 /* IPv6 extension headers walked before the packet counts as malformed. */

@@ -5,13 +5,13 @@
 #include <linux/bpf.h>
 #include <sys/socket.h>
 
-#include <chrono>
-#include <cstring>
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstring>
 #include <functional>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +51,7 @@ Frame syn6(const char* source = "2001:2::10", std::uint16_t port = kListenPort) 
 }
 
 class EdgeFilterProgramTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         std::string why;
         if (!xdptest::bpfAvailable(&why)) GTEST_SKIP() << why;
@@ -131,24 +131,23 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
          "pass/no_match"},
         {"IPv4 with 40 bytes of options",
          [] { return v4().ipv4Options(40).tcp(1, 2, kSyn).build(); }, XDP_PASS, "pass/no_match"},
-        {"IPv4 TCP with 40 bytes of TCP options",
-         [] { return v4().tcp(1, 2, kSyn, 40).build(); }, XDP_PASS, "pass/no_match"},
+        {"IPv4 TCP with 40 bytes of TCP options", [] { return v4().tcp(1, 2, kSyn, 40).build(); },
+         XDP_PASS, "pass/no_match"},
         {"IPv4 short datagram padded to the minimum frame",
          [] { return v4().tcp(1, 2, kSyn).payload(6).ipv4TotalLength(40).build(); }, XDP_PASS,
          "pass/no_match"},
         {"IPv4 total length 0 (BIG TCP after GRO)",
          [] { return v4().tcp(1, 2, kAck).payload(64).ipv4TotalLength(0).build(); }, XDP_PASS,
          "pass/no_match"},
-        {"IPv4 UDP", [] { return v4().udp(53, 53).payload(20).build(); }, XDP_PASS,
-         "pass/not_tcp"},
+        {"IPv4 UDP", [] { return v4().udp(53, 53).payload(20).build(); }, XDP_PASS, "pass/not_tcp"},
         {"IPv4 ICMP", [] { return v4().icmp().build(); }, XDP_PASS, "pass/not_tcp"},
         {"IPv4 without transport", [] { return v4().build(); }, XDP_PASS, "pass/not_tcp"},
         {"IPv4 first fragment with a whole TCP header",
          [] { return v4().ipv4Fragment(0, true).tcp(1, 2, kSyn).payload(64).build(); }, XDP_PASS,
          "pass/no_match"},
         {"IPv4 later fragment",
-         [] { return v4().ipv4Fragment(185, false).tcp(1, 2, kSyn).payload(64).build(); },
-         XDP_PASS, "pass/fragment"},
+         [] { return v4().ipv4Fragment(185, false).tcp(1, 2, kSyn).payload(64).build(); }, XDP_PASS,
+         "pass/fragment"},
         {"IPv4 later fragment with More Fragments",
          [] { return v4().ipv4Fragment(1, true).udp(1, 2).build(); }, XDP_PASS, "pass/fragment"},
         // Non-IP and VLANs.
@@ -156,10 +155,11 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
          "pass/not_ip"},
         {"bare Ethernet header", [] { return PacketBuilder().ethernetOnly(0x88cc, 0).build(); },
          XDP_PASS, "pass/not_ip"},
-        {"802.1Q IPv4 TCP", [] { return v4().vlan(kDot1Q, 10).tcp(1, 2, kSyn).build(); },
-         XDP_PASS, "pass/no_match"},
-        {"802.1Q ARP", [] { return PacketBuilder().vlan(kDot1Q, 10).ethernetOnly(0x0806, 28).build(); },
-         XDP_PASS, "pass/not_ip"},
+        {"802.1Q IPv4 TCP", [] { return v4().vlan(kDot1Q, 10).tcp(1, 2, kSyn).build(); }, XDP_PASS,
+         "pass/no_match"},
+        {"802.1Q ARP",
+         [] { return PacketBuilder().vlan(kDot1Q, 10).ethernetOnly(0x0806, 28).build(); }, XDP_PASS,
+         "pass/not_ip"},
         {"802.1ad + 802.1Q IPv6 TCP",
          [] { return v6().vlan(kQinQ, 100).vlan(kDot1Q, 10).tcp(1, 2, kSyn).build(); }, XDP_PASS,
          "pass/no_match"},
@@ -170,8 +170,12 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
         {"IPv6 TCP SYN", [] { return syn6(); }, XDP_PASS, "pass/no_match"},
         {"IPv6 hop-by-hop, routing, destination options, TCP",
          [] {
-             return v6().ipv6Ext(kHopByHop).ipv6Ext(kRouting, 24).ipv6Ext(kDestOptions, 16)
-                 .tcp(1, 2, kSyn).build();
+             return v6()
+                 .ipv6Ext(kHopByHop)
+                 .ipv6Ext(kRouting, 24)
+                 .ipv6Ext(kDestOptions, 16)
+                 .tcp(1, 2, kSyn)
+                 .build();
          },
          XDP_PASS, "pass/no_match"},
         {"IPv6 AH then TCP", [] { return v6().ipv6Ext(kAuthHeader, 24).tcp(1, 2, kSyn).build(); },
@@ -221,15 +225,18 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
          "drop/malformed"},
         {"IPv4 tiny first fragment (8 bytes of TCP, RFC 1858)",
          [] {
-             return v4().ipv4Fragment(0, true).tcp(1, 2, kSyn).payload(20).ipv4TotalLength(28)
+             return v4()
+                 .ipv4Fragment(0, true)
+                 .tcp(1, 2, kSyn)
+                 .payload(20)
+                 .ipv4TotalLength(28)
                  .build();
          },
          XDP_DROP, "drop/malformed"},
         {"TCP data offset 4", [] { return v4().tcp(1, 2, kSyn).tcpDataOffset(4).build(); },
          XDP_DROP, "drop/malformed"},
         {"TCP data offset 15 past the datagram",
-         [] { return v4().tcp(1, 2, kSyn).tcpDataOffset(15).build(); }, XDP_DROP,
-         "drop/malformed"},
+         [] { return v4().tcp(1, 2, kSyn).tcpDataOffset(15).build(); }, XDP_DROP, "drop/malformed"},
         {"IPv6 version 4 under EtherType IPv6",
          [] {
              Frame frame = syn6();
@@ -245,7 +252,11 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
          XDP_DROP, "drop/malformed"},
         {"IPv6 tiny first fragment",
          [] {
-             return v6().ipv6Fragment(0, true).tcp(1, 2, kSyn).payload(20).ipv6PayloadLength(16)
+             return v6()
+                 .ipv6Fragment(0, true)
+                 .tcp(1, 2, kSyn)
+                 .payload(20)
+                 .ipv6PayloadLength(16)
                  .build();
          },
          XDP_DROP, "drop/malformed"},
@@ -267,13 +278,16 @@ TEST_F(EdgeFilterProgramTest, VerdictTable) {
         {"IPv4 next to the deny prefix", [] { return syn4("203.0.114.5"); }, XDP_PASS,
          "pass/no_match"},
         {"IPv4 allow beats deny", [] { return syn4("203.0.113.7"); }, XDP_PASS, "pass/allow"},
-        {"IPv4 allow beats deny, UDP", [] { return v4("203.0.113.7").udp(1, 2).build(); },
-         XDP_PASS, "pass/allow"},
+        {"IPv4 allow beats deny, UDP", [] { return v4("203.0.113.7").udp(1, 2).build(); }, XDP_PASS,
+         "pass/allow"},
         {"IPv6 deny", [] { return syn6("2001:db8:bad:1::1"); }, XDP_DROP, "drop/deny"},
         {"IPv6 deny after extension headers",
          [] {
-             return v6("2001:db8:bad::99").ipv6Ext(kHopByHop).ipv6Ext(kDestOptions)
-                 .tcp(1, 2, kSyn).build();
+             return v6("2001:db8:bad::99")
+                 .ipv6Ext(kHopByHop)
+                 .ipv6Ext(kDestOptions)
+                 .tcp(1, 2, kSyn)
+                 .build();
          },
          XDP_DROP, "drop/deny"},
         {"IPv6 next to the deny prefix", [] { return syn6("2001:db8:bae::1"); }, XDP_PASS,
@@ -293,9 +307,13 @@ TEST_F(EdgeFilterProgramTest, TruncatedAtEveryLengthIsMalformed) {
         {"IPv4 options + TCP options + payload",
          v4().ipv4Options(8).tcp(1, kListenPort, kSyn, 12).payload(3)},
         {"802.1Q IPv4 UDP", v4().vlan(kDot1Q, 7).udp(1, 2).payload(1)},
-        {"QinQ IPv6 HBH + routing + fragment(first) + TCP",
-         v6().vlan(kQinQ, 1).vlan(kDot1Q, 2).ipv6Ext(kHopByHop).ipv6Ext(kRouting, 16)
-             .ipv6Fragment(0, true).tcp(1, kListenPort, kSyn, 4).payload(2)},
+        {"QinQ IPv6 HBH + routing + fragment(first) + TCP", v6().vlan(kQinQ, 1)
+                                                                .vlan(kDot1Q, 2)
+                                                                .ipv6Ext(kHopByHop)
+                                                                .ipv6Ext(kRouting, 16)
+                                                                .ipv6Fragment(0, true)
+                                                                .tcp(1, kListenPort, kSyn, 4)
+                                                                .payload(2)},
         {"IPv6 AH + ICMPv6", v6().ipv6Ext(kAuthHeader, 12).icmp()},
     };
     for (const auto& [description, builder] : packets) {
@@ -341,8 +359,8 @@ TEST_F(EdgeFilterProgramTest, SynLimitBurstThenDropThenRefill) {
     expect(syn4(), XDP_DROP, "drop/syn_rate", "and only one");
     rewindSynBuckets(std::chrono::seconds(60));
     for (int i = 0; i < 3; ++i)
-        expect(syn4(), XDP_PASS, "pass/no_match", "refilled to the burst, not beyond: SYN " +
-                                                     std::to_string(i + 1));
+        expect(syn4(), XDP_PASS, "pass/no_match",
+               "refilled to the burst, not beyond: SYN " + std::to_string(i + 1));
     expect(syn4(), XDP_DROP, "drop/syn_rate", "burst spent again");
 }
 
@@ -468,11 +486,11 @@ TEST_F(EdgeFilterProgramTest, CrowdedBucketFallsBackToTheTrie) {
 }
 
 TEST_F(EdgeFilterProgramTest, ShortAndLongPrefixesTogether) {
-    program_->addDeny(*Cidr::parse("10.0.0.0/8"));       // short: below the /16 bucket length
-    program_->addDeny(*Cidr::parse("192.168.7.0/24"));   // long
-    program_->addDeny(*Cidr::parse("2001:db0::/29"));    // short: below /32
+    program_->addDeny(*Cidr::parse("10.0.0.0/8"));         // short: below the /16 bucket length
+    program_->addDeny(*Cidr::parse("192.168.7.0/24"));     // long
+    program_->addDeny(*Cidr::parse("2001:db0::/29"));      // short: below /32
     program_->addDeny(*Cidr::parse("2001:db9:1:2::/64"));  // long
-    program_->addAllow(*Cidr::parse("10.9.0.0/16"));     // long allow inside a short deny
+    program_->addAllow(*Cidr::parse("10.9.0.0/16"));       // long allow inside a short deny
     auto udp4 = [](const char* source) { return v4(source).udp(1, 2).build(); };
     auto udp6 = [](const char* source) { return v6(source).udp(1, 2).build(); };
     expect(udp4("10.200.1.1"), XDP_DROP, "drop/deny", "inside the /8");
@@ -507,10 +525,16 @@ TEST_F(EdgeFilterProgramTest, AgreesWithAReferenceMatcher) {
             address = {10, static_cast<std::uint8_t>(sparse ? 4 + random() % 60 : random() % 4),
                        static_cast<std::uint8_t>(random()), static_cast<std::uint8_t>(random())};
         } else {
-            address = {0x20, 0x01, static_cast<std::uint8_t>(sparse ? 0x0e : 0x0d),
-                       static_cast<std::uint8_t>(sparse ? random() : random() % 2 ? 0xb8 : 0xba),
-                       0, static_cast<std::uint8_t>(random() % 4)};
-            for (std::size_t i = 6; i < 16; ++i) address[i] = static_cast<std::uint8_t>(random() % 3);
+            address = {0x20,
+                       0x01,
+                       static_cast<std::uint8_t>(sparse ? 0x0e : 0x0d),
+                       static_cast<std::uint8_t>(sparse         ? random()
+                                                 : random() % 2 ? 0xb8
+                                                                : 0xba),
+                       0,
+                       static_cast<std::uint8_t>(random() % 4)};
+            for (std::size_t i = 6; i < 16; ++i)
+                address[i] = static_cast<std::uint8_t>(random() % 3);
         }
         return address;
     };
@@ -542,15 +566,17 @@ TEST_F(EdgeFilterProgramTest, AgreesWithAReferenceMatcher) {
             probe.prefixLength = family == AF_INET ? 32 : 128;
             std::string text = probe.text();
             text = text.substr(0, text.find('/'));
-            const bool denied = std::any_of(active.begin(), active.end(),
-                                            [&](const Cidr& c) { return c.family == family && covers(c, address); });
+            const bool denied = std::any_of(active.begin(), active.end(), [&](const Cidr& c) {
+                return c.family == family && covers(c, address);
+            });
             const Frame frame = family == AF_INET ? v4(text.c_str()).udp(1, 2).build()
                                                   : v6(text.c_str()).udp(1, 2).build();
             const auto result = xdptest::runXdp(program_->programFd(), frame);
             drops += denied;
             if (result.verdict != (denied ? XDP_DROP : XDP_PASS)) {
                 ++mismatches;
-                ADD_FAILURE() << phase << ": " << text << " expected " << (denied ? "drop" : "pass");
+                ADD_FAILURE() << phase << ": " << text << " expected "
+                              << (denied ? "drop" : "pass");
             }
         }
         // Both answers must be common, or the comparison proves little.

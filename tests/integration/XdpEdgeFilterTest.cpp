@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/if_link.h>
@@ -16,14 +17,15 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
-#include <dirent.h>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +37,7 @@
 #include "common/UniqueFd.h"
 #include "xdp/EdgeFilter.h"
 #include "xdp/edge_filter_shared.h"
+#include "xdp/testing/XdpTestRun.h"
 
 extern char** environ;
 
@@ -49,7 +52,7 @@ constexpr milliseconds kDeniedTimeout{600};
 constexpr milliseconds kAllowedTimeout{5000};
 
 struct CommandResult {
-    int status = -1;  // exit code, or -1 if it did not exit normally
+    int status = -1;     // exit code, or -1 if it did not exit normally
     std::string output;  // stdout and stderr
 };
 
@@ -98,7 +101,9 @@ void mustRun(const std::vector<std::string>& args) {
                                  "): " + result.output);
 }
 
-bool processAlive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+bool processAlive(long pid) {
+    return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
 
 // Namespaces and interfaces of earlier runs that were killed before their destructors ran.
 void sweepLeftovers() {
@@ -121,6 +126,37 @@ void sweepLeftovers() {
     }
 }
 
+// Claims one of the 8,192 /29 subnets of 198.19.0.0/16 for as long as it lives, so tests running
+// in parallel (ctest -j runs each test as its own process) never share one. The claim is a bound
+// abstract Unix socket: the kernel frees it when the process dies, however it dies.
+class SubnetLease {
+  public:
+    explicit SubnetLease(unsigned hint) {
+        for (unsigned attempt = 0; attempt < kSubnets; ++attempt) {
+            const unsigned subnet = (hint + attempt) % kSubnets;
+            UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+            sockaddr_un address{};
+            address.sun_family = AF_UNIX;
+            const std::string name = "splicegate-xdp-test-subnet-" + std::to_string(subnet);
+            std::memcpy(address.sun_path + 1, name.data(), name.size());
+            const auto length =
+                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+            if (fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) == 0) {
+                subnet_ = subnet;
+                claim_ = std::move(fd);
+                return;
+            }
+        }
+        throw std::runtime_error("no free test subnet in 198.19.0.0/16");
+    }
+    unsigned subnet() const { return subnet_; }
+
+  private:
+    static constexpr unsigned kSubnets = 8192;
+    unsigned subnet_ = 0;
+    UniqueFd claim_;
+};
+
 unsigned nextIndex() {
     static std::atomic<unsigned> counter{0};
     return counter++;
@@ -129,14 +165,14 @@ unsigned nextIndex() {
 // A veth pair: `host` in our namespace with .1, `peer` in namespace `ns` with .2 and .3 of a /29
 // inside 198.19.0.0/16, plus 2001:2:0:N::1 and ::2.
 class VethNamespace {
-public:
-    VethNamespace() {
-        const unsigned n = nextIndex();
+  public:
+    VethNamespace() : VethNamespace(nextIndex()) {}
+    explicit VethNamespace(unsigned n) : lease_(static_cast<unsigned>(getpid()) * 16 + n) {
         const long pid = getpid();
         ns_ = "sgxdp-" + std::to_string(pid) + "-" + std::to_string(n);
         host_ = "sgxh" + std::to_string(pid) + "_" + std::to_string(n);
         peer_ = "sgxp" + std::to_string(pid) + "_" + std::to_string(n);
-        const unsigned subnet = static_cast<unsigned>((pid * 16 + n) % 8192);
+        const unsigned subnet = lease_.subnet();
         auto v4 = [&](unsigned host) {
             return "198.19." + std::to_string(subnet / 32) + "." +
                    std::to_string(subnet % 32 * 8 + host);
@@ -151,13 +187,15 @@ public:
         try {
             mustRun({"ip", "netns", "add", ns_});
             created_ = true;
-            mustRun({"ip", "link", "add", host_, "type", "veth", "peer", "name", peer_, "netns", ns_});
+            mustRun(
+                {"ip", "link", "add", host_, "type", "veth", "peer", "name", peer_, "netns", ns_});
             mustRun({"ip", "addr", "add", hostAddress_ + "/29", "dev", host_});
             mustRun({"ip", "addr", "add", hostAddress6_ + "/64", "dev", host_, "nodad"});
             mustRun({"ip", "link", "set", host_, "up"});
             mustRun({"ip", "-n", ns_, "addr", "add", clientAddress_ + "/29", "dev", peer_});
             mustRun({"ip", "-n", ns_, "addr", "add", otherClientAddress_ + "/29", "dev", peer_});
-            mustRun({"ip", "-n", ns_, "addr", "add", clientAddress6_ + "/64", "dev", peer_, "nodad"});
+            mustRun(
+                {"ip", "-n", ns_, "addr", "add", clientAddress6_ + "/64", "dev", peer_, "nodad"});
             mustRun({"ip", "-n", ns_, "link", "set", peer_, "up"});
             mustRun({"ip", "-n", ns_, "link", "set", "lo", "up"});
         } catch (...) {
@@ -194,7 +232,7 @@ public:
         return result;
     }
 
-private:
+  private:
     void cleanUp() noexcept {
         // Deleting the namespace deletes the peer, and with it the host end of the pair.
         if (created_) runCommand({"ip", "netns", "del", ns_});
@@ -202,6 +240,7 @@ private:
         created_ = false;
     }
 
+    SubnetLease lease_;
     std::string ns_, host_, peer_;
     std::string hostAddress_, clientAddress_, otherClientAddress_;
     std::string hostAddress6_, clientAddress6_;
@@ -211,7 +250,7 @@ private:
 // An interface without native XDP support in our namespace: a bridge (built into most kernels;
 // this one lacks the dummy driver), else an ifb device.
 class NoNativeXdpInterface {
-public:
+  public:
     NoNativeXdpInterface()
         : name_("sgxb" + std::to_string(getpid()) + "_" + std::to_string(nextIndex())) {
         for (const char* type : {"bridge", "ifb"}) {
@@ -232,7 +271,7 @@ public:
     const std::string& why() const { return why_; }
     const std::string& name() const { return name_; }
 
-private:
+  private:
     std::string name_;
     std::string why_;
     bool created_ = false;
@@ -258,8 +297,8 @@ sockaddr_storage socketAddress(const std::string& address, std::uint16_t port, s
 
 // Echoes whatever each connection sends, on one poll thread; stop() closes everything.
 class EchoServer {
-public:
-    EchoServer(const std::string& address) {
+  public:
+    explicit EchoServer(const std::string& address) {
         socklen_t length = 0;
         sockaddr_storage bound = socketAddress(address, 0, length);
         listener_.reset(checkSys(socket(bound.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), "socket"));
@@ -268,9 +307,9 @@ public:
         checkSys(listen(listener_.get(), 64), "listen");
         checkSys(getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&bound), &length),
                  "getsockname");
-        port_ = ntohs(bound.ss_family == AF_INET
-                          ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
-                          : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+        port_ =
+            ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                             : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
         int pipeFds[2];
         checkSys(pipe2(pipeFds, O_CLOEXEC), "pipe2");
         stopRead_.reset(pipeFds[0]);
@@ -286,7 +325,7 @@ public:
     }
     std::uint16_t port() const { return port_; }
 
-private:
+  private:
     void loop() {
         std::vector<UniqueFd> connections;
         char buffer[65536];
@@ -413,7 +452,7 @@ unsigned expectedAttachMode(XdpAttachMode mode) {
 }
 
 class XdpEdgeFilterTest : public ::testing::TestWithParam<XdpAttachMode> {
-protected:
+  protected:
     void SetUp() override {
         if (geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and XDP attach";
         sweepLeftovers();
@@ -437,8 +476,8 @@ protected:
         const std::string& destination =
             source.find(':') == std::string::npos ? net_->hostAddress() : net_->hostAddress6();
         int error = 0;
-        UniqueFd fd = connectFrom(*net_, source, destination, port(), works ? kAllowedTimeout
-                                                                           : kDeniedTimeout, error);
+        UniqueFd fd = connectFrom(*net_, source, destination, port(),
+                                  works ? kAllowedTimeout : kDeniedTimeout, error);
         if (works) {
             ASSERT_TRUE(fd) << why << ": connect from " << source << ": " << std::strerror(error);
             EXPECT_TRUE(echoes(fd.get(), 256 * 1024)) << why << ": echo from " << source;
@@ -510,8 +549,8 @@ TEST_P(XdpEdgeFilterTest, SynRateLimitPerSource) {
         int error = 0;
         held.push_back(connectFrom(*net_, net_->clientAddress(), net_->hostAddress(), port(),
                                    kAllowedTimeout, error));
-        ASSERT_TRUE(held.back()) << "connection " << i + 1 << " within the burst: "
-                                 << std::strerror(error);
+        ASSERT_TRUE(held.back()) << "connection " << i + 1
+                                 << " within the burst: " << std::strerror(error);
     }
     expectConnect(net_->clientAddress(), false, "third SYN in the same second");
     EXPECT_GE(count(filter, "drop", "syn_rate"), 1u);
@@ -585,11 +624,7 @@ TEST_P(XdpEdgeFilterTest, StaleProgramOfOursIsReplaced) {
 // A program that is not ours is never replaced.
 TEST_P(XdpEdgeFilterTest, ForeignProgramIsLeftAlone) {
     const unsigned ifindex = net_->hostIndex();
-    const bpf_insn passAll[] = {
-        {BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, XDP_PASS},
-        {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
-    };
-    UniqueFd foreign(bpf_prog_load(BPF_PROG_TYPE_XDP, "foreign_xdp", "GPL", passAll, 2, nullptr));
+    UniqueFd foreign = xdptest::loadPassProgram("foreign_xdp");
     ASSERT_TRUE(foreign) << "loading a trivial XDP program";
     const std::uint32_t flag =
         GetParam() == XdpAttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
@@ -621,7 +656,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, XdpEdgeFilterTest,
                          });
 
 class XdpEdgeFilterModeTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         if (geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and XDP attach";
         sweepLeftovers();
@@ -635,9 +670,8 @@ TEST_F(XdpEdgeFilterModeTest, MissingInterfaceIsNamed) {
         EdgeFilter filter(options);
         FAIL() << "no exception";
     } catch (const std::system_error& error) {
-        EXPECT_EQ(std::string(error.what()).rfind("xdp-interface " + options.interface +
-                                                      ": no such interface",
-                                                  0),
+        EXPECT_EQ(std::string(error.what())
+                      .rfind("xdp-interface " + options.interface + ": no such interface", 0),
                   0u)
             << error.what();
         EXPECT_EQ(error.code().value(), ENODEV);

@@ -14,9 +14,9 @@
  * prefix-set lookup (none when the family's deny set is empty), whose cost does not grow with the
  * number of prefixes (see the bucket index in edge_filter_shared.h).
  *
- * Only pointer-vs-data_end comparisons guard packet access; lengths taken from headers are
- * compared as scalars, so the program loads without CAP_PERFMON (no pointer-pointer compares).
- * Needs: kernel 5.6+ (global BPF functions; bounded loops from 5.3), LPM trie, LRU hash.
+ * Loading needs CAP_BPF and CAP_PERFMON (packet pointer plus a variable offset, as every IHL or
+ * extension-header walk needs, is refused without CAP_PERFMON), attaching CAP_NET_ADMIN.
+ * Kernel 5.6+ (global BPF functions; bounded loops from 5.3).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -45,7 +45,6 @@ struct sg_frag_hdr {
 	__be32 identification;
 };
 
-#define SG_IP_MF 0x2000
 #define SG_IP_OFFSET 0x1fff
 #define SG_IP6_OFFSET 0xfff8
 /* "No datagram length to check against" (IPv4 BIG TCP / IPv6 jumbogram after GRO in generic

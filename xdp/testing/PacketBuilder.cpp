@@ -109,7 +109,8 @@ PacketBuilder& PacketBuilder::ipv6PayloadLength(std::uint16_t payloadLength) {
 
 PacketBuilder& PacketBuilder::tcp(std::uint16_t sourcePort, std::uint16_t destinationPort,
                                   std::uint8_t flags, std::size_t optionBytes) {
-    if (optionBytes % 4 || optionBytes > 40) throw std::invalid_argument("PacketBuilder: TCP options");
+    if (optionBytes % 4 || optionBytes > 40)
+        throw std::invalid_argument("PacketBuilder: TCP options");
     l4_ = L4::Tcp;
     sourcePort_ = sourcePort;
     destinationPort_ = destinationPort;
@@ -192,7 +193,8 @@ std::vector<std::uint8_t> PacketBuilder::build() const {
         put16(l4, 2, destinationPort_);
         put16(l4, 4, static_cast<std::uint16_t>(8 + payload_));
     } else if (l4_ == L4::Icmp) {
-        protocol = static_cast<std::uint8_t>(l3_ == L3::V4 ? int{IPPROTO_ICMP} : int{IPPROTO_ICMPV6});
+        protocol =
+            static_cast<std::uint8_t>(l3_ == L3::V4 ? int{IPPROTO_ICMP} : int{IPPROTO_ICMPV6});
         l4.resize(8, 0);
         l4[0] = l3_ == L3::V4 ? 8 : 128;  // echo request
     }
@@ -203,8 +205,10 @@ std::vector<std::uint8_t> PacketBuilder::build() const {
         const std::size_t start = out.size();
         out.resize(start + headerLength, 0);
         std::uint8_t* ip = out.data() + start;
-        ip[0] = static_cast<std::uint8_t>((version_ << 4) | (ihl_.value_or(headerLength / 4) & 0xf));
-        put16(out, start + 2, totalLength_.value_or(static_cast<std::uint16_t>(headerLength + l4.size())));
+        ip[0] =
+            static_cast<std::uint8_t>((version_ << 4) | (ihl_.value_or(headerLength / 4) & 0xf));
+        put16(out, start + 2,
+              totalLength_.value_or(static_cast<std::uint16_t>(headerLength + l4.size())));
         put16(out, start + 4, 0x4242);
         put16(out, start + 6, fragmentField_);
         ip[8] = 64;
@@ -232,7 +236,8 @@ std::vector<std::uint8_t> PacketBuilder::build() const {
             out[at] = i + 1 < exts_.size() ? std::uint8_t{exts_[i + 1].type} : protocol;
             if (ext.type == kFragmentHeader) {
                 put16(out, at + 2,
-                      static_cast<std::uint16_t>((ext.fragmentOffset << 3) | (ext.moreFragments ? 1 : 0)));
+                      static_cast<std::uint16_t>((ext.fragmentOffset << 3) |
+                                                 (ext.moreFragments ? 1 : 0)));
             } else if (ext.type == kAuthHeader) {
                 out[at + 1] = static_cast<std::uint8_t>(ext.length / 4 - 2);
             } else {

@@ -26,7 +26,7 @@ enum Ipv6Ext : std::uint8_t {
 };
 
 class PacketBuilder {
-public:
+  public:
     // 802.1Q (0x8100) or 802.1ad (0x88a8) tag, outermost first.
     PacketBuilder& vlan(std::uint16_t tpid, std::uint16_t vid);
     // A non-IP frame: this EtherType and `payload` bytes after it.
@@ -46,8 +46,8 @@ public:
     PacketBuilder& ipv6Fragment(std::uint16_t offsetIn8ByteUnits, bool moreFragments);
     PacketBuilder& ipv6PayloadLength(std::uint16_t payloadLength);
 
-    PacketBuilder& tcp(std::uint16_t sourcePort, std::uint16_t destinationPort,
-                       std::uint8_t flags, std::size_t optionBytes = 0);
+    PacketBuilder& tcp(std::uint16_t sourcePort, std::uint16_t destinationPort, std::uint8_t flags,
+                       std::size_t optionBytes = 0);
     PacketBuilder& tcpDataOffset(std::uint8_t words);  // override (broken header)
     PacketBuilder& udp(std::uint16_t sourcePort, std::uint16_t destinationPort);
     PacketBuilder& icmp();  // ICMP echo (ICMPv6 echo for IPv6)
@@ -57,7 +57,7 @@ public:
     // Offsets where each header ends (Ethernet, every tag, IP, every extension, transport).
     std::vector<std::size_t> boundaries() const;
 
-private:
+  private:
     struct Tag {
         std::uint16_t tpid;
         std::uint16_t vid;

@@ -23,19 +23,25 @@ XdpRunResult runXdp(int programFd, const std::vector<std::uint8_t>& frame, int r
     return result;
 }
 
-bool bpfAvailable(std::string* why) {
-    // The smallest XDP program: r0 = XDP_PASS; exit.
+UniqueFd loadPassProgram(const char* name, int* error) {
+    // r0 = XDP_PASS; exit.
     const bpf_insn program[] = {
         {BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, XDP_PASS},
         {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
     };
-    int fd = bpf_prog_load(BPF_PROG_TYPE_XDP, "sg_probe", "GPL", program, 2, nullptr);
-    if (fd < 0) {
-        if (why) *why = "cannot load an XDP program: " + errnoText(fd) +
-                        " (needs root or CAP_BPF + CAP_NET_ADMIN)";
+    int fd = bpf_prog_load(BPF_PROG_TYPE_XDP, name, "GPL", program, 2, nullptr);
+    if (fd < 0 && error) *error = -fd;
+    return UniqueFd(fd < 0 ? -1 : fd);
+}
+
+bool bpfAvailable(std::string* why) {
+    int error = 0;
+    if (!loadPassProgram("sg_probe", &error)) {
+        if (why)
+            *why = "cannot load an XDP program: " + errnoText(error) +
+                   " (needs root, or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN)";
         return false;
     }
-    UniqueFd owner(fd);
     return true;
 }
 
