@@ -1,258 +1,55 @@
-// The edge filter on a real interface: a veth pair whose far end sits in a network namespace,
-// clients connecting from inside it (198.19.x.y from 198.18.0.0/15, 2001:2::/48 for IPv6) to a
-// TCP echo server on the host side, where the filter is attached in native or generic mode.
+// The edge filter (EdgeFilter, no daemon) on a real interface: a veth pair whose far end sits in a
+// network namespace (xdp/testing/VethNamespace.h: 198.19.x.y from 198.18.0.0/15, 2001:2::/48),
+// clients connecting from inside it to a TCP echo server on the host side, where the filter is
+// attached in native or generic mode: deny, allow over deny, rule changes at run time, the SYN
+// limit, counters, detach on destruction, stale and foreign programs, attach errors.
 // Needs root (namespaces, XDP attach); every namespace, veth and bridge interface is removed on
 // every exit path (RAII), and ones left behind by a killed run are swept at start.
-#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/if_link.h>
 #include <net/if.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sched.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstddef>
 #include <cstring>
 #include <memory>
-#include <optional>
-#include <stdexcept>
 #include <string>
-#include <thread>
+#include <system_error>
 #include <vector>
 
-#include "common/Error.h"
 #include "common/UniqueFd.h"
 #include "xdp/EdgeFilter.h"
 #include "xdp/edge_filter_shared.h"
+#include "xdp/testing/EchoServer.h"
+#include "xdp/testing/VethNamespace.h"
 #include "xdp/testing/XdpTestRun.h"
-
-extern char** environ;
 
 namespace splicegate {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 // A SYN dropped at the edge never completes; the first retransmission comes after 1 s.
 constexpr milliseconds kDeniedTimeout{600};
 constexpr milliseconds kAllowedTimeout{5000};
 
-struct CommandResult {
-    int status = -1;     // exit code, or -1 if it did not exit normally
-    std::string output;  // stdout and stderr
-};
-
-CommandResult runCommand(const std::vector<std::string>& args) {
-    int pipeFds[2];
-    checkSys(pipe2(pipeFds, O_CLOEXEC), "pipe2");
-    UniqueFd readEnd(pipeFds[0]);
-    UniqueFd writeEnd(pipeFds[1]);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, writeEnd.get(), 1);
-    posix_spawn_file_actions_adddup2(&actions, writeEnd.get(), 2);
-    std::vector<char*> argv;
-    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    writeEnd.reset();
-    CommandResult result;
-    if (err != 0) {
-        result.output = args[0] + ": " + std::strerror(err);
-        return result;
-    }
-    char buffer[4096];
-    ssize_t n;
-    while ((n = read(readEnd.get(), buffer, sizeof(buffer))) > 0)
-        result.output.append(buffer, static_cast<std::size_t>(n));
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
-}
-
-std::string joined(const std::vector<std::string>& args) {
-    std::string text;
-    for (const auto& arg : args) text += (text.empty() ? "" : " ") + arg;
-    return text;
-}
-
-void mustRun(const std::vector<std::string>& args) {
-    CommandResult result = runCommand(args);
-    if (result.status != 0)
-        throw std::runtime_error(joined(args) + " failed (" + std::to_string(result.status) +
-                                 "): " + result.output);
-}
-
-bool processAlive(long pid) {
-    return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
-// Namespaces and interfaces of earlier runs that were killed before their destructors ran.
-void sweepLeftovers() {
-    if (DIR* dir = opendir("/run/netns")) {
-        while (dirent* entry = readdir(dir)) {
-            long pid = 0;
-            if (std::sscanf(entry->d_name, "sgxdp-%ld-", &pid) == 1 && !processAlive(pid))
-                runCommand({"ip", "netns", "del", entry->d_name});
-        }
-        closedir(dir);
-    }
-    if (struct if_nameindex* names = if_nameindex()) {
-        for (struct if_nameindex* it = names; it->if_index != 0; ++it) {
-            long pid = 0;
-            char kind = 0;
-            if (std::sscanf(it->if_name, "sgx%c%ld", &kind, &pid) == 2 && !processAlive(pid))
-                runCommand({"ip", "link", "del", std::string(it->if_name)});
-        }
-        if_freenameindex(names);
-    }
-}
-
-// Claims one of the 8,192 /29 subnets of 198.19.0.0/16 for as long as it lives, so tests running
-// in parallel (ctest -j runs each test as its own process) never share one. The claim is a bound
-// abstract Unix socket: the kernel frees it when the process dies, however it dies.
-class SubnetLease {
-  public:
-    explicit SubnetLease(unsigned hint) {
-        for (unsigned attempt = 0; attempt < kSubnets; ++attempt) {
-            const unsigned subnet = (hint + attempt) % kSubnets;
-            UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-            sockaddr_un address{};
-            address.sun_family = AF_UNIX;
-            const std::string name = "splicegate-xdp-test-subnet-" + std::to_string(subnet);
-            std::memcpy(address.sun_path + 1, name.data(), name.size());
-            const auto length =
-                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-            if (fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&address), length) == 0) {
-                subnet_ = subnet;
-                claim_ = std::move(fd);
-                return;
-            }
-        }
-        throw std::runtime_error("no free test subnet in 198.19.0.0/16");
-    }
-    unsigned subnet() const { return subnet_; }
-
-  private:
-    static constexpr unsigned kSubnets = 8192;
-    unsigned subnet_ = 0;
-    UniqueFd claim_;
-};
-
-unsigned nextIndex() {
-    static std::atomic<unsigned> counter{0};
-    return counter++;
-}
-
-// A veth pair: `host` in our namespace with .1, `peer` in namespace `ns` with .2 and .3 of a /29
-// inside 198.19.0.0/16, plus 2001:2:0:N::1 and ::2.
-class VethNamespace {
-  public:
-    VethNamespace() : VethNamespace(nextIndex()) {}
-    explicit VethNamespace(unsigned n) : lease_(static_cast<unsigned>(getpid()) * 16 + n) {
-        const long pid = getpid();
-        ns_ = "sgxdp-" + std::to_string(pid) + "-" + std::to_string(n);
-        host_ = "sgxh" + std::to_string(pid) + "_" + std::to_string(n);
-        peer_ = "sgxp" + std::to_string(pid) + "_" + std::to_string(n);
-        const unsigned subnet = lease_.subnet();
-        auto v4 = [&](unsigned host) {
-            return "198.19." + std::to_string(subnet / 32) + "." +
-                   std::to_string(subnet % 32 * 8 + host);
-        };
-        hostAddress_ = v4(1);
-        clientAddress_ = v4(2);
-        otherClientAddress_ = v4(3);
-        char v6[64];
-        std::snprintf(v6, sizeof(v6), "2001:2:0:%x::", subnet);
-        hostAddress6_ = std::string(v6) + "1";
-        clientAddress6_ = std::string(v6) + "2";
-        try {
-            mustRun({"ip", "netns", "add", ns_});
-            created_ = true;
-            mustRun(
-                {"ip", "link", "add", host_, "type", "veth", "peer", "name", peer_, "netns", ns_});
-            mustRun({"ip", "addr", "add", hostAddress_ + "/29", "dev", host_});
-            mustRun({"ip", "addr", "add", hostAddress6_ + "/64", "dev", host_, "nodad"});
-            mustRun({"ip", "link", "set", host_, "up"});
-            mustRun({"ip", "-n", ns_, "addr", "add", clientAddress_ + "/29", "dev", peer_});
-            mustRun({"ip", "-n", ns_, "addr", "add", otherClientAddress_ + "/29", "dev", peer_});
-            mustRun(
-                {"ip", "-n", ns_, "addr", "add", clientAddress6_ + "/64", "dev", peer_, "nodad"});
-            mustRun({"ip", "-n", ns_, "link", "set", peer_, "up"});
-            mustRun({"ip", "-n", ns_, "link", "set", "lo", "up"});
-        } catch (...) {
-            cleanUp();
-            throw;
-        }
-    }
-    VethNamespace(const VethNamespace&) = delete;
-    VethNamespace& operator=(const VethNamespace&) = delete;
-    ~VethNamespace() { cleanUp(); }
-
-    const std::string& hostInterface() const { return host_; }
-    const std::string& hostAddress() const { return hostAddress_; }
-    const std::string& hostAddress6() const { return hostAddress6_; }
-    const std::string& clientAddress() const { return clientAddress_; }
-    const std::string& otherClientAddress() const { return otherClientAddress_; }
-    const std::string& clientAddress6() const { return clientAddress6_; }
-    unsigned hostIndex() const { return if_nametoindex(host_.c_str()); }
-
-    // A TCP socket created inside the namespace (a socket keeps the namespace it was made in).
-    UniqueFd socketInside(int family) const {
-        UniqueFd result;
-        int err = 0;
-        std::thread([&] {
-            UniqueFd nsFd(open(("/run/netns/" + ns_).c_str(), O_RDONLY | O_CLOEXEC));
-            if (!nsFd || setns(nsFd.get(), CLONE_NEWNET) != 0) {
-                err = errno;
-                return;
-            }
-            result.reset(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-            if (!result) err = errno;
-        }).join();
-        if (!result) throwErrno(err, "socket in netns " + ns_);
-        return result;
-    }
-
-  private:
-    void cleanUp() noexcept {
-        // Deleting the namespace deletes the peer, and with it the host end of the pair.
-        if (created_) runCommand({"ip", "netns", "del", ns_});
-        if (if_nametoindex(host_.c_str()) != 0) runCommand({"ip", "link", "del", host_});
-        created_ = false;
-    }
-
-    SubnetLease lease_;
-    std::string ns_, host_, peer_;
-    std::string hostAddress_, clientAddress_, otherClientAddress_;
-    std::string hostAddress6_, clientAddress6_;
-    bool created_ = false;
-};
+using xdptest::CommandResult;
+using xdptest::echoes;
+using xdptest::EchoServer;
+using xdptest::nextTestIndex;
+using xdptest::runCommand;
+using xdptest::VethNamespace;
 
 // An interface without native XDP support in our namespace: a bridge (built into most kernels;
 // this one lacks the dummy driver), else an ifb device.
 class NoNativeXdpInterface {
   public:
     NoNativeXdpInterface()
-        : name_("sgxb" + std::to_string(getpid()) + "_" + std::to_string(nextIndex())) {
+        : name_("sgxb" + std::to_string(getpid()) + "_" + std::to_string(nextTestIndex())) {
         for (const char* type : {"bridge", "ifb"}) {
             CommandResult result = runCommand({"ip", "link", "add", name_, "type", type});
             if (result.status == 0) {
@@ -276,146 +73,6 @@ class NoNativeXdpInterface {
     std::string why_;
     bool created_ = false;
 };
-
-sockaddr_storage socketAddress(const std::string& address, std::uint16_t port, socklen_t& length) {
-    sockaddr_storage storage{};
-    if (address.find(':') == std::string::npos) {
-        auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(port);
-        inet_pton(AF_INET, address.c_str(), &v4->sin_addr);
-        length = sizeof(sockaddr_in);
-    } else {
-        auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(port);
-        inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr);
-        length = sizeof(sockaddr_in6);
-    }
-    return storage;
-}
-
-// Echoes whatever each connection sends, on one poll thread; stop() closes everything.
-class EchoServer {
-  public:
-    explicit EchoServer(const std::string& address) {
-        socklen_t length = 0;
-        sockaddr_storage bound = socketAddress(address, 0, length);
-        listener_.reset(checkSys(socket(bound.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), "socket"));
-        checkSys(bind(listener_.get(), reinterpret_cast<sockaddr*>(&bound), length),
-                 "bind " + address);
-        checkSys(listen(listener_.get(), 64), "listen");
-        checkSys(getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&bound), &length),
-                 "getsockname");
-        port_ =
-            ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
-                                             : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-        int pipeFds[2];
-        checkSys(pipe2(pipeFds, O_CLOEXEC), "pipe2");
-        stopRead_.reset(pipeFds[0]);
-        stopWrite_.reset(pipeFds[1]);
-        thread_ = std::thread([this] { loop(); });
-    }
-    EchoServer(const EchoServer&) = delete;
-    EchoServer& operator=(const EchoServer&) = delete;
-    ~EchoServer() {
-        if (write(stopWrite_.get(), "x", 1) < 0) {
-        }
-        thread_.join();
-    }
-    std::uint16_t port() const { return port_; }
-
-  private:
-    void loop() {
-        std::vector<UniqueFd> connections;
-        char buffer[65536];
-        for (;;) {
-            std::vector<pollfd> fds = {{stopRead_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-            for (const auto& fd : connections) fds.push_back({fd.get(), POLLIN, 0});
-            if (poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) return;
-            if (fds[0].revents) return;
-            if (fds[1].revents & POLLIN) {
-                int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-                if (fd >= 0) connections.emplace_back(fd);
-            }
-            for (std::size_t i = 2; i < fds.size(); ++i) {
-                if (!fds[i].revents) continue;
-                ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-                if (n <= 0) {
-                    connections[i - 2].reset();
-                    continue;
-                }
-                for (ssize_t sent = 0; sent < n;) {
-                    ssize_t m = write(fds[i].fd, buffer + sent, static_cast<std::size_t>(n - sent));
-                    if (m <= 0) break;
-                    sent += m;
-                }
-            }
-            std::erase_if(connections, [](const UniqueFd& fd) { return !fd.valid(); });
-        }
-    }
-
-    UniqueFd listener_;
-    UniqueFd stopRead_, stopWrite_;
-    std::uint16_t port_ = 0;
-    std::thread thread_;
-};
-
-// Connects from `source` (inside the namespace) to `destination`:`port`; the socket on success,
-// else an invalid fd and `error` (ETIMEDOUT when the SYN went unanswered).
-UniqueFd connectFrom(const VethNamespace& net, const std::string& source,
-                     const std::string& destination, std::uint16_t port, milliseconds timeout,
-                     int& error) {
-    socklen_t sourceLength = 0, destinationLength = 0;
-    sockaddr_storage from = socketAddress(source, 0, sourceLength);
-    sockaddr_storage to = socketAddress(destination, port, destinationLength);
-    UniqueFd fd = net.socketInside(from.ss_family);
-    checkSys(bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sourceLength), "bind " + source);
-    int flags = fcntl(fd.get(), F_GETFL);
-    fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
-    error = 0;
-    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&to), destinationLength) != 0) {
-        if (errno != EINPROGRESS) {
-            error = errno;
-            return {};
-        }
-        pollfd pfd{fd.get(), POLLOUT, 0};
-        int ready = poll(&pfd, 1, static_cast<int>(timeout.count()));
-        if (ready == 0) {
-            error = ETIMEDOUT;
-            return {};
-        }
-        socklen_t length = sizeof(error);
-        getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-        if (error != 0) return {};
-    }
-    fcntl(fd.get(), F_SETFL, flags);
-    timeval io{2, 0};
-    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &io, sizeof(io));
-    setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &io, sizeof(io));
-    return fd;
-}
-
-// Sends `size` bytes of a pattern and reads them back: the filter passed data both ways intact.
-bool echoes(int fd, std::size_t size) {
-    std::vector<char> out(size), in(size);
-    for (std::size_t i = 0; i < size; ++i) out[i] = static_cast<char>(i * 131 + i / 251);
-    std::thread writer([&] {
-        for (std::size_t sent = 0; sent < size;) {
-            ssize_t n = write(fd, out.data() + sent, size - sent);
-            if (n <= 0) return;
-            sent += static_cast<std::size_t>(n);
-        }
-    });
-    std::size_t received = 0;
-    while (received < size) {
-        ssize_t n = read(fd, in.data() + received, size - received);
-        if (n <= 0) break;
-        received += static_cast<std::size_t>(n);
-    }
-    writer.join();
-    return received == size && in == out;
-}
 
 std::uint64_t count(const EdgeFilter& filter, const char* action, const char* reason) {
     auto counts = filter.packetCounts();
@@ -455,7 +112,7 @@ class XdpEdgeFilterTest : public ::testing::TestWithParam<XdpAttachMode> {
   protected:
     void SetUp() override {
         if (geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and XDP attach";
-        sweepLeftovers();
+        VethNamespace::sweepLeftovers();
         net_ = std::make_unique<VethNamespace>();
         server_ = std::make_unique<EchoServer>(net_->hostAddress());
     }
@@ -476,8 +133,8 @@ class XdpEdgeFilterTest : public ::testing::TestWithParam<XdpAttachMode> {
         const std::string& destination =
             source.find(':') == std::string::npos ? net_->hostAddress() : net_->hostAddress6();
         int error = 0;
-        UniqueFd fd = connectFrom(*net_, source, destination, port(),
-                                  works ? kAllowedTimeout : kDeniedTimeout, error);
+        UniqueFd fd = net_->connect(source, destination, port(),
+                                    works ? kAllowedTimeout : kDeniedTimeout, error);
         if (works) {
             ASSERT_TRUE(fd) << why << ": connect from " << source << ": " << std::strerror(error);
             EXPECT_TRUE(echoes(fd.get(), 256 * 1024)) << why << ": echo from " << source;
@@ -547,8 +204,8 @@ TEST_P(XdpEdgeFilterTest, SynRateLimitPerSource) {
     std::vector<UniqueFd> held;
     for (int i = 0; i < 2; ++i) {
         int error = 0;
-        held.push_back(connectFrom(*net_, net_->clientAddress(), net_->hostAddress(), port(),
-                                   kAllowedTimeout, error));
+        held.push_back(net_->connect(net_->clientAddress(), net_->hostAddress(), port(),
+                                     kAllowedTimeout, error));
         ASSERT_TRUE(held.back()) << "connection " << i + 1
                                  << " within the burst: " << std::strerror(error);
     }
@@ -659,7 +316,7 @@ class XdpEdgeFilterModeTest : public ::testing::Test {
   protected:
     void SetUp() override {
         if (geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and XDP attach";
-        sweepLeftovers();
+        VethNamespace::sweepLeftovers();
     }
 };
 

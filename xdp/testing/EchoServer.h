@@ -14,7 +14,7 @@
 namespace splicegate::xdptest {
 
 class EchoServer {
-public:
+  public:
     explicit EchoServer(const std::string& address);  // port chosen by the kernel
     EchoServer(const EchoServer&) = delete;
     EchoServer& operator=(const EchoServer&) = delete;
@@ -24,7 +24,7 @@ public:
     // "a.b.c.d:port" or "[v6]:port".
     std::string endpoint() const;
 
-private:
+  private:
     void loop();
 
     std::string address_;

@@ -33,7 +33,7 @@ void mustRun(const std::vector<std::string>& args);
 unsigned nextTestIndex();
 
 class VethNamespace {
-public:
+  public:
     VethNamespace();
     VethNamespace(const VethNamespace&) = delete;
     VethNamespace& operator=(const VethNamespace&) = delete;
@@ -44,27 +44,27 @@ public:
     const std::string& name() const { return ns_; }
     const std::string& hostInterface() const { return host_; }
     unsigned hostIndex() const;
-    const std::string& hostAddress() const { return hostAddress_; }    // x.x.x.1 on the host end
-    const std::string& hostAddress6() const { return hostAddress6_; }  // 2001:2:0:N::1
+    const std::string& hostAddress() const { return hostAddress_; }      // x.x.x.1 on the host end
+    const std::string& hostAddress6() const { return hostAddress6_; }    // 2001:2:0:N::1
     const std::string& clientAddress() const { return clientAddress_; }  // x.x.x.2 inside
     const std::string& otherClientAddress() const { return otherClientAddress_; }  // x.x.x.3
-    const std::string& clientAddress6() const { return clientAddress6_; }  // 2001:2:0:N::2
+    const std::string& clientAddress6() const { return clientAddress6_; }          // 2001:2:0:N::2
 
     // A TCP socket made inside the namespace (a socket keeps the namespace it was made in).
     UniqueFd socketInside(int family) const;
     // Connects from `source` (inside) to destination:port within `timeout`. The connected,
     // blocking socket (2 s I/O timeouts), or an invalid fd and `error` (ETIMEDOUT when the SYN
     // went unanswered, as when the edge filter drops it).
-    UniqueFd connect(const std::string& source, const std::string& destination,
-                     std::uint16_t port, std::chrono::milliseconds timeout, int& error) const;
+    UniqueFd connect(const std::string& source, const std::string& destination, std::uint16_t port,
+                     std::chrono::milliseconds timeout, int& error) const;
 
-private:
+  private:
     class SubnetLease {
-    public:
+      public:
         explicit SubnetLease(unsigned hint);
         unsigned subnet() const { return subnet_; }
 
-    private:
+      private:
         unsigned subnet_ = 0;
         UniqueFd claim_;
     };
