@@ -4,13 +4,15 @@
 // --xdp-allow, --xdp-syn-rate, --xdp-syn-burst; counters feed
 // splicegate_xdp_packets_total{action,reason}.
 //
-// Verdicts, in order: malformed headers -> the malformed verdict; source in a deny prefix -> drop;
+// Verdicts, in order (xdp/README.md has the table): broken Ethernet, VLAN or IP headers -> the
+// malformed verdict; source in a deny prefix -> drop; broken TCP header -> the malformed verdict;
 // SYN (without ACK) to a listen port over the per-source limit -> drop; an allow prefix overrides
 // both drops (counted as reason "allow"); everything else passes. Non-IP frames pass.
 // Reasons: no_match, not_ip, not_tcp, fragment, malformed, deny, syn_rate, allow.
 //
 // Thread affinity: all members are thread-safe (the admin, reload and metrics paths may call
-// concurrently). Move-only; destruction detaches the program from the interface.
+// concurrently). Move-only (a moved-from filter may only be destroyed or assigned to);
+// destruction detaches the program from the interface.
 // Error contract: the constructor throws std::system_error naming the interface and the mode
 // ("xdp-interface eth9: no such interface", "xdp-interface lo: cannot attach in native mode");
 // setters throw std::system_error and leave the previous state on failure.
