@@ -27,11 +27,6 @@ std::vector<Cidr> parseAll(const std::vector<std::string>& texts) {
     return cidrs;
 }
 
-Cidr parseAdminCidr(const std::string& text) {
-    auto cidr = Cidr::parse(text);
-    if (!cidr) throw UsageError("'" + text + "' is not an IPv4 or IPv6 CIDR (e.g. 192.0.2.0/24)");
-    return *cidr;
-}
 }  // namespace
 
 EdgeControl::EdgeControl(const Config& config) {
@@ -75,7 +70,7 @@ void EdgeControl::applyConfig(const Config& config) {
 }
 
 std::string EdgeControl::addDeny(const std::string& cidrText) {
-    auto cidr = parseAdminCidr(cidrText);
+    auto cidr = Cidr::parseOrThrow(cidrText);
     std::lock_guard lock(mutex_);
     filter_->addDeny(cidr);
     logInfo("xdp: deny ", cidr.text(), " added by the admin");
@@ -83,7 +78,7 @@ std::string EdgeControl::addDeny(const std::string& cidrText) {
 }
 
 bool EdgeControl::remove(const std::string& cidrText, std::string& normalized) {
-    auto cidr = parseAdminCidr(cidrText);
+    auto cidr = Cidr::parseOrThrow(cidrText);
     normalized = cidr.text();
     std::lock_guard lock(mutex_);
     bool removed = filter_->removeDeny(cidr);
