@@ -56,7 +56,6 @@ bool Flow::recordAuditWrite(ssize_t result) noexcept {
     if (result <= 0) return false;  // 0: the log file took nothing (full), like ENOSPC
     auto written = std::min(static_cast<std::size_t>(result), inAuditPipe_);
     inAuditPipe_ -= written;
-    totalAudited_ += written;
     if (awaitDurable_)
         writtenUnreleased_ += written;
     else

@@ -52,7 +52,6 @@ public:
         audited_ = audited;
         awaitDurable_ = awaitDurable;
     }
-    bool audited() const noexcept { return audited_; }
     // Chain engine: a fill is a thread hand-off, so a short one is taken as "drained" and the
     // flow waits for readiness. Inline engine: another direct splice is cheaper than a poll.
     void setShortFillMeansDrained(bool value) noexcept { shortFillMeansDrained_ = value; }
@@ -64,7 +63,6 @@ public:
     std::size_t bytesInPipe() const noexcept { return inPipe_; }
     std::size_t bytesInAuditPipe() const noexcept { return inAuditPipe_; }
     std::uint64_t bytesForwarded() const noexcept { return totalForwarded_; }
-    std::uint64_t bytesAudited() const noexcept { return totalAudited_; }
 
     // `requested` is what the fill asked for: a shorter TCP read means the receive queue was
     // drained, so the next step is to wait for readiness instead of a fill that would EAGAIN.
@@ -85,9 +83,7 @@ public:
     FlowStep next() const noexcept;
     bool pipeReturnable() const noexcept { return inPipe_ == 0; }
     bool auditPipeReturnable() const noexcept { return inAuditPipe_ == 0; }
-    bool sourceEnded() const noexcept { return sourceEof_; }
     bool finished() const noexcept { return sinkShut_; }
-    bool awaitingDurability() const noexcept { return writtenUnreleased_ > 0; }
 
 private:
     std::size_t inPipe_ = 0;             // filled, not yet forwarded
@@ -96,7 +92,6 @@ private:
     std::size_t writtenUnreleased_ = 0;  // written, waiting for durability (strict)
     std::size_t released_ = 0;           // front of the pipe cleared for forwarding
     std::uint64_t totalForwarded_ = 0;
-    std::uint64_t totalAudited_ = 0;
     bool audited_ = false;
     bool shortFillMeansDrained_ = true;
     bool awaitDurable_ = false;
