@@ -49,13 +49,6 @@ std::string prefix(const std::string& interface) {
     return "xdp-interface " + interface;
 }
 
-unsigned attachedProgramId(unsigned ifindex, XdpAttachMode mode) noexcept {
-    __u32 id = 0;
-    if (bpf_xdp_query_id(static_cast<int>(ifindex), static_cast<int>(modeFlag(mode)), &id) < 0)
-        return 0;
-    return id;
-}
-
 }  // namespace
 
 const char* xdpAttachModeName(XdpAttachMode mode) noexcept {
@@ -114,53 +107,50 @@ XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAtt
     else
         candidates = {mode};
 
+    // A bpf_link cannot replace a program attached through netlink, and the kernel refuses
+    // native and generic programs at once (EEXIST), so a stale program of ours left by an
+    // earlier version (netlink-attached, it outlived its daemon) goes first: not atomic, but
+    // this daemon's own programs never outlive it.
+    for (auto* resident : {&native, &generic}) {
+        if (!resident->ours()) continue;
+        const XdpAttachMode residentMode =
+            resident == &native ? XdpAttachMode::Native : XdpAttachMode::Generic;
+        bpf_xdp_attach_opts detachOptions{};
+        detachOptions.sz = sizeof(detachOptions);
+        detachOptions.old_prog_fd = resident->fd.get();
+        int err = bpf_xdp_detach(static_cast<int>(ifindex),
+                                 modeFlag(residentMode) | XDP_FLAGS_REPLACE, &detachOptions);
+        if (err == -EBUSY)
+            throw std::system_error(
+                EBUSY, std::system_category(),
+                concat(prefix(interface), ": an edge filter (id ", resident->id,
+                       ") held by a running process's bpf_link is attached in ",
+                       xdpAttachModeName(residentMode), " mode; is another splicegate running?"));
+        logWarn(prefix(interface), ": removed a stale edge filter (id ", resident->id, ") in ",
+                xdpAttachModeName(residentMode), " mode",
+                err < 0 ? concat(" (detach failed: ", errnoText(err), ")") : std::string());
+    }
+
     int lastError = 0;
     std::string failures;
     for (XdpAttachMode candidate : candidates) {
-        Resident& same = candidate == XdpAttachMode::Native ? native : generic;
-        Resident& other = candidate == XdpAttachMode::Native ? generic : native;
-        // The kernel refuses native and generic programs at once (EEXIST), so a stale program of
-        // ours in the other mode has to go first: the one non-atomic replacement.
-        if (other.ours()) {
-            bpf_xdp_attach_opts detachOptions{};
-            detachOptions.sz = sizeof(detachOptions);
-            detachOptions.old_prog_fd = other.fd.get();
-            const XdpAttachMode otherMode =
-                candidate == XdpAttachMode::Native ? XdpAttachMode::Generic : XdpAttachMode::Native;
-            int err = bpf_xdp_detach(static_cast<int>(ifindex),
-                                     modeFlag(otherMode) | XDP_FLAGS_REPLACE, &detachOptions);
-            logWarn(prefix(interface), ": detached a stale edge filter (id ", other.id, ") in ",
-                    xdpAttachModeName(otherMode), " mode to attach in ",
-                    xdpAttachModeName(candidate), " mode",
-                    err < 0 ? concat(" (detach failed: ", errnoText(err), ")") : std::string());
-            other = Resident{};
-        }
-        bpf_xdp_attach_opts options{};
+        bpf_link_create_opts options{};
         options.sz = sizeof(options);
-        std::uint32_t flags = modeFlag(candidate);
-        if (same.ours()) {
-            options.old_prog_fd = same.fd.get();
-            flags |= XDP_FLAGS_REPLACE;
-        } else {
-            flags |= XDP_FLAGS_UPDATE_IF_NOEXIST;
-        }
-        int err = bpf_xdp_attach(static_cast<int>(ifindex), program_.get(), flags, &options);
-        if (err == 0) {
+        options.flags = modeFlag(candidate);
+        int fd = bpf_link_create(program_.get(), static_cast<int>(ifindex), BPF_XDP, &options);
+        if (fd >= 0) {
+            link_.reset(fd);
             ifindex_ = ifindex;
             mode_ = candidate;
-            if (same.ours())
-                logInfo(prefix(interface), ": replaced a stale edge filter (id ", same.id, ") in ",
-                        xdpAttachModeName(candidate), " mode");
-            else
-                logInfo(prefix(interface), ": edge filter attached in ",
-                        xdpAttachModeName(candidate), " mode");
+            logInfo(prefix(interface), ": edge filter attached in ", xdpAttachModeName(candidate),
+                    " mode");
             return;
         }
-        lastError = -err;
+        lastError = -fd;
         if (!failures.empty()) failures += ", ";
-        failures += concat(xdpAttachModeName(candidate), ": ", errnoText(err));
+        failures += concat(xdpAttachModeName(candidate), ": ", errnoText(fd));
         if (mode == XdpAttachMode::Auto && candidate == XdpAttachMode::Native)
-            logInfo(prefix(interface), ": native XDP unavailable (", errnoText(err),
+            logInfo(prefix(interface), ": native XDP unavailable (", errnoText(fd),
                     "), trying generic mode");
     }
     if (mode == XdpAttachMode::Auto)
@@ -176,7 +166,8 @@ XdpAttachment::XdpAttachment(XdpAttachment&& other) noexcept
     : interface_(std::move(other.interface_)),
       ifindex_(std::exchange(other.ifindex_, 0)),
       mode_(other.mode_),
-      program_(std::move(other.program_)) {}
+      program_(std::move(other.program_)),
+      link_(std::move(other.link_)) {}
 
 XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
     if (this != &other) {
@@ -185,6 +176,7 @@ XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
         ifindex_ = std::exchange(other.ifindex_, 0);
         mode_ = other.mode_;
         program_ = std::move(other.program_);
+        link_ = std::move(other.link_);
     }
     return *this;
 }
@@ -195,23 +187,18 @@ XdpAttachment::~XdpAttachment() {
 
 void XdpAttachment::detach() noexcept {
     if (ifindex_ == 0) return;
-    bpf_xdp_attach_opts options{};
-    options.sz = sizeof(options);
-    options.old_prog_fd = program_.get();
-    // With XDP_FLAGS_REPLACE the kernel detaches only if our program is still the one attached.
-    int err =
-        bpf_xdp_detach(static_cast<int>(ifindex_), modeFlag(mode_) | XDP_FLAGS_REPLACE, &options);
+    // Detaching the link (rather than only closing our fd) also covers a copy of the fd that a
+    // child process might hold. ENOLINK: the interface went away and took the link with it.
+    int err = bpf_link_detach(link_.get());
     if (err == 0)
         logInfo(prefix(interface_), ": edge filter detached");
-    else if (err == -ENODEV)
-        logDebug(prefix(interface_), ": interface gone, nothing to detach");
-    else if (err == -EEXIST && attachedProgramId(ifindex_, mode_) == 0)
-        logInfo(prefix(interface_), ": edge filter was already detached");
-    else if (err == -EEXIST)
-        logWarn(prefix(interface_), ": another XDP program replaced the edge filter; left it");
+    else if (err == -ENOLINK)
+        logInfo(prefix(interface_), ": edge filter was already detached (interface gone)");
     else
-        logWarn(prefix(interface_), ": detaching the edge filter failed: ", errnoText(err));
+        logWarn(prefix(interface_), ": detaching the edge filter failed: ", errnoText(err),
+                "; it goes when the daemon exits");
     ifindex_ = 0;
+    link_.reset();
     program_.reset();
 }
 

@@ -1,13 +1,15 @@
 #pragma once
-// RAII attachment of an XDP program to a network interface (netlink XDP, not a bpf_link, so a
-// program left behind by a crashed daemon stays attached and keeps filtering until we replace it).
+// RAII attachment of an XDP program to a network interface through a bpf_link: the kernel
+// detaches the program when the last reference to the link goes, so a daemon that crashes or is
+// killed with -9 never leaves its filter behind, and a restart under the packaged unit's
+// capabilities (no CAP_SYS_ADMIN, so no opening other programs by id) finds a clear interface.
+// The price: between a crash and the restart the interface is unfiltered (RestartSec=).
 //
-// Attaching: a program of ours (recognised by its kernel name, SG_XDP_PROG_NAME) already on the
-// interface is replaced atomically (XDP_FLAGS_REPLACE with its fd) when it sits in the mode we
-// attach in; in the other mode it is detached first, since the kernel does not allow native and
-// generic programs at once. A foreign program is never touched: attaching fails instead.
-// Auto mode tries native, then generic. Detaching (destructor) removes the program only if it is
-// still ours (XDP_FLAGS_REPLACE with our fd), so a program someone attached since stays.
+// Attaching: a program attached through netlink (an earlier splicegate version's, which outlived
+// its daemon) is recognised by its kernel name, SG_XDP_PROG_NAME, and detached first, since a
+// link cannot replace a netlink attachment. A foreign program is never touched: attaching fails
+// instead, as it does while another process holds a link on the interface.
+// Auto mode tries native, then generic.
 //
 // Thread affinity: none; not synchronised (owned by one EdgeFilter). Move-only.
 // Error contract: the constructor throws std::system_error naming the interface and the mode;
@@ -51,6 +53,7 @@ class XdpAttachment {
     unsigned ifindex_ = 0;
     XdpAttachMode mode_ = XdpAttachMode::Auto;
     UniqueFd program_;
+    UniqueFd link_;
 };
 
 }  // namespace splicegate

@@ -108,6 +108,36 @@ unsigned expectedAttachMode(XdpAttachMode mode) {
     return mode == XdpAttachMode::Native ? XDP_ATTACHED_DRV : XDP_ATTACHED_SKB;
 }
 
+// Runs `body` in a forked child that then exits without destructors, as a crash would; true when
+// the body did not throw.
+template <typename Body>
+bool runInChild(Body body) {
+    pid_t child = fork();
+    if (child < 0) return false;
+    if (child == 0) {
+        try {
+            body();
+        } catch (...) {
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// What an earlier splicegate left: our program, denying `cidr`, attached through netlink (which
+// outlives the process). Call in a child; the program object is leaked on purpose.
+void attachThroughNetlink(const Cidr& cidr, XdpAttachMode mode, const std::string& interface) {
+    auto* program = new EdgeFilterProgram();
+    program->addDeny(cidr);
+    const std::uint32_t flag =
+        mode == XdpAttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+    const int ifindex = static_cast<int>(XdpAttachment::interfaceIndex(interface));
+    if (bpf_xdp_attach(ifindex, program->programFd(), flag, nullptr) != 0)
+        throw std::runtime_error("netlink attach failed");
+}
+
 class XdpEdgeFilterTest : public ::testing::TestWithParam<XdpAttachMode> {
   protected:
     void SetUp() override {
@@ -242,26 +272,27 @@ TEST_P(XdpEdgeFilterTest, ProgramGoneAfterDestruction) {
     expectConnect(net_->clientAddress(), true, "no filter left");
 }
 
-// A daemon killed without detaching leaves its program attached (netlink XDP outlives the
-// process). The next start replaces it atomically in the same mode.
-TEST_P(XdpEdgeFilterTest, StaleProgramOfOursIsReplaced) {
+// A process killed without running destructors: the kernel drops its bpf_link, and with it the
+// program. Nothing is left on the interface and nothing filters.
+TEST_P(XdpEdgeFilterTest, CrashLeavesNothingAttached) {
     const unsigned ifindex = net_->hostIndex();
     EdgeFilterOptions opts = options();
     opts.deny = {*Cidr::parse(net_->clientAddress())};
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        // No destructors: exactly what a crash leaves behind.
-        try {
-            [[maybe_unused]] auto* leaked = new EdgeFilter(opts);
-        } catch (...) {
-            _exit(1);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_TRUE(runInChild([&] { [[maybe_unused]] auto* leaked = new EdgeFilter(opts); }));
+    EXPECT_EQ(xdpState(ifindex).programId, 0u);
+    expectConnect(net_->clientAddress(), true, "the crashed filter is gone");
+    EdgeFilter filter(opts);
+    EXPECT_EQ(xdpState(ifindex).programId, filter.programId());
+    expectConnect(net_->clientAddress(), false, "the new filter denies");
+}
+
+// An earlier version attached through netlink, which outlives the process. The next start
+// recognises the program by name, removes it and attaches its own link in the requested mode.
+TEST_P(XdpEdgeFilterTest, NetlinkProgramOfOursIsReplaced) {
+    const unsigned ifindex = net_->hostIndex();
+    const Cidr denied = *Cidr::parse(net_->clientAddress());
+    ASSERT_TRUE(runInChild(
+        [&] { attachThroughNetlink(denied, XdpAttachMode::Native, net_->hostInterface()); }));
     const XdpState stale = xdpState(ifindex);
     ASSERT_NE(stale.programId, 0u);
     ASSERT_EQ(programName(stale.programId), SG_XDP_PROG_NAME);
@@ -276,6 +307,19 @@ TEST_P(XdpEdgeFilterTest, StaleProgramOfOursIsReplaced) {
         expectConnect(net_->clientAddress(), true, "the new program has no deny rule");
     }
     EXPECT_EQ(xdpState(ifindex).programId, 0u);
+}
+
+// While one process holds the interface's link, another filter cannot take it over.
+TEST_P(XdpEdgeFilterTest, LiveFilterOfAnotherProcessIsNotTakenOver) {
+    EdgeFilter first(options());
+    try {
+        EdgeFilter second(options());
+        ADD_FAILURE() << "a second filter attached over a live one";
+    } catch (const std::system_error& error) {
+        EXPECT_NE(std::string(error.what()).find("another splicegate running?"), std::string::npos)
+            << error.what();
+    }
+    EXPECT_EQ(xdpState(net_->hostIndex()).programId, first.programId());
 }
 
 // A program that is not ours is never replaced.
@@ -374,20 +418,10 @@ TEST_F(XdpEdgeFilterModeTest, StaleProgramInTheOtherModeIsReplaced) {
     const unsigned ifindex = net.hostIndex();
     EdgeFilterOptions options;
     options.interface = net.hostInterface();
-    options.mode = XdpAttachMode::Generic;
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        try {
-            [[maybe_unused]] auto* leaked = new EdgeFilter(options);
-        } catch (...) {
-            _exit(1);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_TRUE(runInChild([&] {
+        attachThroughNetlink(*Cidr::parse("198.51.100.0/24"), XdpAttachMode::Generic,
+                             net.hostInterface());
+    }));
     ASSERT_EQ(xdpState(ifindex).mode, static_cast<unsigned>(XDP_ATTACHED_SKB));
 
     options.mode = XdpAttachMode::Native;
