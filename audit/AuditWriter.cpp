@@ -21,7 +21,10 @@ std::int64_t wallClockNs() noexcept {
 
 AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
                          std::uint64_t segmentBytes)
-    : dir_(std::move(dir)), worker_(worker), segmentBytes_(segmentBytes), nextSegment_(firstSegment) {
+    : dir_(std::move(dir)),
+      worker_(worker),
+      segmentBytes_(segmentBytes),
+      nextSegment_(firstSegment) {
     int rc = openSegment(nextSegment_);
     if (rc < 0)
         throwErrno(-rc, "audit: cannot create segment " + dir_ + "/" +
@@ -35,6 +38,7 @@ AuditWriter::~AuditWriter() {
     for (auto& segment : remaining) {
         // Writes still in flight cannot complete after the ring is gone: seal what we have.
         segment->writesInFlight = 0;
+        segment->syncing = false;
         sealIfDone(*segment);
     }
 }
@@ -66,9 +70,9 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
 
 int AuditWriter::writePending(Segment& segment) noexcept {
     while (!segment.pendingRecords.empty()) {
-        auto written = ::pwrite(segment.index.get(), segment.pendingRecords.data(),
-                                segment.pendingRecords.size(),
-                                static_cast<off_t>(segment.indexBytes));
+        auto written =
+            ::pwrite(segment.index.get(), segment.pendingRecords.data(),
+                     segment.pendingRecords.size(), static_cast<off_t>(segment.indexBytes));
         if (written < 0) {
             if (errno == EINTR) continue;
             return -errno;
@@ -152,19 +156,25 @@ std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
         return nullptr;
     }
     syncInFlight_ = true;
+    current_->syncing = true;
     return current_;
 }
 
 void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
     syncInFlight_ = false;
+    segment->syncing = false;
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
+        sealIfDone(*segment);  // it may have rolled while the sync ran
         return;
     }
     ++failedSyncs_;
     logError("audit: fdatasync of ", segment->dataPath, " failed: ", errnoText(result),
              "; sealing it as failed and starting a new segment");
-    if (segment == current_) {
+    if (segment != current_) {
+        segment->failed = true;
+        sealIfDone(*segment);
+    } else {
         retire(current_, true);
         current_.reset();
         if (int rc = openSegment(nextSegment_); rc < 0)
@@ -174,7 +184,9 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     }
 }
 
-int AuditWriter::flush() noexcept { return current_ ? writePending(*current_) : 0; }
+int AuditWriter::flush() noexcept {
+    return current_ ? writePending(*current_) : 0;
+}
 
 int AuditWriter::rotate() noexcept {
     auto previous = current_;
@@ -196,17 +208,25 @@ void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) n
     sealIfDone(*segment);
 }
 
-// A retired segment is sealed once its last payload write is in. Rolls are rare (one per
-// segment size), so the final fdatasync here runs synchronously.
+// A retired segment is sealed once its last payload write and its group commit are in: the
+// ring resolves the fds of a queued fdatasync only when it runs. Rolls are rare (one per segment
+// size), so the final fdatasync here runs synchronously.
 void AuditWriter::sealIfDone(Segment& segment) noexcept {
-    if (!segment.retired || segment.writesInFlight > 0 || !segment.index) return;
+    if (!segment.retired || segment.writesInFlight > 0 || segment.syncing || !segment.index) return;
     try {
         encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes, segment.failed ? 1 : 0);
     } catch (...) {
     }
     if (writePending(segment) == 0 && !segment.failed) {
-        ::fdatasync(segment.data.get());
-        ::fdatasync(segment.index.get());
+        int rc = ::fdatasync(segment.data.get()) == 0 && ::fdatasync(segment.index.get()) == 0
+                     ? 0
+                     : -errno;
+        if (rc < 0) {
+            // Its chunks were counted durable by a group commit on the next segment: say so.
+            ++failedSyncs_;
+            logError("audit: sealing ", segment.dataPath, ": fdatasync failed: ", errnoText(rc),
+                     "; its last chunks may not be durable");
+        }
     }
     segment.data.reset();
     segment.index.reset();

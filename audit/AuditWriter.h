@@ -26,6 +26,7 @@ struct Segment {
     std::uint64_t indexBytes = 0;     // written to the index file
     std::string pendingRecords;       // encoded, not yet written
     unsigned writesInFlight = 0;
+    bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
     bool retired = false;
     bool failed = false;
 };
@@ -37,7 +38,7 @@ struct Reservation {
 };
 
 class AuditWriter {
-public:
+  public:
     // Opens segment `firstSegment` of `worker` in `dir` (creating both files). Throws naming the
     // file on failure.
     AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
@@ -79,7 +80,7 @@ public:
     int rotate() noexcept;
     const std::string& directory() const noexcept { return dir_; }
 
-private:
+  private:
     int openSegment(std::uint64_t number) noexcept;
     int writePending(Segment& segment) noexcept;
     void retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept;

@@ -144,10 +144,17 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
     auto generation = static_cast<std::uint16_t>(cqe.user_data >> 32);
     auto slot = static_cast<std::uint32_t>(cqe.user_data);
     switch (op) {
-        case Op::Ignore: return;
-        case Op::Control: handleControl(); return;
-        case Op::Timer: onTimer(); return;
-        case Op::SyncData: syncDataResult_ = cqe.res; return;
+        case Op::Ignore:
+            return;
+        case Op::Control:
+            handleControl();
+            return;
+        case Op::Timer:
+            onTimer();
+            return;
+        case Op::SyncData:
+            syncDataResult_ = cqe.res;
+            return;
         case Op::SyncIndex:
             onSync(failpointResult(FailSite::AuditSync,
                                    syncDataResult_ < 0 ? syncDataResult_ : cqe.res));
@@ -156,24 +163,35 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
             if (slot < listeners_.size() && listeners_[slot].generation == generation)
                 onAccept(slot, cqe);
             return;
-        default: break;
+        default:
+            break;
     }
     Connection* c = lookup(slot, generation);
     if (c == nullptr) return;
     --c->operationsInFlight;
     switch (op) {
-        case Op::Connect: onConnect(*c, cqe.res); break;
-        case Op::ConnectTimeout: break;
-        case Op::Poll: onPoll(*c, direction, cqe.res); break;
-        case Op::Fill: onMove(*c, direction, op, failpointResult(FailSite::Fill, cqe.res)); break;
-        case Op::Tee: onMove(*c, direction, op, failpointResult(FailSite::Tee, cqe.res)); break;
+        case Op::Connect:
+            onConnect(*c, cqe.res);
+            break;
+        case Op::ConnectTimeout:
+            break;
+        case Op::Poll:
+            onPoll(*c, direction, cqe.res);
+            break;
+        case Op::Fill:
+            onMove(*c, direction, op, failpointResult(FailSite::Fill, cqe.res));
+            break;
+        case Op::Tee:
+            onMove(*c, direction, op, failpointResult(FailSite::Tee, cqe.res));
+            break;
         case Op::Forward:
             onMove(*c, direction, op, failpointResult(FailSite::Forward, cqe.res));
             break;
         case Op::AuditWrite:
             onAuditWrite(*c, direction, failpointResult(FailSite::AuditWrite, cqe.res));
             break;
-        default: break;
+        default:
+            break;
     }
     if (c->state == ConnectionState::Closing && c->operationsInFlight == 0) releaseConnection(*c);
 }
@@ -307,7 +325,7 @@ void Worker::closeListener(std::uint32_t index) {
     auto* sqe = ring_->sqe();
     io_uring_prep_cancel_fd(sqe, listener.fd.get(), IORING_ASYNC_CANCEL_ALL);
     io_uring_sqe_set_data64(sqe, pack(Op::Ignore, Direction::ClientToUpstream, 0, 0));
-    ring_->submit();  // before the fd number can be reused
+    ring_->submit();        // before the fd number can be reused
     ++listener.generation;  // late accept completions of the old socket are ignored
     listener.fd.reset();
     listener.active = false;
@@ -321,8 +339,8 @@ void Worker::armAccept(std::uint32_t index) {
     auto* sqe = ring_->sqe();
     io_uring_prep_multishot_accept(sqe, listener.fd.get(), nullptr, nullptr,
                                    SOCK_NONBLOCK | SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe, pack(Op::Accept, Direction::ClientToUpstream, index,
-                                      listener.generation));
+    io_uring_sqe_set_data64(
+        sqe, pack(Op::Accept, Direction::ClientToUpstream, index, listener.generation));
     listener.active = true;
 }
 
@@ -343,8 +361,9 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
             .refused[static_cast<std::size_t>(RefuseReason::MaxConnections)]
             .add(1);
         if (now_ - lastRefusalLog_ > std::chrono::seconds(1)) {
-            logWarn("route ", listener.route->config.name, ": refusing connections: ",
-                    context_.settings.maxConnections, " connections open (--max-connections)");
+            logWarn("route ", listener.route->config.name,
+                    ": refusing connections: ", context_.settings.maxConnections,
+                    " connections open (--max-connections)");
             lastRefusalLog_ = now_;
         }
         return;  // closing the accepted socket is the refusal
@@ -358,12 +377,13 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
     sockaddr_storage peer{};
     socklen_t peerLength = sizeof peer;
     if (::getpeername(c->client.get(), reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0)
-        c->clientAddress = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer),
-                                                       peerLength);
+        c->clientAddress =
+            SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer), peerLength);
     setNoDelay(c->client.get());
     c->opened = c->lastActivity = now_;
-    c->upstreamIndex = static_cast<std::uint32_t>(
-        c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) % c->route->upstreams.size());
+    c->upstreamIndex =
+        static_cast<std::uint32_t>(c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) %
+                                   c->route->upstreams.size());
     startConnect(*c);
 }
 
@@ -409,16 +429,16 @@ void Worker::startConnect(Connection& c) {
     ++c.connectAttempts;
     auto* sqe = ring_->sqe();
     io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
-    io_uring_sqe_set_data64(sqe, pack(Op::Connect, Direction::ClientToUpstream, c.slot,
-                                      c.generation));
+    io_uring_sqe_set_data64(sqe,
+                            pack(Op::Connect, Direction::ClientToUpstream, c.slot, c.generation));
     sqe->flags |= IOSQE_IO_LINK;
     static thread_local __kernel_timespec timeout{};
     timeout.tv_sec = context_.settings.connectTimeoutMs / 1000;
     timeout.tv_nsec = static_cast<long long>(context_.settings.connectTimeoutMs % 1000) * 1000000;
     sqe = ring_->sqe();
     io_uring_prep_link_timeout(sqe, &timeout, 0);
-    io_uring_sqe_set_data64(sqe, pack(Op::ConnectTimeout, Direction::ClientToUpstream, c.slot,
-                                      c.generation));
+    io_uring_sqe_set_data64(
+        sqe, pack(Op::ConnectTimeout, Direction::ClientToUpstream, c.slot, c.generation));
     // The linked timeout's timespec is read at submission: submit before the next connect reuses
     // it.
     ring_->submit();
@@ -504,9 +524,9 @@ void Worker::releaseConnection(Connection& c) {
         }
     }
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
-    logDebug("connection ", c.id, " closed (", toString(c.closeReason), ") after ", lifetime.count(),
-             " ms: c2u ", c.flow(Direction::ClientToUpstream).bytesForwarded(), " B, u2c ",
-             c.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+    logDebug("connection ", c.id, " closed (", toString(c.closeReason), ") after ",
+             lifetime.count(), " ms: c2u ", c.flow(Direction::ClientToUpstream).bytesForwarded(),
+             " B, u2c ", c.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     updatePipeGauges();
@@ -570,20 +590,25 @@ bool Worker::pumpStep(Connection& c, Direction d) {
             }
             auto moved = ::splice(c.sourceFd(d), nullptr, flow.pipe.writeFd(), nullptr, request,
                                   kSpliceFlags);
-            int result = failpointResult(FailSite::Fill, moved < 0 ? -errno : static_cast<int>(moved));
+            int result =
+                failpointResult(FailSite::Fill, moved < 0 ? -errno : static_cast<int>(moved));
             return afterMove(c, d, flow.recordFill(result, request), result);
         }
-        case FlowStep::Tee: return teeStep(c, d);
-        case FlowStep::AuditWrite: return auditWriteStep(c, d, flow.auditWriteRequest(), false);
-        case FlowStep::WaitDurable: waitDurable(c, d); return false;
+        case FlowStep::Tee:
+            return teeStep(c, d);
+        case FlowStep::AuditWrite:
+            return auditWriteStep(c, d, flow.auditWriteRequest(), false);
+        case FlowStep::WaitDurable:
+            waitDurable(c, d);
+            return false;
         case FlowStep::Forward: {
             auto request = failpointLength(FailSite::Forward, flow.forwardRequest());
             if (!inlineMoves) {
                 submitMove(c, d, Op::Forward, flow.pipe.readFd(), c.sinkFd(d), request);
                 return false;
             }
-            auto moved = ::splice(flow.pipe.readFd(), nullptr, c.sinkFd(d), nullptr, request,
-                                  kSpliceFlags);
+            auto moved =
+                ::splice(flow.pipe.readFd(), nullptr, c.sinkFd(d), nullptr, request, kSpliceFlags);
             int result =
                 failpointResult(FailSite::Forward, moved < 0 ? -errno : static_cast<int>(moved));
             countForwarded(c, d, result);
@@ -604,7 +629,8 @@ bool Worker::pumpStep(Connection& c, Direction d) {
                 c.flow(Direction::UpstreamToClient).finished())
                 closeConnection(c, CloseReason::Closed, false);
             return false;
-        case FlowStep::Finished: return false;
+        case FlowStep::Finished:
+            return false;
     }
     return false;
 }
@@ -647,8 +673,12 @@ bool Worker::teeStep(Connection& c, Direction d) {
     return result > 0;
 }
 
-// Moves the audit pipe's bytes into the log at a reserved offset, always through io_uring:
-// a regular-file write may block on the disk (NOTES.md 3, 9).
+// Moves the audit pipe's bytes into the log at a reserved offset. The chain engine links the
+// write through io_uring. The inline engine splices from the worker itself: io-wq runs the
+// splices into one file one after another anyway (NOTES.md 9) and every chunk waits for its
+// write before it is forwarded, so the hand-off (NOTES.md 11) only adds latency to each chunk.
+// The write copies into the page cache; when the disk falls behind, the kernel's dirty-page
+// throttling slows this worker, which is the back-pressure fail-closed auditing needs.
 bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, bool linkForward) {
     auto& flow = c.flow(d);
     auto& slot = c.auditSlot(d);
@@ -657,6 +687,15 @@ bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, boo
         if (c.chain(d).active) return false;  // the tee is in flight: the chain's end decides
         onAuditFailure(c, d, rc);
         return c.state == ConnectionState::Relaying;  // fail-open: forward unaudited
+    }
+    if (context_.settings.engine == SpliceEngine::Inline) {
+        loff_t offset = static_cast<loff_t>(slot.offset);
+        auto moved = ::splice(flow.auditPipe.readFd(), nullptr, slot.segment->data.get(), &offset,
+                              length, SPLICE_F_MOVE);
+        int result =
+            failpointResult(FailSite::AuditWrite, moved < 0 ? -errno : static_cast<int>(moved));
+        bookAuditWrite(c, d, result);
+        return applyAuditWrite(c, d, result);
     }
     submitMove(c, d, Op::AuditWrite, flow.auditPipe.readFd(), slot.segment->data.get(), length,
                static_cast<std::int64_t>(slot.offset), linkForward);
@@ -669,6 +708,18 @@ bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, boo
 
 void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     --c.busy(d);
+    bookAuditWrite(c, d, result);
+    if (c.chain(d).active) {
+        c.chain(d).write = result;
+        if (c.busy(d) == 0) applyChain(c, d);
+        return;
+    }
+    if (c.state != ConnectionState::Relaying) return;
+    if (applyAuditWrite(c, d, result) && c.busy(d) == 0) pump(c, d);
+}
+
+// Books a finished audit write in the log's index (or gives its reserved space up).
+void Worker::bookAuditWrite(Connection& c, Direction d, int result) {
     auto& slot = c.auditSlot(d);
     if (result > 0 && slot.segment) {
         // Recorded whatever the connection's state: the bytes are in the log, and the Close
@@ -681,13 +732,6 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     } else {
         audit_->abandon(slot);
     }
-    if (c.chain(d).active) {
-        c.chain(d).write = result;
-        if (c.busy(d) == 0) applyChain(c, d);
-        return;
-    }
-    if (c.state != ConnectionState::Relaying) return;
-    if (applyAuditWrite(c, d, result) && c.busy(d) == 0) pump(c, d);
 }
 
 // Applies an audit write's result to the flow; false when the connection must not go on.
@@ -801,8 +845,8 @@ void Worker::openAudit(Connection& c) {
     if (!c.audited) return;
     bool strict = context_.settings.auditDurability == AuditDurability::Strict;
     for (auto& flow : c.flows) flow.configureAudit(true, strict);
-    audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name,
-                       c.clientAddress.toString(), c.upstreamAddress.toString());
+    audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name, c.clientAddress.toString(),
+                       c.upstreamAddress.toString());
 }
 
 void Worker::closeAudit(Connection& c) {
@@ -851,8 +895,8 @@ void Worker::onMove(Connection& c, Direction d, Op op, int result) {
         return;
     }
     if (op == Op::Forward) countForwarded(c, d, result);
-    auto outcome = op == Op::Fill ? flow.recordFill(result, flow.fillRequest())
-                                  : flow.recordForward(result);
+    auto outcome =
+        op == Op::Fill ? flow.recordFill(result, flow.fillRequest()) : flow.recordForward(result);
     if (afterMove(c, d, outcome, result) && c.busy(d) == 0) pump(c, d);
 }
 

@@ -15,7 +15,7 @@ PACKAGES="
   libssl-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
   iproute2 procps util-linux
-  haproxy
+  haproxy tcpdump
   python3
   debhelper lintian dpkg-dev strace man-db adduser
   prometheus

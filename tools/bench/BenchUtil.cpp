@@ -179,6 +179,16 @@ void ResultLine::print() const {
 }
 
 // ---- /proc ------------------------------------------------------------------------------------
+ProcSample sampleRelayCpu(pid_t relay, pid_t companion) {
+    ProcSample sample = sampleProcess(relay, false);
+    if (companion > 0) {
+        ProcSample other = sampleProcess(companion, false);
+        sample.ok = sample.ok && other.ok;
+        sample.cpuSeconds += other.cpuSeconds;
+    }
+    return sample;
+}
+
 ProcSample sampleProcess(pid_t pid, bool countFds) {
     ProcSample sample;
     if (pid <= 0) return sample;

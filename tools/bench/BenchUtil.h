@@ -126,6 +126,9 @@ struct ProcSample {
 };
 // pid <= 0 returns ok == false. Counting fds reads /proc/PID/fd (costly with 16k fds: ~10 ms).
 ProcSample sampleProcess(pid_t pid, bool countFds);
+// The relay's sample with the CPU of a companion process added (companion <= 0: none), e.g. the
+// tcpdump that keeps HAProxy's copy of the streams: its cost is the relay set-up's cost.
+ProcSample sampleRelayCpu(pid_t relay, pid_t companion);
 
 // ---- process set-up ---------------------------------------------------------------------------
 // Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the resulting soft limit.

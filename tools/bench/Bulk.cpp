@@ -127,6 +127,8 @@ int runBulk(int argc, char** argv) {
                      {"threads", "N", "0", "client threads; 0 = min(streams, 2)"},
                      {"chunk", "BYTES", "262144", "read/write size"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
+                     {"also-watch-pid", "PID", "0",
+                      "a companion process (a capture) whose CPU counts with the relay's"},
                  },
                  argc, argv, 2);
     if (opts.helpRequested()) {
@@ -146,6 +148,7 @@ int runBulk(int argc, char** argv) {
     threadCount = std::min(threadCount, streamCount);
     auto chunk = static_cast<std::size_t>(opts.integer("chunk", 64, 16 << 20));
     auto pid = static_cast<pid_t>(opts.integer("watch-pid", 0, 1 << 30));
+    auto companion = static_cast<pid_t>(opts.integer("also-watch-pid", 0, 1 << 30));
 
     installSignalHandlers();
     requireFds(streamCount + 64, "bulk");
@@ -180,11 +183,11 @@ int runBulk(int argc, char** argv) {
     sleepUntil(start + secondsToDuration(warmup));
     auto windowStart = Clock::now();
     std::uint64_t bytesStart = total();
-    ProcSample cpuStart = sampleProcess(pid, false);
+    ProcSample cpuStart = sampleRelayCpu(pid, companion);
     for (auto& s : streams) s->bytesAtWindowStart = s->bytes.load(std::memory_order_relaxed);
     sleepUntil(windowStart + secondsToDuration(duration));
     std::uint64_t bytesEnd = total();
-    ProcSample cpuEnd = sampleProcess(pid, false);
+    ProcSample cpuEnd = sampleRelayCpu(pid, companion);
     // A stream that moved nothing in the whole window is stuck in the relay.
     int stalled = 0;
     for (auto& s : streams)

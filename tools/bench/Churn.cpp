@@ -143,6 +143,8 @@ int runChurn(int argc, char** argv) {
                      {"warmup", "SECONDS", "0.5", "churn before the window opens"},
                      {"timeout-ms", "MS", "2000", "abort a connection stuck this long"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
+                     {"also-watch-pid", "PID", "0",
+                      "a companion process (a capture) whose CPU counts with the relay's"},
                  },
                  argc, argv, 2);
     if (opts.helpRequested()) {
@@ -158,6 +160,7 @@ int runChurn(int argc, char** argv) {
     double warmup = opts.number("warmup", 0, 600);
     auto timeout = std::chrono::milliseconds(opts.integer("timeout-ms", 10, 600000));
     auto pid = static_cast<pid_t>(opts.integer("watch-pid", 0, 1 << 30));
+    auto companion = static_cast<pid_t>(opts.integer("also-watch-pid", 0, 1 << 30));
 
     installSignalHandlers();
     requireFds(concurrency + 64, "churn");
@@ -178,9 +181,9 @@ int runChurn(int argc, char** argv) {
         });
     }
     sleepUntil(windowStart);
-    ProcSample cpuStart = sampleProcess(pid, false);
+    ProcSample cpuStart = sampleRelayCpu(pid, companion);
     sleepUntil(windowEnd);
-    ProcSample cpuEnd = sampleProcess(pid, false);
+    ProcSample cpuEnd = sampleRelayCpu(pid, companion);
     for (auto& t : threads) t.join();
     if (stopRequested()) {
         std::cerr << "churn: interrupted" << std::endl;

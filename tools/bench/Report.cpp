@@ -40,6 +40,10 @@ const MetricDef kMetrics[] = {
     {"churn_p99_us", "(d) churn p99 connection time, µs", 0, false, false},
     {"churn_errors", "(d) churn errors (sum over runs)", 0, false, false},
     {"churn_cpu_us", "relay CPU µs per connection", 1, true, true},
+    {"bulk1_copy_bytes", "copy of the streams on disk after bulk 1 (incl. warm-up), bytes", 0, true,
+     false},
+    {"bulk8_copy_bytes", "copy of the streams on disk after bulk 8 (incl. warm-up), bytes", 0, true,
+     false},
     {"idle_held", "(e) idle connections held", 0, false, false},
     {"idle_open_s", "(e) seconds to open them (1-byte echo each)", 2, false, false},
     {"idle_rss_before_kib", "(e) relay RSS before, KiB", 0, true, false},
@@ -58,7 +62,21 @@ const std::map<std::string, std::string> kPartyNames = {
     {"splicegate-inline", "splicegate inline"},
     {"haproxy-splice", "HAProxy splice"},
     {"haproxy-nosplice", "HAProxy no-splice"},
+    {"splicegate-inline-audit", "splicegate inline + audit batch"},
+    {"splicegate-chain-audit", "splicegate chain + audit batch"},
+    {"splicegate-inline-strict", "splicegate inline + audit strict"},
+    {"haproxy-splice-tcpdump", "HAProxy splice + tcpdump -w"},
 };
+
+// "splicegate-inline-audit" -> "splicegate-inline": the same engine without the audit.
+std::string withoutAudit(const std::string& party) {
+    auto dash = party.rfind('-');
+    return party.substr(0, dash);
+}
+
+bool keepsACopy(const std::string& party) {
+    return party.size() > 6 && (party.ends_with("-audit") || party.ends_with("-strict"));
+}
 
 std::string partyName(const std::string& party) {
     auto it = kPartyNames.find(party);
@@ -160,7 +178,7 @@ class Report {
     void printTargets(std::ostream& out) const {
         std::vector<std::string> engines;
         for (const auto& p : parties_)
-            if (p.rfind("splicegate", 0) == 0) engines.push_back(p);
+            if (p.rfind("splicegate", 0) == 0 && !keepsACopy(p)) engines.push_back(p);
         if (engines.empty()) return;
         out << "\n**Targets** (issue 2; PASS/MISS from the medians above)\n\n";
         header(out, "target", engines);
@@ -237,6 +255,48 @@ class Report {
             if (failedRuns(e, "idle_held")) return std::string("MISS (failed)");
             return std::string(*v <= 4096 ? "PASS" : "MISS") + " (" + fixed(*v, 0) + " B)";
         });
+    }
+
+    // Issue 3's targets for every party that audits: against the same engine without audit,
+    // HAProxy splice (which audits nothing) and HAProxy splice + tcpdump -w (a full copy too).
+    void printAuditTargets(std::ostream& out) const {
+        std::vector<std::string> auditing;
+        for (const auto& p : parties_)
+            if (keepsACopy(p)) auditing.push_back(p);
+        if (auditing.empty()) return;
+        out << "\n**Audit targets** (issue 3; PASS/MISS from the medians above)\n\n";
+        header(out, "target", auditing);
+        auto row = [&](const std::string& label, auto reference, const std::string& metric,
+                       double factor, bool atLeast) {
+            out << "| " << label << " |";
+            for (const auto& p : auditing) {
+                auto v = value(p, metric);
+                auto r = value(reference(p), metric);
+                std::string cell = "—";
+                if (!v && failedRuns(p, metric)) cell = "MISS (failed)";
+                if (v && r) {
+                    double bound = *r * factor;
+                    bool pass = atLeast ? *v >= bound : *v <= bound;
+                    cell = std::string(pass ? "PASS" : "MISS") + " (" + fixed(*v, 3) +
+                           (atLeast ? " vs ≥ " : " vs ≤ ") + fixed(bound, 3) + ")";
+                }
+                out << ' ' << cell << " |";
+            }
+            out << '\n';
+        };
+        auto same = [](const std::string& p) { return withoutAudit(p); };
+        auto haproxy = [](const std::string&) { return std::string("haproxy-splice"); };
+        auto tcpdump = [](const std::string&) { return std::string("haproxy-splice-tcpdump"); };
+        for (const char* test : {"bulk1", "bulk8"}) {
+            const std::string streams = std::string(test) == "bulk1" ? "1 stream" : "8 streams";
+            const std::string gbps = std::string(test) + "_gbps";
+            const std::string cpu = std::string(test) + "_cpu_gib";
+            row("bulk " + streams + " ≥ 0.8× same engine without audit", same, gbps, 0.8, true);
+            row("bulk " + streams + " ≥ 0.8× HAProxy splice", haproxy, gbps, 0.8, true);
+            row("bulk " + streams + " > HAProxy splice + tcpdump", tcpdump, gbps, 1.0, true);
+            row("CPU/GiB " + streams + " < HAProxy splice + tcpdump", tcpdump, cpu, 1.0, false);
+        }
+        row("churn ≥ 0.8× same engine without audit", same, "churn_cps", 0.8, true);
     }
 
     void printRaw(std::ostream& out) const {
@@ -334,6 +394,7 @@ int runReport(int argc, char** argv) {
     report.printRatios(std::cout, "haproxy-splice");
     report.printRatios(std::cout, "haproxy-nosplice");
     report.printTargets(std::cout);
+    report.printAuditTargets(std::cout);
     report.printRaw(std::cout);
     return 0;
 }

@@ -7,6 +7,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 ALL_PARTIES="direct,splicegate-chain,splicegate-inline,haproxy-splice,haproxy-nosplice"
+# Parties that keep a full copy of the streams (issue 3); not in the default set.
+AUDIT_PARTIES="splicegate-inline-audit,splicegate-chain-audit,splicegate-inline-strict,haproxy-splice-tcpdump"
 ALL_TESTS="bulk1,bulk8,rr,churn,idle"
 
 usage() {
@@ -26,6 +28,13 @@ options:
   --idle-hold S       how long the idle test holds them (default 6)
   --direction D       bulk direction: down (upstream to client, default) or up
   --parties LIST      comma-separated subset of: $ALL_PARTIES
+                      and of the parties that keep a copy of every stream:
+                      $AUDIT_PARTIES
+                      (*-audit: --audit-durability batch, *-strict: strict, both with the
+                      log under --audit-root; haproxy-splice-tcpdump: HAProxy splice plus
+                      'tcpdump -w' of the upstream side, its CPU counted with HAProxy's)
+  --audit-root DIR    where the audit logs and captures are written, one fresh directory per
+                      measurement, removed after it (default /var/tmp: a disk, not tmpfs)
   --tests LIST        comma-separated subset of: $ALL_TESTS
   --bench PATH        splicegate-bench binary (default: the newer of build/bin and
                       build-bench/bin)
@@ -52,7 +61,7 @@ alive() {
 }
 
 RUNS="" DURATION="" WARMUP="" IDLE_CONNS=8000 IDLE_HOLD="" DIRECTION=down QUICK=0
-PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0 NICE=0
+PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" AUDIT_ROOT=/var/tmp SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0 NICE=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -68,6 +77,7 @@ while (($#)); do
         --bench) BENCH=${2:?}; shift 2 ;;
         --splicegate) SPLICEGATE=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
+        --audit-root) AUDIT_ROOT=${2:?}; shift 2 ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
         --wait-quiet) WAIT_QUIET=${2:?}; shift 2 ;;
         --nice) NICE=${2:?}; shift 2 ;;
@@ -86,7 +96,7 @@ RUNS=${RUNS:-3} DURATION=${DURATION:-5} WARMUP=${WARMUP:-0.5} IDLE_HOLD=${IDLE_H
 [[ $IDLE_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --idle-conns wants a positive integer" >&2; exit 2; }
 [[ $DIRECTION == down || $DIRECTION == up ]] || { echo "run.sh: --direction wants down or up" >&2; exit 2; }
 for p in ${PARTIES//,/ }; do
-    [[ ,$ALL_PARTIES, == *",$p,"* ]] || { echo "run.sh: unknown party '$p'" >&2; exit 2; }
+    [[ ,$ALL_PARTIES,$AUDIT_PARTIES, == *",$p,"* ]] || { echo "run.sh: unknown party '$p'" >&2; exit 2; }
 done
 for t in ${TESTS//,/ }; do
     [[ ,$ALL_TESTS, == *",$t,"* ]] || { echo "run.sh: unknown test '$t'" >&2; exit 2; }
@@ -132,6 +142,10 @@ for p in ${PARTIES//,/ }; do
             if ! command -v haproxy >/dev/null; then
                 note "$p skipped: haproxy is not installed"
                 continue
+            fi
+            if [[ $p == *-tcpdump ]] && ! command -v tcpdump >/dev/null; then
+                note "$p skipped: tcpdump is not installed"
+                continue
             fi ;;
     esac
     SELECTED+=("$p")
@@ -173,6 +187,7 @@ cleanup() {
         wait "$pid" 2>/dev/null || true
     done
     PIDS=()
+    [[ -z ${COPY_DIR:-} ]] || rm -rf "$COPY_DIR"
     if ((KEEP_LOGS || FAILED)); then
         echo "run.sh: logs kept in $WORK" >&2
     else
@@ -202,11 +217,12 @@ start_server sink "$SINK_ADDR"
 start_server echo "$ECHO_ADDR"
 
 NEXT_PORT=65010  # every relay start gets a fresh port in 65010-65529
-RELAY_PID="" RELAY_ADDR="" RELAY_LOG="" RELAY_PARTY=""
-# start_relay PARTY UPSTREAM TAG: sets RELAY_ADDR (and RELAY_PID unless direct); 1 on failure.
+RELAY_PID="" RELAY_ADDR="" RELAY_LOG="" RELAY_PARTY="" CAPTURE_PID="" COPY_DIR=""
+# start_relay PARTY UPSTREAM TAG: sets RELAY_ADDR (and RELAY_PID unless direct, CAPTURE_PID for
+# the tcpdump party, COPY_DIR for the parties that keep a copy); 1 on failure.
 start_relay() {
     local party=$1 upstream=$2 tag=$3
-    RELAY_PID="" RELAY_ADDR="" RELAY_LOG="$WORK/$tag.log" RELAY_PARTY=$party
+    RELAY_PID="" RELAY_ADDR="" RELAY_LOG="$WORK/$tag.log" RELAY_PARTY=$party CAPTURE_PID="" COPY_DIR=""
     if [[ $party == direct ]]; then
         RELAY_ADDR=$upstream
         return 0
@@ -219,9 +235,32 @@ start_relay() {
                 --admin-socket '' --metrics-listen '' --audit-dir '' \
                 --splice-engine "${party#splicegate-}" </dev/null >"$RELAY_LOG" 2>&1 &
             ;;
-        haproxy-splice|haproxy-nosplice)
+        splicegate-*-audit|splicegate-*-strict)
+            local engine=${party#splicegate-} durability=batch
+            [[ $party == *-strict ]] && durability=strict
+            engine=${engine%-*}
+            COPY_DIR=$(mktemp -d "$AUDIT_ROOT/splicegate-bench-audit.XXXXXX")
+            "$SPLICEGATE" --listen "$RELAY_ADDR" --upstream "$upstream" --workers 2 \
+                --admin-socket '' --metrics-listen '' --audit-dir "$COPY_DIR" \
+                --audit-durability "$durability" --splice-engine "$engine" \
+                </dev/null >"$RELAY_LOG" 2>&1 &
+            ;;
+        haproxy-splice|haproxy-nosplice|haproxy-splice-tcpdump)
+            if [[ $party == *-tcpdump ]]; then
+                # The copy an operator would keep instead: every packet of the upstream side,
+                # whole (-s 0), into a file, with a capture buffer as large as HAProxy's pipes.
+                COPY_DIR=$(mktemp -d "$AUDIT_ROOT/splicegate-bench-pcap.XXXXXX")
+                tcpdump -i lo -s 0 -B 65536 -n -w "$COPY_DIR/upstream.pcap" \
+                    "tcp port ${upstream##*:}" </dev/null >"$WORK/$tag.tcpdump.log" 2>&1 &
+                CAPTURE_PID=$!
+                PIDS+=("$CAPTURE_PID")
+                for _ in $(seq 50); do
+                    grep -q "listening on" "$WORK/$tag.tcpdump.log" 2>/dev/null && break
+                    sleep 0.1
+                done
+            fi
             BENCH_LISTEN=$RELAY_ADDR BENCH_UPSTREAM=$upstream \
-                haproxy -db -f "$HERE/$party.cfg" </dev/null >"$RELAY_LOG" 2>&1 &
+                haproxy -db -f "$HERE/${party%-tcpdump}.cfg" </dev/null >"$RELAY_LOG" 2>&1 &
             ;;
     esac
     RELAY_PID=$!
@@ -254,6 +293,23 @@ stop_relay() {
     fi
     forget_pid "$RELAY_PID"
     RELAY_PID=""
+    if [[ -n $CAPTURE_PID ]]; then
+        kill -INT "$CAPTURE_PID" 2>/dev/null || true
+        wait "$CAPTURE_PID" 2>/dev/null || true
+        forget_pid "$CAPTURE_PID"
+        CAPTURE_PID=""
+        # "N packets dropped by kernel": a capture that drops is not a full copy.
+        local dropped
+        dropped=$(awk '/packets dropped by kernel/ { print $1 }' "$WORK/$tag.tcpdump.log")
+        if [[ -n $dropped && $dropped != 0 ]]; then
+            note "$tag: tcpdump dropped $dropped packets: its copy of the streams is incomplete"
+        fi
+    fi
+    if [[ -n $COPY_DIR ]]; then
+        COPY_BYTES=$(du -sb "$COPY_DIR" | cut -f1)
+        rm -rf "$COPY_DIR"
+        COPY_DIR=""
+    fi
 }
 
 # cpu_busy_pct: share of all CPUs busy over 0.5 s (from /proc/stat). Called between
@@ -310,6 +366,7 @@ measure() {
     start_relay "$party" "$upstream" "$tag" || { FAILED=1; return 0; }
     args+=(--connect "$RELAY_ADDR")
     [[ -n $RELAY_PID ]] && args+=(--watch-pid "$RELAY_PID")
+    [[ -n $CAPTURE_PID && $test != rr && $test != idle ]] && args+=(--also-watch-pid "$CAPTURE_PID")
     echo "run.sh: [$run/$RUNS] $test $party" >&2
     # In the background + wait, so a signal to run.sh interrupts at once and cleanup stops it.
     timeout -k 5 "$limit" "$BENCH" "${args[@]}" >"$WORK/$tag.client.out" 2>"$WORK/$tag.client.log" &
@@ -331,7 +388,9 @@ measure() {
         RELAY_PID=""
         FAILED=1
     fi
+    COPY_BYTES=""
     stop_relay "$tag"
+    [[ -n $COPY_BYTES ]] && record "$run" "$party" "${test}_copy_bytes" "$COPY_BYTES"
     ((rc == 0)) || FAILED=1
     echo "  $out" >&2
     # Parse "result=NAME key=value ..." into the raw table.

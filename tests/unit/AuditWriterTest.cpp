@@ -1,0 +1,74 @@
+// AuditWriter (audit/AuditWriter.h) without a ring: payload written with pwrite where the worker
+// would splice, group commits begun and ended by hand. Covers the segment roll while a group
+// commit is queued (the fds it names must stay open until it ends), a failed sync on a segment
+// that already rolled, and a directory that verifies after each.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "audit/AuditReader.h"
+#include "audit/AuditWriter.h"
+#include "tests/support/Daemon.h"
+
+namespace splicegate::audit {
+namespace {
+
+using test::TempDir;
+
+constexpr std::uint32_t kChunk = 4096;
+constexpr std::uint64_t kSegmentBytes = 3 * kChunk;
+
+// Reserves and writes one chunk of connection 1, as the worker does after its splice.
+void writeChunk(AuditWriter& writer, char fill) {
+    Reservation slot;
+    ASSERT_EQ(writer.reserve(kChunk, slot), 0);
+    const std::string payload(kChunk, fill);
+    ASSERT_EQ(::pwrite(slot.segment->data.get(), payload.data(), payload.size(),
+                       static_cast<off_t>(slot.offset)),
+              static_cast<ssize_t>(kChunk));
+    writer.recordChunk(slot, 1, 0, kChunk, wallClockNs());
+}
+
+TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
+    TempDir dir;
+    auto writer = std::make_unique<AuditWriter>(dir.path(), 0, 1, kSegmentBytes);
+    writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2");
+    writeChunk(*writer, 'a');
+    std::shared_ptr<Segment> syncing = writer->beginSync();
+    ASSERT_TRUE(syncing);
+    for (char fill : {'b', 'c', 'd'}) writeChunk(*writer, fill);  // the third one rolls
+    ASSERT_TRUE(syncing->retired);
+    EXPECT_TRUE(syncing->data.valid()) << "the queued fdatasync would fail with EBADF";
+    EXPECT_TRUE(syncing->index.valid());
+    EXPECT_EQ(::fdatasync(syncing->data.get()), 0);
+
+    writer->endSync(syncing, 0);
+    EXPECT_FALSE(syncing->data.valid()) << "sealed once the sync ended";
+    EXPECT_EQ(writer->failedSyncs(), 0u);
+    EXPECT_EQ(writer->durableSequence(), 1u);
+    writer->recordClose(1, wallClockNs(), 4 * kChunk, 0, "closed");
+    writer.reset();  // seals the current segment, as the worker's shutdown does
+    auto problems = verifyDirectory(dir.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+}
+
+TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
+    TempDir dir;
+    AuditWriter writer(dir.path(), 0, 1, kSegmentBytes);
+    writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2");
+    writeChunk(writer, 'a');
+    std::shared_ptr<Segment> syncing = writer.beginSync();
+    ASSERT_TRUE(syncing);
+    for (char fill : {'b', 'c', 'd'}) writeChunk(writer, fill);
+    writer.endSync(syncing, -EIO);
+    EXPECT_TRUE(syncing->failed);
+    EXPECT_FALSE(syncing->data.valid());
+    EXPECT_EQ(writer.failedSyncs(), 1u);
+    EXPECT_EQ(writer.durableSequence(), 0u) << "a failed sync makes nothing durable";
+}
+
+}  // namespace
+}  // namespace splicegate::audit
