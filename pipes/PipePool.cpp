@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace splicegate {
 namespace {
+constexpr std::size_t kMinBudgetedPipeSize = 64 * 1024;
 constexpr std::size_t kOverflowPipeSize = 4096;
 
 std::uint64_t readProcNumber(const char* path) noexcept {
@@ -40,6 +42,16 @@ void PipeBudget::release(std::uint64_t bytes) noexcept {
     used_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+std::size_t PipeBudget::fairShare(std::size_t maxSize) const noexcept {
+    if (limit_ == 0) return maxSize;
+    const std::uint64_t lent = std::max<std::uint64_t>(1, lent_.load(std::memory_order_relaxed));
+    const std::uint64_t share = limit_ / lent;
+    const std::size_t floor = std::min(kMinBudgetedPipeSize, maxSize);
+    std::size_t size = maxSize;
+    while (size > floor && size > share) size /= 2;
+    return std::max(size, floor);
+}
+
 std::uint64_t PipeBudget::systemLimitBytes() noexcept {
     auto pages = readProcNumber("/proc/sys/fs/pipe-user-pages-soft");
     if (pages == 0) return 0;
@@ -63,34 +75,57 @@ PipePool::~PipePool() {
 }
 
 int PipePool::acquire(Pipe& out) noexcept {
-    if (!idle_.empty()) {
-        out = std::move(idle_.back());
+    budget_.countLent();
+    const std::size_t fair = budget_.fairShare(pipeSize_);
+    while (!idle_.empty()) {
+        Pipe pipe = std::move(idle_.back());
         idle_.pop_back();
         --stats_.idle;
+        if (pipe.capacity() > fair) {  // too large for a crowded budget: free it for a smaller one
+            discard(std::move(pipe));
+            continue;
+        }
+        out = std::move(pipe);
         ++stats_.inUse;
         return 0;
     }
-    bool fullSize = budget_.tryReserve(pipeSize_);
-    int rc = Pipe::create(fullSize ? pipeSize_ : kOverflowPipeSize, out);
+    // Halving below the fair share while the budget has no room for it, down to
+    // kMinBudgetedPipeSize, before falling to a one-page pipe.
+    std::size_t size = fair;
+    while (!budget_.tryReserve(size)) {
+        size = size / 2 >= kMinBudgetedPipeSize ? size / 2 : 0;
+        if (size == 0) break;
+    }
+    bool budgeted = size != 0;
+    int rc = Pipe::create(budgeted ? size : kOverflowPipeSize, out);
     if (rc < 0) {
-        if (fullSize) budget_.release(pipeSize_);
+        if (budgeted) budget_.release(size);
+        budget_.countReturned();
         ++stats_.createFailures;
         return rc;
     }
-    if (fullSize && out.capacity() < pipeSize_) {
+    if (budgeted && out.capacity() < size) {
         // The kernel gave less (per-user allowance reached): it is an overflow pipe, unbudgeted.
-        budget_.release(pipeSize_);
-        fullSize = false;
+        budget_.release(size);
+        budgeted = false;
     }
-    out.setBudgeted(fullSize);
+    out.setBudgeted(budgeted);
     ++stats_.created;
     ++stats_.inUse;
     if (isOverflow(out)) ++stats_.overflowInUse;
     return 0;
 }
 
+bool PipePool::wrongSize(const Pipe& pipe) const noexcept {
+    const std::size_t fair = budget_.fairShare(pipeSize_);
+    if (pipe.budgeted()) return pipe.capacity() > fair;
+    const std::uint64_t limit = budget_.limit();
+    return limit == 0 || budget_.used() + fair <= limit;
+}
+
 void PipePool::release(Pipe&& pipe, std::size_t bufferedBytes) noexcept {
     if (!pipe.valid()) return;
+    budget_.countReturned();
     --stats_.inUse;
     if (isOverflow(pipe)) --stats_.overflowInUse;
     if (bufferedBytes != 0) {
@@ -98,7 +133,9 @@ void PipePool::release(Pipe&& pipe, std::size_t bufferedBytes) noexcept {
         discard(std::move(pipe));
         return;
     }
-    if (isOverflow(pipe) || idle_.size() >= maxIdle_) {
+    // Only full-size pipes are kept: a smaller one was lent while the budget ran low.
+    if (isOverflow(pipe) || pipe.capacity() < pipeSize_ ||
+        pipe.capacity() > budget_.fairShare(pipeSize_) || idle_.size() >= maxIdle_) {
         discard(std::move(pipe));
         return;
     }

@@ -135,6 +135,7 @@ void Worker::loop() {
         now_ = std::chrono::steady_clock::now();
         ring_->drainCompletions([this](const io_uring_cqe& cqe) { handleCompletion(cqe); });
         runDeferred();
+        startWantedSync();
     }
 }
 
@@ -575,6 +576,9 @@ bool Worker::pumpStep(Connection& c, Direction d) {
     bool inlineMoves = context_.settings.engine == SpliceEngine::Inline;
     switch (flow.next()) {
         case FlowStep::Fill: {
+            // Both pipes are empty here: a good moment to trade one that no longer fits the
+            // budget's fair share (a flow that never runs dry would otherwise keep it forever).
+            if (flow.pipe.valid() && pipePool_.wrongSize(flow.pipe)) returnPipes(flow);
             if (!flow.pipe.valid()) {
                 int rc = pipePool_.acquire(flow.pipe);
                 if (rc < 0) {
@@ -726,6 +730,13 @@ void Worker::bookAuditWrite(Connection& c, Direction d, int result) {
         // record's counts must match the chunks.
         stats_->auditBytes.add(static_cast<std::uint64_t>(result));
         c.auditedBytes[static_cast<int>(d)] += static_cast<std::uint64_t>(result);
+        if (context_.settings.auditDurability == AuditDurability::Strict) {
+            // Start the chunk's writeback now, so the group commit's fdatasync finds it under
+            // way or done instead of writing every waiter's pages in one burst. Advisory: an
+            // error here shows up in that fdatasync.
+            ::sync_file_range(slot.segment->data.get(), static_cast<off64_t>(slot.offset), result,
+                              SYNC_FILE_RANGE_WRITE);
+        }
         audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
                             static_cast<std::uint32_t>(result), audit::wallClockNs());
         c.auditSyncTarget = audit_->nextSyncSequence();
@@ -740,8 +751,7 @@ bool Worker::applyAuditWrite(Connection& c, Direction d, int result) {
         onAuditFailure(c, d, result == 0 ? -ENOSPC : result);
         return c.state == ConnectionState::Relaying;
     }
-    if (context_.settings.auditDurability == AuditDurability::Strict && !audit_->syncInFlight())
-        startSync();  // group commit: whoever is waiting when it starts shares this fdatasync
+    if (context_.settings.auditDurability == AuditDurability::Strict) syncWanted_ = true;
     return true;
 }
 
@@ -782,6 +792,15 @@ void Worker::onAuditFailure(Connection& c, Direction d, int result) {
 
 void Worker::waitDurable(Connection& c, Direction d) {
     durabilityWaiters_.push_back({{c.slot, c.generation, d}, c.auditSyncTarget});
+    syncWanted_ = true;
+}
+
+// Group commit: a sync starts once the completions of a loop turn have been handled, so every
+// chunk written in that turn shares it (one connection's write no longer starts a sync alone
+// while the others of the same turn wait for the next). A sync in flight re-asks when it ends.
+void Worker::startWantedSync() {
+    if (!syncWanted_ || !audit_) return;
+    syncWanted_ = false;
     if (!audit_->syncInFlight()) startSync();
 }
 
@@ -837,7 +856,8 @@ void Worker::onSync(int result) {
     // After a failure the next sync waits for the timer: retrying at once on a full or broken
     // disk would spin through new segments.
     bool strict = context_.settings.auditDurability == AuditDurability::Strict;
-    if (result >= 0 && (!durabilityWaiters_.empty() || (audit_->dirty() && strict))) startSync();
+    if (result >= 0 && (!durabilityWaiters_.empty() || (audit_->dirty() && strict)))
+        syncWanted_ = true;
 }
 
 void Worker::openAudit(Connection& c) {

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,7 +41,7 @@ struct ConnectionView {
 };
 
 class Worker {
-public:
+  public:
     Worker(unsigned index, RelayContext& context);
     ~Worker();
     Worker(const Worker&) = delete;
@@ -66,11 +66,22 @@ public:
     bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
     void join();
 
-private:
+  private:
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
     enum class Op : std::uint8_t {
-        Ignore, Control, Timer, Accept, Connect, ConnectTimeout, Poll, Fill, Tee, AuditWrite,
-        Forward, SyncData, SyncIndex
+        Ignore,
+        Control,
+        Timer,
+        Accept,
+        Connect,
+        ConnectTimeout,
+        Poll,
+        Fill,
+        Tee,
+        AuditWrite,
+        Forward,
+        SyncData,
+        SyncIndex
     };
     struct Listener {
         std::shared_ptr<const Route> route;
@@ -135,6 +146,7 @@ private:
     void bookAuditWrite(Connection& c, Direction d, int result);
     void onAuditFailure(Connection& c, Direction d, int result);
     void waitDurable(Connection& c, Direction d);
+    void startWantedSync();
     void startSync();
     void onSync(int result);
     void openAudit(Connection& c);
@@ -171,6 +183,7 @@ private:
     std::unique_ptr<audit::AuditWriter> audit_;
     std::shared_ptr<audit::Segment> syncingSegment_;
     int syncDataResult_ = 0;
+    bool syncWanted_ = false;  // strict mode: a chunk waits for a group commit (startWantedSync)
     std::vector<DurabilityWaiter> durabilityWaiters_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};
     std::thread thread_;

@@ -12,5 +12,6 @@ int runChurn(int argc, char** argv);
 int runIdle(int argc, char** argv);
 int runWaitPort(int argc, char** argv);
 int runReport(int argc, char** argv);
+int runFsyncPerChunk(int argc, char** argv);
 
 }  // namespace splicegate::bench

@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "  idle      open and hold N idle connections, sample the relay's RSS and threads\n"
     "  waitport  wait until a listener accepts\n"
     "  report    turn run.sh's raw results into the markdown tables\n"
+    "  fsync-per-chunk  files written and fdatasync'd chunk by chunk (strict.sh's baseline)\n"
     "\n"
     "Results are one line on stdout: result=NAME key=value ...; diagnostics go to stderr.\n"
     "Exit status: 0 success, 1 runtime failure, 2 usage error.\n";
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
         if (command == "idle") return runIdle(argc, argv);
         if (command == "waitport") return runWaitPort(argc, argv);
         if (command == "report") return runReport(argc, argv);
+        if (command == "fsync-per-chunk") return runFsyncPerChunk(argc, argv);
         std::cerr << "splicegate-bench: unknown command '" << command << "' (see --help)\n";
         return 2;
     } catch (const splicegate::bench::UsageError& e) {
