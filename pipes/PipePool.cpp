@@ -120,7 +120,7 @@ bool PipePool::wrongSize(const Pipe& pipe) const noexcept {
     const std::size_t fair = budget_.fairShare(pipeSize_);
     if (pipe.budgeted()) return pipe.capacity() > fair;
     const std::uint64_t limit = budget_.limit();
-    return limit == 0 || budget_.used() + fair <= limit;
+    return !idle_.empty() || limit == 0 || budget_.used() + fair <= limit;
 }
 
 void PipePool::release(Pipe&& pipe, std::size_t bufferedBytes) noexcept {

@@ -1,9 +1,9 @@
-#include "pipes/PipePool.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <vector>
+
+#include "pipes/PipePool.h"
 
 namespace splicegate {
 namespace {
@@ -106,6 +106,58 @@ TEST(PipePool, ManyBorrowersShareATinyBudget) {
     EXPECT_EQ(pool.stats().inUse, 0u);
     EXPECT_EQ(pool.stats().idle, 4u);
     EXPECT_EQ(budget.used(), 4u * 4096);
+}
+
+TEST(PipeBudget, FairShareIsTheLimitOverThePipesLentRoundedDown) {
+    PipeBudget budget(4 << 20);
+    EXPECT_EQ(budget.fairShare(1 << 20), 1u << 20);  // nothing lent
+    for (int i = 0; i < 8; ++i) budget.countLent();
+    EXPECT_EQ(budget.fairShare(1 << 20), 512u << 10);
+    for (int i = 0; i < 4; ++i) budget.countLent();
+    EXPECT_EQ(budget.fairShare(1 << 20), 256u << 10);  // 4 MiB / 12, rounded down
+    for (int i = 0; i < 500; ++i) budget.countLent();
+    EXPECT_EQ(budget.fairShare(1 << 20), 64u << 10);  // never below 64 KiB
+    EXPECT_EQ(budget.fairShare(4096), 4096u);         // nor above the pipe size
+    EXPECT_EQ(PipeBudget(0).fairShare(1 << 20), 1u << 20);
+}
+
+// Sixteen borrowers that never give a pipe back on their own (uploads that never run dry) must
+// all get budgeted pipes: the early ones learn theirs became too large and trade them.
+TEST(PipePool, BorrowersShareTheBudgetFairlyAndTradeOversizedPipes) {
+    PipeBudget budget(4 << 20);
+    PipePool pool(budget, 1 << 20, 4);
+    std::vector<Pipe> lent(16);
+    for (auto& pipe : lent) ASSERT_EQ(pool.acquire(pipe), 0);
+    EXPECT_EQ(lent.front().capacity(), 1u << 20) << "alone, the first gets a whole pipe";
+    EXPECT_LE(budget.used(), budget.limit());
+    EXPECT_TRUE(pool.wrongSize(lent.front())) << "16 borrowers: 1 MiB is over the fair share";
+    for (auto& pipe : lent) {
+        if (!pool.wrongSize(pipe)) continue;
+        pool.release(std::move(pipe), 0);
+        ASSERT_EQ(pool.acquire(pipe), 0);
+    }
+    for (const auto& pipe : lent) {
+        EXPECT_TRUE(pipe.budgeted()) << "no borrower left on a one-page pipe";
+        EXPECT_EQ(pipe.capacity(), 256u << 10);
+        EXPECT_FALSE(pool.wrongSize(pipe));
+    }
+    EXPECT_EQ(pool.stats().overflowInUse, 0u);
+    EXPECT_EQ(budget.used(), 4u << 20);
+    for (auto& pipe : lent) pool.release(std::move(pipe), 0);
+    EXPECT_EQ(pool.stats().idle, 0u) << "smaller pipes are not kept for reuse";
+    EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(PipePool, OverflowPipeIsTradedOnceTheBudgetHasRoom) {
+    PipeBudget budget(65536);
+    PipePool pool(budget, 65536, 4);
+    Pipe full, overflow;
+    ASSERT_EQ(pool.acquire(full), 0);
+    ASSERT_EQ(pool.acquire(overflow), 0);
+    ASSERT_FALSE(overflow.budgeted());
+    EXPECT_FALSE(pool.wrongSize(overflow)) << "no room yet";
+    pool.release(std::move(full), 0);
+    EXPECT_TRUE(pool.wrongSize(overflow)) << "room for a budgeted pipe again";
 }
 
 }  // namespace

@@ -30,8 +30,11 @@ struct alignas(64) ThreadCounter {
     std::atomic<int> deadStreams{0};
 };
 
-void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk, ThreadCounter& counter,
-                const std::atomic<bool>& stop) {
+// `bytesPerSecond` > 0 paces this thread: it moves no more than that on average since it began.
+void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk, double bytesPerSecond,
+                ThreadCounter& counter, const std::atomic<bool>& stop) {
+    const auto began = Clock::now();
+    std::uint64_t moved = 0;
     UniqueFd epoll(checkSys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     for (Stream* s : streams) {
         epoll_event ev{};
@@ -42,6 +45,11 @@ void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk, Thre
     std::string buffer(chunk, 'b');
     epoll_event events[64];
     while (!stop.load(std::memory_order_relaxed) && !stopRequested()) {
+        if (bytesPerSecond > 0 &&
+            static_cast<double>(moved) > bytesPerSecond * secondsBetween(began, Clock::now())) {
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+            continue;
+        }
         int n = epoll_wait(epoll.get(), events, 64, 20);
         for (int i = 0; i < n; ++i) {
             auto* s = static_cast<Stream*>(events[i].data.ptr);
@@ -50,6 +58,7 @@ void streamLoop(std::vector<Stream*> streams, bool down, std::size_t chunk, Thre
                 ssize_t r = down ? recv(s->fd.get(), buffer.data(), buffer.size(), 0)
                                  : send(s->fd.get(), buffer.data(), buffer.size(), MSG_NOSIGNAL);
                 if (r > 0) {
+                    moved += static_cast<std::uint64_t>(r);
                     s->bytes.fetch_add(static_cast<std::uint64_t>(r), std::memory_order_relaxed);
                     counter.bytes.fetch_add(static_cast<std::uint64_t>(r),
                                             std::memory_order_relaxed);
@@ -126,6 +135,8 @@ int runBulk(int argc, char** argv) {
                      {"direction", "DIR", "down", "down (server to client) or up"},
                      {"threads", "N", "0", "client threads; 0 = min(streams, 2)"},
                      {"chunk", "BYTES", "262144", "read/write size"},
+                     {"rate-mbps", "MBIT/S", "0",
+                      "pace all streams together to this rate; 0 = as fast as possible"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
                      {"also-watch-pid", "PID", "0",
                       "a companion process (a capture) whose CPU counts with the relay's"},
@@ -147,6 +158,8 @@ int runBulk(int argc, char** argv) {
     if (threadCount == 0) threadCount = std::min<std::size_t>(streamCount, 2);
     threadCount = std::min(threadCount, streamCount);
     auto chunk = static_cast<std::size_t>(opts.integer("chunk", 64, 16 << 20));
+    const double bytesPerSecond =
+        opts.number("rate-mbps", 0, 1e6) * 1e6 / 8 / static_cast<double>(threadCount);
     auto pid = static_cast<pid_t>(opts.integer("watch-pid", 0, 1 << 30));
     auto companion = static_cast<pid_t>(opts.integer("also-watch-pid", 0, 1 << 30));
 
@@ -167,7 +180,7 @@ int runBulk(int argc, char** argv) {
         for (std::size_t i = t; i < streamCount; i += threadCount) mine.push_back(streams[i].get());
         threads.emplace_back([&, t, mine] {
             try {
-                streamLoop(mine, down, chunk, counters[t], stop);
+                streamLoop(mine, down, chunk, bytesPerSecond, counters[t], stop);
             } catch (const std::exception& e) {
                 std::cerr << "bulk: " << e.what() << std::endl;
                 failures.fetch_add(1);

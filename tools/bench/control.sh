@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Control plane under load (issue 4 "Targets"), in a private network namespace:
+#  1. admin status requests/s, p50 and p99 (splicegate-admin-bench, 4 connections) with the relay
+#     idle and while it carries a bulk load paced to --load-mbps (default 1000 Mbit/s);
+#  2. bulk throughput with metrics off and with metrics on and scraped every second, in
+#     interleaved runs (off, on, off, on, ...), so drift on a shared machine hits both alike.
+# N rounds of each, medians. usage: tools/bench/control.sh [--runs N] [--duration S]
+#                                   [--load-mbps M] [--streams N]
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+RUNS=5 DURATION=5 LOAD_MBPS=1000 STREAMS=8
+ORIGINAL_ARGS=("$@")
+while (($#)); do
+    case $1 in
+        --runs) RUNS=${2:?}; shift 2 ;;
+        --duration) DURATION=${2:?}; shift 2 ;;
+        --load-mbps) LOAD_MBPS=${2:?}; shift 2 ;;
+        --streams) STREAMS=${2:?}; shift 2 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "control.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "control.sh: --runs wants a positive integer" >&2; exit 2; }
+
+if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
+    exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "${ORIGINAL_ARGS[@]}"
+fi
+ip link set lo up
+sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
+
+BIN=$ROOT/build/bin
+for tool in splicegate splicegate-bench splicegate-admin-bench; do
+    [[ -x $BIN/$tool ]] || { echo "control.sh: $BIN/$tool missing: build first" >&2; exit 1; }
+done
+WORK=$(mktemp -d /tmp/splicegate-control.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+SINK=127.0.0.1:65202 RELAY=127.0.0.1:65201 METRICS=127.0.0.1:65266 SOCKET=$WORK/admin.sock
+"$BIN/splicegate-bench" server --mode sink --listen "$SINK" --threads 2 --duration 7200 \
+    >"$WORK/sink.log" 2>&1 &
+PIDS+=($!)
+"$BIN/splicegate-bench" waitport --connect "$SINK" --timeout 10
+
+RELAY_PID=""
+start_relay() {  # metrics: on | off
+    local metrics=''
+    [[ $1 == on ]] && metrics=$METRICS
+    "$BIN/splicegate" --listen "$RELAY" --upstream "$SINK" --workers 2 --audit-dir '' \
+        --admin-socket "$SOCKET" --admin-group root --metrics-listen "$metrics" \
+        >"$WORK/relay.log" 2>&1 &
+    RELAY_PID=$!
+    PIDS+=("$RELAY_PID")
+    "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
+    [[ $1 == off ]] || "$BIN/splicegate-bench" waitport --connect "$METRICS" --timeout 10
+    for _ in $(seq 100); do [[ -S $SOCKET ]] && break; sleep 0.05; done
+}
+stop_relay() { kill -TERM "$RELAY_PID"; wait "$RELAY_PID" || true; }
+field() { grep -o " $1=[0-9.]*" <<<" $2" | head -n 1 | cut -d= -f2; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+admin_load() { "$BIN/splicegate-admin-bench" --socket "$SOCKET" --clients 4 --duration "$DURATION"; }
+bulk() {  # extra bulk arguments...
+    "$BIN/splicegate-bench" bulk --connect "$RELAY" --streams "$STREAMS" --direction up \
+        --duration "$DURATION" --warmup 0.5 --watch-pid "$RELAY_PID" "$@"
+}
+
+: >"$WORK/admin" ; : >"$WORK/metrics"
+for run in $(seq "$RUNS"); do
+    start_relay on
+    idle=$(admin_load)
+    bulk --rate-mbps "$LOAD_MBPS" --duration "$((DURATION + 2))" >"$WORK/load.out" 2>&1 &
+    load=$!
+    sleep 1
+    busy=$(admin_load)
+    wait "$load" || true
+    stop_relay
+    loaded=$(field gbps "$(cat "$WORK/load.out")")
+    echo "$(field rps "$idle") $(field p50_us "$idle") $(field p99_us "$idle") $(field rps "$busy") $(field p50_us "$busy") $(field p99_us "$busy") $loaded" >>"$WORK/admin"
+    echo "control.sh: [$run/$RUNS] admin idle: $idle | under ${loaded} Gbit/s: $busy" >&2
+
+    start_relay off
+    off=$(bulk)
+    stop_relay
+    start_relay on
+    while :; do curl -s -o /dev/null "http://$METRICS/metrics"; sleep 1; done &
+    scraper=$!
+    on=$(bulk)
+    kill "$scraper"; wait "$scraper" 2>/dev/null || true
+    stop_relay
+    echo "$(field gbps "$off") $(field gbps "$on") $(field relay_cpu_s_per_gib "$off") $(field relay_cpu_s_per_gib "$on")" >>"$WORK/metrics"
+    echo "control.sh: [$run/$RUNS] bulk metrics off: $(field gbps "$off") Gbit/s, on: $(field gbps "$on") Gbit/s" >&2
+done
+
+col() { awk -v c="$2" '{ print $c }' "$WORK/$1" | median; }
+ratio() { awk -v c="$2" -v d="$3" '{ print $d / $c }' "$WORK/$1" | median; }
+echo "# control plane under load, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo
+echo "Command: \`tools/bench/control.sh${ORIGINAL_ARGS[*]:+ ${ORIGINAL_ARGS[*]}}\`; $(nproc) CPUs, loopback in a private network namespace, splicegate --workers 2, medians of $RUNS."
+echo
+echo "| admin status requests, 4 connections | relay idle | relay under load |"
+echo "|---|---:|---:|"
+echo "| requests/s | $(col admin 1) | $(col admin 4) |"
+echo "| p50 latency, µs | $(col admin 2) | $(col admin 5) |"
+echo "| p99 latency, µs | $(col admin 3) | $(col admin 6) |"
+echo "| bulk load carried meanwhile (paced to $LOAD_MBPS Mbit/s), Gbit/s | — | $(col admin 7) |"
+echo
+echo "| bulk, $STREAMS streams up | metrics off | metrics on, scraped every 1 s | on ÷ off (median of per-round ratios) |"
+echo "|---|---:|---:|---:|"
+echo "| Gbit/s | $(col metrics 1) | $(col metrics 2) | $(ratio metrics 1 2)× |"
+echo "| relay CPU-s per GiB | $(col metrics 3) | $(col metrics 4) | $(ratio metrics 3 4)× |"
+echo
+echo "Every round: admin (idle rps p50 p99, loaded rps p50 p99, load Gbit/s), then bulk (off, on Gbit/s; off, on CPU-s/GiB):"
+paste -d'|' "$WORK/admin" "$WORK/metrics" | sed 's/^/    /'
