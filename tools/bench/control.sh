@@ -100,7 +100,7 @@ for run in $(seq "$RUNS"); do
 done
 
 col() { awk -v c="$2" '{ print $c }' "$WORK/$1" | median; }
-ratio() { awk -v c="$2" -v d="$3" '{ print $d / $c }' "$WORK/$1" | median; }
+ratio() { awk -v c="$2" -v d="$3" '{ printf "%.3f\n", $d / $c }' "$WORK/$1" | median; }
 echo "# control plane under load, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
 echo "Command: \`tools/bench/control.sh${ORIGINAL_ARGS[*]:+ ${ORIGINAL_ARGS[*]}}\`; $(nproc) CPUs, loopback in a private network namespace, splicegate --workers 2, medians of $RUNS."
