@@ -20,10 +20,12 @@ std::int64_t wallClockNs() noexcept {
 }
 
 AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
-                         std::uint64_t segmentBytes)
+                         std::uint64_t segmentBytes,
+                         const std::atomic<std::uint64_t>* nextConnectionId)
     : dir_(std::move(dir)),
       worker_(worker),
       segmentBytes_(segmentBytes),
+      nextConnectionId_(nextConnectionId),
       nextSegment_(firstSegment) {
     int rc = openSegment(nextSegment_);
     if (rc < 0)
@@ -56,7 +58,11 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     segment->index.reset(::open(indexPath.c_str(), flags, 0640));
     int rc = segment->index ? 0 : -errno;
     if (rc == 0) {
-        encodeSegmentStart(segment->pendingRecords, worker_, number, wallClockNs());
+        // Relaxed is enough: the floor must exceed the ids this worker recorded in its earlier
+        // segments, and this thread fetched those from the counter itself.
+        std::uint64_t idFloor =
+            nextConnectionId_ ? nextConnectionId_->load(std::memory_order_relaxed) : 0;
+        encodeSegmentStart(segment->pendingRecords, worker_, number, wallClockNs(), idFloor);
         rc = writePending(*segment);
     }
     if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number

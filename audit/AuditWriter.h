@@ -6,6 +6,7 @@
 //
 // Error contract: set-up throws std::system_error naming the file; run-time calls are noexcept
 // and return -errno.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,9 +41,11 @@ struct Reservation {
 class AuditWriter {
   public:
     // Opens segment `firstSegment` of `worker` in `dir` (creating both files). Throws naming the
-    // file on failure.
+    // file on failure. `nextConnectionId` is the daemon's id counter, read as the connection id
+    // floor of every segment this writer opens; null writes floor 0. It must outlive the writer.
     AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
-                std::uint64_t segmentBytes);
+                std::uint64_t segmentBytes,
+                const std::atomic<std::uint64_t>* nextConnectionId = nullptr);
     ~AuditWriter();
     AuditWriter(const AuditWriter&) = delete;
     AuditWriter& operator=(const AuditWriter&) = delete;
@@ -89,6 +92,7 @@ class AuditWriter {
     const std::string dir_;
     const std::uint32_t worker_;
     const std::uint64_t segmentBytes_;
+    const std::atomic<std::uint64_t>* const nextConnectionId_;
     std::uint64_t nextSegment_;
     std::shared_ptr<Segment> current_;
     std::vector<std::shared_ptr<Segment>> retired_;

@@ -161,11 +161,17 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
     switch (type) {
         case RecordType::SegmentStart:
             if (!body.u32(out.version) || !body.u32(out.worker) || !body.u64(out.segment) ||
-                !body.i64(out.timeNs) || !body.atEnd())
+                !body.i64(out.timeNs))
                 return bad + "wrong length";
-            if (out.version != kFormatVersion)
+            // The version decides the body's length, so an unknown one is named as such.
+            if (out.version < kOldestFormatVersion || out.version > kFormatVersion)
                 return "unsupported format version " + std::to_string(out.version) +
-                       " (this reader knows version " + std::to_string(kFormatVersion) + ")";
+                       " (this reader knows versions " + std::to_string(kOldestFormatVersion) +
+                       " to " + std::to_string(kFormatVersion) + ")";
+            out.idFloor = 0;
+            if (out.version > kOldestFormatVersion && !body.u64(out.idFloor))
+                return bad + "wrong length";
+            if (!body.atEnd()) return bad + "wrong length";
             return {};
         case RecordType::Open:
             if (!body.u64(out.id) || !body.i64(out.timeNs) || !body.string(out.route) ||
@@ -218,12 +224,13 @@ std::uint64_t Record::chunkEnd() const noexcept {
 }
 
 void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t segment,
-                        std::int64_t createdNs) {
+                        std::int64_t createdNs, std::uint64_t idFloor) {
     auto start = begin(out, RecordType::SegmentStart);
     putU32(out, kFormatVersion);
     putU32(out, worker);
     putU64(out, segment);
     putI64(out, createdNs);
+    putU64(out, idFloor);
     finish(out, start);
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// Audit index records and segment file names (audit/FORMAT.md, format version 1).
+// Audit index records and segment file names (audit/FORMAT.md, format version 2; version-1
+// SegmentStart records are still read).
 // - encode*(): append one complete record (16-byte header, body, CRC-32 filled) to `out`.
 //   Strings longer than kMaxStringBytes are cut (at a UTF-8 character boundary) so that every
 //   record fits the u16 length field.
@@ -28,7 +29,10 @@ enum class RecordType : std::uint16_t {
 constexpr std::uint32_t kRecordMagic = 0x58494753;  // "SGIX" little-endian
 constexpr std::size_t kRecordHeaderSize = 16;
 constexpr std::size_t kMaxRecordSize = 65535;
-constexpr std::uint32_t kFormatVersion = 1;
+// Written in new SegmentStart records. Readers also accept kOldestFormatVersion, whose
+// SegmentStart has no connection id floor, so that logs written before it stay readable.
+constexpr std::uint32_t kFormatVersion = 2;
+constexpr std::uint32_t kOldestFormatVersion = 1;
 // Longest string an encoder writes; three of them plus the Open body still fit kMaxRecordSize.
 constexpr std::size_t kMaxStringBytes = 16384;
 
@@ -38,13 +42,15 @@ constexpr std::uint8_t kSealClean = 0;
 constexpr std::uint8_t kSealFailed = 1;
 
 // Total sizes of the fixed-size records (header included).
-constexpr std::size_t kSegmentStartRecordSize = kRecordHeaderSize + 24;
+constexpr std::size_t kSegmentStartRecordSize = kRecordHeaderSize + 32;
+constexpr std::size_t kSegmentStartV1RecordSize = kRecordHeaderSize + 24;
 constexpr std::size_t kChunkRecordSize = kRecordHeaderSize + 32;
 constexpr std::size_t kTruncatedRecordSize = kRecordHeaderSize + 16;
 constexpr std::size_t kSegmentSealedRecordSize = kRecordHeaderSize + 9;
 
+// `idFloor`: the next connection id the daemon hands out (FORMAT.md "Records").
 void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t segment,
-                        std::int64_t createdNs);
+                        std::int64_t createdNs, std::uint64_t idFloor);
 void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::string_view route,
                 std::string_view client, std::string_view upstream);
 void encodeChunk(std::string& out, std::uint64_t id, std::uint8_t direction, std::uint32_t length,
@@ -62,6 +68,7 @@ struct Record {
     std::uint32_t version = 0;
     std::uint32_t worker = 0;
     std::uint64_t segment = 0;
+    std::uint64_t idFloor = 0;  // 0 in a version-1 record, which has none
     // Open, Chunk, Close, Truncated
     std::uint64_t id = 0;
     // SegmentStart: created; Open: opened; Chunk: time; Close: closed; Truncated: recovery time

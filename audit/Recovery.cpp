@@ -252,6 +252,8 @@ class Recovery {
                     open.erase(record.id);
                     break;
                 case RecordType::SegmentStart:
+                    report_.maxIdFloor = std::max(report_.maxIdFloor, record.idFloor);
+                    break;
                 case RecordType::SegmentSealed:
                     break;
             }
@@ -274,7 +276,7 @@ class Recovery {
         if (!hasStart && damage.empty()) {
             // Nothing of the index survived: start it again so the segment stays well-formed.
             std::string start;
-            encodeSegmentStart(start, files.worker, files.segment, now_);
+            encodeSegmentStart(start, files.worker, files.segment, now_, nextIdFloor());
             writeAt(segment.index.get(), start, 0, files.indexPath);
             segment.indexEnd = start.size();
             segment.indexChanged = true;
@@ -291,6 +293,14 @@ class Recovery {
             segment.dataSize = maxChunkEnd;
         }
         return segment;
+    }
+
+    // The floor of a segment recovery writes. Workers and segments are read oldest first, so it
+    // is above every id this worker recorded before the segment, as a daemon-written floor is.
+    // The report includes it so that a second run reports the same.
+    std::uint64_t nextIdFloor() {
+        report_.maxIdFloor = std::max(report_.maxIdFloor, report_.maxConnectionId + 1);
+        return report_.maxIdFloor;
     }
 
     void removeLoneData(const SegmentFiles& files) {
@@ -342,7 +352,7 @@ class Recovery {
         dirChanged_ = true;
         report_.lastSegment[worker] = number;
         std::string records;
-        encodeSegmentStart(records, worker, number, now_);
+        encodeSegmentStart(records, worker, number, now_, nextIdFloor());
         for (auto id : open) encodeTruncated(records, id, now_);
         encodeSegmentSealed(records, 0, kSealClean);
         append(segment, records);

@@ -19,6 +19,9 @@ struct RecoveryReport {
     // damaged sealed segment left for `verify` to report.
     std::vector<std::string> actions;
     std::uint64_t maxConnectionId = 0;  // largest connection id in the directory (0: none)
+    // Largest SegmentStart connection id floor in the directory, those recovery wrote included
+    // (0: none). New ids start at the larger of it and maxConnectionId + 1.
+    std::uint64_t maxIdFloor = 0;
     // Per worker: the largest segment number in the directory (new segments continue after it).
     std::map<unsigned, std::uint64_t> lastSegment;
     std::uint64_t truncatedConnections = 0;  // Truncated records appended by this run

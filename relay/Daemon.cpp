@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -101,7 +102,8 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
         // Segments of every worker number seen are skipped, whatever the worker count is now.
         if (worker < workers) start.firstSegment[worker] = last + 1;
     }
-    firstConnectionId = report.maxConnectionId + 1;
+    // The floor covers ids whose segments retention has deleted since they were handed out.
+    firstConnectionId = std::max({report.maxConnectionId + 1, report.maxIdFloor, std::uint64_t{1}});
     logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
             " durability)");
     return start;

@@ -99,7 +99,8 @@ void Worker::run(std::promise<void>& started) {
                              ? context_.auditStart.firstSegment[index_]
                              : 1;
             audit_ = std::make_unique<audit::AuditWriter>(settings.auditDir, index_, first,
-                                                          settings.auditSegmentBytes);
+                                                          settings.auditSegmentBytes,
+                                                          &context_.nextConnectionId);
         }
         now_ = std::chrono::steady_clock::now();
         applyRoutes(true);

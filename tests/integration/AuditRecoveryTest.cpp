@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
+#include "audit/AuditWriter.h"
 #include "audit/Records.h"
+#include "audit/Retention.h"
 #include "tests/support/AuditSupport.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
@@ -365,6 +367,31 @@ TEST_F(AuditRecoveryTest, GarbageIndexFileIsRepairedAndNumberingContinues) {
     EXPECT_GT(fileSize(auditDir_ + "/" + audit::segmentBaseName(0, 8) + ".index"), 0u)
         << "the new segment should be number 8";
     expectOriginalIntact();
+    expectFreshAudited();
+}
+
+// After a restart, retention deletes the segment holding every Open record (the worker's newest
+// segment, the daemon's new one, stays): the next daemon must still not reuse their ids, or
+// `extract ID` would become ambiguous. The new segment's connection id floor remembers them.
+TEST_F(AuditRecoveryTest, IdsAreNotReusedAfterRetentionDeletedTheirSegments) {
+    const std::string segment2 = auditDir_ + "/" + audit::segmentBaseName(0, 2) + ".index";
+    {
+        port_ = pickFreePort();
+        Daemon daemon(args());
+        ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+        auto status = daemon.terminate(milliseconds(10000));
+        ASSERT_TRUE(status && status->isExit(0)) << daemon.why();
+    }
+    auto restarted = readIndex(segment2);
+    ASSERT_FALSE(restarted.empty());
+    EXPECT_EQ(restarted.front().record.idFloor, maxOldId() + 1);
+    audit::RetentionPlanner retention(auditDir_);
+    auto result = retention.apply({1, 0}, audit::wallClockNs());
+    EXPECT_TRUE(result.problems.empty()) << result.problems.front();
+    EXPECT_EQ(result.deleted, (std::vector<std::string>{index_, data_}));
+    ASSERT_TRUE(auditList(auditDir_).rows.empty());
+
+    startOverDamage(100);
     expectFreshAudited();
 }
 

@@ -70,7 +70,7 @@ struct SampleLog {
 
     SampleLog() {
         std::string index, data;
-        encodeSegmentStart(index, 0, 1, kT0);
+        encodeSegmentStart(index, 0, 1, kT0, 0);
         encodeOpen(index, 1, kT0 + 1, "web", "198.51.100.1:4000", "192.0.2.1:443");
         encodeOpen(index, 2, kT0 + 2'000'000, "db", "[2001:db8::7]:5000", "192.0.2.2:5432");
         chunk(index, data, 1, kDirectionC2U, c2u.substr(0, 70000));
@@ -79,14 +79,14 @@ struct SampleLog {
         save(0, 1, index, data);
         index.clear();
         data.clear();
-        encodeSegmentStart(index, 0, 2, kT0);
+        encodeSegmentStart(index, 0, 2, kT0, 0);
         chunk(index, data, 1, kDirectionU2C, u2c);
         chunk(index, data, 1, kDirectionC2U, c2u.substr(70000));
         encodeClose(index, 1, kT0 + 9'000'000, c2u.size(), u2c.size(), "client closed");
         save(0, 2, index, data);
         index.clear();
         data.clear();
-        encodeSegmentStart(index, 1, 1, kT0);
+        encodeSegmentStart(index, 1, 1, kT0, 0);
         encodeOpen(index, 3, kT0 + 3, "web", "198.51.100.3:4000", "192.0.2.1:443");
         chunk(index, data, 3, kDirectionC2U, "xyz");
         encodeTruncated(index, 3, kT0 + 10);
@@ -264,7 +264,7 @@ TEST(AuditToolTest, ListJsonIsAnArrayWithTheFields) {
 TEST(AuditToolTest, ListJsonEscapesStrangeStrings) {
     TempDir dir;
     std::string index;
-    encodeSegmentStart(index, 0, 1, kT0);
+    encodeSegmentStart(index, 0, 1, kT0, 0);
     encodeOpen(index, 1, kT0, "q\"uote\\back\nline\x01", "bad\xff\xfeutf8", "ok");
     writeFile(dir.path() + "/w00-0000000001.index", index);
     writeFile(dir.path() + "/w00-0000000001.data", "");

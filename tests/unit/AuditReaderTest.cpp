@@ -29,7 +29,7 @@ class SegmentBuilder {
   public:
     SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
         : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, kT0);
+        encodeSegmentStart(index_, worker, segment, kT0, 0);
     }
 
     std::uint64_t open(std::uint64_t id, const std::string& route = "web") {
@@ -473,7 +473,7 @@ TEST(AuditReaderTest, VerifyDetectsStructuralProblems) {
     segment.write();
     SegmentBuilder misnamed(dir.path(), 0, 2);
     misnamed.index().clear();
-    encodeSegmentStart(misnamed.index(), 0, 7, kT0);
+    encodeSegmentStart(misnamed.index(), 0, 7, kT0, 0);
     misnamed.write();
     SegmentBuilder::writeFile(dir.path() + "/w03-0000000001.data", "lonely");
     auto text = joined(verifyDirectory(dir.path()));

@@ -1,6 +1,6 @@
 // Audit index records (audit/FORMAT.md "Records"): encode/decode round trips, torn and corrupted
-// input (every prefix, every flipped byte, random garbage), string limits, segment file names and
-// listSegments.
+// input (every prefix, every flipped byte, random garbage), version-1 SegmentStart records, string
+// limits, segment file names and listSegments.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <zlib.h>
@@ -40,7 +40,7 @@ Record decodeOk(const std::string& data) {
 // One record of every type, as the writer would produce them.
 std::vector<std::string> sampleRecords() {
     std::vector<std::string> records(6);
-    encodeSegmentStart(records[0], 3, 42, 1'700'000'000'123'456'789);
+    encodeSegmentStart(records[0], 3, 42, 1'700'000'000'123'456'789, 0x0102030405060708ull);
     encodeOpen(records[1], 7, 1'700'000'001'000'000'000, "web", "198.51.100.7:40000",
                "[2001:db8::1]:443");
     encodeChunk(records[2], 7, kDirectionU2C, 65536, 1ull << 33, 1'700'000'002'000'000'000);
@@ -57,6 +57,26 @@ void fixCrc(std::string& record) {
         static_cast<std::uint32_t>(::crc32(0L, bytes(record), static_cast<uInt>(record.size())));
     for (int i = 0; i < 4; ++i)
         record[8 + static_cast<std::size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xff);
+}
+
+// A SegmentStart record as a version-1 writer made it (no connection id floor), byte by byte.
+std::string segmentStartV1(std::uint32_t worker, std::uint64_t segment, std::int64_t createdNs) {
+    std::string record;
+    auto put = [&](std::uint64_t value, int bytes) {
+        for (int i = 0; i < bytes; ++i)
+            record.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+    };
+    put(kRecordMagic, 4);
+    put(static_cast<std::uint16_t>(RecordType::SegmentStart), 2);
+    put(kSegmentStartV1RecordSize, 2);
+    put(0, 4);  // CRC
+    put(0, 4);  // reserved
+    put(kOldestFormatVersion, 4);
+    put(worker, 4);
+    put(segment, 8);
+    put(static_cast<std::uint64_t>(createdNs), 8);
+    fixCrc(record);
+    return record;
 }
 
 TEST(AuditRecordsTest, HeaderLayoutIsLittleEndian) {
@@ -90,6 +110,7 @@ TEST(AuditRecordsTest, RoundTripOfEveryType) {
     EXPECT_EQ(start.worker, 3u);
     EXPECT_EQ(start.segment, 42u);
     EXPECT_EQ(start.timeNs, 1'700'000'000'123'456'789);
+    EXPECT_EQ(start.idFloor, 0x0102030405060708ull);
 
     auto open = decodeOk(records[1]);
     EXPECT_EQ(open.type, RecordType::Open);
@@ -125,6 +146,27 @@ TEST(AuditRecordsTest, RoundTripOfEveryType) {
     EXPECT_EQ(sealed.type, RecordType::SegmentSealed);
     EXPECT_EQ(sealed.dataBytes, 1ull << 30);
     EXPECT_EQ(sealed.status, kSealFailed);
+}
+
+TEST(AuditRecordsTest, VersionOneSegmentStartDecodesWithFloorZero) {
+    std::string record = segmentStartV1(5, 77, 1'600'000'000'000'000'001);
+    ASSERT_EQ(record.size(), kSegmentStartV1RecordSize);
+    Record start;
+    start.idFloor = 99;  // a reused Record must not keep an earlier record's floor
+    std::size_t consumed = 0;
+    std::string problem;
+    ASSERT_EQ(decode(record, start, consumed, problem), DecodeStatus::Ok) << problem;
+    EXPECT_EQ(consumed, kSegmentStartV1RecordSize);
+    EXPECT_EQ(start.type, RecordType::SegmentStart);
+    EXPECT_EQ(start.version, 1u);
+    EXPECT_EQ(start.worker, 5u);
+    EXPECT_EQ(start.segment, 77u);
+    EXPECT_EQ(start.timeNs, 1'600'000'000'000'000'001);
+    EXPECT_EQ(start.idFloor, 0u);
+    for (std::size_t size = 0; size < record.size(); ++size)
+        EXPECT_EQ(decodeRecord(bytes(record), size, start, consumed, problem),
+                  DecodeStatus::Incomplete)
+            << "cut at " << size;
 }
 
 TEST(AuditRecordsTest, ConsecutiveRecordsDecodeOneByOne) {
@@ -196,8 +238,17 @@ TEST(AuditRecordsTest, BadFieldsWithAGoodCrcAreCorrupt) {
     unknownType[4] = 9;
     expectCorrupt(unknownType, "unknown record type 9");
     std::string version = records[0];
-    version[16] = 2;
-    expectCorrupt(version, "unsupported format version 2");
+    version[16] = 3;
+    expectCorrupt(version, "unsupported format version 3");
+    version[16] = 0;
+    expectCorrupt(version, "unsupported format version 0");
+    // The body's length must be the one of the record's version.
+    std::string v1WithFloor = records[0];
+    v1WithFloor[16] = 1;
+    expectCorrupt(v1WithFloor, "wrong length");
+    std::string v2WithoutFloor = segmentStartV1(3, 42, 0);
+    v2WithoutFloor[16] = 2;
+    expectCorrupt(v2WithoutFloor, "wrong length");
     std::string direction = records[2];
     direction[24] = 2;
     expectCorrupt(direction, "direction");

@@ -36,9 +36,10 @@ void writeFile(const std::string& path, const std::string& content) {
 // One segment pair built with the real encoders.
 class SegmentBuilder {
   public:
-    SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
+    SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment,
+                   std::uint64_t idFloor = 0)
         : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, kT0);
+        encodeSegmentStart(index_, worker, segment, kT0, idFloor);
     }
     std::uint64_t open(std::uint64_t id) {
         return add(
@@ -114,6 +115,7 @@ RecoveryReport recoverAndCheck(const std::string& dir, bool sameLastSegment = tr
     EXPECT_TRUE(again.actions.empty()) << "second run:\n" << joined(again.actions);
     EXPECT_EQ(again.truncatedConnections, 0u);
     EXPECT_EQ(again.maxConnectionId, report.maxConnectionId);
+    EXPECT_EQ(again.maxIdFloor, report.maxIdFloor);
     if (sameLastSegment) {
         EXPECT_EQ(again.lastSegment, report.lastSegment);
     }
@@ -137,6 +139,7 @@ TEST(AuditRecoveryTest, CreatesAMissingDirectory) {
     EXPECT_TRUE(S_ISDIR(st.st_mode));
     EXPECT_TRUE(report.actions.empty());
     EXPECT_EQ(report.maxConnectionId, 0u);
+    EXPECT_EQ(report.maxIdFloor, 0u);
     EXPECT_TRUE(report.lastSegment.empty());
 }
 
@@ -297,11 +300,43 @@ TEST(AuditRecoveryTest, TruncationsAfterASealedLastSegmentGoToANewSegment) {
     ASSERT_EQ(created.size(), 3u);
     EXPECT_EQ(created[0].type, RecordType::SegmentStart);
     EXPECT_EQ(created[0].segment, 6u);
+    EXPECT_EQ(created[0].idFloor, 7u) << "above every id of the worker's older segments";
+    EXPECT_EQ(report.maxIdFloor, 7u);
     EXPECT_EQ(created[1].type, RecordType::Truncated);
     EXPECT_EQ(created[1].id, 6u);
     EXPECT_EQ(created[2].type, RecordType::SegmentSealed);
     EXPECT_EQ(readFile(dir.path() + "/w01-0000000006.data"), "");
     EXPECT_EQ(report.truncatedConnections, 1u);
+}
+
+// Retention deleted every segment with an Open record (after a restart only the new, empty one
+// is left): the floor alone tells where ids continue.
+TEST(AuditRecoveryTest, ReportsTheIdFloorOfASegmentWithoutOpenRecords) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 9, 500);
+    segment.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_EQ(report.maxConnectionId, 0u);
+    EXPECT_EQ(report.maxIdFloor, 500u);
+}
+
+TEST(AuditRecoveryTest, TheLargestIdFloorOfAllWorkersIsReported) {
+    TempDir dir;
+    SegmentBuilder older(dir.path(), 0, 1, 40);
+    older.open(45);
+    older.close(45, 0, 0);
+    older.seal();
+    older.write();
+    SegmentBuilder newer(dir.path(), 0, 2, 300);
+    newer.seal();
+    newer.write();
+    SegmentBuilder other(dir.path(), 1, 4, 120);
+    other.seal();
+    other.write();
+    auto report = recoverAndCheck(dir.path());
+    EXPECT_TRUE(report.actions.empty()) << joined(report.actions);
+    EXPECT_EQ(report.maxConnectionId, 45u);
+    EXPECT_EQ(report.maxIdFloor, 300u);
 }
 
 TEST(AuditRecoveryTest, HalfMadeSegmentsAreRepaired) {

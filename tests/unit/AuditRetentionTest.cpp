@@ -55,7 +55,7 @@ class Seg {
 public:
     Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
         : base_(dir + "/" + segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, startNs);
+        encodeSegmentStart(index_, worker, segment, startNs, 0);
     }
     Seg& open(std::uint64_t id, std::int64_t t) {
         encodeOpen(index_, id, t, "web", "198.51.100.1:4000", "192.0.2.1:443");

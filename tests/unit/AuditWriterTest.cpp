@@ -1,16 +1,20 @@
 // AuditWriter (audit/AuditWriter.h) without a ring: payload written with pwrite where the worker
 // would splice, group commits begun and ended by hand. Covers the segment roll while a group
 // commit is queued (the fds it names must stay open until it ends), a failed sync on a segment
-// that already rolled, and a directory that verifies after each.
+// that already rolled, a directory that verifies after each, and the connection id floor each
+// segment's SegmentStart takes from the daemon's counter.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "audit/AuditReader.h"
 #include "audit/AuditWriter.h"
+#include "audit/Records.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
@@ -68,6 +72,40 @@ TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
     EXPECT_FALSE(syncing->data.valid());
     EXPECT_EQ(writer.failedSyncs(), 1u);
     EXPECT_EQ(writer.durableSequence(), 0u) << "a failed sync makes nothing durable";
+}
+
+// The SegmentStart record of segment `number` of worker 0.
+Record segmentStart(const std::string& dir, std::uint64_t number) {
+    IndexReader reader(dir + "/" + segmentBaseName(0, number) + ".index");
+    Record record;
+    EXPECT_EQ(reader.next(record), IndexReader::Status::Record);
+    EXPECT_EQ(record.type, RecordType::SegmentStart);
+    return record;
+}
+
+TEST(AuditWriterTest, EverySegmentTakesTheIdFloorFromTheCounter) {
+    TempDir dir;
+    std::atomic<std::uint64_t> nextConnectionId{500};
+    {
+        AuditWriter writer(dir.path(), 0, 1, kSegmentBytes, &nextConnectionId);
+        nextConnectionId = 731;
+        ASSERT_EQ(writer.rotate(), 0);
+        nextConnectionId = 9000;
+        for (char fill : {'a', 'b', 'c', 'd'}) writeChunk(writer, fill);  // the fourth one rolls
+    }
+    std::vector<std::uint64_t> floors;
+    for (std::uint64_t number : {1u, 2u, 3u}) {
+        auto start = segmentStart(dir.path(), number);
+        EXPECT_EQ(start.version, kFormatVersion);
+        floors.push_back(start.idFloor);
+    }
+    EXPECT_EQ(floors, (std::vector<std::uint64_t>{500, 731, 9000}));
+}
+
+TEST(AuditWriterTest, WithoutACounterTheIdFloorIsZero) {
+    TempDir dir;
+    { AuditWriter writer(dir.path(), 0, 1, kSegmentBytes); }
+    EXPECT_EQ(segmentStart(dir.path(), 1).idFloor, 0u);
 }
 
 }  // namespace
