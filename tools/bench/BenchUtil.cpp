@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -23,6 +24,8 @@
 #include <thread>
 
 namespace splicegate::bench {
+
+namespace po = boost::program_options;
 
 // ---- addresses ---------------------------------------------------------------------------------
 std::optional<Endpoint> Endpoint::parse(const std::string& text) {
@@ -64,74 +67,63 @@ std::optional<Endpoint> Endpoint::parse(const std::string& text) {
 }
 
 // ---- options ----------------------------------------------------------------------------------
+namespace {
+
+// Every value is kept as text: integer(), number() and address() check it against the range the
+// command asks for and name the option in the error.
+po::options_description describe(const std::vector<OptionSpec>& specs) {
+    po::options_description described("options");
+    auto add = described.add_options();
+    for (const auto& s : specs) {
+        auto* value = po::value<std::string>()->value_name(s.valueName);
+        if (s.defaultValue.empty())
+            value->required();
+        else
+            value->default_value(s.defaultValue);
+        add(s.name.c_str(), value, s.help.c_str());
+    }
+    add("help,h", "this text");
+    return described;
+}
+
+}  // namespace
+
 Options::Options(std::string command, std::string summary, std::vector<OptionSpec> specs, int argc,
                  char** argv, int first)
-    : command_(std::move(command)), summary_(std::move(summary)), specs_(std::move(specs)) {
-    for (int i = first; i < argc; ++i) {
-        std::string arg = argv[i];
-        if (arg == "--help" || arg == "-h") {
-            help_ = true;
-            return;
+    : command_(std::move(command)), specs_(std::move(specs)) {
+    po::options_description described = describe(specs_);
+    po::variables_map parsed;
+    try {
+        // The parser skips its first argument as the program's name: hand it the command word.
+        po::store(po::command_line_parser(argc - first + 1, argv + first - 1)
+                      .options(described)
+                      .positional(po::positional_options_description())  // none: strays are errors
+                      .run(),
+                  parsed);
+        if (parsed.count("help")) {
+            std::ostringstream usage;
+            usage << "usage: splicegate-bench " << command_ << " [options]\n"
+                  << summary << "\n\n"
+                  << described;
+            throw HelpRequested(usage.str());
         }
-        if (arg.rfind("--", 0) != 0)
-            throw UsageError(command_ + ": unexpected argument '" + arg + "' (see --help)");
-        std::string name = arg.substr(2);
-        std::string value;
-        bool inlineValue = false;
-        if (auto eq = name.find('='); eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-            inlineValue = true;
-        }
-        const OptionSpec& s = spec(name);
-        if (s.valueName.empty()) {
-            if (inlineValue) throw UsageError(command_ + ": --" + name + " takes no value");
-            // Not `= "1"`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
-            values_[name] = std::string(1, '1');
-            continue;
-        }
-        if (!inlineValue) {
-            if (i + 1 >= argc) throw UsageError(command_ + ": --" + name + " needs a value");
-            value = argv[++i];
-        }
-        values_[name] = value;
+        po::notify(parsed);
+    } catch (const po::error& e) {
+        throw UsageError(command_ + ": " + e.what() + " (see --help)");
     }
-    for (const auto& s : specs_) {
-        if (!s.valueName.empty() && s.defaultValue.empty() && !values_.count(s.name))
-            throw UsageError(command_ + ": --" + s.name + " is required (see --help)");
-    }
+    for (const auto& [name, value] : parsed) values_[name] = value.as<std::string>();
 }
 
 const OptionSpec& Options::spec(const std::string& name) const {
     for (const auto& s : specs_)
         if (s.name == name) return s;
-    throw UsageError(command_ + ": unknown option '--" + name + "' (see --help)");
-}
-
-std::string Options::usage() const {
-    std::ostringstream out;
-    out << "usage: splicegate-bench " << command_ << " [options]\n" << summary_ << "\n\noptions:\n";
-    for (const auto& s : specs_) {
-        std::string left = "  --" + s.name + (s.valueName.empty() ? "" : " " + s.valueName);
-        out << std::left << std::setw(26) << left << ' ' << s.help;
-        if (!s.valueName.empty())
-            out << (s.defaultValue.empty() ? " (required)" : " (default " + s.defaultValue + ")");
-        out << '\n';
-    }
-    out << std::left << std::setw(26) << "  --help"
-        << " this text\n";
-    return out.str();
+    throw std::logic_error(command_ + ": asks for option '--" + name + "' it did not declare");
 }
 
 std::string Options::str(const std::string& name) const {
     const OptionSpec& s = spec(name);
     auto it = values_.find(name);
     return it != values_.end() ? it->second : s.defaultValue;
-}
-
-bool Options::flag(const std::string& name) const {
-    spec(name);
-    return values_.count(name) != 0;
 }
 
 long Options::integer(const std::string& name, long min, long max) const {

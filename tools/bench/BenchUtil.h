@@ -21,8 +21,8 @@
 
 #include "common/UniqueFd.h"
 
-// Self-contained on purpose (only the header-only fd owner from common/): the load tools must
-// build and run whatever state the daemon's libraries are in.
+// Apart from Boost.Program_options, self-contained on purpose (only the header-only fd owner from
+// common/): the load tools must build and run whatever state the daemon's libraries are in.
 namespace splicegate::bench {
 
 // Bad command-line input: main() prints it as one line and exits 2.
@@ -67,23 +67,29 @@ inline Clock::duration secondsToDuration(double seconds) {
 // ---- command-line options -------------------------------------------------------------------
 struct OptionSpec {
     std::string name;          // without the leading "--"
-    std::string valueName;     // empty: a flag without a value
+    std::string valueName;     // shown in the usage: "--name VALUE"
     std::string defaultValue;  // empty with a value name: required
     std::string help;
 };
 
+// `--help` anywhere on a command's line: main() prints the usage on stdout and exits 0.
+class HelpRequested : public std::exception {
+  public:
+    explicit HelpRequested(std::string usage) : usage_(std::move(usage)) {}
+    const char* what() const noexcept override { return usage_.c_str(); }
+
+  private:
+    std::string usage_;
+};
+
+// A command's options, parsed by Boost.Program_options from "--name value" or "--name=value". Bad
+// input throws UsageError naming the option; --help throws HelpRequested.
 class Options {
   public:
-    // Parses argv[first..argc) as "--name value", "--name=value" or "--flag". Throws UsageError
-    // naming the offending argument. `--help` sets helpRequested().
     Options(std::string command, std::string summary, std::vector<OptionSpec> specs, int argc,
             char** argv, int first);
 
-    bool helpRequested() const { return help_; }
-    std::string usage() const;
-
     std::string str(const std::string& name) const;
-    bool flag(const std::string& name) const;
     long integer(const std::string& name, long min, long max) const;
     double number(const std::string& name, double min, double max) const;
     Endpoint address(const std::string& name) const;
@@ -92,10 +98,8 @@ class Options {
     const OptionSpec& spec(const std::string& name) const;
 
     std::string command_;
-    std::string summary_;
     std::vector<OptionSpec> specs_;
     std::map<std::string, std::string> values_;
-    bool help_ = false;
 };
 
 // ---- results ----------------------------------------------------------------------------------

@@ -142,10 +142,6 @@ int runBulk(int argc, char** argv) {
                       "a companion process (a capture) whose CPU counts with the relay's"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     auto address = opts.address("connect");
     auto streamCount = static_cast<std::size_t>(opts.integer("streams", 1, 4096));
     double duration = opts.number("duration", 0.1, 3600);

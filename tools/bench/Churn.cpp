@@ -147,10 +147,6 @@ int runChurn(int argc, char** argv) {
                       "a companion process (a capture) whose CPU counts with the relay's"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     auto address = opts.address("connect");
     auto concurrency = static_cast<std::size_t>(opts.integer("concurrency", 1, 4096));
     auto size = static_cast<std::size_t>(opts.integer("size", 1, 65536));

@@ -69,10 +69,6 @@ int runFsyncPerChunk(int argc, char** argv) {
                      {"warmup", "S", "0.5", "seconds before the window opens"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     const std::string dir = opts.str("dir");
     const auto files = static_cast<std::size_t>(opts.integer("files", 1, 4096));
     auto threadCount = static_cast<std::size_t>(opts.integer("threads", 0, 4096));

@@ -39,10 +39,6 @@ int runIdle(int argc, char** argv) {
                      {"watch-pid", "PID", "0", "relay process to sample"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     auto address = opts.address("connect");
     auto connCount = static_cast<std::size_t>(opts.integer("conns", 1, 1 << 20));
     auto concurrency = static_cast<std::size_t>(opts.integer("concurrency", 1, 65536));

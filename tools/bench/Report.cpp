@@ -353,10 +353,6 @@ int runReport(int argc, char** argv) {
                      {"parties", "LIST", "-", "comma-separated column order; - = order seen"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     std::ifstream in(opts.str("raw"));
     if (!in) throw std::runtime_error("cannot read '" + opts.str("raw") + "'");
     Table table;

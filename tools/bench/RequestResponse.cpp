@@ -109,10 +109,6 @@ int runRequestResponse(int argc, char** argv) {
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     auto address = opts.address("connect");
     auto connCount = static_cast<std::size_t>(opts.integer("conns", 1, 16384));
     auto size = static_cast<std::size_t>(opts.integer("size", 1, 65536));

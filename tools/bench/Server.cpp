@@ -192,10 +192,6 @@ int runServer(int argc, char** argv) {
                      {"duration", "SECONDS", "3600", "exit after this long at the latest"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     std::string modeText = opts.str("mode");
     Mode mode;
     if (modeText == "sink")

@@ -15,10 +15,6 @@ int runWaitPort(int argc, char** argv) {
                      {"timeout", "SECONDS", "10", "give up after this long"},
                  },
                  argc, argv, 2);
-    if (opts.helpRequested()) {
-        std::cout << opts.usage();
-        return 0;
-    }
     auto address = opts.address("connect");
     double timeout = opts.number("timeout", 0.05, 3600);
     installSignalHandlers();

@@ -52,7 +52,10 @@ int main(int argc, char** argv) {
         if (command == "fsync-per-chunk") return runFsyncPerChunk(argc, argv);
         std::cerr << "splicegate-bench: unknown command '" << command << "' (see --help)\n";
         return 2;
-    } catch (const splicegate::bench::UsageError& e) {
+    } catch (const HelpRequested& help) {
+        std::cout << help.what();
+        return 0;
+    } catch (const UsageError& e) {
         std::cerr << "splicegate-bench: " << e.what() << '\n';
         return 2;
     } catch (const std::exception& e) {

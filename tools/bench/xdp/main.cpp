@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,14 +32,8 @@ namespace {
 using namespace splicegate;
 using xdptest::PacketBuilder;
 
-constexpr const char* kUsage =
-    "usage: splicegate-xdp-bench [--repeat N] [--runs R] [--prefixes A,B,...] [--crowded]\n"
-    "                            [--check]\n"
-    "  --repeat N       BPF_PROG_TEST_RUN repetitions per measurement (default 1000000)\n"
-    "  --runs R         measurements per cell, interleaved; min and median shown (default 7)\n"
-    "  --prefixes LIST  deny prefixes per family, one column each (default 10,10000)\n"
-    "  --crowded        all prefixes in one /16 and one /32 (the bucket index's worst case)\n"
-    "  --check          exit 1 if the last column costs more than 1.5x the first on any path\n"
+constexpr const char* kUsageHead = "usage: splicegate-xdp-bench [options]";
+constexpr const char* kUsageTail =
     "Needs root (or CAP_BPF + CAP_PERFMON + CAP_NET_ADMIN). Exit status: 0 ok, 1 failure, 2 usage "
     "error.\n";
 
@@ -186,54 +182,70 @@ std::uint32_t median(std::vector<std::uint32_t> values) {
     return values[values.size() / 2];
 }
 
+// "10,10000" -> {10, 10000}; each a whole positive count.
+std::vector<std::size_t> parsePrefixCounts(const std::string& list) {
+    std::vector<std::size_t> counts;
+    for (std::size_t start = 0; start <= list.size();) {
+        std::size_t comma = std::min(list.find(',', start), list.size());
+        std::size_t count = 0;
+        auto [end, ec] = std::from_chars(list.data() + start, list.data() + comma, count);
+        if (ec != std::errc{} || end != list.data() + comma || count == 0)
+            throw std::invalid_argument(
+                "--prefixes wants positive counts separated by commas, got '" + list + "'");
+        counts.push_back(count);
+        start = comma + 1;
+    }
+    if (counts.size() < 2)
+        throw std::invalid_argument("--prefixes wants at least two counts, got '" + list + "'");
+    return counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    int repeat = 1'000'000;
-    int runs = 7;
+    namespace po = boost::program_options;
+    int repeat = 0;
+    int runs = 0;
     bool check = false;
-    std::vector<std::size_t> sizes = {10, 10'000};
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        try {
-            auto value = [&]() -> std::string {
-                if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-                return argv[++i];
-            };
-            if (arg == "--help" || arg == "-h") {
-                std::cout << kUsage;
-                return 0;
-            } else if (arg == "--version") {
-                std::cout << "splicegate-xdp-bench " << SPLICEGATE_VERSION << '\n';
-                return 0;
-            } else if (arg == "--repeat") {
-                repeat = std::stoi(value());
-            } else if (arg == "--runs") {
-                runs = std::stoi(value());
-            } else if (arg == "--prefixes") {
-                sizes.clear();
-                std::string list = value();
-                for (std::size_t start = 0; start <= list.size();) {
-                    std::size_t comma = std::min(list.find(',', start), list.size());
-                    sizes.push_back(std::stoul(list.substr(start, comma - start)));
-                    start = comma + 1;
-                }
-            } else if (arg == "--check") {
-                check = true;
-            } else if (arg == "--crowded") {
-                crowded = true;
-            } else {
-                throw std::invalid_argument("unknown option " + arg);
-            }
-        } catch (const std::exception& error) {
-            std::cerr << "splicegate-xdp-bench: " << error.what() << "\n" << kUsage;
-            return 2;
+    std::string prefixList;
+    po::options_description described(kUsageHead);
+    // clang-format off
+    described.add_options()
+        ("repeat", po::value(&repeat)->default_value(1'000'000)->value_name("N"),
+         "BPF_PROG_TEST_RUN repetitions per measurement")
+        ("runs", po::value(&runs)->default_value(7)->value_name("R"),
+         "measurements per cell, interleaved; min and median shown")
+        ("prefixes", po::value(&prefixList)->default_value("10,10000")->value_name("A,B,..."),
+         "deny prefixes per family, one column each")
+        ("crowded", po::bool_switch(&crowded),
+         "all prefixes in one /16 and one /32 (the bucket index's worst case)")
+        ("check", po::bool_switch(&check),
+         "exit 1 if the last column costs more than 1.5x the first on any path")
+        ("version", "print the version")
+        ("help,h", "this text");
+    // clang-format on
+    std::vector<std::size_t> sizes;
+    try {
+        po::variables_map given;
+        po::store(po::command_line_parser(argc, argv)
+                      .options(described)
+                      .positional(po::positional_options_description())  // none: strays are errors
+                      .run(),
+                  given);
+        if (given.count("help")) {
+            std::cout << described << kUsageTail;
+            return 0;
         }
-    }
-    if (repeat <= 0 || runs <= 0 || sizes.size() < 2 ||
-        std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) {
-        std::cerr << "splicegate-xdp-bench: --repeat and --runs must be positive, --prefixes at "
-                     "least two counts above 0\n";
+        if (given.count("version")) {
+            std::cout << "splicegate-xdp-bench " << SPLICEGATE_VERSION << '\n';
+            return 0;
+        }
+        po::notify(given);
+        if (repeat <= 0 || runs <= 0)
+            throw std::invalid_argument("--repeat and --runs must be positive");
+        sizes = parsePrefixCounts(prefixList);
+    } catch (const std::exception& error) {
+        std::cerr << "splicegate-xdp-bench: " << error.what() << " (see --help)\n";
         return 2;
     }
 
