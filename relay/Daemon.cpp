@@ -15,6 +15,7 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/ServiceNotifier.h"
 #include "audit/AuditWriter.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
@@ -145,7 +146,8 @@ private:
 };
 
 // Serves signals until a drain is asked for; then drains and stops the relay.
-void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader) {
+void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
+                  ServiceNotifier& notifier) {
     auto signals = controlSignals();
     RetentionJob retention(startConfig);
     auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
@@ -155,16 +157,21 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader) {
         int sig = ::sigtimedwait(&signals, &info, &poll);
         if (sig < 0) retention.tick();  // about once a second
         if (sig == SIGHUP) {
+            notifier.reloading();
             try {
                 auto config = reloader.reload();
                 logInfo("configuration reloaded from ", config.configFile, ": ",
                         config.routes.size(), " routes");
+                notifier.ready(concat("reloaded: ", config.routes.size(), " routes"));
             } catch (const std::exception& error) {
                 logError("reload failed, keeping the running configuration: ", error.what());
+                notifier.ready(concat("reload failed, running the previous configuration: ",
+                                      error.what()));
             }
         } else if (sig == SIGTERM || sig == SIGINT) {
             logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
                     drainTimeout.count(), " ms");
+            notifier.stopping();
             relay.drain();
             if (!relay.waitFinished(drainTimeout))
                 logWarn("drain timeout reached: closing the remaining connections");
@@ -194,6 +201,7 @@ int runDaemon(int argc, const char* const* argv) {
     const Config& config = commandLine.config;
     setLogLevel(config.logLevel);
     std::vector<std::string> args(argv + 1, argv + argc);
+    auto notifier = ServiceNotifier::fromEnvironment();
     try {
         checkKernel();
         loadFailpoints();
@@ -208,6 +216,7 @@ int runDaemon(int argc, const char* const* argv) {
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
+        if (!config.auditDir.empty()) notifier.status("recovering the audit log");
         auto auditStart = recoverAudit(config, workers, firstConnectionId);
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
@@ -234,7 +243,9 @@ int runDaemon(int argc, const char* const* argv) {
                 return snapshot;
             });
         }
-        serveSignals(relay, config, reloader);
+        notifier.ready(concat("serving ", config.routes.size(), " routes with ", workers,
+                              " workers"));
+        serveSignals(relay, config, reloader, notifier);
         metrics.reset();  // before the relay its scrapes read
         admin.reset();
         logInfo("stopped");
