@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <new>
 
 #include "audit/Records.h"
 #include "common/Error.h"
@@ -107,18 +108,20 @@ int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
     return 0;
 }
 
-void AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
-                              std::uint8_t direction, std::uint32_t written,
-                              std::int64_t timeNs) noexcept {
+int AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
+                             std::uint8_t direction, std::uint32_t written,
+                             std::int64_t timeNs) noexcept {
     auto& segment = *reservation.segment;
+    int rc = 0;
     try {
         encodeChunk(segment.pendingRecords, connection, direction, written, reservation.offset,
                     timeNs);
-    } catch (...) {
-        // Out of memory for a 48-byte record: the chunk stays unindexed and recovery cuts it.
+        dirty_ = true;
+    } catch (const std::bad_alloc&) {
+        rc = -ENOMEM;  // the payload stays unindexed: a hole the reader never serves
     }
-    dirty_ = true;
     abandon(reservation);
+    return rc;
 }
 
 void AuditWriter::abandon(Reservation& reservation) noexcept {
@@ -128,26 +131,30 @@ void AuditWriter::abandon(Reservation& reservation) noexcept {
     if (segment->retired) sealIfDone(*segment);
 }
 
-void AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs,
-                             std::string_view route, std::string_view client,
-                             std::string_view upstream) noexcept {
-    if (!current_) return;
+int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs,
+                            std::string_view route, std::string_view client,
+                            std::string_view upstream) noexcept {
+    if (!current_) return 0;
     try {
         encodeOpen(current_->pendingRecords, connection, openedNs, route, client, upstream);
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
     }
     dirty_ = true;
+    return 0;
 }
 
-void AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
-                              std::uint64_t c2uBytes, std::uint64_t u2cBytes,
-                              std::string_view reason) noexcept {
-    if (!current_) return;
+int AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
+                             std::uint64_t c2uBytes, std::uint64_t u2cBytes,
+                             std::string_view reason) noexcept {
+    if (!current_) return 0;
     try {
         encodeClose(current_->pendingRecords, connection, closedNs, c2uBytes, u2cBytes, reason);
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
     }
     dirty_ = true;
+    return 0;
 }
 
 std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
@@ -221,7 +228,10 @@ void AuditWriter::sealIfDone(Segment& segment) noexcept {
     if (!segment.retired || segment.writesInFlight > 0 || segment.syncing || !segment.index) return;
     try {
         encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes, segment.failed ? 1 : 0);
-    } catch (...) {
+    } catch (const std::bad_alloc&) {
+        // Still consistent: an unsealed segment is what recovery expects after a crash.
+        logError("audit: sealing ", segment.dataPath,
+                 ": out of memory for its SegmentSealed record; it stays unsealed");
     }
     if (writePending(segment) == 0 && !segment.failed) {
         int rc = ::fdatasync(segment.data.get()) == 0 && ::fdatasync(segment.index.get()) == 0

@@ -53,15 +53,22 @@ class AuditWriter {
     // Space for a chunk's payload in the current segment (rolling first when it is full).
     // Returns -errno when a new segment cannot be created.
     int reserve(std::uint32_t length, Reservation& out) noexcept;
-    // The payload of `reservation` landed (`written` bytes of it, at its offset).
-    void recordChunk(Reservation& reservation, std::uint64_t connection, std::uint8_t direction,
-                     std::uint32_t written, std::int64_t timeNs) noexcept;
+    // The payload of `reservation` landed (`written` bytes of it, at its offset); the
+    // reservation is released either way. The record* calls return 0, or -ENOMEM when the
+    // record could not be buffered: the caller treats that as an audit write error (an unindexed
+    // chunk is not in the log, and a connection without its Open record cannot be extracted).
+    [[nodiscard]] int recordChunk(Reservation& reservation, std::uint64_t connection,
+                                  std::uint8_t direction, std::uint32_t written,
+                                  std::int64_t timeNs) noexcept;
     // The payload write failed or was abandoned: the reservation is released, nothing recorded.
     void abandon(Reservation& reservation) noexcept;
-    void recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
-                    std::string_view client, std::string_view upstream) noexcept;
-    void recordClose(std::uint64_t connection, std::int64_t closedNs, std::uint64_t c2uBytes,
-                     std::uint64_t u2cBytes, std::string_view reason) noexcept;
+    [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
+                                 std::string_view route, std::string_view client,
+                                 std::string_view upstream) noexcept;
+    // Without its Close record a connection reads as truncated, which recovery reports.
+    [[nodiscard]] int recordClose(std::uint64_t connection, std::int64_t closedNs,
+                                  std::uint64_t c2uBytes, std::uint64_t u2cBytes,
+                                  std::string_view reason) noexcept;
 
     // Group commit. beginSync() writes the buffered index records and returns the segment to
     // fdatasync (data file, then index file), or null when nothing is dirty. A sync covers every

@@ -45,6 +45,7 @@ struct Connection {
     audit::Reservation auditSlots[2];      // log space of each direction's audit write
     PendingChain chains[2];
     bool audited = false;
+    bool auditLost = false;  // fail-open after its Open record was lost: every byte counts lost
     std::uint64_t auditedBytes[2] = {0, 0};  // recorded in the index, per direction
     std::uint64_t auditSyncTarget = 0;     // sync sequence that makes its last chunk durable
     std::chrono::steady_clock::time_point opened;

@@ -37,6 +37,7 @@ FailSite parseSite(const std::string& name) {
     if (name == "tee") return FailSite::Tee;
     if (name == "audit-write") return FailSite::AuditWrite;
     if (name == "audit-sync") return FailSite::AuditSync;
+    if (name == "audit-record") return FailSite::AuditRecord;
     throw UsageError("SPLICEGATE_FAILPOINTS: unknown site '" + name + "'");
 }
 
@@ -45,6 +46,7 @@ int parseErrno(const std::string& name) {
     if (name == "ENOSPC") return ENOSPC;
     if (name == "ECONNRESET") return ECONNRESET;
     if (name == "EPIPE") return EPIPE;
+    if (name == "ENOMEM") return ENOMEM;
     throw UsageError("SPLICEGATE_FAILPOINTS: unknown action '" + name + "'");
 }
 

@@ -2,8 +2,9 @@
 // Test-only fault injection for the data path (built into `splicegate-failpoints`, never into
 // the shipped `splicegate`). Configured from the environment:
 //   SPLICEGATE_FAILPOINTS="site:action:first[:count],..."
-// site:   fill | forward | tee | audit-write | audit-sync
-// action: an errno name (EIO, ENOSPC, ECONNRESET, EPIPE) replacing the completion's result, or
+// site:   fill | forward | tee | audit-write | audit-sync | audit-record (buffering an index
+//         record: Open, Chunk or Close, in the order the worker books them)
+// action: an errno name (EIO, ENOSPC, ECONNRESET, EPIPE, ENOMEM) replacing the result, or
 //         `short`, halving the length submitted so the kernel really moves less
 // first:  1-based hit number of the site at which injection starts
 // count:  how many hits are affected (default 1; 0 = every hit from `first` on)
@@ -11,7 +12,7 @@
 
 namespace splicegate {
 
-enum class FailSite { Fill, Forward, Tee, AuditWrite, AuditSync, Count };
+enum class FailSite { Fill, Forward, Tee, AuditWrite, AuditSync, AuditRecord, Count };
 
 #ifdef SPLICEGATE_FAILPOINTS
 // Parses the environment once; throws UsageError naming a malformed entry.

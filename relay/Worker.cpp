@@ -473,6 +473,7 @@ void Worker::startRelaying(Connection& c) {
     for (auto& flow : c.flows)
         flow.setShortFillMeansDrained(context_.settings.engine == SpliceEngine::Chain);
     openAudit(c);
+    if (c.state != ConnectionState::Relaying) return;  // its audit could not be opened
     logDebug("connection ", c.id, ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient})
@@ -697,9 +698,9 @@ bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, boo
         loff_t offset = static_cast<loff_t>(slot.offset);
         auto moved = ::splice(flow.auditPipe.readFd(), nullptr, slot.segment->data.get(), &offset,
                               length, SPLICE_F_MOVE);
-        int result =
-            failpointResult(FailSite::AuditWrite, moved < 0 ? -errno : static_cast<int>(moved));
-        bookAuditWrite(c, d, result);
+        int result = bookAuditWrite(
+            c, d,
+            failpointResult(FailSite::AuditWrite, moved < 0 ? -errno : static_cast<int>(moved)));
         return applyAuditWrite(c, d, result);
     }
     submitMove(c, d, Op::AuditWrite, flow.auditPipe.readFd(), slot.segment->data.get(), length,
@@ -713,7 +714,7 @@ bool Worker::auditWriteStep(Connection& c, Direction d, std::size_t request, boo
 
 void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     --c.busy(d);
-    bookAuditWrite(c, d, result);
+    result = bookAuditWrite(c, d, result);
     if (c.chain(d).active) {
         c.chain(d).write = result;
         if (c.busy(d) == 0) applyChain(c, d);
@@ -723,27 +724,30 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     if (applyAuditWrite(c, d, result) && c.busy(d) == 0) pump(c, d);
 }
 
-// Books a finished audit write in the log's index (or gives its reserved space up).
-void Worker::bookAuditWrite(Connection& c, Direction d, int result) {
+// Books a finished audit write in the log's index (or gives its reserved space up). Returns the
+// write's result as the flow must see it: an error when the chunk could not be indexed.
+int Worker::bookAuditWrite(Connection& c, Direction d, int result) {
     auto& slot = c.auditSlot(d);
-    if (result > 0 && slot.segment) {
-        // Recorded whatever the connection's state: the bytes are in the log, and the Close
-        // record's counts must match the chunks.
-        stats_->auditBytes.add(static_cast<std::uint64_t>(result));
-        c.auditedBytes[static_cast<int>(d)] += static_cast<std::uint64_t>(result);
-        if (context_.settings.auditDurability == AuditDurability::Strict) {
-            // Start the chunk's writeback now, so the group commit's fdatasync finds it under
-            // way or done instead of writing every waiter's pages in one burst. Advisory: an
-            // error here shows up in that fdatasync.
-            ::sync_file_range(slot.segment->data.get(), static_cast<off64_t>(slot.offset), result,
-                              SYNC_FILE_RANGE_WRITE);
-        }
-        audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
-                            static_cast<std::uint32_t>(result), audit::wallClockNs());
-        c.auditSyncTarget = audit_->nextSyncSequence();
-    } else {
+    if (result <= 0 || !slot.segment) {
         audit_->abandon(slot);
+        return result;
     }
+    if (context_.settings.auditDurability == AuditDurability::Strict) {
+        // Start the chunk's writeback now, so the group commit's fdatasync finds it under way or
+        // done instead of writing every waiter's pages in one burst. Advisory: an error here
+        // shows up in that fdatasync.
+        ::sync_file_range(slot.segment->data.get(), static_cast<off64_t>(slot.offset), result,
+                          SYNC_FILE_RANGE_WRITE);
+    }
+    int rc = audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
+                                 static_cast<std::uint32_t>(result), audit::wallClockNs());
+    if (rc = failpointResult(FailSite::AuditRecord, rc); rc < 0) return rc;
+    // Counted whatever the connection's state: the bytes are in the log, and the Close record's
+    // counts must match the chunks.
+    stats_->auditBytes.add(static_cast<std::uint64_t>(result));
+    c.auditedBytes[static_cast<int>(d)] += static_cast<std::uint64_t>(result);
+    c.auditSyncTarget = audit_->nextSyncSequence();
+    return result;
 }
 
 // Applies an audit write's result to the flow; false when the connection must not go on.
@@ -866,16 +870,38 @@ void Worker::openAudit(Connection& c) {
     if (!c.audited) return;
     bool strict = context_.settings.auditDurability == AuditDurability::Strict;
     for (auto& flow : c.flows) flow.configureAudit(true, strict);
-    audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name, c.clientAddress.toString(),
-                       c.upstreamAddress.toString());
+    int rc = failpointResult(FailSite::AuditRecord,
+                             audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name,
+                                                c.clientAddress.toString(),
+                                                c.upstreamAddress.toString()));
+    if (rc == 0) return;
+    // Chunks of a connection without its Open record could never be extracted.
+    stats_->auditWriteErrors.add(1);
+    if (context_.settings.auditOnError == AuditOnError::FailClosed) {
+        logWarn("connection ", c.id, ": its audit Open record failed (", errnoText(rc),
+                "): closing it, fail-closed");
+        closeConnection(c, CloseReason::AuditError, true);
+        return;
+    }
+    c.audited = false;
+    c.auditLost = true;
+    for (auto& flow : c.flows) flow.configureAudit(false, false);
+    logWarn("connection ", c.id, ": its audit Open record failed (", errnoText(rc),
+            "): relaying it unaudited, fail-open");
 }
 
 void Worker::closeAudit(Connection& c) {
     for (auto& slot : c.auditSlots)
         if (slot.segment) audit_->abandon(slot);
     if (!c.audited) return;
-    audit_->recordClose(c.id, audit::wallClockNs(), c.auditedBytes[0], c.auditedBytes[1],
-                        toString(c.closeReason));
+    int rc = failpointResult(FailSite::AuditRecord,
+                             audit_->recordClose(c.id, audit::wallClockNs(), c.auditedBytes[0],
+                                                 c.auditedBytes[1], toString(c.closeReason)));
+    if (rc < 0) {
+        stats_->auditWriteErrors.add(1);
+        logWarn("connection ", c.id, ": its audit Close record was lost (", errnoText(rc),
+                "): the log will show it truncated");
+    }
 }
 
 // Handles what a move's outcome means for the connection; true when the flow may go on.
@@ -937,6 +963,7 @@ void Worker::updatePipeGauges() noexcept {
 
 void Worker::countForwarded(Connection& c, Direction d, int result) noexcept {
     if (result <= 0) return;
+    if (c.auditLost) stats_->auditLostBytes.add(static_cast<std::uint64_t>(result));
     auto& route = routeStats(c);
     (d == Direction::ClientToUpstream ? route.bytesC2u : route.bytesU2c)
         .add(static_cast<std::uint64_t>(result));

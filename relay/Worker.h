@@ -143,7 +143,7 @@ class Worker {
     void applyChain(Connection& c, Direction d);
     bool applyAuditWrite(Connection& c, Direction d, int result);
     void onAuditWrite(Connection& c, Direction d, int result);
-    void bookAuditWrite(Connection& c, Direction d, int result);
+    int bookAuditWrite(Connection& c, Direction d, int result);
     void onAuditFailure(Connection& c, Direction d, int result);
     void waitDurable(Connection& c, Direction d);
     void startWantedSync();

@@ -33,13 +33,13 @@ void writeChunk(AuditWriter& writer, char fill) {
     ASSERT_EQ(::pwrite(slot.segment->data.get(), payload.data(), payload.size(),
                        static_cast<off_t>(slot.offset)),
               static_cast<ssize_t>(kChunk));
-    writer.recordChunk(slot, 1, 0, kChunk, wallClockNs());
+    ASSERT_EQ(writer.recordChunk(slot, 1, 0, kChunk, wallClockNs()), 0);
 }
 
 TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     TempDir dir;
     auto writer = std::make_unique<AuditWriter>(dir.path(), 0, 1, kSegmentBytes);
-    writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2");
+    ASSERT_EQ(writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     writeChunk(*writer, 'a');
     std::shared_ptr<Segment> syncing = writer->beginSync();
     ASSERT_TRUE(syncing);
@@ -53,7 +53,7 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     EXPECT_FALSE(syncing->data.valid()) << "sealed once the sync ended";
     EXPECT_EQ(writer->failedSyncs(), 0u);
     EXPECT_EQ(writer->durableSequence(), 1u);
-    writer->recordClose(1, wallClockNs(), 4 * kChunk, 0, "closed");
+    ASSERT_EQ(writer->recordClose(1, wallClockNs(), 4 * kChunk, 0, "closed"), 0);
     writer.reset();  // seals the current segment, as the worker's shutdown does
     auto problems = verifyDirectory(dir.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
@@ -62,7 +62,7 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
 TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
     TempDir dir;
     AuditWriter writer(dir.path(), 0, 1, kSegmentBytes);
-    writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2");
+    ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     writeChunk(writer, 'a');
     std::shared_ptr<Segment> syncing = writer.beginSync();
     ASSERT_TRUE(syncing);
