@@ -131,9 +131,8 @@ void AuditWriter::abandon(Reservation& reservation) noexcept {
     if (segment->retired) sealIfDone(*segment);
 }
 
-int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs,
-                            std::string_view route, std::string_view client,
-                            std::string_view upstream) noexcept {
+int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
+                            std::string_view client, std::string_view upstream) noexcept {
     if (!current_) return 0;
     try {
         encodeOpen(current_->pendingRecords, connection, openedNs, route, client, upstream);
