@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/support/AdminTestSupport.h"
+#include "tests/support/ControlPlaneDaemon.h"
 
 namespace splicegate::test {
 namespace {
@@ -24,18 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 
 const char* const kSetpriv = "/usr/bin/setpriv";
-
-std::vector<std::string> lines(const std::string& text) {
-    std::vector<std::string> out;
-    std::size_t start = 0;
-    while (start < text.size()) {
-        std::size_t end = text.find('\n', start);
-        if (end == std::string::npos) end = text.size();
-        out.push_back(text.substr(start, end - start));
-        start = end + 1;
-    }
-    return out;
-}
 
 template <typename Message>
 bool parsesAs(const std::string& json, Message& message) {
@@ -71,7 +60,7 @@ class AdminCtlTest : public ::testing::Test {
                                    const std::string& what) {
         expectExit(result, code, what);
         EXPECT_EQ(result.out, "") << what;
-        EXPECT_EQ(lines(result.err).size(), 1u) << what << ": " << result.err;
+        EXPECT_EQ(textLines(result.err).size(), 1u) << what << ": " << result.err;
         EXPECT_NE(result.err.find(needle), std::string::npos) << what << ": " << result.err;
         EXPECT_EQ(result.err.rfind("splicegatectl: ", 0), 0u) << what << ": " << result.err;
     }
@@ -95,7 +84,7 @@ TEST_F(AdminCtlTest, StatusTable) {
     EXPECT_NE(result.out.find("1h02m05s"), std::string::npos) << result.out;
     EXPECT_NE(result.out.find("192.0.2.10:443,192.0.2.11:443"), std::string::npos) << result.out;
     // The route table's columns line up: each header starts where its values start.
-    auto all = lines(result.out);
+    auto all = textLines(result.out);
     std::size_t header = 0;
     while (header < all.size() && all[header].rfind("ROUTE", 0) != 0) ++header;
     ASSERT_LT(header + 1, all.size()) << result.out;
@@ -126,7 +115,7 @@ TEST_F(AdminCtlTest, StatusJson) {
 TEST_F(AdminCtlTest, ConnectionsAndKill) {
     auto list = ctl({"connections"});
     expectExit(list, 0, "connections");
-    auto rows = lines(list.out);
+    auto rows = textLines(list.out);
     ASSERT_EQ(rows.size(), 3u) << list.out;
     EXPECT_EQ(rows[0].rfind("ID", 0), 0u);
     EXPECT_EQ(rows[1].rfind("41 ", 0), 0u) << list.out;
@@ -363,7 +352,7 @@ TEST_F(AdminCtlTest, BashCompletion) {
         path() + "' kill ''\n";
     auto result = runProcess({"/bin/bash", "-c", script});
     expectExit(result, 0, "completion script");
-    const auto got = lines(result.out);
+    const auto got = textLines(result.out);
     ASSERT_EQ(got.size(), 6u) << result.out << result.err;
     EXPECT_EQ(got[0], "status connections kill drain reload audit-rotate xdp version help");
     EXPECT_EQ(got[1], "audit-rotate");

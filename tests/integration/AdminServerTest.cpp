@@ -18,21 +18,12 @@
 
 #include "common/Error.h"
 #include "tests/support/AdminTestSupport.h"
+#include "tests/support/ControlPlaneDaemon.h"
 
 namespace splicegate::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string varint64(std::uint64_t value) {
-    std::string out;
-    while (value >= 0x80) {
-        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-        value >>= 7;
-    }
-    out.push_back(static_cast<char>(value));
-    return out;
-}
 
 class AdminServerTest : public ::testing::Test {
   protected:

@@ -35,6 +35,7 @@
 #include "tests/support/AdminTestSupport.h"
 #include "tests/support/AuditSupport.h"
 #include "tests/support/ControlPlaneDaemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/Traffic.h"
 
 namespace splicegate::test {
@@ -43,16 +44,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr milliseconds kTransferTimeout = 20000ms;
-
-std::string varint64(std::uint64_t value) {
-    std::string out;
-    while (value >= 0x80) {
-        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-        value >>= 7;
-    }
-    out.push_back(static_cast<char>(value));
-    return out;
-}
 
 template <typename Message>
 ::testing::AssertionResult parseJson(const std::string& json, Message& message) {

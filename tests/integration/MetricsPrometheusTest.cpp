@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,7 +21,9 @@
 
 #include "common/Error.h"
 #include "metrics/MetricsExposer.h"
+#include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/Sockets.h"
 
 namespace splicegate {
@@ -31,51 +32,8 @@ namespace {
 using test::Clock;
 using test::Deadline;
 using test::deadlineIn;
+using test::httpGet;
 using test::milliseconds;
-
-struct HttpResponse {
-    int status = 0;
-    std::string body;
-    std::string error;
-};
-
-// One HTTP/1.0 GET to 127.0.0.1:port, read to EOF (bounded).
-HttpResponse httpGet(uint16_t port, const std::string& target) {
-    HttpResponse response;
-    int error = 0;
-    auto fd = test::connectTcp(port, error, milliseconds(2000));
-    if (!fd) {
-        response.error = "connect: " + errnoText(error);
-        return response;
-    }
-    std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    Deadline deadline = deadlineIn(milliseconds(5000));
-    if (!test::sendAll(fd.get(), request.data(), request.size(), deadline, error)) {
-        response.error = "send: " + errnoText(error);
-        return response;
-    }
-    std::string raw;
-    char buffer[16384];
-    for (;;) {
-        ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-        if (n > 0) {
-            raw.append(buffer, static_cast<std::size_t>(n));
-            continue;
-        }
-        if (n == 0) break;
-        if ((errno == EAGAIN || errno == EINTR) && Clock::now() < deadline) continue;
-        response.error = "recv: " + errnoText(errno);
-        return response;
-    }
-    auto split = raw.find("\r\n\r\n");
-    if (split == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-        response.error = "malformed response: " + raw.substr(0, 200);
-        return response;
-    }
-    response.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
-    response.body = raw.substr(split + 4);
-    return response;
-}
 
 std::string urlEncode(const std::string& text) {
     static const char* hex = "0123456789ABCDEF";
@@ -90,14 +48,6 @@ std::string urlEncode(const std::string& text) {
         }
     }
     return out;
-}
-
-std::string which(const std::string& name) {
-    auto result = test::runProcess({"/bin/sh", "-c", "command -v " + name}, milliseconds(5000));
-    if (!result.status || !result.status->isExit(0)) return "";
-    auto path = result.out;
-    while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
-    return path;
 }
 
 // A child process with stdout+stderr in `logPath`, killed (SIGKILL) if the test process dies.
@@ -189,7 +139,7 @@ std::string tail(const std::string& text, std::size_t lines = 30) {
 }
 
 TEST(MetricsPrometheusTest, RealPrometheusScrapesBytesTotalAndEvaluatesTheRules) {
-    std::string prometheus = which("prometheus");
+    std::string prometheus = test::findOnPath("prometheus");
     if (prometheus.empty())
         GTEST_SKIP() << "the Prometheus server is not installed (Debian package 'prometheus'; "
                         "tools/install-deps.sh installs it)";

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "metrics/MetricsExposer.h"
+#include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate {
@@ -21,14 +22,8 @@ const std::string kRules = kDir + "/splicegate.rules.yml";
 const std::string kRuleTests = kDir + "/splicegate.rules.test.yml";
 const std::string kDashboard = kDir + "/splicegate-dashboard.json";
 
-bool have(const std::string& tool) {
-    auto result = test::runProcess({"/bin/sh", "-c", "command -v " + tool + " >/dev/null"},
-                                   milliseconds(5000));
-    return result.status && result.status->isExit(0);
-}
-
 #define REQUIRE_TOOL(tool)                                                          \
-    if (!have(tool))                                                                \
+    if (test::findOnPath(tool).empty())                                             \
     GTEST_SKIP() << tool                                                            \
                  << " is not installed (Debian package 'prometheus' for promtool; " \
                     "tools/install-deps.sh installs it)"

@@ -1,13 +1,10 @@
 #include "tests/support/ControlPlaneDaemon.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 namespace splicegate::test {
@@ -77,43 +74,14 @@ std::vector<std::string> textLines(const std::string& text) {
     return out;
 }
 
-HttpReply httpGet(uint16_t port, const std::string& target, milliseconds timeout) {
-    HttpReply reply;
-    const Deadline deadline = deadlineIn(timeout);
-    int error = 0;
-    UniqueFd fd = connectTcp(port, error, timeout);
-    if (!fd) {
-        reply.error = std::string("connect: ") + std::strerror(error);
-        return reply;
+std::string varint64(std::uint64_t value) {
+    std::string out;
+    while (value >= 0x80) {
+        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+        value >>= 7;
     }
-    const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (!sendAll(fd.get(), request.data(), request.size(), deadline, error)) {
-        reply.error = std::string("send: ") + std::strerror(error);
-        return reply;
-    }
-    std::string raw;
-    char buffer[16384];
-    for (;;) {
-        ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-        if (n > 0) {
-            raw.append(buffer, static_cast<std::size_t>(n));
-            continue;
-        }
-        if (n == 0) break;
-        if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && Clock::now() < deadline)
-            continue;
-        reply.error = std::string("recv: ") + std::strerror(errno);
-        return reply;
-    }
-    const auto split = raw.find("\r\n\r\n");
-    if (split == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-        reply.error = "malformed response: " + raw.substr(0, 200);
-        return reply;
-    }
-    reply.headers = raw.substr(0, split);
-    reply.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
-    reply.body = raw.substr(split + 4);
-    return reply;
+    out.push_back(static_cast<char>(value));
+    return out;
 }
 
 namespace {

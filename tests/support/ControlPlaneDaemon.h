@@ -6,7 +6,8 @@
 //   optionally `--config DIR/splicegate.conf`, all in a private TempDir; start() waits until the
 //   relay port, the admin socket and the metrics port are up.
 // - ctl(): splicegatectl (SPLICEGATE_BIN_DIR) as a process against that socket.
-// - httpGet() / scrape(): one plain HTTP/1.0 GET over a loopback socket, read to EOF.
+// - httpGet(): from tests/support/HttpFetch.h, to read the metrics port.
+// - textLines(), varint64(), findOnPath(): small helpers the admin and metrics tests share.
 // - parseMetrics() / findSamples(): a small Prometheus text-format reader (samples only).
 // No protobuf here: the support library is linked by tests that do not link the admin code.
 // Thread affinity: create, start and destroy a ControlPlaneDaemon from the test's main thread
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/Sockets.h"
 
 namespace splicegate::test {
@@ -77,15 +79,9 @@ std::string ctlBinaryPath();
 // The lines of `text` (without their '\n'; a trailing newline adds no empty line).
 std::vector<std::string> textLines(const std::string& text);
 
-struct HttpReply {
-    int status = 0;
-    std::string headers;  // status line and headers
-    std::string body;
-    std::string error;    // empty on success
-};
-// GET `target` from 127.0.0.1:port with HTTP/1.0, read to EOF, bounded by `timeout`.
-HttpReply httpGet(uint16_t port, const std::string& target,
-                  milliseconds timeout = milliseconds(5000));
+// `value` as a protobuf varint, encoded here rather than by the code under test so that tests
+// can forge frame length prefixes the admin framing would refuse to write.
+std::string varint64(std::uint64_t value);
 
 struct MetricSample {
     std::string name;

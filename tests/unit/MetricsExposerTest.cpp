@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,69 +20,18 @@
 
 #include "common/Error.h"
 #include "metrics/MetricsExposer.h"
+#include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/Sockets.h"
 
 namespace splicegate {
 namespace {
 
-using test::Deadline;
 using test::deadlineIn;
+using test::httpExchange;
+using test::httpGet;
 using test::milliseconds;
-
-struct HttpResponse {
-    int status = 0;
-    std::string headers;
-    std::string body;
-    std::string error;  // non-empty when the request failed
-};
-
-// Sends `request` on a fresh connection and reads the answer to EOF (bounded).
-HttpResponse exchange(unsigned port, const std::string& request, bool ipv6 = false) {
-    HttpResponse response;
-    int error = 0;
-    auto fd = test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(3000), ipv6);
-    if (!fd) {
-        response.error = "connect: " + errnoText(error);
-        return response;
-    }
-    Deadline deadline = deadlineIn(milliseconds(8000));
-    if (!test::sendAll(fd.get(), request.data(), request.size(), deadline, error)) {
-        response.error = "send: " + errnoText(error);
-        return response;
-    }
-    std::string raw;
-    char buffer[16384];
-    for (;;) {
-        ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, 0);
-        if (n > 0) {
-            raw.append(buffer, static_cast<std::size_t>(n));
-            continue;
-        }
-        if (n == 0) break;
-        if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
-            test::Clock::now() < deadline)
-            continue;
-        if (errno == ECONNRESET && !raw.empty()) break;
-        response.error = "recv: " + errnoText(errno);
-        return response;
-    }
-    auto split = raw.find("\r\n\r\n");
-    if (split == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-        response.error = "malformed response: " + raw.substr(0, 200);
-        return response;
-    }
-    response.headers = raw.substr(0, split);
-    response.body = raw.substr(split + 4);
-    auto space = response.headers.find(' ');
-    response.status = std::atoi(response.headers.c_str() + space + 1);
-    return response;
-}
-
-// One HTTP/1.0 GET.
-HttpResponse httpGet(unsigned port, const std::string& path, bool ipv6 = false) {
-    return exchange(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n", ipv6);
-}
 
 // Sample lines of a text exposition: "name{labels}" -> value text. Comments are skipped.
 std::map<std::string, std::string> samples(const std::string& body) {
@@ -363,7 +311,7 @@ test::ProcessResult promtoolCheckMetrics(const test::TempDir& dir, const std::st
 }
 
 bool havePromtool() {
-    return std::system("command -v promtool >/dev/null 2>&1") == 0;
+    return !test::findOnPath("promtool").empty();
 }
 
 TEST(MetricsExposerTest, PromtoolAcceptsThePage) {
@@ -519,10 +467,11 @@ TEST(MetricsExposerTest, Ipv6ServerAnswersBadRequestsAndKeepsServing) {
     MetricsExposer exposer("[::1]:0", [] { return knownSnapshot(); });
     auto port = exposer.port();
     EXPECT_EQ(httpGet(port, "/nope", true).status, 404);
-    EXPECT_EQ(exchange(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n", true).status,
-              405);
-    EXPECT_EQ(exchange(port, "garbage\r\n\r\n", true).status, 400);
-    auto huge = exchange(port, "GET /metrics HTTP/1.0\r\nX: " + std::string(20000, 'a'), true);
+    EXPECT_EQ(
+        httpExchange(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n", true).status,
+        405);
+    EXPECT_EQ(httpExchange(port, "garbage\r\n\r\n", true).status, 400);
+    auto huge = httpExchange(port, "GET /metrics HTTP/1.0\r\nX: " + std::string(20000, 'a'), true);
     EXPECT_EQ(huge.status, 431) << huge.error;
     // A peer that connects and says nothing, or half a request, then closes: no answer needed.
     {
