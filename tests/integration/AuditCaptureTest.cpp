@@ -40,23 +40,14 @@ std::string modeName(const ::testing::TestParamInfo<Mode>& info) {
 
 // One client of the duplex protocol (tests/support/Traffic.h) that also remembers its local
 // port: the audit log names connections by client address.
-struct Client {
-    uint64_t id = 0;
-    uint64_t c2uSize = 0;
-    uint64_t u2cSize = 0;
-    uint16_t port = 0;
-    int connectError = 0;
-    int headerError = 0;
+struct Client : HeaderedClient {
     DuplexResult result;
 };
 
 void runClient(uint16_t relayPort, Client& client, milliseconds timeout) {
     Deadline deadline = deadlineIn(timeout);
-    UniqueFd fd = connectTcp(relayPort, client.connectError);
+    UniqueFd fd = connectAndSendHeader(relayPort, client, deadline);
     if (!fd) return;
-    client.port = localPort(fd.get());
-    if (!sendHeader(fd.get(), StreamHeader{client.id, client.u2cSize}, deadline, client.headerError))
-        return;
     client.result = duplex(fd.get(), c2uSeed(client.id), client.c2uSize, deadline);
 }
 
@@ -135,14 +126,11 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
     ASSERT_EQ(broken, 0) << "connections not relayed byte-exact" << daemon.why(30);
 
     // 2. Drain: SIGTERM makes the audit durable and exits 0.
-    auto status = daemon.terminate(milliseconds(20000));
-    ASSERT_TRUE(status && status->isExit(0)) << "daemon did not drain cleanly" << daemon.why();
+    ASSERT_TRUE(terminatesCleanly(daemon, milliseconds(20000))) << "daemon did not drain cleanly";
 
     phase("drained");
     // 3. verify exits 0.
-    auto verify = auditVerify(auditDir);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << "verify after a clean drain: " << describeProcess(verify);
+    EXPECT_TRUE(auditVerifies(auditDir)) << "after a clean drain";
 
     // 4. list: 100 closed connections with the right byte counts (c2u includes the 16-byte
     //    header the client sends first).

@@ -58,44 +58,83 @@ constexpr uint64_t kLeaveFree = 1 * kMiB;
     return fileIsPrefixOf(u2c.path, u2cStreamOf(client));
 }
 
-class AuditDiskFullTest : public ::testing::TestWithParam<const char*> {};
+// Every test: the audit directory on a small tmpfs that a filler file nearly fills, and the
+// daemon relaying to a checked upstream.
+template <typename TestBase>
+class DiskFullFixture : public TestBase {
+  protected:
+    void SetUp() override { ASSERT_TRUE(mount_.ok()) << mount_.error(); }
+
+    // `timeout` bounds each upstream connection, so it outlasts the test's transfers.
+    void startUpstream(milliseconds timeout) {
+        upstream_ = std::make_unique<TestServer>(checkedUpstream(board_, timeout, {}, 64 << 20));
+        port_ = pickFreePort();
+    }
+
+    std::vector<std::string> daemonArgs(const std::vector<std::string>& auditArgs) const {
+        return relayArgs(port_, {upstream_->address()}, withAuditDir(auditArgs));
+    }
+
+    // Leaves about kLeaveFree bytes: far less than the test's connections write to the audit.
+    void fillTheDisk() {
+        uint64_t free = mount_.freeBytes();
+        ASSERT_GT(free, kLeaveFree + kMiB);
+        writeFiller(filler_, free - kLeaveFree);
+    }
+
+    void returnTheSpace() {
+        ASSERT_EQ(::unlink(filler_.c_str()), 0);
+        std::this_thread::sleep_for(milliseconds(200));
+    }
+
+    // The restart runs recovery over whatever the full disk left behind.
+    void restartOnTheAuditDir(const std::vector<std::string>& auditArgs) {
+        TestServer idle(nullptr);
+        uint16_t restartPort = pickFreePort();  // the old listener may linger a moment
+        Daemon restarted(relayArgs(restartPort, {idle.address()}, withAuditDir(auditArgs)));
+        ASSERT_TRUE(restarted.waitReady(restartPort)) << restarted.why();
+        EXPECT_TRUE(terminatesCleanly(restarted));
+    }
+
+    TempDir root_;
+    TmpfsMount mount_{root_.path() + "/tmpfs", kTmpfsBytes};
+    const std::string auditDir_ = mount_.path() + "/audit";
+    const std::string filler_ = mount_.path() + "/filler";
+    ScratchDir out_;
+    std::shared_ptr<CheckedBoard> board_ = std::make_shared<CheckedBoard>();
+    std::unique_ptr<TestServer> upstream_;
+    uint16_t port_ = 0;
+
+  private:
+    std::vector<std::string> withAuditDir(const std::vector<std::string>& auditArgs) const {
+        std::vector<std::string> args{"--audit-dir", auditDir_};
+        args.insert(args.end(), auditArgs.begin(), auditArgs.end());
+        return args;
+    }
+};
+
+class AuditDiskFullTest : public DiskFullFixture<::testing::TestWithParam<const char*>> {};
 
 TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpaceReturns) {
     const std::string durability = GetParam();
-    TempDir root;
-    TmpfsMount mount(root.path() + "/tmpfs", kTmpfsBytes);
-    ASSERT_TRUE(mount.ok()) << mount.error();
-    const std::string auditDir = mount.path() + "/audit";
-    const std::string filler = mount.path() + "/filler";
-    ScratchDir out;
-
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
-    const auto args =
-        relayArgs(port, {upstream.address()},
-                  {"--audit-dir", auditDir, "--audit-durability", durability,
-                   "--audit-on-error", "fail-closed", "--log-level", "debug"});
+    startUpstream(milliseconds(20000));
+    const auto args = daemonArgs({"--audit-durability", durability, "--audit-on-error",
+                                  "fail-closed", "--log-level", "debug"});
     std::vector<CheckedClient> full(4);
     CheckedClient probe;
     CheckedClient after;
     {
         Daemon daemon(args);
-        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-        // Fill the filesystem to about kLeaveFree.
-        uint64_t free = mount.freeBytes();
-        ASSERT_GT(free, kLeaveFree + kMiB);
-        writeFiller(filler, free - kLeaveFree);
-        uint64_t left = mount.freeBytes();
+        ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+        ASSERT_NO_FATAL_FAILURE(fillTheDisk());
+        uint64_t left = mount_.freeBytes();
         ASSERT_LE(left, kLeaveFree + 64 * kKiB) << "the filler did not fill the tmpfs";
 
         // 1. Four connections, 3 MiB each way: far more than the space left.
-        for (std::size_t i = 0; i < full.size(); ++i) {
-            full[i].id = 100 + i;
-            full[i].c2uSize = full[i].u2cSize = 3 * kMiB;
-        }
-        runCheckedClients(port, full, milliseconds(20000));
-        waitHandlersDone(upstream, milliseconds(3000));
+        for (std::size_t i = 0; i < full.size(); ++i)
+            full[i] = makeCheckedClient(100 + i, 3 * kMiB, 3 * kMiB);
+        runCheckedClients(port_, full, milliseconds(20000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
         int cut = 0;
         for (const auto& c : full) cut += c.complete() ? 0 : 1;
         EXPECT_GT(cut, 0) << "with " << left << " B free, 4 x 6 MiB of audit fitted?";
@@ -104,33 +143,27 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
         ASSERT_TRUE(daemon.running()) << "the daemon died on a full audit disk" << daemon.why();
 
         // 2. Still full: the daemon accepts a new connection (it may close it, fail-closed).
-        probe.id = 200;
-        probe.c2uSize = probe.u2cSize = 256 * kKiB;
-        runCheckedClient(port, probe, milliseconds(10000));
+        probe = makeCheckedClient(200, 256 * kKiB, 256 * kKiB);
+        runCheckedClient(port_, probe, milliseconds(10000));
         EXPECT_EQ(probe.connectError, 0) << "the daemon stopped accepting on a full disk";
         ASSERT_TRUE(daemon.running()) << daemon.why();
 
         // 3. Space returns: new connections are audited again.
-        ASSERT_EQ(::unlink(filler.c_str()), 0);
-        std::this_thread::sleep_for(milliseconds(200));
-        after.id = 300;
-        after.c2uSize = 1 * kMiB + 17;
-        after.u2cSize = 1 * kMiB + 33;
-        runCheckedClient(port, after, milliseconds(15000));
+        ASSERT_NO_FATAL_FAILURE(returnTheSpace());
+        after = makeCheckedClient(300, 1 * kMiB + 17, 1 * kMiB + 33);
+        runCheckedClient(port_, after, milliseconds(15000));
         EXPECT_TRUE(after.complete())
             << "a connection after space returned was not relayed byte-exact: "
             << after.describe() << daemon.why(30);
-        waitHandlersDone(upstream, milliseconds(3000));
-        auto status = daemon.terminate(milliseconds(15000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon.why();
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        EXPECT_TRUE(terminatesCleanly(daemon, milliseconds(15000)));
     }
-    std::map<uint64_t, CheckedUpstreamSide> atUpstream;
-    for (auto& [id, side] : board->snapshot()) atUpstream[id] = side;
+    const auto atUpstream = upstreamResults(*board_);
 
     // The upstream never received an unaudited byte: audit read right after the drain (what the
     // running daemon had made durable) ...
     auto checkPrefix = [&](const std::string& when) {
-        auto listing = auditList(auditDir);
+        auto listing = auditList(auditDir_);
         EXPECT_TRUE(listing.process.status && !listing.process.status->signal) << listing.describe();
         std::map<uint16_t, const AuditRow*> byPort;
         for (const auto& row : listing.rows) byPort[portOf(row.client)] = &row;
@@ -145,8 +178,8 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
             uint64_t c2uAudited = 0;
             uint64_t u2cAudited = 0;
             if (it != byPort.end()) {
-                auto c2u = auditExtract(auditDir, it->second->id, "c2u", out.path() + "/c2u");
-                auto u2c = auditExtract(auditDir, it->second->id, "u2c", out.path() + "/u2c");
+                auto c2u = auditExtract(auditDir_, it->second->id, "c2u", out_.path() + "/c2u");
+                auto u2c = auditExtract(auditDir_, it->second->id, "u2c", out_.path() + "/u2c");
                 EXPECT_TRUE(c2u.ok() && u2c.ok()) << describeProcess(c2u.process) << " / "
                                                   << describeProcess(u2c.process);
                 c2uAudited = c2u.size;
@@ -179,56 +212,31 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
 
     // Restart: recovery repairs whatever the full disk left, verify exits 0, and the connection
     // made after space returned is audited exactly.
-    {
-        TestServer idle(nullptr);
-        uint16_t restartPort = pickFreePort();  // the old listener may linger a moment
-        Daemon restarted(relayArgs(restartPort, {idle.address()},
-                                   {"--audit-dir", auditDir, "--audit-durability", durability}));
-        ASSERT_TRUE(restarted.waitReady(restartPort)) << restarted.why();
-        auto status = restarted.terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << restarted.why();
-    }
-    auto verify = auditVerify(auditDir);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << "verify after the disk-full run and a restart: " << describeProcess(verify);
+    ASSERT_NO_FATAL_FAILURE(restartOnTheAuditDir({"--audit-durability", durability}));
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "after the disk-full run and a restart";
     auto listing = checkPrefix("after a restart");
     if (after.complete()) {
-        EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+        EXPECT_TRUE(auditedExactly(auditDir_, after, listing, out_.path()));
     }
 }
 
-TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
-    TempDir root;
-    TmpfsMount mount(root.path() + "/tmpfs", kTmpfsBytes);
-    ASSERT_TRUE(mount.ok()) << mount.error();
-    const std::string auditDir = mount.path() + "/audit";
-    const std::string filler = mount.path() + "/filler";
-    ScratchDir out;
+class AuditDiskFullFailOpenTest : public DiskFullFixture<::testing::Test> {};
 
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(10000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
+TEST_F(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
+    startUpstream(milliseconds(10000));
     std::vector<CheckedClient> full(4);
     CheckedClient after;
     {
         // A short drain timeout: a stalled connection must not hold the test for 30 s.
-        Daemon daemon(relayArgs(port, {upstream.address()},
-                                {"--audit-dir", auditDir, "--audit-on-error", "fail-open",
-                                 "--drain-timeout-ms", "3000"}));
-        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-        uint64_t free = mount.freeBytes();
-        ASSERT_GT(free, kLeaveFree + kMiB);
-        writeFiller(filler, free - kLeaveFree);
+        Daemon daemon(daemonArgs({"--audit-on-error", "fail-open", "--drain-timeout-ms", "3000"}));
+        ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+        ASSERT_NO_FATAL_FAILURE(fillTheDisk());
 
-        for (std::size_t i = 0; i < full.size(); ++i) {
-            full[i].id = 500 + i;
-            full[i].c2uSize = 3 * kMiB + i;
-            full[i].u2cSize = 3 * kMiB + 2 * i;
-        }
-        runCheckedClients(port, full, milliseconds(8000));
-        waitHandlersDone(upstream, milliseconds(3000));
-        auto snapshot = board->snapshot();
-        std::map<uint64_t, CheckedUpstreamSide> atUpstream(snapshot.begin(), snapshot.end());
+        for (std::size_t i = 0; i < full.size(); ++i)
+            full[i] = makeCheckedClient(500 + i, 3 * kMiB + i, 3 * kMiB + 2 * i);
+        runCheckedClients(port_, full, milliseconds(8000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        const auto atUpstream = upstreamResults(*board_);
         for (const auto& c : full) {
             EXPECT_TRUE(c.complete())
                 << "fail-open must keep forwarding (at 173c573 both directions stalled right "
@@ -249,41 +257,27 @@ TEST(AuditDiskFullFailOpenTest, ForwardingContinuesByteExactAndAuditResumes) {
             << "the daemon log does not say that bytes were forwarded unaudited" << daemon.why(30);
         ASSERT_TRUE(daemon.running()) << daemon.why();
 
-        ASSERT_EQ(::unlink(filler.c_str()), 0);
-        std::this_thread::sleep_for(milliseconds(200));
-        after.id = 600;
-        after.c2uSize = 1 * kMiB + 5;
-        after.u2cSize = 1 * kMiB + 7;
-        runCheckedClient(port, after, milliseconds(15000));
+        ASSERT_NO_FATAL_FAILURE(returnTheSpace());
+        after = makeCheckedClient(600, 1 * kMiB + 5, 1 * kMiB + 7);
+        runCheckedClient(port_, after, milliseconds(15000));
         EXPECT_TRUE(after.complete()) << after.describe() << daemon.why(30);
-        auto status = daemon.terminate(milliseconds(15000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon.why();
+        EXPECT_TRUE(terminatesCleanly(daemon, milliseconds(15000)));
     }
-    {
-        TestServer idle(nullptr);
-        uint16_t restartPort = pickFreePort();  // the old listener may linger a moment
-        Daemon restarted(relayArgs(restartPort, {idle.address()},
-                                   {"--audit-dir", auditDir, "--audit-on-error", "fail-open"}));
-        ASSERT_TRUE(restarted.waitReady(restartPort)) << restarted.why();
-        auto status = restarted.terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << restarted.why();
-    }
-    auto verify = auditVerify(auditDir);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << "verify after the fail-open disk-full run and a restart: " << describeProcess(verify);
-    auto listing = auditList(auditDir);
+    ASSERT_NO_FATAL_FAILURE(restartOnTheAuditDir({"--audit-on-error", "fail-open"}));
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "after the fail-open disk-full run and a restart";
+    auto listing = auditList(auditDir_);
     EXPECT_TRUE(listing.process.status && !listing.process.status->signal) << listing.describe();
     // Whatever was audited of the disk-full connections is their real bytes (no invention).
     for (const auto& row : listing.rows) {
         for (const auto& c : full) {
             if (portOf(row.client) != c.port) continue;
-            auto c2u = auditExtract(auditDir, row.id, "c2u", out.path() + "/c2u");
+            auto c2u = auditExtract(auditDir_, row.id, "c2u", out_.path() + "/c2u");
             EXPECT_TRUE(c2u.ok()) << describeProcess(c2u.process);
             EXPECT_LE(c2u.size, 16 + c.c2uSize);
         }
     }
     if (after.complete()) {
-        EXPECT_TRUE(auditedExactly(auditDir, after, listing, out.path()));
+        EXPECT_TRUE(auditedExactly(auditDir_, after, listing, out_.path()));
     }
 }
 

@@ -41,13 +41,16 @@ std::unique_ptr<Daemon> startFailpointDaemon(const std::string& failpoints,
 
 std::vector<CheckedClient> makeClients(std::size_t count, uint64_t firstId, uint64_t c2u,
                                        uint64_t u2c) {
-    std::vector<CheckedClient> clients(count);
-    for (std::size_t i = 0; i < count; ++i) {
-        clients[i].id = firstId + i;
-        clients[i].c2uSize = c2u + 97 * i;
-        clients[i].u2cSize = u2c + 131 * i;
-    }
+    std::vector<CheckedClient> clients;
+    for (std::size_t i = 0; i < count; ++i)
+        clients.push_back(makeCheckedClient(firstId + i, c2u + 97 * i, u2c + 131 * i));
     return clients;
+}
+
+std::vector<CheckedClient> concatenated(std::vector<CheckedClient> first,
+                                        const std::vector<CheckedClient>& second) {
+    first.insert(first.end(), second.begin(), second.end());
+    return first;
 }
 
 struct AuditView {
@@ -118,55 +121,70 @@ std::map<uint64_t, AuditView> checkAudit(const std::string& auditDir, const Audi
     return views;
 }
 
-std::map<uint64_t, CheckedUpstreamSide> upstreamResults(const CheckedBoard& board) {
-    std::map<uint64_t, CheckedUpstreamSide> results;
-    for (auto& [id, side] : board.snapshot()) results[id] = side;
-    return results;
-}
+// Every test: an audit directory of its own, a checked upstream and the failpoint daemon in
+// front of it; after the drain, the audit is checked against what both ends saw.
+template <typename TestBase>
+class FailpointAuditFixture : public TestBase {
+  protected:
+    // `upstreamTimeout` bounds each upstream connection, so it outlasts the test's transfers.
+    std::unique_ptr<Daemon> startRelay(milliseconds upstreamTimeout, const std::string& failpoints,
+                                       const std::vector<std::string>& auditArgs,
+                                       unsigned workers = 2) {
+        upstream_ =
+            std::make_unique<TestServer>(checkedUpstream(board_, upstreamTimeout, {}, 64 << 20));
+        port_ = pickFreePort();
+        std::vector<std::string> extra{"--audit-dir", auditDir_};
+        extra.insert(extra.end(), auditArgs.begin(), auditArgs.end());
+        return startFailpointDaemon(failpoints,
+                                    relayArgs(port_, {upstream_->address()}, extra, workers));
+    }
 
-::testing::AssertionResult verifies(const std::string& auditDir) {
-    auto verify = auditVerify(auditDir);
-    if (verify.status && verify.status->isExit(0)) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "verify: " << describeProcess(verify);
-}
+    // Verify must accept what the drained daemon left before the listing means anything.
+    AuditListing listDrainedAudit() {
+        EXPECT_TRUE(auditVerifies(auditDir_));
+        return auditList(auditDir_);
+    }
+
+    std::map<uint64_t, AuditView> checkClients(const AuditListing& listing,
+                                               const std::vector<CheckedClient>& clients,
+                                               bool checkUnforwarded = true) {
+        return checkAudit(auditDir_, listing, clients, upstreamResults(*board_), out_.path(),
+                          checkUnforwarded);
+    }
+
+    TempDir root_;
+    ScratchDir out_;
+    const std::string auditDir_ = root_.path() + "/audit";
+    std::shared_ptr<CheckedBoard> board_ = std::make_shared<CheckedBoard>();
+    std::unique_ptr<TestServer> upstream_;
+    uint16_t port_ = 0;
+};
 
 // ---- audit-write EIO, fail-closed ----------------------------------------------------------
 
-class AuditWriteErrorTest : public ::testing::TestWithParam<const char*> {};
+class AuditWriteErrorTest : public FailpointAuditFixture<::testing::TestWithParam<const char*>> {};
 
 TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     const std::string engine = GetParam();
-    TempDir root;
-    ScratchDir out;
-    const std::string auditDir = root.path() + "/audit";
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
     auto clients = makeClients(6, 10, 1 * kMiB, 1 * kMiB);
     {
-        auto daemon = startFailpointDaemon(
-            "audit-write:EIO:5",
-            relayArgs(port, {upstream.address()},
-                      {"--audit-dir", auditDir, "--audit-on-error", "fail-closed",
-                       "--splice-engine", engine, "--log-level", "debug"}));
-        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
-        runCheckedClients(port, clients, milliseconds(20000));
-        waitHandlersDone(upstream, milliseconds(3000));
+        auto daemon = startRelay(
+            milliseconds(20000), "audit-write:EIO:5",
+            {"--audit-on-error", "fail-closed", "--splice-engine", engine, "--log-level", "debug"});
+        ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+        runCheckedClients(port_, clients, milliseconds(20000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
         EXPECT_FALSE(grepLines(daemon->log(), "audit write failed").empty()) << daemon->why(30);
         ASSERT_TRUE(daemon->running()) << daemon->why();
         // The daemon carries on.
-        CheckedClient later;
-        later.id = 50;
-        later.c2uSize = later.u2cSize = 300 * kKiB;
-        runCheckedClient(port, later, milliseconds(10000));
+        CheckedClient later = makeCheckedClient(50, 300 * kKiB, 300 * kKiB);
+        runCheckedClient(port_, later, milliseconds(10000));
         EXPECT_TRUE(later.complete()) << later.describe() << daemon->why(20);
         clients.push_back(later);
-        waitHandlersDone(upstream, milliseconds(3000));
-        auto status = daemon->terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        EXPECT_TRUE(terminatesCleanly(*daemon));
     }
-    EXPECT_TRUE(verifies(auditDir));
-    auto listing = auditList(auditDir);
+    auto listing = listDrainedAudit();
     ASSERT_TRUE(listing.ok()) << listing.describe();
     EXPECT_EQ(listing.rows.size(), clients.size()) << listing.describe();
     // Chain engine: the failpoint replaces the result of an audit write the kernel completed in
@@ -175,8 +193,7 @@ TEST_P(AuditWriteErrorTest, EioAtHit5ClosesThatConnectionOnly) {
     // connection may then hold bytes the audit lacks: a limit of the failpoint, not of the
     // daemon, so that check only runs for the inline engine (complete connections are checked
     // for exact equality either way).
-    auto views = checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path(),
-                            engine == "inline");
+    auto views = checkClients(listing, clients, engine == "inline");
     int failed = 0;
     for (const auto& c : clients) {
         const AuditView& view = views[c.id];
@@ -197,43 +214,33 @@ INSTANTIATE_TEST_SUITE_P(Engines, AuditWriteErrorTest, ::testing::Values("inline
 
 // ---- audit-sync EIO, strict ----------------------------------------------------------------
 
-TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
-    TempDir root;
-    ScratchDir out;
-    const std::string auditDir = root.path() + "/audit";
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(20000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
+class AuditSyncErrorTest : public FailpointAuditFixture<::testing::Test> {};
+
+TEST_F(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     auto clients = makeClients(4, 10, 2 * kMiB, 2 * kMiB);
     auto later = makeClients(2, 40, 512 * kKiB, 512 * kKiB);
     {
-        auto daemon = startFailpointDaemon(
-            "audit-sync:EIO:3",
-            relayArgs(port, {upstream.address()},
-                      {"--audit-dir", auditDir, "--audit-durability", "strict",
-                       "--audit-on-error", "fail-closed", "--log-level", "debug"},
-                      1));
-        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
-        runCheckedClients(port, clients, milliseconds(20000));
-        waitHandlersDone(upstream, milliseconds(3000));
+        auto daemon = startRelay(milliseconds(20000), "audit-sync:EIO:3",
+                                 {"--audit-durability", "strict", "--audit-on-error", "fail-closed",
+                                  "--log-level", "debug"},
+                                 1);
+        ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+        runCheckedClients(port_, clients, milliseconds(20000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
         EXPECT_FALSE(grepLines(daemon->log(), "sealing it as failed").empty())
             << "no log line about the failed fdatasync" << daemon->why(30);
         EXPECT_FALSE(grepLines(daemon->log(), "audit-sync-error").empty())
             << "no connection closed with reason audit-sync-error" << daemon->why(30);
         ASSERT_TRUE(daemon->running()) << daemon->why();
-        runCheckedClients(port, later, milliseconds(10000));
+        runCheckedClients(port_, later, milliseconds(10000));
         for (const auto& c : later)
             EXPECT_TRUE(c.complete()) << "after the failed sync: " << c.describe() << daemon->why(20);
-        waitHandlersDone(upstream, milliseconds(3000));
-        auto status = daemon->terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        EXPECT_TRUE(terminatesCleanly(*daemon));
     }
-    EXPECT_TRUE(verifies(auditDir));
-    auto listing = auditList(auditDir);
+    auto listing = listDrainedAudit();
     ASSERT_TRUE(listing.ok()) << listing.describe();
-    std::vector<CheckedClient> all = clients;
-    all.insert(all.end(), later.begin(), later.end());
-    auto views = checkAudit(auditDir, listing, all, upstreamResults(*board), out.path());
+    auto views = checkClients(listing, concatenated(clients, later));
     int syncErrors = 0;
     for (const auto& c : clients) {
         const AuditView& view = views[c.id];
@@ -248,7 +255,7 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     EXPECT_GE(syncErrors, 1) << "no connection closed with reason audit-sync-error";
 
     // Segment 1 of worker 0 is sealed as failed; the later connections live in a later segment.
-    const std::string first = auditDir + "/" + audit::segmentBaseName(0, 1) + ".index";
+    const std::string first = auditDir_ + "/" + audit::segmentBaseName(0, 1) + ".index";
     audit::IndexReader reader(first);
     audit::Record record;
     std::optional<audit::Record> last;
@@ -263,7 +270,7 @@ TEST(AuditSyncErrorTest, StrictEioClosesWaitersSealsSegmentFailedAndMovesOn) {
     ASSERT_TRUE(last.has_value()) << first << " is empty";
     EXPECT_EQ(last->type, audit::RecordType::SegmentSealed) << first << " does not end sealed";
     EXPECT_EQ(last->status, audit::kSealFailed) << first << " is not sealed as failed";
-    auto summary = audit::listConnections(auditDir);
+    auto summary = audit::listConnections(auditDir_);
     for (const auto& c : later) {
         auto view = views[c.id];
         if (view.row == nullptr) continue;
@@ -284,37 +291,27 @@ struct ShortCase {
     const char* durability;
 };
 
-class AuditShortMoveTest : public ::testing::TestWithParam<ShortCase> {};
+class AuditShortMoveTest : public FailpointAuditFixture<::testing::TestWithParam<ShortCase>> {};
 
 TEST_P(AuditShortMoveTest, TransfersAndAuditStayExact) {
     const ShortCase param = GetParam();
-    TempDir root;
-    ScratchDir out;
-    const std::string auditDir = root.path() + "/audit";
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(30000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
     auto clients = makeClients(4, 10, 1 * kMiB + 3, 1 * kMiB + 5);
     {
-        auto daemon = startFailpointDaemon(
-            param.failpoints,
-            relayArgs(port, {upstream.address()},
-                      {"--audit-dir", auditDir, "--audit-durability", param.durability,
-                       "--splice-engine", param.engine}));
-        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
-        runCheckedClients(port, clients, milliseconds(30000));
-        waitHandlersDone(upstream, milliseconds(3000));
+        auto daemon =
+            startRelay(milliseconds(30000), param.failpoints,
+                       {"--audit-durability", param.durability, "--splice-engine", param.engine});
+        ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+        runCheckedClients(port_, clients, milliseconds(30000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
         for (const auto& c : clients)
             EXPECT_TRUE(c.complete()) << param.failpoints << ": " << c.describe() << daemon->why(20);
-        auto status = daemon->terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+        EXPECT_TRUE(terminatesCleanly(*daemon));
     }
-    EXPECT_TRUE(verifies(auditDir));
-    auto listing = auditList(auditDir);
+    auto listing = listDrainedAudit();
     ASSERT_TRUE(listing.ok()) << listing.describe();
     EXPECT_EQ(listing.rows.size(), clients.size());
     for (const auto& row : listing.rows) EXPECT_EQ(row.reason, "closed") << "connection " << row.id;
-    checkAudit(auditDir, listing, clients, upstreamResults(*board), out.path());
+    checkClients(listing, clients);
 }
 
 std::string shortName(const ::testing::TestParamInfo<ShortCase>& info) {
@@ -350,31 +347,25 @@ INSTANTIATE_TEST_SUITE_P(
 // lent it again as empty and every later connection of that worker forwarded (and audited) the
 // previous connection's leftover bytes ahead of its own. The later-connection checks below are
 // the ones that caught it.
-TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
-    TempDir root;
-    ScratchDir out;
-    const std::string auditDir = root.path() + "/audit";
-    auto board = std::make_shared<CheckedBoard>();
-    TestServer upstream(checkedUpstream(board, milliseconds(10000), {}, 64 << 20));
-    uint16_t port = pickFreePort();
+class AuditFillResetTest : public FailpointAuditFixture<::testing::Test> {};
+
+TEST_F(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
     auto victim = makeClients(1, 10, 2 * kMiB, 2 * kMiB);
     auto later = makeClients(2, 20, 512 * kKiB, 512 * kKiB);
     {
-        auto daemon = startFailpointDaemon(
-            "fill:ECONNRESET:4",
-            relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir, "--log-level", "debug"},
-                      1));
-        ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
-        runCheckedClients(port, victim, milliseconds(10000));
+        auto daemon =
+            startRelay(milliseconds(10000), "fill:ECONNRESET:4", {"--log-level", "debug"}, 1);
+        ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+        runCheckedClients(port_, victim, milliseconds(10000));
         EXPECT_FALSE(victim[0].complete()) << "the injected reset did not end the connection: "
                                            << victim[0].describe();
         EXPECT_TRUE(victim[0].u2c.error != 0 || victim[0].c2uSent.error != 0)
             << "the client should see the reset on one of its directions: "
             << victim[0].describe();
         ASSERT_TRUE(daemon->running()) << daemon->why();
-        runCheckedClients(port, later, milliseconds(10000));
-        waitHandlersDone(upstream, milliseconds(3000));
-        auto atUpstream = upstreamResults(*board);
+        runCheckedClients(port_, later, milliseconds(10000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        auto atUpstream = upstreamResults(*board_);
         for (const auto& c : later) {
             auto u = atUpstream.find(c.id);
             bool upstreamOk = u != atUpstream.end() && u->second.c2u.matches &&
@@ -386,15 +377,11 @@ TEST(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
                 << (u == atUpstream.end() ? std::string("nothing recorded")
                                           : u->second.c2u.describe());
         }
-        auto status = daemon->terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon->why();
+        EXPECT_TRUE(terminatesCleanly(*daemon));
     }
-    EXPECT_TRUE(verifies(auditDir));
-    auto listing = auditList(auditDir);
+    auto listing = listDrainedAudit();
     ASSERT_TRUE(listing.ok()) << listing.describe();
-    std::vector<CheckedClient> all = victim;
-    all.insert(all.end(), later.begin(), later.end());
-    auto views = checkAudit(auditDir, listing, all, upstreamResults(*board), out.path());
+    auto views = checkClients(listing, concatenated(victim, later));
     const AuditView& view = views[victim[0].id];
     ASSERT_NE(view.row, nullptr) << "the reset connection is not in the audit";
     EXPECT_NE(view.row->reason.find("reset"), std::string::npos)

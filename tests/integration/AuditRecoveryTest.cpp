@@ -83,20 +83,14 @@ protected:
         upstream_ = std::make_unique<TestServer>(checkedUpstream(board_, milliseconds(20000), {}, 64 << 20));
         port_ = pickFreePort();
         // A clean log: one worker, five connections, drained (segment 1 sealed).
-        clients_.resize(5);
-        for (std::size_t i = 0; i < clients_.size(); ++i) {
-            clients_[i].id = 10 + i;
-            clients_[i].c2uSize = 200 * kKiB + 11 * i;
-            clients_[i].u2cSize = 150 * kKiB + 13 * i;
-        }
+        for (std::size_t i = 0; i < 5; ++i)
+            clients_.push_back(makeCheckedClient(10 + i, 200 * kKiB + 11 * i, 150 * kKiB + 13 * i));
         Daemon daemon(args());
         ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
         runCheckedClients(port_, clients_, milliseconds(15000));
         for (const auto& c : clients_) ASSERT_TRUE(c.complete()) << c.describe() << daemon.why(20);
-        auto status = daemon.terminate(milliseconds(10000));
-        ASSERT_TRUE(status && status->isExit(0)) << daemon.why();
-        auto verify = auditVerify(auditDir_);
-        ASSERT_TRUE(verify.status && verify.status->isExit(0)) << describeProcess(verify);
+        ASSERT_TRUE(terminatesCleanly(daemon));
+        ASSERT_TRUE(auditVerifies(auditDir_));
         entries_ = readIndex(index_);
         ASSERT_GE(entries_.size(), 12u);
         ASSERT_EQ(entries_.back().record.type, audit::RecordType::SegmentSealed);
@@ -117,14 +111,10 @@ protected:
         EXPECT_TRUE(daemon.waitReady(port_)) << "the daemon refused to start over a damaged log"
                                              << daemon.why();
         if (!daemon.running()) return daemon.log();
-        CheckedClient fresh;
-        fresh.id = newId;
-        fresh.c2uSize = 100 * kKiB + 1;
-        fresh.u2cSize = 90 * kKiB + 3;
+        CheckedClient fresh = makeCheckedClient(newId, 100 * kKiB + 1, 90 * kKiB + 3);
         runCheckedClient(port_, fresh, milliseconds(10000));
         EXPECT_TRUE(fresh.complete()) << fresh.describe() << daemon.why(20);
-        auto status = daemon.terminate(milliseconds(10000));
-        EXPECT_TRUE(status && status->isExit(0)) << daemon.why();
+        EXPECT_TRUE(terminatesCleanly(daemon));
         fresh_ = fresh;
         return daemon.log();
     }
@@ -233,9 +223,7 @@ TEST_F(AuditRecoveryTest, IndexTruncatedMidRecordIsCutAndReported) {
     EXPECT_NE(lines.find("cut"), std::string::npos) << "recovery did not report the cut:\n" << log;
     EXPECT_NE(lines.find(std::to_string(chunk.offset)), std::string::npos)
         << "recovery did not name the cut offset " << chunk.offset << ":\n" << lines;
-    auto verify = auditVerify(auditDir_);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << "verify after recovery of a torn index: " << describeProcess(verify) << "\n" << lines;
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "after recovery of a torn index\n" << lines;
     // Connections whose Close record was cut are truncated; their extracts are real prefixes.
     auto listing = auditList(auditDir_);
     ASSERT_TRUE(listing.ok()) << listing.describe();
@@ -274,10 +262,7 @@ TEST_F(AuditRecoveryTest, GarbageAppendedIsCutAndNothingDurableLost) {
     EXPECT_NE(lines.find(std::to_string(dataSize)), std::string::npos)
         << "recovery did not report cutting the data garbage at " << dataSize << ":\n" << log;
     EXPECT_EQ(fileSize(data_), dataSize);
-    auto verify = auditVerify(auditDir_);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << "verify after recovery of appended garbage: " << describeProcess(verify) << "\n"
-        << lines;
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "after recovery of appended garbage\n" << lines;
     expectOriginalIntact();
     expectFreshAudited();
 }
@@ -361,9 +346,7 @@ TEST_F(AuditRecoveryTest, GarbageIndexFileIsRepairedAndNumberingContinues) {
 
     std::string log = startOverDamage(100);
     EXPECT_NE(recoveryLines(log).find(audit::segmentBaseName(0, 7)), std::string::npos) << log;
-    auto verify = auditVerify(auditDir_);
-    EXPECT_TRUE(verify.status && verify.status->isExit(0))
-        << describeProcess(verify) << "\n" << recoveryLines(log);
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "\n" << recoveryLines(log);
     EXPECT_GT(fileSize(auditDir_ + "/" + audit::segmentBaseName(0, 8) + ".index"), 0u)
         << "the new segment should be number 8";
     expectOriginalIntact();
@@ -379,8 +362,7 @@ TEST_F(AuditRecoveryTest, IdsAreNotReusedAfterRetentionDeletedTheirSegments) {
         port_ = pickFreePort();
         Daemon daemon(args());
         ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
-        auto status = daemon.terminate(milliseconds(10000));
-        ASSERT_TRUE(status && status->isExit(0)) << daemon.why();
+        ASSERT_TRUE(terminatesCleanly(daemon));
     }
     auto restarted = readIndex(segment2);
     ASSERT_FALSE(restarted.empty());

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,64 +41,59 @@ std::vector<std::string> engineArgs(const std::string& engine) {
     return result;
 }
 
+// The failure names the connect error and what the daemon was doing.
+::testing::AssertionResult connectToRelay(uint16_t port, Daemon& daemon, UniqueFd& client) {
+    int error = 0;
+    client = connectTcp(port, error);
+    if (client) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "connect to the relay: " << std::strerror(error) << daemon.why();
+}
+
 std::string engineName(const ::testing::TestParamInfo<std::string>& info) {
     return info.param;
 }
 
-class RelayDuplexTest : public ::testing::TestWithParam<std::string> {};
+class RelayDuplexTest : public ::testing::TestWithParam<std::string> {
+  protected:
+    // `connections` duplex clients (ids from `firstId`) moving `size` bytes each way at once
+    // through a daemon with this engine and `extraArgs`: byte-exact at both ends, and the daemon
+    // still serves afterwards.
+    void expectBatchRelayedExactly(std::size_t connections, uint64_t firstId, uint64_t size,
+                                   const std::vector<std::string>& extraArgs = {}) {
+        auto board = std::make_shared<DuplexBoard>();
+        TestServer upstream(duplexUpstream(board, milliseconds(90000)));
+        uint16_t port = pickFreePort();
+        auto args = engineArgs(GetParam());
+        args.insert(args.end(), extraArgs.begin(), extraArgs.end());
+        Daemon daemon(relayArgs(port, {upstream.address()}, args));
+        ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
+
+        auto runs = duplexClients(port, connections, firstId, size, size, milliseconds(90000));
+        board->waitSize(connections, deadlineIn(milliseconds(5000)));
+        EXPECT_TRUE(duplexMatches(runs, *board, size, size)) << daemon.why(20);
+        EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
+    }
+};
 
 // 8 connections x 64 MiB each way at the same time; SHA-256 equal at both ends both ways.
 TEST_P(RelayDuplexTest, EightConnections64MiBEachWayAtOnce) {
-    constexpr std::size_t kConnections = 8;
-    constexpr uint64_t kSize = 64 * kMiB;
-    auto board = std::make_shared<DuplexBoard>();
-    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
-    uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {upstream.address()}, engineArgs(GetParam())));
-    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
-
-    auto runs = duplexClients(port, kConnections, 100, kSize, kSize, milliseconds(90000));
-    board->waitSize(kConnections, deadlineIn(milliseconds(5000)));
-    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
-    EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
+    expectBatchRelayedExactly(8, 100, 64 * kMiB);
 }
 
 // --pipe-size 4096 --pipe-budget 16384: 4 small pipes shared by 32 busy connections.
 TEST_P(RelayDuplexTest, TinyPipeBudgetSharedBy32Connections) {
-    constexpr std::size_t kConnections = 32;
-    constexpr uint64_t kSize = 4 * kMiB;
-    auto board = std::make_shared<DuplexBoard>();
-    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
-    uint16_t port = pickFreePort();
-    auto extra = engineArgs(GetParam());
-    extra.insert(extra.end(), {"--pipe-size", "4096", "--pipe-budget", "16384"});
-    Daemon daemon(relayArgs(port, {upstream.address()}, extra));
-    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
-
-    auto runs = duplexClients(port, kConnections, 1000, kSize, kSize, milliseconds(90000));
-    board->waitSize(kConnections, deadlineIn(milliseconds(5000)));
-    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
-    EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
+    expectBatchRelayedExactly(32, 1000, 4 * kMiB,
+                              {"--pipe-size", "4096", "--pipe-budget", "16384"});
 }
 
 // 96 busy connections with 1 MiB pipes and a pipe budget far above what the kernel lets this
 // user hold (fs.pipe-user-pages-soft, shared with every other process of the user): pipes may
 // be refused or silently shrunk (NOTES.md 4), and every byte must still arrive intact.
 TEST_P(RelayDuplexTest, NinetySixConnectionsBeyondTheUserPipeLimit) {
-    constexpr std::size_t kConnections = 96;
-    constexpr uint64_t kSize = 2 * kMiB;
     ASSERT_GE(raiseFdLimit(), 1024u);
-    auto board = std::make_shared<DuplexBoard>();
-    TestServer upstream(duplexUpstream(board, milliseconds(90000)));
-    uint16_t port = pickFreePort();
-    auto extra = engineArgs(GetParam());
-    extra.insert(extra.end(), {"--pipe-size", "1048576", "--pipe-budget", "1073741824"});
-    Daemon daemon(relayArgs(port, {upstream.address()}, extra));
-    ASSERT_TRUE(daemon.waitReady(port)) << "daemon not listening on " << port << daemon.why();
-
-    auto runs = duplexClients(port, kConnections, 20000, kSize, kSize, milliseconds(90000));
-    EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
-    EXPECT_TRUE(stillServes(port, *board)) << daemon.why(20);
+    expectBatchRelayedExactly(96, 20000, 2 * kMiB,
+                              {"--pipe-size", "1048576", "--pipe-budget", "1073741824"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, RelayDuplexTest,
@@ -105,35 +101,45 @@ INSTANTIATE_TEST_SUITE_P(Engines, RelayDuplexTest,
                                            std::string("inline")),
                          engineName);
 
+// Each test: the daemon in front of an upstream of its own, and one client connected through it.
+class RelayHalfCloseTest : public ::testing::Test {
+  protected:
+    void connectThroughRelayTo(TestServer::Handler upstream) {
+        upstream_.emplace(std::move(upstream));
+        uint16_t port = pickFreePort();
+        daemon_.emplace(relayArgs(port, {upstream_->address()}));
+        ASSERT_TRUE(daemon_->waitReady(port)) << daemon_->why();
+        ASSERT_TRUE(connectToRelay(port, *daemon_, client_));
+    }
+
+    std::optional<TestServer> upstream_;
+    std::optional<Daemon> daemon_;
+    UniqueFd client_;
+};
+
 // Client sends, then SHUT_WR; the upstream must see every byte then EOF, and only then replies
 // and closes; the client must get the whole reply, then EOF.
-TEST(RelayHalfCloseTest, ClientHalfClosesThenUpstreamReplies) {
+TEST_F(RelayHalfCloseTest, ClientHalfClosesThenUpstreamReplies) {
     constexpr uint64_t kRequest = 4 * kMiB + 123;
     constexpr uint64_t kReply = 3 * kMiB + 7;
     constexpr uint64_t kRequestSeed = 11, kReplySeed = 12;
     auto board = std::make_shared<SinkBoard>();
     auto replies = std::make_shared<SinkBoard>();
-    TestServer upstream([board, replies](int fd, std::size_t index) {
+    TestServer::Handler upstream = [board, replies](int fd, std::size_t index) {
         Deadline deadline = deadlineIn(milliseconds(20000));
         StreamResult request = receiveAll(fd, deadline);
         board->put(index, request);
         if (!request.eof || request.bytes == 0) return;  // only reply after a full request + EOF
         replies->put(index, sendPattern(fd, kReplySeed, kReply, deadline));
-    });
-    uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {upstream.address()}));
-    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-
-    int error = 0;
-    UniqueFd client = connectTcp(port, error);
-    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    };
+    ASSERT_NO_FATAL_FAILURE(connectThroughRelayTo(std::move(upstream)));
     Deadline deadline = deadlineIn(milliseconds(20000));
-    StreamResult sent = sendPattern(client.get(), kRequestSeed, kRequest, deadline);
+    StreamResult sent = sendPattern(client_.get(), kRequestSeed, kRequest, deadline);
     ASSERT_TRUE(sent.ok() && sent.bytes == kRequest) << "client send: " << sent.describe();
-    StreamResult reply = receiveAll(client.get(), deadline);
+    StreamResult reply = receiveAll(client_.get(), deadline);
 
     ASSERT_TRUE(board->waitSize(1, deadlineIn(milliseconds(2000))))
-        << "upstream never saw EOF after the client's SHUT_WR" << daemon.why();
+        << "upstream never saw EOF after the client's SHUT_WR" << daemon_->why();
     StreamResult request = board->snapshot().front().second;
     EXPECT_TRUE(request.eof) << "upstream's read ended without EOF: " << request.describe();
     EXPECT_EQ(request.bytes, kRequest) << "upstream got " << request.describe();
@@ -143,47 +149,41 @@ TEST(RelayHalfCloseTest, ClientHalfClosesThenUpstreamReplies) {
     EXPECT_TRUE(reply.eof) << "client's read of the reply ended without EOF: " << reply.describe();
     EXPECT_EQ(reply.bytes, kReply) << "client got " << reply.describe();
     EXPECT_EQ(reply.sha256, patternSha256(kReplySeed, kReply)) << "reply corrupted";
-    EXPECT_TRUE(daemon.running()) << daemon.why();
+    EXPECT_TRUE(daemon_->running()) << daemon_->why();
 }
 
 // The mirror image: the upstream sends and half-closes first; the client reads to EOF, then its
 // own direction must still flow.
-TEST(RelayHalfCloseTest, UpstreamHalfClosesThenClientStillSends) {
+TEST_F(RelayHalfCloseTest, UpstreamHalfClosesThenClientStillSends) {
     constexpr uint64_t kGreeting = 2 * kMiB + 5;
     constexpr uint64_t kUpload = 5 * kMiB + 9;
     constexpr uint64_t kGreetingSeed = 21, kUploadSeed = 22;
     auto uploads = std::make_shared<SinkBoard>();
-    TestServer upstream([uploads](int fd, std::size_t index) {
+    TestServer::Handler upstream = [uploads](int fd, std::size_t index) {
         Deadline deadline = deadlineIn(milliseconds(20000));
         StreamResult greeting = sendPattern(fd, kGreetingSeed, kGreeting, deadline);  // + SHUT_WR
         if (!greeting.ok()) return;
         uploads->put(index, receiveAll(fd, deadline));
-    });
-    uint16_t port = pickFreePort();
-    Daemon daemon(relayArgs(port, {upstream.address()}));
-    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-
-    int error = 0;
-    UniqueFd client = connectTcp(port, error);
-    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    };
+    ASSERT_NO_FATAL_FAILURE(connectThroughRelayTo(std::move(upstream)));
     Deadline deadline = deadlineIn(milliseconds(20000));
-    StreamResult greeting = receiveAll(client.get(), deadline);
+    StreamResult greeting = receiveAll(client_.get(), deadline);
     EXPECT_TRUE(greeting.eof) << "no EOF after the upstream's SHUT_WR: " << greeting.describe();
     EXPECT_EQ(greeting.bytes, kGreeting);
     EXPECT_EQ(greeting.sha256, patternSha256(kGreetingSeed, kGreeting)) << "greeting corrupted";
 
-    StreamResult sent = sendPattern(client.get(), kUploadSeed, kUpload, deadline);
+    StreamResult sent = sendPattern(client_.get(), kUploadSeed, kUpload, deadline);
     EXPECT_TRUE(sent.ok() && sent.bytes == kUpload)
         << "client could not send after the upstream half-closed: " << sent.describe()
-        << daemon.why(20);
+        << daemon_->why(20);
     ASSERT_TRUE(uploads->waitSize(1, deadlineIn(milliseconds(10000))))
-        << "upstream never got EOF of the upload" << daemon.why();
+        << "upstream never got EOF of the upload" << daemon_->why();
     StreamResult upload = uploads->snapshot().front().second;
     EXPECT_TRUE(upload.eof) << upload.describe();
     EXPECT_EQ(upload.bytes, kUpload) << "upload at upstream: " << upload.describe();
     EXPECT_EQ(upload.sha256, patternSha256(kUploadSeed, kUpload)) << "upload corrupted";
     // The connection ends once both directions are done: the client sees EOF (or at worst RST).
-    PeerClose end = waitPeerClose(client.get(), deadlineIn(milliseconds(5000)));
+    PeerClose end = waitPeerClose(client_.get(), deadlineIn(milliseconds(5000)));
     EXPECT_NE(end, PeerClose::Timeout) << "connection not closed after both halves ended";
 }
 
@@ -208,9 +208,8 @@ TEST_P(RelayBackPressureTest, SlowReaderKeepsDaemonMemoryBounded) {
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     long rssBefore = daemon.rssKiB();
 
-    int error = 0;
-    UniqueFd client = connectTcp(port, error);
-    ASSERT_TRUE(client) << "connect to the relay: " << std::strerror(error) << daemon.why();
+    UniqueFd client;
+    ASSERT_TRUE(connectToRelay(port, daemon, client));
     Sha256 sha;
     uint64_t received = 0;
     std::vector<uint8_t> buffer(256 * 1024);

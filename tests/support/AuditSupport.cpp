@@ -265,6 +265,18 @@ ProcessResult auditVerify(const std::string& dir, milliseconds timeout) {
     return runTool({auditToolBinary(), "verify", dir}, timeout);
 }
 
+::testing::AssertionResult auditVerifies(const std::string& dir) {
+    auto verify = auditVerify(dir);
+    if (verify.status && verify.status->isExit(0)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "verify: " << describeProcess(verify);
+}
+
+::testing::AssertionResult terminatesCleanly(Daemon& daemon, milliseconds timeout) {
+    auto status = daemon.terminate(timeout);
+    if (status && status->isExit(0)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << daemon.why();
+}
+
 Extracted auditExtract(const std::string& dir, uint64_t id, const std::string& direction,
                        const std::string& outPath) {
     Extracted result;
@@ -366,55 +378,30 @@ std::string CheckedReceive::describe() const {
     return out.str();
 }
 
-namespace {
-
-CheckedReceive receiveLoop(int fd, Deadline deadline, ExpectedGenerator& generator,
-                           uint64_t limit) {
-    CheckedReceive result;
-    std::vector<uint8_t> buffer(256 * 1024);
-    std::vector<uint8_t> want(buffer.size());
-    while (result.bytes < limit) {
-        std::size_t wanted = static_cast<std::size_t>(
-            std::min<uint64_t>(buffer.size(), limit - result.bytes));
-        ssize_t n = ::recv(fd, buffer.data(), wanted, 0);
-        if (n == 0) {
-            result.eof = true;
-            break;
-        }
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (Clock::now() >= deadline) {
-                    result.timedOut = true;
-                    break;
-                }
-                continue;
-            }
-            result.error = errno;
-            break;
-        }
-        auto size = static_cast<std::size_t>(n);
-        if (result.matches) {
-            generator.fill(want.data(), size);
-            if (std::memcmp(buffer.data(), want.data(), size) != 0) {
-                std::size_t i = 0;
-                while (buffer[i] == want[i]) ++i;
-                result.matches = false;
-                result.firstMismatch = result.bytes + i;
-            }
-        }
-        result.bytes += size;
-        result.timeline.points.emplace_back(Clock::now(), result.bytes);
-    }
-    return result;
-}
-
-}  // namespace
-
 CheckedReceive receiveChecked(int fd, const ExpectedStream& expected, Deadline deadline,
                               uint64_t limit) {
     ExpectedGenerator generator(expected);
-    return receiveLoop(fd, deadline, generator, limit);
+    CheckedReceive result;
+    std::vector<uint8_t> want;
+    ReceiveEnd end = receiveChunks(
+        fd, deadline, limit, [&](const uint8_t* data, std::size_t size, uint64_t offset) {
+            if (result.matches) {
+                want.resize(size);
+                generator.fill(want.data(), size);
+                if (std::memcmp(data, want.data(), size) != 0) {
+                    std::size_t i = 0;
+                    while (data[i] == want[i]) ++i;
+                    result.matches = false;
+                    result.firstMismatch = offset + i;
+                }
+            }
+            result.timeline.points.emplace_back(Clock::now(), offset + size);
+        });
+    result.bytes = end.bytes;
+    result.eof = end.eof;
+    result.error = end.error;
+    result.timedOut = end.timedOut;
+    return result;
 }
 
 TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
@@ -436,6 +423,12 @@ TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, millise
     };
 }
 
+std::map<uint64_t, CheckedUpstreamSide> upstreamResults(const CheckedBoard& board) {
+    std::map<uint64_t, CheckedUpstreamSide> results;
+    for (auto& [id, side] : board.snapshot()) results[id] = side;
+    return results;
+}
+
 std::string CheckedClient::describe() const {
     std::ostringstream out;
     out << "client " << id << " (port " << port << "): ";
@@ -446,14 +439,29 @@ std::string CheckedClient::describe() const {
     return out.str();
 }
 
+UniqueFd connectAndSendHeader(uint16_t relayPort, HeaderedClient& client, Deadline deadline) {
+    UniqueFd fd = connectTcp(relayPort, client.connectError);
+    if (!fd) return fd;
+    client.port = localPort(fd.get());
+    if (!sendHeader(fd.get(), StreamHeader{client.id, client.u2cSize}, deadline,
+                    client.headerError))
+        return {};
+    return fd;
+}
+
+CheckedClient makeCheckedClient(uint64_t id, uint64_t c2uSize, uint64_t u2cSize) {
+    CheckedClient client;
+    client.id = id;
+    client.c2uSize = c2uSize;
+    client.u2cSize = u2cSize;
+    return client;
+}
+
 void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds timeout,
                       SendOptions c2uOptions) {
     Deadline deadline = deadlineIn(timeout);
-    UniqueFd fd = connectTcp(relayPort, client.connectError);
+    UniqueFd fd = connectAndSendHeader(relayPort, client, deadline);
     if (!fd) return;
-    client.port = localPort(fd.get());
-    if (!sendHeader(fd.get(), StreamHeader{client.id, client.u2cSize}, deadline, client.headerError))
-        return;
     std::thread sender([&] {
         client.c2uSent = sendPattern(fd.get(), c2uSeed(client.id), client.c2uSize, deadline, c2uOptions);
     });

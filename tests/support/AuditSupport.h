@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,12 @@ AuditListing auditList(const std::string& dir);
 // `splicegate-audit verify DIR`.
 ProcessResult auditVerify(const std::string& dir, milliseconds timeout = milliseconds(30000));
 std::string describeProcess(const ProcessResult& result, std::size_t maxChars = 4000);
+// Whether `splicegate-audit verify DIR` exits 0; the failure shows its output.
+::testing::AssertionResult auditVerifies(const std::string& dir);
+
+// SIGTERM, then whether the daemon drained and exited 0 within `timeout`; the failure says why.
+::testing::AssertionResult terminatesCleanly(Daemon& daemon,
+                                             milliseconds timeout = milliseconds(10000));
 
 // `splicegate-audit extract DIR --connection ID --direction c2u|u2c -o outPath`.
 struct Extracted {
@@ -131,18 +138,27 @@ struct CheckedUpstreamSide {
     }
 };
 using CheckedBoard = ResultBoard<uint64_t, CheckedUpstreamSide>;
+// What the upstream saw so far, by client id (a snapshot of the board).
+std::map<uint64_t, CheckedUpstreamSide> upstreamResults(const CheckedBoard& board);
 // The upstream stops receiving after `c2uLimit` payload bytes (a runaway relay cannot make a
 // test read forever).
 TestServer::Handler checkedUpstream(std::shared_ptr<CheckedBoard> board, milliseconds timeout,
                                     SendOptions u2cOptions = {}, uint64_t c2uLimit = 1ULL << 30);
 
-struct CheckedClient {
+// A test client whose stream opens with StreamHeader {id, u2cSize}, and what its opening saw.
+struct HeaderedClient {
     uint64_t id = 0;
     uint64_t c2uSize = 0;
     uint64_t u2cSize = 0;
     uint16_t port = 0;  // local port, as the audit log's client address shows it
     int connectError = 0;
     int headerError = 0;
+};
+// Connects to the relay and sends the client's header; an invalid fd when either failed (the
+// client then holds the error).
+UniqueFd connectAndSendHeader(uint16_t relayPort, HeaderedClient& client, Deadline deadline);
+
+struct CheckedClient : HeaderedClient {
     StreamResult c2uSent;  // header not included
     CheckedReceive u2c;
     // Sent and received everything, byte-exact, EOF seen.
@@ -152,6 +168,7 @@ struct CheckedClient {
     }
     std::string describe() const;
 };
+CheckedClient makeCheckedClient(uint64_t id, uint64_t c2uSize, uint64_t u2cSize);
 // The client stops receiving 1 MiB past u2cSize (more than expected is already a failure).
 void runCheckedClient(uint16_t relayPort, CheckedClient& client, milliseconds timeout,
                       SendOptions c2uOptions = {});

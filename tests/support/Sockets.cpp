@@ -289,35 +289,48 @@ StreamResult sendPattern(int fd, uint64_t seed, uint64_t size, Deadline deadline
     return result;
 }
 
-StreamResult receiveAll(int fd, Deadline deadline, uint64_t limit,
-                        std::atomic<uint64_t>* progress) {
-    StreamResult result;
-    Sha256 sha;
+ReceiveEnd receiveChunks(int fd, Deadline deadline, uint64_t limit, const ChunkSink& onChunk) {
+    ReceiveEnd end;
     std::vector<uint8_t> buffer(256 * 1024);
-    while (result.bytes < limit) {
-        uint64_t want = limit - result.bytes;
+    while (end.bytes < limit) {
+        uint64_t want = limit - end.bytes;
         std::size_t n = want < buffer.size() ? static_cast<std::size_t>(want) : buffer.size();
         ssize_t got = ::recv(fd, buffer.data(), n, 0);
         if (got > 0) {
-            sha.update(buffer.data(), static_cast<std::size_t>(got));
-            result.bytes += static_cast<uint64_t>(got);
-            if (progress != nullptr) progress->fetch_add(static_cast<uint64_t>(got));
+            onChunk(buffer.data(), static_cast<std::size_t>(got), end.bytes);
+            end.bytes += static_cast<uint64_t>(got);
             continue;
         }
         if (got == 0) {
-            result.eof = true;
+            end.eof = true;
             break;
         }
         if (isTimeout(errno)) {
             if (Clock::now() >= deadline) {
-                result.timedOut = true;
+                end.timedOut = true;
                 break;
             }
             continue;
         }
-        result.error = errno;
+        end.error = errno;
         break;
     }
+    return end;
+}
+
+StreamResult receiveAll(int fd, Deadline deadline, uint64_t limit,
+                        std::atomic<uint64_t>* progress) {
+    Sha256 sha;
+    ReceiveEnd end =
+        receiveChunks(fd, deadline, limit, [&](const uint8_t* data, std::size_t size, uint64_t) {
+            sha.update(data, size);
+            if (progress != nullptr) progress->fetch_add(size);
+        });
+    StreamResult result;
+    result.bytes = end.bytes;
+    result.eof = end.eof;
+    result.error = end.error;
+    result.timedOut = end.timedOut;
     result.sha256 = sha.finishHex();
     return result;
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/UniqueFd.h"
@@ -83,6 +84,20 @@ struct SendOptions {
 };
 StreamResult sendPattern(int fd, uint64_t seed, uint64_t size, Deadline deadline,
                          const SendOptions& options = {});
+
+// How a bounded receive ended: bytes received, and the orderly EOF, errno or deadline that
+// stopped it (none of them when `limit` did).
+struct ReceiveEnd {
+    uint64_t bytes = 0;
+    bool eof = false;
+    int error = 0;
+    bool timedOut = false;
+};
+// Receives until EOF, an error, `limit` bytes, or the deadline, passing every chunk to `onChunk`
+// with the stream offset of its first byte: the one receive loop behind the hashing and the
+// checking receivers.
+using ChunkSink = std::function<void(const uint8_t* data, std::size_t size, uint64_t offset)>;
+ReceiveEnd receiveChunks(int fd, Deadline deadline, uint64_t limit, const ChunkSink& onChunk);
 
 // Receives and hashes until EOF, an error, `limit` bytes, or the deadline.
 StreamResult receiveAll(int fd, Deadline deadline, uint64_t limit = UINT64_MAX,

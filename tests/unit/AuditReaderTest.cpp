@@ -14,80 +14,18 @@
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "common/UniqueFd.h"
+#include "tests/support/AuditSegmentBuilder.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
 namespace {
 
+using test::joined;
 using test::readFile;
+using test::SegmentBuilder;
 using test::TempDir;
 
-constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;
-
-// Builds one segment pair in memory with the real encoders, then writes both files.
-class SegmentBuilder {
-  public:
-    SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment)
-        : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, kT0, 0);
-    }
-
-    std::uint64_t open(std::uint64_t id, const std::string& route = "web") {
-        return add([&] {
-            encodeOpen(index_, id, kT0 + static_cast<std::int64_t>(id), route,
-                       "198.51.100." + std::to_string(id) + ":4000", "192.0.2.1:443");
-        });
-    }
-    // Appends `payload` to the data file and indexes it.
-    std::uint64_t chunk(std::uint64_t id, std::uint8_t direction, const std::string& payload) {
-        auto offset = data_.size();
-        data_ += payload;
-        return chunkAt(id, direction, static_cast<std::uint32_t>(payload.size()), offset);
-    }
-    std::uint64_t chunkAt(std::uint64_t id, std::uint8_t direction, std::uint32_t length,
-                          std::uint64_t offset) {
-        return add([&] { encodeChunk(index_, id, direction, length, offset, kT0 + 5); });
-    }
-    std::uint64_t close(std::uint64_t id, std::uint64_t c2u, std::uint64_t u2c,
-                        const std::string& reason = "done") {
-        return add([&] { encodeClose(index_, id, kT0 + 9'000'000, c2u, u2c, reason); });
-    }
-    std::uint64_t truncated(std::uint64_t id) {
-        return add([&] { encodeTruncated(index_, id, kT0 + 10); });
-    }
-    std::uint64_t seal() {
-        return add([&] { encodeSegmentSealed(index_, data_.size(), 0); });
-    }
-
-    void write() const {
-        writeFile(indexPath(), index_);
-        writeFile(dataPath(), data_);
-    }
-    std::string indexPath() const { return dir_ + "/" + base_ + ".index"; }
-    std::string dataPath() const { return dir_ + "/" + base_ + ".data"; }
-    std::string& index() { return index_; }
-    std::string& data() { return data_; }
-
-    static void writeFile(const std::string& path, const std::string& content) {
-        UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        ASSERT_TRUE(fd.valid()) << path;
-        ASSERT_EQ(::write(fd.get(), content.data(), content.size()),
-                  static_cast<ssize_t>(content.size()));
-    }
-
-  private:
-    template <typename F>
-    std::uint64_t add(F encode) {
-        auto offset = index_.size();
-        encode();
-        return offset;
-    }
-
-    std::string dir_;
-    std::string base_;
-    std::string index_;
-    std::string data_;
-};
+constexpr std::int64_t kT0 = test::kCraftedLogStartNs;
 
 std::string pattern(char seed, std::size_t size) {
     std::string text(size, '\0');
@@ -107,12 +45,6 @@ std::string extractToString(const std::string& dir, std::uint64_t id, std::uint8
     if (result) *result = r;
     fd.reset();
     return r.found ? readFile(path) : std::string();
-}
-
-std::string joined(const std::vector<std::string>& lines) {
-    std::string text;
-    for (const auto& line : lines) text += line + "\n";
-    return text;
 }
 
 // A consistent two-segment log of worker 0 plus one segment of worker 1:

@@ -1,9 +1,7 @@
 // Crash recovery (audit/FORMAT.md "Crash recovery") on crafted directories: every repair, the
 // report, the consistency of the result (verify finds nothing) and idempotence.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -15,75 +13,16 @@
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "audit/Recovery.h"
-#include "common/UniqueFd.h"
+#include "tests/support/AuditSegmentBuilder.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
 namespace {
 
+using test::joined;
 using test::readFile;
+using test::SegmentBuilder;
 using test::TempDir;
-
-constexpr std::int64_t kT0 = 1'700'000'000'000'000'000;
-
-void writeFile(const std::string& path, const std::string& content) {
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    ASSERT_TRUE(fd.valid()) << path;
-    ASSERT_EQ(::write(fd.get(), content.data(), content.size()),
-              static_cast<ssize_t>(content.size()));
-}
-
-// One segment pair built with the real encoders.
-class SegmentBuilder {
-  public:
-    SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment,
-                   std::uint64_t idFloor = 0)
-        : dir_(std::move(dir)), base_(segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, kT0, idFloor);
-    }
-    std::uint64_t open(std::uint64_t id) {
-        return add(
-            [&] { encodeOpen(index_, id, kT0, "web", "198.51.100.1:4000", "192.0.2.1:443"); });
-    }
-    std::uint64_t chunk(std::uint64_t id, std::uint8_t direction, const std::string& payload) {
-        auto offset = data_.size();
-        data_ += payload;
-        return chunkAt(id, direction, static_cast<std::uint32_t>(payload.size()), offset);
-    }
-    std::uint64_t chunkAt(std::uint64_t id, std::uint8_t direction, std::uint32_t length,
-                          std::uint64_t offset) {
-        return add([&] { encodeChunk(index_, id, direction, length, offset, kT0); });
-    }
-    std::uint64_t close(std::uint64_t id, std::uint64_t c2u, std::uint64_t u2c) {
-        return add([&] { encodeClose(index_, id, kT0 + 1, c2u, u2c, "done"); });
-    }
-    std::uint64_t seal() {
-        return add([&] { encodeSegmentSealed(index_, data_.size(), 0); });
-    }
-    void write() const {
-        writeFile(indexPath(), index_);
-        writeFile(dataPath(), data_);
-    }
-    std::string indexPath() const { return dir_ + "/" + base_ + ".index"; }
-    std::string dataPath() const { return dir_ + "/" + base_ + ".data"; }
-    std::string& index() { return index_; }
-    std::string& data() { return data_; }
-
-  private:
-    template <typename F>
-    std::uint64_t add(F encode) {
-        auto offset = index_.size();
-        encode();
-        return offset;
-    }
-    std::string dir_, base_, index_, data_;
-};
-
-std::string joined(const std::vector<std::string>& lines) {
-    std::string text;
-    for (const auto& line : lines) text += line + "\n";
-    return text;
-}
 
 // All files of the directory with their contents.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
@@ -145,7 +84,7 @@ TEST(AuditRecoveryTest, CreatesAMissingDirectory) {
 
 TEST(AuditRecoveryTest, ThrowsWhenTheDirectoryCannotBeMade) {
     TempDir dir;
-    writeFile(dir.path() + "/file", "x");
+    SegmentBuilder::writeFile(dir.path() + "/file", "x");
     EXPECT_THROW(recoverAuditDirectory(dir.path() + "/file/audit"), std::system_error);
 }
 
@@ -347,14 +286,14 @@ TEST(AuditRecoveryTest, HalfMadeSegmentsAreRepaired) {
     segment.seal();
     segment.write();
     // Crash while creating segment 2: its data file exists, its index does not.
-    writeFile(dir.path() + "/w00-0000000002.data", "spliced but never indexed");
+    SegmentBuilder::writeFile(dir.path() + "/w00-0000000002.data", "spliced but never indexed");
     // Worker 1: index created, SegmentStart not yet written; data file missing.
-    writeFile(dir.path() + "/w01-0000000003.index", "");
+    SegmentBuilder::writeFile(dir.path() + "/w01-0000000003.index", "");
     // Worker 2: index but no data file, with a chunk that therefore never landed.
     SegmentBuilder noData(dir.path(), 2, 1);
     noData.open(5);
     noData.chunk(5, kDirectionC2U, "abc");
-    writeFile(noData.indexPath(), noData.index());
+    SegmentBuilder::writeFile(noData.indexPath(), noData.index());
     auto report = recoverAndCheck(dir.path(), false);
     EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.data: removed"))
         << joined(report.actions);
