@@ -724,6 +724,10 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
     if (applyAuditWrite(c, d, result) && c.busy(d) == 0) pump(c, d);
 }
 
+// Test builds only: an allocation failure injected before an index record is buffered, so the
+// record is really missing, as it would be. 0 otherwise.
+int Worker::injectedRecordFailure() noexcept { return failpointResult(FailSite::AuditRecord, 0); }
+
 // Books a finished audit write in the log's index (or gives its reserved space up). Returns the
 // write's result as the flow must see it: an error when the chunk could not be indexed.
 int Worker::bookAuditWrite(Connection& c, Direction d, int result) {
@@ -739,9 +743,13 @@ int Worker::bookAuditWrite(Connection& c, Direction d, int result) {
         ::sync_file_range(slot.segment->data.get(), static_cast<off64_t>(slot.offset), result,
                           SYNC_FILE_RANGE_WRITE);
     }
-    int rc = audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
+    int rc = injectedRecordFailure();
+    if (rc < 0)
+        audit_->abandon(slot);
+    else
+        rc = audit_->recordChunk(slot, c.id, static_cast<std::uint8_t>(d),
                                  static_cast<std::uint32_t>(result), audit::wallClockNs());
-    if (rc = failpointResult(FailSite::AuditRecord, rc); rc < 0) return rc;
+    if (rc < 0) return rc;
     // Counted whatever the connection's state: the bytes are in the log, and the Close record's
     // counts must match the chunks.
     stats_->auditBytes.add(static_cast<std::uint64_t>(result));
@@ -870,22 +878,23 @@ void Worker::openAudit(Connection& c) {
     if (!c.audited) return;
     bool strict = context_.settings.auditDurability == AuditDurability::Strict;
     for (auto& flow : c.flows) flow.configureAudit(true, strict);
-    int rc = failpointResult(FailSite::AuditRecord,
-                             audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name,
-                                                c.clientAddress.toString(),
-                                                c.upstreamAddress.toString()));
+    int rc = injectedRecordFailure();
+    if (rc == 0)
+        rc = audit_->recordOpen(c.id, audit::wallClockNs(), c.route->config.name,
+                                c.clientAddress.toString(), c.upstreamAddress.toString());
     if (rc == 0) return;
-    // Chunks of a connection without its Open record could never be extracted.
+    // Chunks of a connection without its Open record could never be extracted, and a Close
+    // record without it would be a problem for verify: the connection is not in the log at all.
     stats_->auditWriteErrors.add(1);
+    c.audited = false;
+    for (auto& flow : c.flows) flow.configureAudit(false, false);
     if (context_.settings.auditOnError == AuditOnError::FailClosed) {
         logWarn("connection ", c.id, ": its audit Open record failed (", errnoText(rc),
                 "): closing it, fail-closed");
         closeConnection(c, CloseReason::AuditError, true);
         return;
     }
-    c.audited = false;
     c.auditLost = true;
-    for (auto& flow : c.flows) flow.configureAudit(false, false);
     logWarn("connection ", c.id, ": its audit Open record failed (", errnoText(rc),
             "): relaying it unaudited, fail-open");
 }
@@ -894,9 +903,10 @@ void Worker::closeAudit(Connection& c) {
     for (auto& slot : c.auditSlots)
         if (slot.segment) audit_->abandon(slot);
     if (!c.audited) return;
-    int rc = failpointResult(FailSite::AuditRecord,
-                             audit_->recordClose(c.id, audit::wallClockNs(), c.auditedBytes[0],
-                                                 c.auditedBytes[1], toString(c.closeReason)));
+    int rc = injectedRecordFailure();
+    if (rc == 0)
+        rc = audit_->recordClose(c.id, audit::wallClockNs(), c.auditedBytes[0], c.auditedBytes[1],
+                                 toString(c.closeReason));
     if (rc < 0) {
         stats_->auditWriteErrors.add(1);
         logWarn("connection ", c.id, ": its audit Close record was lost (", errnoText(rc),

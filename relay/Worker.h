@@ -144,6 +144,7 @@ class Worker {
     bool applyAuditWrite(Connection& c, Direction d, int result);
     void onAuditWrite(Connection& c, Direction d, int result);
     int bookAuditWrite(Connection& c, Direction d, int result);
+    static int injectedRecordFailure() noexcept;
     void onAuditFailure(Connection& c, Direction d, int result);
     void waitDurable(Connection& c, Direction d);
     void startWantedSync();

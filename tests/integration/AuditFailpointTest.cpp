@@ -5,7 +5,9 @@
 // - audit-sync EIO in strict mode: the waiting connections close (audit-sync-error), the segment
 //   is sealed as failed, a new segment is used afterwards, verify exits 0;
 // - `short` on audit-write, tee, forward and fill (every hit): transfers and audit stay exact;
-// - fill ECONNRESET: the connection is closed as a reset, the daemon carries on.
+// - fill ECONNRESET: the connection is closed as a reset, the daemon carries on;
+// - audit-record ENOMEM (an Open or Chunk index record that cannot be buffered): fail-closed
+//   closes that connection, fail-open relays it and counts the bytes the log lacks as lost.
 // In every case no far end received a byte that the audit lacks, and the audit holds only bytes
 // really sent.
 #include <gtest/gtest.h>
@@ -21,6 +23,8 @@
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "tests/support/AuditSupport.h"
+#include "tests/support/ControlPlaneDaemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
 #include "tests/support/TestServer.h"
@@ -388,6 +392,96 @@ TEST_F(AuditFillResetTest, ConnectionClosedAsResetAndDaemonCarriesOn) {
         << "close reason of the reset connection: '" << view.row->reason << "'";
     EXPECT_EQ(view.row->state, "closed");
 }
+
+// ---- index records that cannot be buffered (allocation failure) ----------------------------
+// The failpoint counts the worker's record bookings in order: with one worker and one
+// connection at a time, hit 1 is the victim's Open record, hit 2 its first Chunk record.
+
+struct RecordCase {
+    const char* label;
+    const char* failpoints;
+    const char* onError;
+};
+
+class AuditRecordErrorTest : public FailpointAuditFixture<::testing::TestWithParam<RecordCase>> {
+  protected:
+    double lostBytes(uint16_t metricsPort) {
+        HttpReply page = httpGet(metricsPort, "/metrics");
+        EXPECT_EQ(page.error, "");
+        auto lost = sampleValue(parseMetrics(page.body), "splicegate_audit_lost_bytes_total");
+        EXPECT_TRUE(lost.has_value()) << page.body;
+        return lost.value_or(-1);
+    }
+};
+
+TEST_P(AuditRecordErrorTest, NoByteLeavesThatTheLogCannotServe) {
+    const RecordCase param = GetParam();
+    const bool failOpen = std::string(param.onError) == "fail-open";
+    const bool openRecord = std::string(param.failpoints).ends_with(":1");
+    auto victim = makeClients(1, 10, 1 * kMiB, 1 * kMiB);
+    auto later = makeClients(2, 20, 256 * kKiB, 256 * kKiB);
+    const uint16_t metricsPort = pickFreePort();
+    double lost = 0;
+    {
+        auto daemon = startRelay(milliseconds(10000), param.failpoints,
+                                 {"--audit-on-error", param.onError, "--metrics-listen",
+                                  loopback(metricsPort)},
+                                 1);
+        ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+        ASSERT_TRUE(waitListening(metricsPort, true, deadlineIn(milliseconds(5000))));
+        runCheckedClients(port_, victim, milliseconds(10000));
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        const char* logged = openRecord ? "its audit Open record failed (" : "audit write failed (";
+        EXPECT_FALSE(grepLines(daemon->log(), logged).empty()) << daemon->why(20);
+        if (failOpen) {
+            EXPECT_TRUE(victim[0].complete()) << "fail-open must relay it: "
+                                              << victim[0].describe();
+        } else {
+            EXPECT_FALSE(victim[0].complete()) << "fail-closed must close it: "
+                                               << victim[0].describe();
+        }
+        lost = lostBytes(metricsPort);
+        ASSERT_TRUE(daemon->running()) << daemon->why();
+        runCheckedClients(port_, later, milliseconds(10000));
+        for (const auto& c : later)
+            EXPECT_TRUE(c.complete()) << "after the failed record: " << c.describe();
+        waitHandlersDone(*upstream_, milliseconds(3000));
+        EXPECT_TRUE(terminatesCleanly(*daemon));
+    }
+    auto listing = listDrainedAudit();
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    // Fail-closed: no far end holds a byte the log lacks. Fail-open relays the victim with a gap
+    // in its audit by definition, so it is checked against the lost-bytes count instead.
+    checkClients(listing, failOpen ? later : concatenated(victim, later));
+    const AuditRow* row = nullptr;
+    for (const auto& r : listing.rows)
+        if (portOf(r.client) == victim[0].port) row = &r;
+    if (openRecord) {
+        EXPECT_EQ(row, nullptr) << "a connection without its Open record is listed";
+        EXPECT_EQ(listing.rows.size(), later.size()) << listing.describe();
+    } else {
+        ASSERT_NE(row, nullptr) << listing.describe();
+        EXPECT_EQ(row->reason, failOpen ? "closed" : "audit-error");
+    }
+    if (failOpen) {
+        // Every relayed byte is either in the log or counted lost.
+        const uint64_t relayed = 16 + victim[0].c2uSize + victim[0].u2cSize;
+        const uint64_t audited = row ? row->c2u + row->u2c : 0;
+        EXPECT_GT(lost, 0);
+        EXPECT_EQ(static_cast<uint64_t>(lost) + audited, relayed)
+            << "lost " << lost << " B, audited " << audited << " B";
+    } else {
+        EXPECT_EQ(lost, 0) << "fail-closed forwards nothing unaudited";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Records, AuditRecordErrorTest,
+    ::testing::Values(RecordCase{"openFailClosed", "audit-record:ENOMEM:1", "fail-closed"},
+                      RecordCase{"openFailOpen", "audit-record:ENOMEM:1", "fail-open"},
+                      RecordCase{"chunkFailClosed", "audit-record:ENOMEM:2", "fail-closed"},
+                      RecordCase{"chunkFailOpen", "audit-record:ENOMEM:2", "fail-open"}),
+    [](const auto& param) { return std::string(param.param.label); });
 
 }  // namespace
 }  // namespace splicegate::test
