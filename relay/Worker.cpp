@@ -726,7 +726,9 @@ void Worker::onAuditWrite(Connection& c, Direction d, int result) {
 
 // Test builds only: an allocation failure injected before an index record is buffered, so the
 // record is really missing, as it would be. 0 otherwise.
-int Worker::injectedRecordFailure() noexcept { return failpointResult(FailSite::AuditRecord, 0); }
+int Worker::injectedRecordFailure() noexcept {
+    return failpointResult(FailSite::AuditRecord, 0);
+}
 
 // Books a finished audit write in the log's index (or gives its reserved space up). Returns the
 // write's result as the flow must see it: an error when the chunk could not be indexed.
