@@ -8,7 +8,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
 RUNS=3 RATES=5000,8000,10000 STREAMS=8 DURATION=5 AUDIT_ROOT=/var/tmp
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -24,32 +25,12 @@ while (($#)); do
 done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "audit-paced.sh: --runs wants a positive integer" >&2; exit 2; }
 
-if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
-    exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "${ORIGINAL_ARGS[@]}"
-fi
-ip link set lo up
-sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
+bench_enter_netns paced.sh "${ORIGINAL_ARGS[@]}"
 
-BIN=$ROOT/build/bin
-WORK=$(mktemp -d /tmp/splicegate-paced.XXXXXX)
-AUDIT=""
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -z $AUDIT ]] || rm -rf "$AUDIT"
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_setup paced splicegate splicegate-bench
 
 SINK=127.0.0.1:65302 RELAY=127.0.0.1:65301
-"$BIN/splicegate-bench" server --mode sink --listen "$SINK" --threads 2 --duration 7200 \
-    >"$WORK/sink.log" 2>&1 &
-PIDS+=($!)
-"$BIN/splicegate-bench" waitport --connect "$SINK" --timeout 10
-field() { grep -o " $1=[0-9.]*" <<<" $2" | head -n 1 | cut -d= -f2; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+bench_start_sink "$SINK"
 
 measure() {  # rate audit(off|batch): prints "gbps cpu_s_per_gib ok"
     local audit=(--audit-dir '')

@@ -9,7 +9,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
 RUNS=5 DURATION=5 LOAD_MBPS=1000 STREAMS=8
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -24,31 +25,12 @@ while (($#)); do
 done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "control.sh: --runs wants a positive integer" >&2; exit 2; }
 
-if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
-    exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "${ORIGINAL_ARGS[@]}"
-fi
-ip link set lo up
-sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
+bench_enter_netns control.sh "${ORIGINAL_ARGS[@]}"
 
-BIN=$ROOT/build/bin
-for tool in splicegate splicegate-bench splicegate-admin-bench; do
-    [[ -x $BIN/$tool ]] || { echo "control.sh: $BIN/$tool missing: build first" >&2; exit 1; }
-done
-WORK=$(mktemp -d /tmp/splicegate-control.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_setup control splicegate splicegate-bench splicegate-admin-bench
 
 SINK=127.0.0.1:65202 RELAY=127.0.0.1:65201 METRICS=127.0.0.1:65266 SOCKET=$WORK/admin.sock
-"$BIN/splicegate-bench" server --mode sink --listen "$SINK" --threads 2 --duration 7200 \
-    >"$WORK/sink.log" 2>&1 &
-PIDS+=($!)
-"$BIN/splicegate-bench" waitport --connect "$SINK" --timeout 10
+bench_start_sink "$SINK"
 
 RELAY_PID=""
 start_relay() {  # metrics: on | off
@@ -64,19 +46,19 @@ start_relay() {  # metrics: on | off
     for _ in $(seq 100); do [[ -S $SOCKET ]] && break; sleep 0.05; done
 }
 stop_relay() { kill -TERM "$RELAY_PID"; wait "$RELAY_PID" || true; }
-field() { grep -o " $1=[0-9.]*" <<<" $2" | head -n 1 | cut -d= -f2; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 admin_load() { "$BIN/splicegate-admin-bench" --socket "$SOCKET" --clients 4 --duration "$DURATION"; }
-bulk() {  # extra bulk arguments...
+bulk() {  # seconds, extra bulk arguments...
+    local seconds=$1
+    shift
     "$BIN/splicegate-bench" bulk --connect "$RELAY" --streams "$STREAMS" --direction up \
-        --duration "$DURATION" --warmup 0.5 --watch-pid "$RELAY_PID" "$@"
+        --duration "$seconds" --warmup 0.5 --watch-pid "$RELAY_PID" "$@"
 }
 
 : >"$WORK/admin" ; : >"$WORK/metrics"
 for run in $(seq "$RUNS"); do
     start_relay on
     idle=$(admin_load)
-    bulk --rate-mbps "$LOAD_MBPS" --duration "$((DURATION + 2))" >"$WORK/load.out" 2>&1 &
+    bulk "$((DURATION + 2))" --rate-mbps "$LOAD_MBPS" >"$WORK/load.out" 2>&1 &
     load=$!
     sleep 1
     busy=$(admin_load)
@@ -87,12 +69,12 @@ for run in $(seq "$RUNS"); do
     echo "control.sh: [$run/$RUNS] admin idle: $idle | under ${loaded} Gbit/s: $busy" >&2
 
     start_relay off
-    off=$(bulk)
+    off=$(bulk "$DURATION")
     stop_relay
     start_relay on
     while :; do curl -s -o /dev/null "http://$METRICS/metrics"; sleep 1; done &
     scraper=$!
-    on=$(bulk)
+    on=$(bulk "$DURATION")
     kill "$scraper"; wait "$scraper" 2>/dev/null || true
     stop_relay
     echo "$(field gbps "$off") $(field gbps "$on") $(field relay_cpu_s_per_gib "$off") $(field relay_cpu_s_per_gib "$on")" >>"$WORK/metrics"

@@ -10,7 +10,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
 RUNS=3 STREAMS=64 DURATION=5 AUDIT_ROOT=/var/tmp ENGINE=inline
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -27,40 +28,17 @@ done
 [[ $RUNS =~ ^[1-9][0-9]*$ && $STREAMS =~ ^[1-9][0-9]*$ ]] || {
     echo "strict.sh: --runs and --streams want positive integers" >&2; exit 2; }
 
-if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
-    exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "${ORIGINAL_ARGS[@]}"
-fi
-ip link set lo up
-sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
+bench_enter_netns strict.sh "${ORIGINAL_ARGS[@]}"
 
-BIN=$ROOT/build/bin
-for tool in splicegate splicegate-bench splicegate-audit; do
-    [[ -x $BIN/$tool ]] || { echo "strict.sh: $BIN/$tool missing: build first" >&2; exit 1; }
-done
-WORK=$(mktemp -d /tmp/splicegate-strict.XXXXXX)
-AUDIT=""
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -z $AUDIT ]] || rm -rf "$AUDIT"
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_setup strict splicegate splicegate-bench splicegate-audit
 
 SINK=127.0.0.1:65102 RELAY=127.0.0.1:65101 METRICS=127.0.0.1:65166
-"$BIN/splicegate-bench" server --mode sink --listen "$SINK" --threads 2 --duration 7200 \
-    >"$WORK/sink.log" 2>&1 &
-PIDS+=($!)
-"$BIN/splicegate-bench" waitport --connect "$SINK" --timeout 10
+bench_start_sink "$SINK"
 
 fsync_count() {  # the relay's fdatasync count (group commits) from its metrics page
     curl -s "http://$METRICS/metrics" |
         awk '/^splicegate_audit_fsync_seconds_count/ { s += $2 } END { printf "%d", s }'
 }
-field() { grep -o "$1=[0-9.]*" <<<"$2" | head -n 1 | cut -d= -f2; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 : >"$WORK/rows"
 for run in $(seq "$RUNS"); do

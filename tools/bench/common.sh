@@ -1,0 +1,55 @@
+# Shared by the benchmark scripts beside run.sh (strict.sh, audit-paced.sh, control.sh); sourced,
+# not run. Each script parses its own options, then:
+#   bench_enter_netns NAME "${ORIGINAL_ARGS[@]}"   re-runs the script in a private network
+#                                                  namespace (loopback up, wide port range)
+#   bench_setup NAME TOOL...                       checks build/bin, makes $WORK, and stops
+#                                                  every PID in PIDS (by PID) and removes $WORK
+#                                                  and $AUDIT on any exit
+#   bench_start_sink ADDR                          `splicegate-bench server --mode sink`
+#   field KEY LINE / median                        read result lines, take medians
+# shellcheck shell=bash
+
+BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=$BENCH_ROOT/build/bin
+
+bench_enter_netns() {
+    local name=$1
+    shift
+    if [[ ${SPLICEGATE_BENCH_IN_NETNS:-} != 1 ]]; then
+        exec unshare --net -- env SPLICEGATE_BENCH_IN_NETNS=1 bash "$0" "$@"
+    fi
+    ip link set lo up || { echo "$name: cannot bring up loopback in the namespace" >&2; exit 1; }
+    sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
+}
+
+WORK="" AUDIT=""
+PIDS=()
+bench_cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    [[ -z $AUDIT ]] || rm -rf "$AUDIT"
+    [[ -z $WORK ]] || rm -rf "$WORK"
+}
+
+bench_setup() {
+    local name=$1 tool
+    shift
+    for tool in "$@"; do
+        [[ -x $BIN/$tool ]] || { echo "$name: $BIN/$tool missing: build first" >&2; exit 1; }
+    done
+    WORK=$(mktemp -d "/tmp/splicegate-$name.XXXXXX")
+    trap bench_cleanup EXIT
+}
+
+bench_start_sink() {
+    "$BIN/splicegate-bench" server --mode sink --listen "$1" --threads 2 --duration 7200 \
+        >"$WORK/sink.log" 2>&1 &
+    PIDS+=($!)
+    "$BIN/splicegate-bench" waitport --connect "$1" --timeout 10
+}
+
+# The value of KEY in a "result=... KEY=VALUE ..." line.
+field() { grep -o " $1=[0-9.]*" <<<" $2" | head -n 1 | cut -d= -f2; }
+# The median of the numbers on standard input, one per line.
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
