@@ -18,7 +18,6 @@
 
 #include "common/Error.h"
 #include "tests/support/AdminTestSupport.h"
-#include "tests/support/ControlPlaneDaemon.h"
 
 namespace splicegate::test {
 namespace {

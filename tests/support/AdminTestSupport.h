@@ -7,8 +7,12 @@
 // - AdminPeer: a raw client connection to the admin socket with bounded I/O, to play hostile or
 //   well-behaved peers.
 // - ctlBinary() / runCtl(): the splicegatectl binary of this build.
+// - varint64(): a length prefix by protobuf's encoder, to forge prefixes (4 GiB, over the limit)
+//   that the framing under test would refuse to write.
 // Thread affinity: FakeAdminHandler is called on the admin thread; its counters are atomics.
 // Error contract: set-up failures throw std::system_error; I/O helpers return false / nullopt.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -32,6 +36,16 @@
 #include "tests/support/Sockets.h"
 
 namespace splicegate::test {
+
+inline std::string varint64(std::uint64_t value) {
+    std::string out;
+    {
+        google::protobuf::io::StringOutputStream stream(&out);
+        google::protobuf::io::CodedOutputStream coded(&stream);
+        coded.WriteVarint64(value);
+    }  // the coded stream flushes into `out` when it goes
+    return out;
+}
 
 class FakeAdminHandler : public AdminHandler {
   public:

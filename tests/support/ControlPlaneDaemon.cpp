@@ -74,16 +74,6 @@ std::vector<std::string> textLines(const std::string& text) {
     return out;
 }
 
-std::string varint64(std::uint64_t value) {
-    std::string out;
-    while (value >= 0x80) {
-        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-        value >>= 7;
-    }
-    out.push_back(static_cast<char>(value));
-    return out;
-}
-
 namespace {
 
 bool parseSampleLine(const std::string& line, MetricSample& sample) {

@@ -7,7 +7,7 @@
 //   relay port, the admin socket and the metrics port are up.
 // - ctl(): splicegatectl (SPLICEGATE_BIN_DIR) as a process against that socket.
 // - httpGet(): from tests/support/HttpFetch.h, to read the metrics port.
-// - textLines(), varint64(), findOnPath(): small helpers the admin and metrics tests share.
+// - textLines(), findOnPath(): small helpers the admin and metrics tests share.
 // - parseMetrics() / findSamples(): a small Prometheus text-format reader (samples only).
 // No protobuf here: the support library is linked by tests that do not link the admin code.
 // Thread affinity: create, start and destroy a ControlPlaneDaemon from the test's main thread
@@ -78,10 +78,6 @@ std::string ctlBinaryPath();
 
 // The lines of `text` (without their '\n'; a trailing newline adds no empty line).
 std::vector<std::string> textLines(const std::string& text);
-
-// `value` as a protobuf varint, encoded here rather than by the code under test so that tests
-// can forge frame length prefixes the admin framing would refuse to write.
-std::string varint64(std::uint64_t value);
 
 struct MetricSample {
     std::string name;

@@ -12,9 +12,12 @@
 
 #include "proto/ProtocolVersion.h"
 #include "relay/AdminFraming.h"
+#include "tests/support/AdminTestSupport.h"
 
 namespace splicegate::admin {
 namespace {
+
+using test::varint64;
 
 Request killRequest(std::uint64_t id) {
     Request request;
@@ -64,16 +67,6 @@ std::vector<std::string> drain(FrameAssembler& assembler) {
     std::vector<std::string> frames;
     while (assembler.hasFrame()) frames.push_back(assembler.popFrame());
     return frames;
-}
-
-std::string varint64(std::uint64_t value) {
-    std::string out;
-    {
-        google::protobuf::io::StringOutputStream stream(&out);
-        google::protobuf::io::CodedOutputStream coded(&stream);
-        coded.WriteVarint64(value);
-    }
-    return out;
 }
 
 TEST(AdminFraming, SplitAtEveryByteBoundary) {
