@@ -65,7 +65,7 @@ class AuditWriter {
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
                                  std::string_view route, std::string_view client,
                                  std::string_view upstream) noexcept;
-    // Without its Close record a connection reads as truncated, which recovery reports.
+    // Without its Close record a connection reads as open, until recovery marks it truncated.
     [[nodiscard]] int recordClose(std::uint64_t connection, std::int64_t closedNs,
                                   std::uint64_t c2uBytes, std::uint64_t u2cBytes,
                                   std::string_view reason) noexcept;

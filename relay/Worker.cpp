@@ -912,7 +912,7 @@ void Worker::closeAudit(Connection& c) {
     if (rc < 0) {
         stats_->auditWriteErrors.add(1);
         logWarn("connection ", c.id, ": its audit Close record was lost (", errnoText(rc),
-                "): the log will show it truncated");
+                "): the log shows it open, and recovery will mark it truncated");
     }
 }
 
