@@ -3,7 +3,8 @@
 #  1. admin status requests/s, p50 and p99 (splicegate-admin-bench, 4 connections) with the relay
 #     idle and while it carries a bulk load paced to --load-mbps (default 1000 Mbit/s);
 #  2. bulk throughput with metrics off and with metrics on and scraped every second, in
-#     interleaved runs (off, on, off, on, ...), so drift on a shared machine hits both alike.
+#     interleaved pairs whose order alternates (off-on, on-off, ...), so drift on a shared
+#     machine and any first-or-second-run effect hit both alike.
 # N rounds of each, medians. usage: tools/bench/control.sh [--runs N] [--duration S]
 #                                   [--load-mbps M] [--streams N]
 set -euo pipefail
@@ -46,6 +47,36 @@ start_relay() {  # metrics: on | off
     for _ in $(seq 100); do [[ -S $SOCKET ]] && break; sleep 0.05; done
 }
 stop_relay() { kill -TERM "$RELAY_PID"; wait "$RELAY_PID" || true; }
+# A scraper as light as bash can make it (no curl process per scrape): on a 2-core machine the
+# scraper's own CPU would otherwise be charged to the relay's throughput. A real Prometheus
+# scrapes from elsewhere.
+scrape_every_second() {
+    local host=${METRICS%:*} port=${METRICS##*:} line
+    while :; do
+        if exec 3<>"/dev/tcp/$host/$port"; then
+            printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$METRICS" >&3
+            while read -r -u 3 line; do :; done
+            exec 3<&-
+        fi
+        sleep 1
+    done
+}
+
+# on | off: one bulk run on a fresh relay, scraped every second when on; its result line goes to
+# the variable named by $2 (not through $(...): the relay must be started by this shell, so the
+# exit trap can stop it).
+bulk_metrics() {
+    local scraper=""
+    start_relay "$1"
+    if [[ $1 == on ]]; then
+        scrape_every_second &
+        scraper=$!
+        PIDS+=("$scraper")
+    fi
+    printf -v "$2" '%s' "$(bulk "$DURATION")"
+    [[ -z $scraper ]] || { kill "$scraper"; wait "$scraper" 2>/dev/null || true; }
+    stop_relay
+}
 admin_load() { "$BIN/splicegate-admin-bench" --socket "$SOCKET" --clients 4 --duration "$DURATION"; }
 bulk() {  # seconds, extra bulk arguments...
     local seconds=$1
@@ -68,15 +99,15 @@ for run in $(seq "$RUNS"); do
     echo "$(field rps "$idle") $(field p50_us "$idle") $(field p99_us "$idle") $(field rps "$busy") $(field p50_us "$busy") $(field p99_us "$busy") $loaded" >>"$WORK/admin"
     echo "control.sh: [$run/$RUNS] admin idle: $idle | under ${loaded} Gbit/s: $busy" >&2
 
-    start_relay off
-    off=$(bulk "$DURATION")
-    stop_relay
-    start_relay on
-    while :; do curl -s -o /dev/null "http://$METRICS/metrics"; sleep 1; done &
-    scraper=$!
-    on=$(bulk "$DURATION")
-    kill "$scraper"; wait "$scraper" 2>/dev/null || true
-    stop_relay
+    # Odd rounds measure off first, even rounds on first: whatever favours the first (or the
+    # second) run of a pair hits both sides alike.
+    if ((run % 2)); then
+        bulk_metrics off off
+        bulk_metrics on on
+    else
+        bulk_metrics on on
+        bulk_metrics off off
+    fi
     echo "$(field gbps "$off") $(field gbps "$on") $(field relay_cpu_s_per_gib "$off") $(field relay_cpu_s_per_gib "$on")" >>"$WORK/metrics"
     echo "control.sh: [$run/$RUNS] bulk metrics off: $(field gbps "$off") Gbit/s, on: $(field gbps "$on") Gbit/s" >&2
 done
