@@ -205,27 +205,30 @@ class Report {
             return std::string(pass ? "PASS" : "MISS") + " (" + fixed(*v, decimals) +
                    (atLeast ? " vs ≥ " : " vs ≤ ") + fixed(bound, decimals) + ")";
         };
-        row("(a) bulk 1 stream ≥ HAProxy splice", [&](const std::string& e) {
-            return compare(e, "bulk1_gbps", "haproxy-splice", 1, true, 2);
-        });
-        row("(a) bulk 8 streams ≥ HAProxy splice", [&](const std::string& e) {
-            return compare(e, "bulk8_gbps", "haproxy-splice", 1, true, 2);
-        });
-        row("(b) CPU/GiB 1 stream ≤ 0.8× HAProxy splice", [&](const std::string& e) {
-            return compare(e, "bulk1_cpu_gib", "haproxy-splice", 0.8, false, 3);
-        });
-        row("(b) CPU/GiB 8 streams ≤ 0.8× HAProxy splice", [&](const std::string& e) {
-            return compare(e, "bulk8_cpu_gib", "haproxy-splice", 0.8, false, 3);
-        });
-        row("(c) req/s ≥ HAProxy no-splice", [&](const std::string& e) {
-            return compare(e, "rr_rps", "haproxy-nosplice", 1, true, 0);
-        });
-        row("(c) p99 ≤ HAProxy no-splice", [&](const std::string& e) {
-            return compare(e, "rr_p99_us", "haproxy-nosplice", 1, false, 1);
-        });
-        row("(d) conn/s ≥ HAProxy no-splice", [&](const std::string& e) {
-            return compare(e, "churn_cps", "haproxy-nosplice", 1, true, 0);
-        });
+        struct Target {
+            const char* label;
+            const char* metric;
+            const char* reference;
+            double factor;
+            bool atLeast;
+            int decimals;
+        };
+        static const Target kTargets[] = {
+            {"(a) bulk 1 stream ≥ HAProxy splice", "bulk1_gbps", "haproxy-splice", 1, true, 2},
+            {"(a) bulk 8 streams ≥ HAProxy splice", "bulk8_gbps", "haproxy-splice", 1, true, 2},
+            {"(b) CPU/GiB 1 stream ≤ 0.8× HAProxy splice", "bulk1_cpu_gib", "haproxy-splice", 0.8,
+             false, 3},
+            {"(b) CPU/GiB 8 streams ≤ 0.8× HAProxy splice", "bulk8_cpu_gib", "haproxy-splice", 0.8,
+             false, 3},
+            {"(c) req/s ≥ HAProxy no-splice", "rr_rps", "haproxy-nosplice", 1, true, 0},
+            {"(c) p99 ≤ HAProxy no-splice", "rr_p99_us", "haproxy-nosplice", 1, false, 1},
+            {"(d) conn/s ≥ HAProxy no-splice", "churn_cps", "haproxy-nosplice", 1, true, 0},
+        };
+        for (const Target& t : kTargets) {
+            row(t.label, [&](const std::string& e) {
+                return compare(e, t.metric, t.reference, t.factor, t.atLeast, t.decimals);
+            });
+        }
         // The fd table shows every pipe the process holds, pooled ones included: with P pipes
         // more than before, at most P connections can hold one. None is a PASS; fewer than 1 %
         // of the connections is most likely the pool's idle stock (CHECK it with
