@@ -33,7 +33,7 @@ MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
                 released_ += moved;
                 teed_ += moved;
             }
-            sourceBlocked_ = shortFillMeansDrained_ && moved < requested;
+            sourceBlocked_ = moved < requested && moved < drainedBelow_;
             break;
         }
         case MoveOutcome::EndOfStream: sourceEof_ = true; break;

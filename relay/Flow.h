@@ -52,9 +52,12 @@ public:
         audited_ = audited;
         awaitDurable_ = awaitDurable;
     }
-    // Chain engine: a fill is a thread hand-off, so a short one is taken as "drained" and the
-    // flow waits for readiness. Inline engine: another direct splice is cheaper than a poll.
-    void setShortFillMeansDrained(bool value) noexcept { shortFillMeansDrained_ = value; }
+    // A fill that moves less than asked, and less than `bytes`, is taken as "the source is
+    // drained": the flow waits for readiness instead of trying again at once.
+    // Chain engine: every short fill (SIZE_MAX), as each fill is a thread hand-off. Inline
+    // engine: only a small one; after a large short fill another direct splice often finds
+    // more (bulk), while after a small one it nearly always finds nothing (request/response).
+    void setDrainedBelow(std::size_t bytes) noexcept { drainedBelow_ = bytes; }
 
     std::size_t fillRequest() const noexcept;
     std::size_t teeRequest() const noexcept { return inPipe_ - teed_; }
@@ -93,7 +96,7 @@ private:
     std::size_t released_ = 0;           // front of the pipe cleared for forwarding
     std::uint64_t totalForwarded_ = 0;
     bool audited_ = false;
-    bool shortFillMeansDrained_ = true;
+    std::size_t drainedBelow_ = SIZE_MAX;
     bool awaitDurable_ = false;
     bool sourceEof_ = false;
     bool sourceBlocked_ = false;

@@ -25,6 +25,9 @@ constexpr std::size_t kMaxIdlePipes = 16;
 // Moves one flow may make before others get a turn (inline engine).
 constexpr int kPumpBudget = 32;
 constexpr unsigned kSpliceFlags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
+// Inline engine: a short fill under this size waits for readiness rather than retrying at once
+// (Flow::setDrainedBelow); a request/response message is far below it, a bulk read far above.
+constexpr std::size_t kSmallFillBytes = 16 * 1024;
 
 std::uint64_t timerPeriodMs(const RelaySettings& settings) {
     std::uint64_t period = 1000;
@@ -471,7 +474,8 @@ void Worker::onConnect(Connection& c, int result) {
 void Worker::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
     for (auto& flow : c.flows)
-        flow.setShortFillMeansDrained(context_.settings.engine == SpliceEngine::Chain);
+        flow.setDrainedBelow(context_.settings.engine == SpliceEngine::Chain ? SIZE_MAX
+                                                                            : kSmallFillBytes);
     openAudit(c);
     if (c.state != ConnectionState::Relaying) return;  // its audit could not be opened
     logDebug("connection ", c.id, ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",

@@ -38,6 +38,21 @@ TEST_F(FlowTest, ShortFillMeansTheSourceIsDrained) {
     EXPECT_EQ(flow.next(), FlowStep::Fill);
 }
 
+// The inline engine's setting: a small short fill waits for readiness, a large one tries again.
+TEST_F(FlowTest, OnlyAShortFillBelowTheThresholdMeansDrained) {
+    flow.setDrainedBelow(16384);
+    flow.recordFill(20000, 65536);
+    flow.recordForward(20000);
+    EXPECT_EQ(flow.next(), FlowStep::Fill) << "a large short fill: more may be there already";
+    flow.recordFill(64, 65536);
+    flow.recordForward(64);
+    EXPECT_EQ(flow.next(), FlowStep::WaitReadable) << "a small short fill: drained";
+    flow.recordSourceReadable();
+    flow.recordFill(16384, 65536);
+    flow.recordForward(16384);
+    EXPECT_EQ(flow.next(), FlowStep::Fill) << "the threshold itself is not below it";
+}
+
 TEST_F(FlowTest, ShortForwardKeepsTheRestAndAsksForIt) {
     flow.recordFill(1000, 65536);
     EXPECT_EQ(flow.recordForward(300), MoveOutcome::Moved);
