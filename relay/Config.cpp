@@ -310,9 +310,18 @@ po::options_description xdpOptions(const Config& d) {
         ("xdp-allow", repeatable("CIDR"),
          "repeatable; passes even when a deny prefix or the SYN limit matches")
         ("xdp-syn-rate", scalar("N", std::to_string(d.xdpSynRate)),
-         "SYNs per second per source address to the listen ports; 0 = no limit")
+         "SYNs per second per source prefix to the listen ports; 0 = no limit")
         ("xdp-syn-burst", scalar("N", std::to_string(d.xdpSynBurst)),
-         "burst above the rate; 0 = the rate");
+         "burst above the rate; 0 = the rate")
+        ("xdp-syn-prefix-v4", scalar("LEN", std::to_string(d.xdpSynPrefixV4)),
+         "IPv4 sources in one /LEN share a SYN limit; 32 = per address")
+        ("xdp-syn-prefix-v6", scalar("LEN", std::to_string(d.xdpSynPrefixV6)),
+         "IPv6 sources in one /LEN share a SYN limit; 128 = per address")
+        ("xdp-syn-new-source-rate", scalar("N", std::to_string(d.xdpSynNewSourceRate)),
+         "SYNs per second, all together, from source prefixes the SYN limit has no state for "
+         "(new or evicted); bounds spoofed floods; 0 = no bound")
+        ("xdp-syn-new-source-burst", scalar("N", std::to_string(d.xdpSynNewSourceBurst)),
+         "burst above the new-source rate; 0 = that rate");
     return options;
 }
 
@@ -521,6 +530,10 @@ class ConfigParser {
             config.xdpAllow.push_back(normalizeCidr(cidr, label("xdp-allow")));
         config.xdpSynRate = number<uint32_t>("xdp-syn-rate");
         config.xdpSynBurst = number<uint32_t>("xdp-syn-burst");
+        config.xdpSynPrefixV4 = number<uint32_t>("xdp-syn-prefix-v4", 1, 32);
+        config.xdpSynPrefixV6 = number<uint32_t>("xdp-syn-prefix-v6", 1, 128);
+        config.xdpSynNewSourceRate = number<uint32_t>("xdp-syn-new-source-rate");
+        config.xdpSynNewSourceBurst = number<uint32_t>("xdp-syn-new-source-burst");
     }
 
     std::vector<RouteConfig> buildRoutes() const {

@@ -21,6 +21,17 @@ std::vector<std::uint16_t> listenPorts(const Config& config) {
     return ports;
 }
 
+SynLimit synLimit(const Config& config) {
+    SynLimit limit;
+    limit.rate = config.xdpSynRate;
+    limit.burst = config.xdpSynBurst;
+    limit.prefixV4 = config.xdpSynPrefixV4;
+    limit.prefixV6 = config.xdpSynPrefixV6;
+    limit.newSourceRate = config.xdpSynNewSourceRate;
+    limit.newSourceBurst = config.xdpSynNewSourceBurst;
+    return limit;
+}
+
 std::vector<Cidr> parseAll(const std::vector<std::string>& texts) {
     std::vector<Cidr> cidrs;
     for (const auto& text : texts) cidrs.push_back(Cidr::parseOrThrow(text));
@@ -35,8 +46,7 @@ EdgeControl::EdgeControl(const Config& config) {
     options.interface = config.xdpInterface;
     options.mode = attachMode(config.xdpMode);
     options.listenPorts = listenPorts(config);
-    options.synRate = config.xdpSynRate;
-    options.synBurst = config.xdpSynBurst;
+    options.synLimit = synLimit(config);
     options.deny = parseAll(config.xdpDeny);
     options.allow = parseAll(config.xdpAllow);
     filter_ = std::make_unique<EdgeFilter>(options);
@@ -66,7 +76,7 @@ void EdgeControl::applyConfig(const Config& config) {
     configDeny_ = std::move(deny);
     configAllow_ = std::move(allow);
     filter_->setListenPorts(listenPorts(config));
-    filter_->setSynLimit(config.xdpSynRate, config.xdpSynBurst);
+    filter_->setSynLimit(synLimit(config));
 }
 
 std::string EdgeControl::addDeny(const std::string& cidrText) {

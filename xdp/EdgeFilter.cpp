@@ -7,7 +7,7 @@ EdgeFilter::EdgeFilter(const EdgeFilterOptions& options) {
     XdpAttachment::interfaceIndex(options.interface);
     program_ = std::make_unique<EdgeFilterProgram>();
     program_->setDropMalformed(options.dropMalformed);
-    program_->setSynLimit(options.synRate, options.synBurst);
+    program_->setSynLimit(options.synLimit);
     program_->setListenPorts(options.listenPorts);
     for (const Cidr& cidr : options.deny) program_->addDeny(cidr);
     for (const Cidr& cidr : options.allow) program_->addAllow(cidr);

@@ -1,14 +1,17 @@
 #pragma once
 // The daemon's XDP edge filter: the BPF program (EdgeFilterProgram) attached to one interface
 // (XdpAttachment) for the filter's lifetime. SPEC.md: --xdp-interface, --xdp-mode, --xdp-deny,
-// --xdp-allow, --xdp-syn-rate, --xdp-syn-burst; counters feed
+// --xdp-allow, --xdp-syn-rate, --xdp-syn-burst, --xdp-syn-prefix-v4, --xdp-syn-prefix-v6,
+// --xdp-syn-new-source-rate, --xdp-syn-new-source-burst; counters feed
 // splicegate_xdp_packets_total{action,reason}.
 //
 // Verdicts, in order (xdp/README.md has the table): broken Ethernet, VLAN or IP headers -> the
 // malformed verdict; source in a deny prefix -> drop; broken TCP header -> the malformed verdict;
-// SYN (without ACK) to a listen port over the per-source limit -> drop; an allow prefix overrides
-// both drops (counted as reason "allow"); everything else passes. Non-IP frames pass.
-// Reasons: no_match, not_ip, not_tcp, fragment, malformed, deny, syn_rate, allow.
+// SYN (without ACK) to a listen port over its source prefix's bucket -> drop (syn_rate), or from a
+// prefix without a bucket while the shared new-source budget is spent -> drop (syn_new_source);
+// an allow prefix overrides these drops (counted as reason "allow"); everything else passes.
+// Non-IP frames pass.
+// Reasons: no_match, not_ip, not_tcp, fragment, malformed, deny, syn_rate, syn_new_source, allow.
 //
 // Thread affinity: all members are thread-safe (the admin, reload and metrics paths may call
 // concurrently). Move-only (a moved-from filter may only be destroyed or assigned to);
@@ -33,8 +36,7 @@ struct EdgeFilterOptions {
     std::string interface;
     XdpAttachMode mode = XdpAttachMode::Auto;
     std::vector<std::uint16_t> listenPorts;  // the relay's listeners: the SYN limit applies there
-    std::uint32_t synRate = 0;               // SYNs/s per source address; 0 = no limit
-    std::uint32_t synBurst = 0;              // bucket depth; 0 = synRate
+    SynLimit synLimit;                       // rate 0 (the default) = no SYN limit
     bool dropMalformed = true;               // verdict for truncated or inconsistent headers
     // Rules installed before the program is attached, so it never runs without them.
     std::vector<Cidr> deny;
@@ -60,9 +62,7 @@ class EdgeFilter {
     void setListenPorts(const std::vector<std::uint16_t>& ports) {
         program_->setListenPorts(ports);
     }
-    void setSynLimit(std::uint32_t rate, std::uint32_t burst) {
-        program_->setSynLimit(rate, burst);
-    }
+    void setSynLimit(const SynLimit& limit) { program_->setSynLimit(limit); }
     void setDropMalformed(bool drop) { program_->setDropMalformed(drop); }
 
     // {action, reason} -> packets since load, summed over CPUs; every possible pair is present.

@@ -104,10 +104,51 @@ int EdgeFilterProgram::synStateMapFd() const noexcept {
     return bpf_map__fd(skeleton_->maps.sg_syn);
 }
 
+int EdgeFilterProgram::synNewSourceMapFd() const noexcept {
+    return bpf_map__fd(skeleton_->maps.sg_syn_new);
+}
+
+namespace {
+
+// A token bucket as the program's GCRA sees it: one token per interval; a bucket may run
+// (depth - 1) intervals ahead, so `depth` SYNs pass back to back. Rates above 1e9/s round to
+// 1 ns (no practical limit).
+struct Gcra {
+    std::uint64_t intervalNs = 0;  // 0 = no limit
+    std::uint64_t toleranceNs = 0;
+    std::uint32_t depth = 0;
+};
+
+Gcra gcra(std::uint32_t rate, std::uint32_t burst) {
+    if (rate == 0) return {};
+    const std::uint64_t interval = std::max<std::uint64_t>(1'000'000'000ULL / rate, 1);
+    const std::uint32_t depth = std::max<std::uint32_t>(burst == 0 ? rate : burst, 1);
+    return {interval, (depth - 1) * interval, depth};
+}
+
+// The mask over struct sg_syn_key's two __u64 halves that keeps the first `bits` bits, laid out
+// as the program reads it (the key's bytes copied into the halves).
+void prefixMask(unsigned bits, __u64 (&mask)[2]) {
+    std::array<std::uint8_t, 16> bytes{};
+    for (unsigned bit = 0; bit < bits; ++bit)
+        bytes[bit / 8] = static_cast<std::uint8_t>(bytes[bit / 8] | (0x80u >> (bit % 8)));
+    std::memcpy(mask, bytes.data(), sizeof(mask));
+}
+
+}  // namespace
+
 void EdgeFilterProgram::writeConfigLocked() {
     sg_config config{};
-    config.syn_interval_ns = synIntervalNs_;
-    config.syn_tolerance_ns = synToleranceNs_;
+    const Gcra perPrefix = gcra(synLimit_.rate, synLimit_.burst);
+    const Gcra newSources = gcra(synLimit_.newSourceRate, synLimit_.newSourceBurst);
+    config.syn_interval_ns = perPrefix.intervalNs;
+    config.syn_tolerance_ns = perPrefix.toleranceNs;
+    config.syn_burst = perPrefix.depth;
+    config.syn_new_interval_ns = newSources.intervalNs;
+    config.syn_new_tolerance_ns = newSources.toleranceNs;
+    // IPv4 keys are mapped (::ffff:a.b.c.d): the mask keeps the 96 bits before the address.
+    prefixMask(96 + synLimit_.prefixV4, config.syn_mask_v4);
+    prefixMask(synLimit_.prefixV6, config.syn_mask_v6);
     config.malformed_action = dropMalformed_ ? SG_ACTION_DROP : SG_ACTION_PASS;
     for (const PrefixSet& set : sets_) {
         if (set.shortCount > 0) config.flags |= set.shortFlag;
@@ -275,20 +316,36 @@ std::vector<std::pair<Cidr, bool>> EdgeFilterProgram::rules() const {
     return result;
 }
 
-void EdgeFilterProgram::setSynLimit(std::uint32_t rate, std::uint32_t burst) {
+void EdgeFilterProgram::setSynLimit(const SynLimit& limit) {
+    if (limit.prefixV4 < 1 || limit.prefixV4 > 32)
+        throw std::system_error(EINVAL, std::system_category(),
+                                concat("xdp-syn-prefix-v4 ", limit.prefixV4, ": not in 1..32"));
+    if (limit.prefixV6 < 1 || limit.prefixV6 > 128)
+        throw std::system_error(EINVAL, std::system_category(),
+                                concat("xdp-syn-prefix-v6 ", limit.prefixV6, ": not in 1..128"));
     std::lock_guard lock(mutex_);
-    if (rate == 0) {
-        synIntervalNs_ = 0;
-        synToleranceNs_ = 0;
-    } else {
-        // GCRA: one token per interval; a source may run (depth - 1) intervals ahead, so `depth`
-        // SYNs pass back to back. Rates above 1e9/s round to 1 ns (no practical limit).
-        const std::uint64_t interval = std::max<std::uint64_t>(1'000'000'000ULL / rate, 1);
-        const std::uint64_t depth = std::max<std::uint64_t>(burst == 0 ? rate : burst, 1);
-        synIntervalNs_ = interval;
-        synToleranceNs_ = (depth - 1) * interval;
+    const bool regroup =
+        limit.prefixV4 != synLimit_.prefixV4 || limit.prefixV6 != synLimit_.prefixV6;
+    const SynLimit previous = synLimit_;
+    synLimit_ = limit;
+    try {
+        writeConfigLocked();
+    } catch (...) {
+        synLimit_ = previous;
+        throw;
     }
-    writeConfigLocked();
+    if (regroup) forgetSynBucketsLocked();
+}
+
+// After the config: a SYN racing this sees the new masks and at worst a stale bucket that is
+// deleted next, which costs it nothing but a new bucket from the shared budget.
+void EdgeFilterProgram::forgetSynBucketsLocked() {
+    const int fd = bpf_map__fd(skeleton_->maps.sg_syn);
+    sg_syn_key key{};
+    while (bpf_map_get_next_key(fd, nullptr, &key) == 0) {
+        if (int err = bpf_map_delete_elem(fd, &key); err < 0 && err != -ENOENT)
+            throwErrno(-err, "xdp: clearing the SYN buckets after a prefix length change");
+    }
 }
 
 void EdgeFilterProgram::setDropMalformed(bool drop) {
@@ -345,6 +402,8 @@ const char* EdgeFilterProgram::reasonName(unsigned reason) noexcept {
             return "syn_rate";
         case SG_REASON_ALLOW:
             return "allow";
+        case SG_REASON_SYN_NEW_SOURCE:
+            return "syn_new_source";
     }
     return "unknown";
 }
@@ -356,7 +415,7 @@ XdpPacketCounts EdgeFilterProgram::packetCounts() const {
         {SG_ACTION_PASS, SG_REASON_NOT_TCP},   {SG_ACTION_PASS, SG_REASON_FRAGMENT},
         {SG_ACTION_PASS, SG_REASON_MALFORMED}, {SG_ACTION_PASS, SG_REASON_ALLOW},
         {SG_ACTION_DROP, SG_REASON_MALFORMED}, {SG_ACTION_DROP, SG_REASON_DENY},
-        {SG_ACTION_DROP, SG_REASON_SYN_RATE},
+        {SG_ACTION_DROP, SG_REASON_SYN_RATE},  {SG_ACTION_DROP, SG_REASON_SYN_NEW_SOURCE},
     };
     const int cpus = libbpf_num_possible_cpus();
     if (cpus <= 0) throwErrno(-cpus, "xdp: counting possible CPUs");

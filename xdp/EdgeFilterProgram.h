@@ -34,6 +34,21 @@ namespace splicegate {
 // zeros included, so a metrics exposer can publish stable series.
 using XdpPacketCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
 
+// The SYN limit on the listen ports (--xdp-syn-*). Sources are grouped into prefixes, each with
+// one token bucket; a prefix without a bucket (never seen, or evicted from the LRU of
+// SG_MAX_SYN_SOURCES) takes its first tokens from one budget shared by all such prefixes, so a
+// spoofed flood is bounded by that budget and an evicted prefix gets no free burst.
+struct SynLimit {
+    std::uint32_t rate = 0;              // SYNs/s per source prefix; 0 = no SYN limit at all
+    std::uint32_t burst = 0;             // bucket depth; 0 = rate
+    unsigned prefixV4 = 24;              // IPv4 sources in one /prefixV4 share a bucket (1..32)
+    unsigned prefixV6 = 64;              // IPv6 likewise (1..128)
+    std::uint32_t newSourceRate = 1000;  // SYNs/s of prefixes without a bucket; 0 = unbounded
+    std::uint32_t newSourceBurst = 0;    // 0 = newSourceRate
+
+    bool operator==(const SynLimit&) const = default;
+};
+
 class EdgeFilterProgram {
   public:
     // Opens and loads the program; defaults: no rules, no listen ports, no SYN limit, malformed
@@ -55,8 +70,9 @@ class EdgeFilterProgram {
     // Deny rules first, then allow rules, each sorted; second = true for allow.
     std::vector<std::pair<Cidr, bool>> rules() const;
 
-    // rate = SYNs per second per source address, 0 = no limit; burst = bucket depth, 0 = rate.
-    void setSynLimit(std::uint32_t rate, std::uint32_t burst);
+    // Throws std::system_error (EINVAL) on a prefix length out of range. Changing a prefix
+    // length forgets every bucket (their keys are cut at the old length).
+    void setSynLimit(const SynLimit& limit);
     void setListenPorts(const std::vector<std::uint16_t>& ports);
     std::vector<std::uint16_t> listenPorts() const;
     void setDropMalformed(bool drop);
@@ -65,8 +81,10 @@ class EdgeFilterProgram {
     static const char* actionName(unsigned action) noexcept;
     static const char* reasonName(unsigned reason) noexcept;
 
-    // Test hook: the LRU hash of per-source SYN state (struct sg_syn_key -> struct sg_syn_state).
+    // Test hooks: the LRU hash of per-prefix SYN buckets (struct sg_syn_key -> struct
+    // sg_syn_state) and the one-entry array of the shared new-source budget (struct sg_syn_state).
     int synStateMapFd() const noexcept;
+    int synNewSourceMapFd() const noexcept;
 
   private:
     struct SkeletonDeleter {
@@ -89,13 +107,13 @@ class EdgeFilterProgram {
     bool changeRule(const Cidr& cidr, bool allow, bool add);
     void rebuildBucketLocked(const PrefixSet& set, const Cidr& member);
     void writeConfigLocked();
+    void forgetSynBucketsLocked();
 
     std::unique_ptr<edge_filter_bpf, SkeletonDeleter> skeleton_;
     mutable std::mutex mutex_;
     std::vector<PrefixSet> sets_;  // deny v4, deny v6, allow v4, allow v6
     std::set<std::uint16_t> ports_;
-    std::uint64_t synIntervalNs_ = 0;
-    std::uint64_t synToleranceNs_ = 0;
+    SynLimit synLimit_;
     bool dropMalformed_ = true;
 };
 

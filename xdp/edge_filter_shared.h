@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /*
  * Map keys, values and enums shared by the XDP edge filter (xdp/bpf/edge_filter.bpf.c, built with
  * clang -target bpf) and its C++ loader (xdp/EdgeFilterProgram.cpp). C, UAPI types only, so both
@@ -16,7 +16,7 @@
 /* Capacities. Tries and buckets allocate per entry (BPF_F_NO_PREALLOC); the LRU hash
  * preallocates. */
 #define SG_MAX_RULES_PER_TRIE 65536
-#define SG_MAX_SYN_SOURCES 65536
+#define SG_MAX_SYN_SOURCES 65536 /* source prefixes with a SYN bucket */
 /* IPv6 extension headers walked before the packet counts as malformed. */
 #define SG_IPV6_MAX_EXT_HDRS 8
 /* 802.1Q / 802.1ad tags walked before the packet counts as malformed. */
@@ -35,9 +35,11 @@ enum sg_reason {
 	SG_REASON_FRAGMENT = 3,  /* a non-first fragment: no transport header to look at */
 	SG_REASON_MALFORMED = 4, /* truncated or inconsistent headers: verdict from sg_config */
 	SG_REASON_DENY = 5,      /* source in a deny prefix */
-	SG_REASON_SYN_RATE = 6,  /* SYN to a listen port over the source's token bucket */
+	SG_REASON_SYN_RATE = 6,  /* SYN to a listen port over its source prefix's token bucket */
 	SG_REASON_ALLOW = 7,     /* passed only because an allow prefix overrode deny or SYN limit */
-	SG_REASON_COUNT = 8,
+	SG_REASON_SYN_NEW_SOURCE = 8, /* SYN from a source prefix without a bucket (never seen or
+				       * evicted) while the shared new-source budget is spent */
+	SG_REASON_COUNT = 9,
 };
 
 /* Index into the per-CPU counter array. */
@@ -104,12 +106,25 @@ struct sg_ports {
 /* The single entry of the sg_config array. User space rewrites it whole; a packet racing the
  * update may see old and new fields mixed for that one packet, which is harmless here. */
 struct sg_config {
-	/* SYN limit as a generic cell rate algorithm: one token per interval, and a source may run
-	 * (burst - 1) intervals ahead. interval 0 = no SYN limit. */
+	/* SYN limit per source prefix as a generic cell rate algorithm: one token per interval, and
+	 * a prefix may run (burst - 1) intervals ahead. interval 0 = no SYN limit. */
 	__u64 syn_interval_ns;
 	__u64 syn_tolerance_ns;
+	/* The budget shared by every source prefix that has no bucket (never seen, or evicted), as
+	 * the same algorithm: a new bucket costs it one token and starts with at most as many tokens
+	 * as it had left, so a spoofed flood of new sources is bounded by it and a prefix evicted by
+	 * such a flood comes back to a spent budget, not to a fresh burst.
+	 * interval 0 = no shared budget (new buckets start full). */
+	__u64 syn_new_interval_ns;
+	__u64 syn_new_tolerance_ns;
+	/* Network-byte-order masks over struct sg_syn_key (two __u64 halves) that cut a source down to
+	 * its prefix: IPv4 (mapped, so the mask covers the ::ffff:0:0/96 part too) and IPv6. */
+	__u64 syn_mask_v4[2];
+	__u64 syn_mask_v6[2];
+	__u32 syn_burst;        /* tokens of a full bucket: syn_tolerance_ns / syn_interval_ns + 1 */
 	__u32 malformed_action; /* enum sg_action */
 	__u32 flags;            /* SG_CFG_* */
+	__u32 pad;
 };
 
 /* LPM trie keys: prefix length in bits, then the address in network byte order. */
@@ -123,13 +138,15 @@ struct sg_lpm_v6_key {
 	__u8 addr[16];
 };
 
-/* Key of the per-source SYN bucket: the IPv6 address, or the IPv4 one mapped (::ffff:a.b.c.d). */
+/* Key of a SYN bucket: the source's prefix (sg_config.syn_mask_*) of its IPv6 address, or of its
+ * IPv4 one mapped (::ffff:a.b.c.0 for a /24). */
 struct sg_syn_key {
 	__u8 addr[16];
 };
 
-/* Per-source SYN state: the theoretical arrival time of the next SYN (ns, bpf_ktime_get_ns clock,
- * CLOCK_MONOTONIC). A SYN is admitted while tat <= now + tolerance. */
+/* SYN bucket state, per source prefix (LRU hash) and for the shared new-source budget (array):
+ * the theoretical arrival time of the next SYN (ns, bpf_ktime_get_ns clock, CLOCK_MONOTONIC).
+ * A SYN is admitted while tat <= now + tolerance. */
 struct sg_syn_state {
 	__u64 tat_ns;
 };

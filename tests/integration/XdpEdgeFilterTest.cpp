@@ -225,11 +225,12 @@ TEST_P(XdpEdgeFilterTest, Ipv6DenyAndRemove) {
     expectConnect(net_->clientAddress6(), true, "IPv6 after removeDeny");
 }
 
-TEST_P(XdpEdgeFilterTest, SynRateLimitPerSource) {
+TEST_P(XdpEdgeFilterTest, SynRateLimitPerSourceAddress) {
     EdgeFilterOptions opts = options();
     opts.listenPorts = {port()};
-    opts.synRate = 1;
-    opts.synBurst = 2;
+    opts.synLimit.rate = 1;
+    opts.synLimit.burst = 2;
+    opts.synLimit.prefixV4 = 32;  // per address: the two clients share a /29
     EdgeFilter filter(opts);
     std::vector<UniqueFd> held;
     for (int i = 0; i < 2; ++i) {
@@ -241,9 +242,26 @@ TEST_P(XdpEdgeFilterTest, SynRateLimitPerSource) {
     }
     expectConnect(net_->clientAddress(), false, "third SYN in the same second");
     EXPECT_GE(count(filter, "drop", "syn_rate"), 1u);
-    expectConnect(net_->otherClientAddress(), true, "another source has its own bucket");
+    expectConnect(net_->otherClientAddress(), true, "another address has its own bucket");
     // Data on the established connections is not limited.
     for (auto& fd : held) EXPECT_TRUE(echoes(fd.get(), 64 * 1024));
+}
+
+TEST_P(XdpEdgeFilterTest, SynRateLimitPerPrefixByDefault) {
+    EdgeFilterOptions opts = options();
+    opts.listenPorts = {port()};
+    opts.synLimit.rate = 1;
+    opts.synLimit.burst = 2;
+    EdgeFilter filter(opts);
+    std::vector<UniqueFd> held;
+    for (const std::string* source : {&net_->clientAddress(), &net_->otherClientAddress()}) {
+        int error = 0;
+        held.push_back(net_->connect(*source, net_->hostAddress(), port(), kAllowedTimeout, error));
+        ASSERT_TRUE(held.back()) << *source << " within the /24's burst: " << std::strerror(error);
+    }
+    expectConnect(net_->otherClientAddress(), false, "third SYN from the same /24");
+    expectConnect(net_->clientAddress(), false, "fourth SYN from the same /24");
+    EXPECT_GE(count(filter, "drop", "syn_rate"), 2u);
 }
 
 TEST_P(XdpEdgeFilterTest, ProgramGoneAfterDestruction) {

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * splicegate edge filter: drops unwanted traffic before the network stack allocates an skb.
  *
@@ -7,8 +7,9 @@
  *      (up to SG_IPV6_MAX_EXT_HDRS extension headers). Anything truncated or inconsistent is
  *      "malformed" and gets sg_config.malformed_action. Non-IP frames pass.
  *   2. Source in a deny prefix: drop, unless it is also in an allow prefix.
- *   3. TCP SYN (no ACK) to a listen port: per-source GCRA token bucket; over the limit: drop,
- *      unless the source is in an allow prefix.
+ *   3. TCP SYN (no ACK) to a listen port: GCRA token bucket per source prefix (/24 and /64 by
+ *      default); a prefix without a bucket first takes tokens from one budget shared by all new
+ *      prefixes. Over either: drop, unless the source is in an allow prefix.
  *   4. Everything else passes. Every frame bumps exactly one per-CPU counter {action, reason}.
  * Allow prefixes are looked up only when something would drop, so the common pass path costs one
  * prefix-set lookup (none when the family's deny set is empty), whose cost does not grow with the
@@ -16,7 +17,8 @@
  *
  * Loading needs CAP_BPF and CAP_PERFMON (packet pointer plus a variable offset, as every IHL or
  * extension-header walk needs, is refused without CAP_PERFMON), attaching CAP_NET_ADMIN.
- * Kernel 5.6+ (global BPF functions; bounded loops from 5.3).
+ * Kernel 5.12+ (BPF_ATOMIC compare-and-exchange for the shared budget; global BPF functions from
+ * 5.6, bounded loops from 5.3).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -106,12 +108,24 @@ struct {
 	__type(value, struct sg_ports);
 } sg_ports SEC(".maps");
 
+/* One SYN bucket per source prefix. An LRU: a flood of new prefixes evicts the quietest ones,
+ * which is harmless because a prefix coming back starts with no more than the shared new-source
+ * budget gives it (sg_config). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, SG_MAX_SYN_SOURCES);
 	__type(key, struct sg_syn_key);
 	__type(value, struct sg_syn_state);
 } sg_syn SEC(".maps");
+
+/* The shared budget of prefixes without a bucket. One entry for all CPUs (not per-CPU): a spoofed
+ * flood is spread over every queue by RSS, and the bound must hold for the sum. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sg_syn_state);
+} sg_syn_new SEC(".maps");
 
 static __always_inline int finish(__u32 action, __u32 reason)
 {
@@ -235,29 +249,93 @@ static __always_inline bool allowed(const struct sg_config *cfg, const struct sg
 			SG_CFG_ALLOW6_SHORT, SG_CFG_ALLOW6_LONG);
 }
 
+/* What the SYN limit says about one SYN. */
+enum sg_syn_verdict {
+	SG_SYN_ADMIT,
+	SG_SYN_OVER_RATE,       /* the prefix's bucket is empty */
+	SG_SYN_NO_NEW_BUDGET,   /* no bucket yet, and the shared new-source budget is spent */
+};
+
+/* Compare-and-exchange attempts on the shared budget before a SYN counts as refused: each failed
+ * attempt means another CPU just took tokens, i.e. new sources are arriving at full speed. */
+#define SG_NEW_BUDGET_ATTEMPTS 4
+
 /*
- * GCRA: admit while the source's theoretical arrival time is at most `tolerance` ahead of now,
- * then push it one interval further. A refused SYN does not move it. Two CPUs updating one source
- * at once may lose an update and admit a SYN more; RSS keeps a source on one queue, and exactness
- * is not worth an atomic loop here.
+ * Charges one token to the shared new-source budget and returns how many it had (at most `cap`),
+ * or 0 when it has none: the bucket of a prefix without one starts with that many, so it gets its
+ * full burst while new sources are rare, and only its first SYN while they flood. The same GCRA as
+ * a prefix's bucket, made exact across CPUs with an atomic compare-and-exchange: this budget is
+ * what bounds a spoofed flood, so lost updates would defeat it.
  */
-static __always_inline bool syn_admitted(const struct sg_config *cfg, const struct sg_source *src)
+static __always_inline __u32 take_new_source_token(const struct sg_config *cfg, __u64 now,
+						   __u32 cap)
+{
+	__u64 interval = cfg->syn_new_interval_ns;
+	__u64 tolerance = cfg->syn_new_tolerance_ns;
+	struct sg_syn_state *budget;
+	__u32 zero = 0;
+	int i;
+
+	if (!interval)
+		return cap;
+	budget = bpf_map_lookup_elem(&sg_syn_new, &zero);
+	if (!budget)
+		return 0;
+	for (i = 0; i < SG_NEW_BUDGET_ATTEMPTS; i++) {
+		__u64 seen = *(volatile __u64 *)&budget->tat_ns;
+		__u64 tat = seen > now ? seen : now;
+		__u64 available;
+
+		if (tat - now > tolerance)
+			return 0;
+		available = (tolerance - (tat - now)) / interval + 1;
+		if (__sync_val_compare_and_swap(&budget->tat_ns, seen, tat + interval) == seen)
+			return available < cap ? (__u32)available : cap;
+	}
+	return 0;
+}
+
+/*
+ * GCRA per source prefix: admit while the prefix's theoretical arrival time is at most
+ * `tolerance` ahead of now, then push it one interval further. A refused SYN does not move it.
+ * Two CPUs updating one prefix at once may lose an update and admit a SYN more; RSS keeps a flow
+ * on one queue, and exactness is not worth an atomic loop here (the shared budget has one).
+ * A prefix without a bucket, new or evicted, gets one holding no more tokens than the shared
+ * budget has left: an eviction needs SG_MAX_SYN_SOURCES new buckets, each paid from that budget,
+ * so whoever forces one finds the budget spent when the evicted prefix comes back.
+ */
+static __always_inline enum sg_syn_verdict syn_limit(const struct sg_config *cfg,
+						    const struct sg_source *src)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct sg_syn_state *state = bpf_map_lookup_elem(&sg_syn, &src->key);
-	__u64 tat;
+	const __u64 *mask = src->v4 ? cfg->syn_mask_v4 : cfg->syn_mask_v6;
+	struct sg_syn_key key;
+	struct sg_syn_state *state;
+	__u64 half[2], tat;
 
+	__builtin_memcpy(half, src->key.addr, sizeof(half));
+	half[0] &= mask[0];
+	half[1] &= mask[1];
+	__builtin_memcpy(key.addr, half, sizeof(key.addr));
+	state = bpf_map_lookup_elem(&sg_syn, &key);
 	if (!state) {
-		struct sg_syn_state fresh = { .tat_ns = now + cfg->syn_interval_ns };
+		__u32 burst = cfg->syn_burst ? cfg->syn_burst : 1;
+		__u32 tokens = take_new_source_token(cfg, now, burst);
+		/* After this SYN, `tokens - 1` left of `burst`. */
+		struct sg_syn_state fresh = {
+			.tat_ns = now + (__u64)(burst - tokens + 1) * cfg->syn_interval_ns,
+		};
 
-		bpf_map_update_elem(&sg_syn, &src->key, &fresh, BPF_NOEXIST);
-		return true;
+		if (!tokens)
+			return SG_SYN_NO_NEW_BUDGET;
+		bpf_map_update_elem(&sg_syn, &key, &fresh, BPF_NOEXIST);
+		return SG_SYN_ADMIT;
 	}
 	tat = state->tat_ns > now ? state->tat_ns : now;
 	if (tat - now > cfg->syn_tolerance_ns)
-		return false;
+		return SG_SYN_OVER_RATE;
 	state->tat_ns = tat + cfg->syn_interval_ns;
-	return true;
+	return SG_SYN_ADMIT;
 }
 
 /*
@@ -320,10 +398,15 @@ __noinline int sg_decide(struct xdp_md *ctx, __u32 src_off, __u32 l4_off, __u32 
 		__u32 zero = 0;
 		struct sg_ports *ports = bpf_map_lookup_elem(&sg_ports, &zero);
 
-		if (ports && (ports->bits[port / 64] >> (port % 64)) & 1 &&
-		    !syn_admitted(cfg, &src)) {
+		enum sg_syn_verdict verdict = SG_SYN_ADMIT;
+
+		if (ports && (ports->bits[port / 64] >> (port % 64)) & 1)
+			verdict = syn_limit(cfg, &src);
+		if (verdict != SG_SYN_ADMIT) {
 			if (!allowed(cfg, &src))
-				return finish(SG_ACTION_DROP, SG_REASON_SYN_RATE);
+				return finish(SG_ACTION_DROP, verdict == SG_SYN_OVER_RATE ?
+								      SG_REASON_SYN_RATE :
+								      SG_REASON_SYN_NEW_SOURCE);
 			allow = true;
 		}
 	}
@@ -479,4 +562,5 @@ int splicegate_xdp(struct xdp_md *ctx)
 	return finish(SG_ACTION_PASS, SG_REASON_NOT_IP);
 }
 
+/* GPL-2.0 OR BSD-2-Clause, in the spelling the kernel's license_is_gpl_compatible() knows. */
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -144,7 +144,10 @@ Scenario makeScenario(std::size_t prefixes) {
     for (const Cidr& cidr : deny4) program.addDeny(cidr);
     for (const Cidr& cidr : deny6) program.addDeny(cidr);
     program.setListenPorts({kListenPort});
-    program.setSynLimit(1, 1);  // the limited source is over it after its first SYN
+    SynLimit limit;
+    limit.rate = 1;
+    limit.burst = 1;  // the limited source is over it after its first SYN
+    program.setSynLimit(limit);
 
     const std::string hit4 = coveredAddress(deny4),
                       miss4 = uncoveredAddress(AF_INET, deny4, random);
