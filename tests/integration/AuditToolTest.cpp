@@ -1,19 +1,25 @@
-// splicegate-audit as a process (SPEC.md "Audit logs and splicegate-audit"): list as a table and
-// as JSON, extract to a file and to stdout, verify, --help/--version, usage errors (exit 2, one
-// line), runtime failures (exit 1) and garbage input that must never crash it. No root needed.
+// splicegate-audit as a process (SPEC.md "Audit logs and splicegate-audit"): list as a table, as
+// JSON and as JSON lines with every filter, export as a pcap read back with tcpdump and compared
+// with extract, extract to a file and to stdout, verify, --help/--version, usage errors (exit 2,
+// one line), runtime failures (exit 1) and garbage input that must never crash it. No root needed.
 // property_tree pulls in the deprecated global boost::bind placeholders; keep the build quiet.
 #define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -125,12 +131,13 @@ void expectUsageError(const std::vector<std::string>& args) {
 TEST(AuditToolTest, HelpAndVersion) {
     auto help = runTool({"--help"});
     ASSERT_TRUE(help.status && help.status->isExit(0)) << describe(help);
-    for (const char* word : {"list", "extract", "verify", "--json", "--connection", "--direction"})
+    for (const char* word : {"list", "export", "extract", "verify", "--json", "--jsonl", "--pcap",
+                             "--connection", "--direction"})
         EXPECT_NE(help.out.find(word), std::string::npos) << word;
     auto version = runTool({"--version"});
     ASSERT_TRUE(version.status && version.status->isExit(0)) << describe(version);
     EXPECT_EQ(version.out, std::string("splicegate-audit ") + SPLICEGATE_VERSION + "\n");
-    for (const char* command : {"list", "extract", "verify"}) {
+    for (const char* command : {"list", "export", "extract", "verify"}) {
         auto commandHelp = runTool({command, "--help"});
         ASSERT_TRUE(commandHelp.status && commandHelp.status->isExit(0)) << describe(commandHelp);
         EXPECT_NE(commandHelp.out.find(std::string("splicegate-audit ") + command),
@@ -359,13 +366,382 @@ TEST(AuditToolTest, GarbageNeverCrashesIt) {
         for (std::vector<std::string> args :
              {std::vector<std::string>{"list", dir.path()},
               {"list", dir.path(), "--json"},
+              {"list", dir.path(), "--jsonl", "--since", "2000-01-01T00:00:00Z"},
               {"verify", dir.path()},
+              {"export", dir.path(), "--pcap", dir.path() + "/garbage.pcap"},
               {"extract", dir.path(), "--connection", "1", "--direction", "c2u"}}) {
             auto result = runTool(args);
             ASSERT_TRUE(result.status.has_value()) << args[0] << ": timed out";
             EXPECT_TRUE(result.status->isExit(1)) << args[0] << " " << describe(result);
         }
     }
+}
+
+// ---- list filters and --jsonl
+
+// The ids `list --jsonl` prints with `filters`, each line parsed as one JSON document.
+std::vector<std::uint64_t> listedIds(const SampleLog& log, std::vector<std::string> filters) {
+    std::vector<std::string> args{"list", log.dir.path(), "--jsonl"};
+    args.insert(args.end(), filters.begin(), filters.end());
+    auto result = runTool(args);
+    EXPECT_TRUE(result.status && result.status->isExit(0)) << describe(result);
+    std::vector<std::uint64_t> ids;
+    std::istringstream in(result.out);
+    for (std::string line; std::getline(in, line);) {
+        boost::property_tree::ptree object;
+        std::istringstream one(line);
+        EXPECT_NO_THROW(boost::property_tree::read_json(one, object)) << line;
+        ids.push_back(object.get<std::uint64_t>("id", 0));
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+using Ids = std::vector<std::uint64_t>;
+
+TEST(AuditToolTest, ListJsonLinesIsOneObjectPerLineWithTheSharedFieldNames) {
+    SampleLog log;
+    auto result = runTool({"list", log.dir.path(), "--jsonl"});
+    ASSERT_TRUE(result.status && result.status->isExit(0)) << describe(result);
+    std::istringstream in(result.out);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 3u) << result.out;
+    // The names splicegatectl --json uses, and the close reason.
+    const std::set<std::string> fields = {"id",     "route",     "client",    "upstream", "opened",
+                                          "closed", "c2u_bytes", "u2c_bytes", "state",    "reason"};
+    std::map<std::uint64_t, boost::property_tree::ptree> byId;
+    for (const auto& line : lines) {
+        ASSERT_EQ(line.front(), '{') << line;
+        ASSERT_EQ(line.back(), '}') << line;
+        boost::property_tree::ptree object;
+        std::istringstream one(line);
+        ASSERT_NO_THROW(boost::property_tree::read_json(one, object)) << line;
+        std::set<std::string> keys;
+        for (const auto& [key, value] : object) keys.insert(key);
+        EXPECT_EQ(keys, fields) << line;
+        byId[object.get<std::uint64_t>("id")] = object;
+    }
+    EXPECT_EQ(byId.at(1).get<std::string>("state"), "closed");
+    EXPECT_EQ(byId.at(1).get<std::uint64_t>("c2u_bytes"), log.c2u.size());
+    EXPECT_EQ(byId.at(2).get<std::string>("state"), "open");
+    EXPECT_EQ(byId.at(3).get<std::string>("state"), "truncated");
+    EXPECT_EQ(byId.at(3).get<std::uint64_t>("c2u_bytes"), 3u);
+    // Same objects as --json's array elements.
+    auto json = runTool({"list", log.dir.path(), "--json"});
+    ASSERT_TRUE(json.status && json.status->isExit(0)) << describe(json);
+    for (const auto& line : lines) EXPECT_NE(json.out.find(line), std::string::npos) << line;
+}
+
+TEST(AuditToolTest, ListFiltersEachAndCombined) {
+    // 1: web, 198.51.100.1:4000, opened T0 + 1 ns, closed T0 + 9 ms.
+    // 2: db, [2001:db8::7]:5000, opened T0 + 2 ms, open.
+    // 3: web, 198.51.100.3:4000, opened T0 + 3 ns, truncated.
+    SampleLog log;
+    EXPECT_EQ(listedIds(log, {}), (Ids{1, 2, 3}));
+    EXPECT_EQ(listedIds(log, {"--route", "web"}), (Ids{1, 3}));
+    EXPECT_EQ(listedIds(log, {"--route", "db"}), (Ids{2}));
+    EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1"}), (Ids{1}));
+    EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1:4000"}), (Ids{1}));
+    EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1:4001"}), (Ids{}));
+    EXPECT_EQ(listedIds(log, {"--client", "192.0.2.99"}), (Ids{}));
+    EXPECT_EQ(listedIds(log, {"--client", "2001:db8:0:0::7"}), (Ids{2}));
+    EXPECT_EQ(listedIds(log, {"--client", "[2001:db8::7]:5000"}), (Ids{2}));
+    EXPECT_EQ(listedIds(log, {"--client", "[2001:db8::7]"}), (Ids{2}));
+    EXPECT_EQ(listedIds(log, {"--connection", "2"}), (Ids{2}));
+    // --since: still open at or after; 1 closed at .009.
+    EXPECT_EQ(listedIds(log, {"--since", "2023-11-14T22:13:20.009Z"}), (Ids{1, 2, 3}));
+    EXPECT_EQ(listedIds(log, {"--since", "2023-11-14T22:13:20.010Z"}), (Ids{2, 3}));
+    EXPECT_EQ(listedIds(log, {"--since", "2023-11-14 23:13:20.0091+01:00"}), (Ids{2, 3}));
+    // --until: opened at or before; 2 opened at .002.
+    EXPECT_EQ(listedIds(log, {"--until", "2023-11-14T22:13:20.001Z"}), (Ids{1, 3}));
+    EXPECT_EQ(listedIds(log, {"--until", "2023-11-14t17:13:20.002-05:00"}), (Ids{1, 2, 3}));
+    EXPECT_EQ(listedIds(log, {"--until", "2023-11-14T22:13:19Z"}), (Ids{}));
+    // Combined: every filter must match.
+    EXPECT_EQ(listedIds(log, {"--route", "web", "--since", "2023-11-14T22:13:20.010Z"}), (Ids{3}));
+    EXPECT_EQ(listedIds(log, {"--route", "web", "--client", "198.51.100.1", "--until",
+                              "2023-11-14T22:13:20Z"}),
+              (Ids{}));
+    EXPECT_EQ(listedIds(log, {"--since", "2023-11-14T22:13:20.001Z", "--until",
+                              "2023-11-14T22:13:20.002Z", "--connection", "2"}),
+              (Ids{2}));
+    // The table takes the same filters.
+    auto table = runTool({"list", log.dir.path(), "--route", "db"});
+    ASSERT_TRUE(table.status && table.status->isExit(0)) << describe(table);
+    EXPECT_EQ(lineCount(table.out), 2u) << table.out;
+}
+
+TEST(AuditToolTest, ListOfAnUnknownRouteOrConnectionFails) {
+    SampleLog log;
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"list", log.dir.path(), "--route", "nope"},
+          {"list", log.dir.path(), "--jsonl", "--connection", "42"},
+          {"list", log.dir.path(), "--json", "--route", "nope"}}) {
+        auto result = runTool(args);
+        ASSERT_TRUE(result.status && result.status->isExit(1)) << describe(result);
+        EXPECT_EQ(lineCount(result.err), 1u) << describe(result);
+        EXPECT_TRUE(result.err.find("nope") != std::string::npos ||
+                    result.err.find("42") != std::string::npos)
+            << result.err;
+    }
+    // A known route with nothing in the interval is an empty answer, not an error.
+    auto none = runTool(
+        {"list", log.dir.path(), "--json", "--route", "db", "--until", "2020-01-01T00:00:00Z"});
+    ASSERT_TRUE(none.status && none.status->isExit(0)) << describe(none);
+    EXPECT_EQ(none.out, "[]\n");
+}
+
+TEST(AuditToolTest, ListAndExportBadOptionsExitTwoWithOneLine) {
+    SampleLog log;
+    const std::string dir = log.dir.path();
+    for (const char* time :
+         {"yesterday", "2023-11-14", "2023-11-14T22:13:20", "2023-13-01T00:00:00Z",
+          "2023-02-29T00:00:00Z", "2023-11-14T24:00:00Z", "2023-11-14T22:13:20.Z",
+          "2023-11-14T22:13:20+0100", "2023-11-14T22:13:20Zjunk", ""}) {
+        expectUsageError({"list", dir, "--since", time});
+        expectUsageError({"list", dir, "--until", time});
+    }
+    expectUsageError(
+        {"list", dir, "--since", "2023-11-15T00:00:00Z", "--until", "2023-11-14T00:00:00Z"});
+    expectUsageError({"list", dir, "--json", "--jsonl"});
+    expectUsageError({"list", dir, "--route", "bad name"});
+    expectUsageError({"list", dir, "--route", ""});
+    for (const char* client : {"host.example", "198.51.100.1:", "198.51.100.1:70000",
+                               "[198.51.100.1]:80", "2001:db8::7:5000x", "[2001:db8::7"})
+        expectUsageError({"list", dir, "--client", client});
+    expectUsageError({"list", dir, "--connection", "one"});
+    expectUsageError({"list", dir, "--since"});
+    expectUsageError({"export", dir});
+    expectUsageError({"export", dir, "--pcap", ""});
+    expectUsageError({"export", dir, "--pcap", "/dev/null", "--connection", "x"});
+    expectUsageError({"export", dir, "--pcap", "/dev/null", "--json"});
+    expectUsageError({"export", "--pcap", "/dev/null"});
+
+    TempDir parent;
+    const std::string missing = parent.path() + "/no-such-dir";
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"list", missing, "--jsonl"},
+          {"list", missing, "--route", "web"},
+          {"export", missing, "--pcap", parent.path() + "/out.pcap"},
+          {"export", dir, "--pcap", missing + "/out.pcap"}}) {
+        auto result = runTool(args);
+        ASSERT_TRUE(result.status && result.status->isExit(1)) << describe(result);
+        EXPECT_EQ(lineCount(result.err), 1u) << describe(result);
+        EXPECT_NE(result.err.find(missing), std::string::npos) << result.err;
+    }
+    EXPECT_FALSE(std::filesystem::exists(parent.path() + "/out.pcap"));
+}
+
+// ---- export --pcap
+
+struct CapturedPacket {
+    int family = 0;
+    std::string source, destination;  // address bytes
+    std::uint16_t sourcePort = 0, destinationPort = 0;
+    std::uint32_t seq = 0;
+    std::uint8_t flags = 0;
+    std::string payload;
+};
+
+std::uint32_t read32(const std::string& bytes, std::size_t at, bool swap) {
+    std::uint32_t value;
+    std::memcpy(&value, bytes.data() + at, 4);
+    return swap ? __builtin_bswap32(value) : value;
+}
+
+std::uint32_t be(const std::string& bytes, std::size_t at, int width) {
+    std::uint32_t value = 0;
+    for (int i = 0; i < width; ++i) value = value << 8 | static_cast<std::uint8_t>(bytes[at + i]);
+    return value;
+}
+
+// A classic pcap file (either timestamp precision, either byte order) of raw IP TCP packets,
+// parsed independently of the exporter's code.
+std::vector<CapturedPacket> parsePcap(const std::string& file) {
+    std::vector<CapturedPacket> packets;
+    if (file.size() < 24) {
+        ADD_FAILURE() << "pcap shorter than its header: " << file.size();
+        return packets;
+    }
+    const std::uint32_t magic = read32(file, 0, false);
+    const bool swap = magic == 0xd4c3b2a1 || magic == 0x4d3cb2a1;
+    EXPECT_TRUE(swap || magic == 0xa1b2c3d4 || magic == 0xa1b23c4d) << std::hex << magic;
+    EXPECT_EQ(read32(file, 20, swap), 101u) << "link type LINKTYPE_RAW";
+    for (std::size_t at = 24; at < file.size();) {
+        if (at + 16 > file.size()) {
+            ADD_FAILURE() << "torn record header at " << at;
+            break;
+        }
+        const std::uint32_t length = read32(file, at + 8, swap);
+        EXPECT_EQ(length, read32(file, at + 12, swap)) << "captured all of it";
+        if (at + 16 + length > file.size()) {
+            ADD_FAILURE() << "torn packet at " << at;
+            break;
+        }
+        const std::string ip = file.substr(at + 16, length);
+        at += 16 + length;
+        CapturedPacket packet;
+        std::size_t tcp = 0;
+        if ((ip[0] >> 4) == 4) {
+            packet.family = AF_INET;
+            EXPECT_EQ(be(ip, 2, 2), ip.size());
+            EXPECT_EQ(ip[9], 6);
+            packet.source = ip.substr(12, 4);
+            packet.destination = ip.substr(16, 4);
+            tcp = static_cast<std::size_t>(ip[0] & 0x0f) * 4;
+        } else {
+            packet.family = AF_INET6;
+            EXPECT_EQ(be(ip, 4, 2) + 40, ip.size());
+            EXPECT_EQ(ip[6], 6);
+            packet.source = ip.substr(8, 16);
+            packet.destination = ip.substr(24, 16);
+            tcp = 40;
+        }
+        packet.sourcePort = static_cast<std::uint16_t>(be(ip, tcp, 2));
+        packet.destinationPort = static_cast<std::uint16_t>(be(ip, tcp + 2, 2));
+        packet.seq = be(ip, tcp + 4, 4);
+        packet.flags = static_cast<std::uint8_t>(ip[tcp + 13]);
+        const std::size_t offset =
+            static_cast<std::size_t>(static_cast<std::uint8_t>(ip[tcp + 12]) >> 4) * 4;
+        packet.payload = ip.substr(tcp + offset);
+        packets.push_back(std::move(packet));
+    }
+    return packets;
+}
+
+// The payload of the packets, in capture order, checking that each one's sequence number follows
+// the previous one's (SYN and FIN count one).
+std::string reassemble(const std::vector<CapturedPacket>& packets) {
+    std::string bytes;
+    std::optional<std::uint32_t> next;
+    for (const auto& packet : packets) {
+        if (next) {
+            EXPECT_EQ(packet.seq, *next) << "sequence gap";
+        }
+        next = packet.seq + static_cast<std::uint32_t>(packet.payload.size()) +
+               (packet.flags & 0x03 ? 1 : 0);
+        bytes += packet.payload;
+    }
+    return bytes;
+}
+
+// tcpdump's path, or "" when it is not installed.
+std::string tcpdumpPath() {
+    for (const char* path : {"/usr/bin/tcpdump", "/usr/sbin/tcpdump"})
+        if (::access(path, X_OK) == 0) return path;
+    return "";
+}
+
+ProcessResult runTcpdump(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{tcpdumpPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return runProcess(argv, milliseconds(20000));
+}
+
+std::string extractBytes(const SampleLog& log, const char* id, const char* direction) {
+    auto result =
+        runTool({"extract", log.dir.path(), "--connection", id, "--direction", direction});
+    EXPECT_TRUE(result.status && result.status->isExit(0)) << describe(result);
+    return result.out;
+}
+
+TEST(AuditToolTest, ExportPcapReadsBackWithTcpdumpAndMatchesExtract) {
+    if (tcpdumpPath().empty()) GTEST_SKIP() << "tcpdump is not installed (Debian package tcpdump)";
+    SampleLog log;
+    TempDir out;
+    const std::string pcap = out.path() + "/all.pcap";
+    auto exported = runTool({"export", log.dir.path(), "--pcap", pcap});
+    ASSERT_TRUE(exported.status && exported.status->isExit(0)) << describe(exported);
+    EXPECT_TRUE(exported.err.empty()) << exported.err;  // stderr is no terminal: no progress
+
+    // tcpdump reads every packet and finds every IP and TCP checksum correct.
+    auto text = runTcpdump({"-r", pcap, "-nn", "-vv"});
+    ASSERT_TRUE(text.status && text.status->isExit(0)) << describe(text);
+    EXPECT_EQ(text.out.find("incorrect"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("bad"), std::string::npos) << text.out;
+    // 3 connections: 3 handshakes; 1 closed: one FIN each way.
+    EXPECT_EQ(grepLines(text.out, "Flags [S],").size(), 3u) << text.out;
+    EXPECT_EQ(grepLines(text.out, "Flags [S.],").size(), 3u) << text.out;
+    EXPECT_EQ(grepLines(text.out, "Flags [F.],").size(), 2u) << text.out;
+    EXPECT_EQ(grepLines(text.out, "198.51.100.1.4000 > 192.0.2.1.443: Flags [S],").size(), 1u);
+    // Connection 2: an IPv6 client to an IPv4 upstream, written as IPv6 with the mapped address.
+    EXPECT_EQ(grepLines(text.out, "2001:db8::7.5000 > ::ffff:192.0.2.2.5432: Flags [S],").size(),
+              1u)
+        << text.out;
+    const auto checksums = grepLines(text.out, "(correct)");
+    EXPECT_GE(checksums.size(), 10u) << text.out;
+
+    // Each direction through tcpdump's own filter and writer, reassembled, equals extract's bytes.
+    struct Direction {
+        const char* id;
+        const char* direction;
+        const char* filter;
+    };
+    for (const Direction& d : {
+             Direction{"1", "c2u", "src host 198.51.100.1 and src port 4000"},
+             Direction{"1", "u2c", "dst host 198.51.100.1 and dst port 4000"},
+             Direction{"2", "u2c", "ip6 and src port 5432"},
+             Direction{"2", "c2u", "ip6 and dst port 5432"},
+             Direction{"3", "c2u", "src host 198.51.100.3"},
+         }) {
+        auto filtered = runTcpdump({"-r", pcap, "-w", "-", d.filter});
+        ASSERT_TRUE(filtered.status && filtered.status->isExit(0)) << describe(filtered);
+        const auto packets = parsePcap(filtered.out);
+        ASSERT_FALSE(packets.empty()) << d.filter;
+        EXPECT_TRUE(reassemble(packets) == extractBytes(log, d.id, d.direction))
+            << "connection " << d.id << " " << d.direction << ": payload differs from extract";
+    }
+    // 100,000 c2u bytes of connection 1: split at 65,000 at most, the chunk bounds kept.
+    const auto all = parsePcap(readFile(pcap));
+    std::size_t largest = 0;
+    for (const auto& packet : all) largest = std::max(largest, packet.payload.size());
+    EXPECT_EQ(largest, 65000u);
+}
+
+TEST(AuditToolTest, ExportOfOneConnection) {
+    SampleLog log;
+    TempDir out;
+    const std::string pcap = out.path() + "/one.pcap";
+    auto exported = runTool({"export", log.dir.path(), "--pcap", pcap, "--connection", "3"});
+    ASSERT_TRUE(exported.status && exported.status->isExit(0)) << describe(exported);
+    const auto packets = parsePcap(readFile(pcap));
+    // Handshake, one data segment, no FIN (truncated).
+    ASSERT_EQ(packets.size(), 4u);
+    EXPECT_EQ(packets[0].flags, 0x02);
+    EXPECT_EQ(packets[1].flags, 0x12);
+    EXPECT_EQ(packets[2].flags, 0x10);
+    EXPECT_EQ(packets[3].payload, "xyz");
+    EXPECT_EQ(packets[3].sourcePort, 4000);
+    EXPECT_EQ(packets[3].destinationPort, 443);
+
+    auto toStdout = runTool({"export", log.dir.path(), "--pcap", "-", "--connection", "3"});
+    ASSERT_TRUE(toStdout.status && toStdout.status->isExit(0)) << describe(toStdout);
+    EXPECT_TRUE(toStdout.out == readFile(pcap)) << "stdout and file differ";
+
+    const std::string none = out.path() + "/none.pcap";
+    auto unknown = runTool({"export", log.dir.path(), "--pcap", none, "--connection", "42"});
+    ASSERT_TRUE(unknown.status && unknown.status->isExit(1)) << describe(unknown);
+    EXPECT_EQ(lineCount(unknown.err), 1u) << unknown.err;
+    EXPECT_NE(unknown.err.find("42"), std::string::npos) << unknown.err;
+    EXPECT_FALSE(std::filesystem::exists(none));
+}
+
+TEST(AuditToolTest, ExportWithMissingBytesLeavesAGapAndFails) {
+    SampleLog log;
+    // Worker 0 segment 2 holds connection 1's u2c bytes and the rest of its c2u: cut it short.
+    const std::string data = log.dir.path() + "/" + segmentBaseName(0, 2) + ".data";
+    ASSERT_EQ(::truncate(data.c_str(), 50), 0);
+    TempDir out;
+    const std::string pcap = out.path() + "/gap.pcap";
+    auto exported = runTool({"export", log.dir.path(), "--pcap", pcap});
+    ASSERT_TRUE(exported.status && exported.status->isExit(1)) << describe(exported);
+    EXPECT_NE(exported.err.find("connection 1"), std::string::npos) << exported.err;
+    EXPECT_NE(exported.err.find(data), std::string::npos) << exported.err;
+    // The capture holds everything else, with the lost bytes as a sequence gap.
+    const auto packets = parsePcap(readFile(pcap));
+    std::uint32_t fin = 0;
+    for (const auto& packet : packets) fin += (packet.flags & 0x01) != 0;
+    EXPECT_EQ(fin, 2u);
 }
 
 }  // namespace
