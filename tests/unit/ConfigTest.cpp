@@ -213,6 +213,24 @@ TEST(ConfigTest, NumbersAtTheirLimitsAreAccepted) {
     EXPECT_EQ(parseConfig(withDefaultRoute({"--pipe-size", "1073741824"})).pipeSize, 1u << 30);
 }
 
+TEST(ConfigTest, XdpSynPrefixAndNewSourceOptions) {
+    auto defaults = parseConfig(withDefaultRoute());
+    EXPECT_EQ(defaults.xdpSynPrefixV4, 24u);
+    EXPECT_EQ(defaults.xdpSynPrefixV6, 64u);
+    EXPECT_EQ(defaults.xdpSynNewSourceRate, 1000u);
+    EXPECT_EQ(defaults.xdpSynNewSourceBurst, 0u);
+    auto config = parseConfig(withDefaultRoute(
+        {"--xdp-syn-prefix-v4", "32", "--xdp-syn-prefix-v6", "1", "--xdp-syn-new-source-rate",
+         "0", "--xdp-syn-new-source-burst", "5000"}));
+    EXPECT_EQ(config.xdpSynPrefixV4, 32u);
+    EXPECT_EQ(config.xdpSynPrefixV6, 1u);
+    EXPECT_EQ(config.xdpSynNewSourceRate, 0u);
+    EXPECT_EQ(config.xdpSynNewSourceBurst, 5000u);
+    for (Args bad : {Args{"--xdp-syn-prefix-v4", "33"}, Args{"--xdp-syn-prefix-v4", "0"},
+                     Args{"--xdp-syn-prefix-v6", "129"}, Args{"--xdp-syn-new-source-rate", "-1"}})
+        EXPECT_THROW(parseConfig(withDefaultRoute(bad)), UsageError) << bad.front();
+}
+
 TEST(ConfigTest, ListenAcceptsBracketedIPv6) {
     auto config = parseConfig({"--listen", "[::1]:8443", "--upstream", "[::1]:9000"});
     ASSERT_EQ(config.routes.size(), 1u);
