@@ -27,6 +27,9 @@
 #include "audit/Records.h"
 #include "common/UniqueFd.h"
 #include "tests/support/Daemon.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
 
 namespace splicegate::test {
 namespace {
@@ -742,6 +745,82 @@ TEST(AuditToolTest, ExportWithMissingBytesLeavesAGapAndFails) {
     std::uint32_t fin = 0;
     for (const auto& packet : packets) fin += (packet.flags & 0x01) != 0;
     EXPECT_EQ(fin, 2u);
+}
+
+// The real daemon's log: two echoed connections, exported and read back with tcpdump; each
+// direction equals extract's bytes, and list --jsonl agrees with the byte counts.
+TEST(AuditToolTest, ExportOfARealDaemonsLogMatchesExtract) {
+    if (tcpdumpPath().empty()) GTEST_SKIP() << "tcpdump is not installed (Debian package tcpdump)";
+    TestServer upstream(echoUpstream(milliseconds(30000)));
+    TempDir auditRoot;
+    const std::string auditDir = auditRoot.path() + "/audit";
+    const std::uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    constexpr std::uint64_t kSizes[] = {300'000, 70'001};
+    for (std::size_t i = 0; i < 2; ++i) {
+        int error = 0;
+        UniqueFd fd = connectTcp(port, error);
+        ASSERT_TRUE(fd) << std::strerror(error);
+        ASSERT_TRUE(echoRoundTrip(fd.get(), 7 + i, kSizes[i], milliseconds(20000)));
+    }
+    ASSERT_TRUE(daemon.terminate(milliseconds(20000))) << daemon.why();
+
+    auto listed = runTool({"list", auditDir, "--jsonl", "--route", "default"});
+    ASSERT_TRUE(listed.status && listed.status->isExit(0)) << describe(listed);
+    std::vector<std::uint64_t> ids;
+    std::istringstream in(listed.out);
+    for (std::string line; std::getline(in, line);) {
+        boost::property_tree::ptree object;
+        std::istringstream one(line);
+        ASSERT_NO_THROW(boost::property_tree::read_json(one, object)) << line;
+        EXPECT_EQ(object.get<std::string>("state"), "closed") << line;
+        EXPECT_EQ(object.get<std::uint64_t>("c2u_bytes"), object.get<std::uint64_t>("u2c_bytes"));
+        ids.push_back(object.get<std::uint64_t>("id"));
+    }
+    ASSERT_EQ(ids.size(), 2u) << listed.out;
+
+    TempDir out;
+    const std::string pcap = out.path() + "/daemon.pcap";
+    auto exported = runTool({"export", auditDir, "--pcap", pcap});
+    ASSERT_TRUE(exported.status && exported.status->isExit(0)) << describe(exported);
+    auto text = runTcpdump({"-r", pcap, "-nn", "-vv"});
+    ASSERT_TRUE(text.status && text.status->isExit(0)) << describe(text);
+    EXPECT_EQ(text.out.find("incorrect"), std::string::npos) << text.out.substr(0, 4000);
+    EXPECT_EQ(grepLines(text.out, "Flags [S],").size(), 2u);
+    EXPECT_EQ(grepLines(text.out, "Flags [F.],").size(), 4u);
+
+    const std::string upstreamPort = std::to_string(upstream.port());
+    std::string c2u, u2c;
+    for (std::uint64_t id : ids) {
+        c2u +=
+            runTool({"extract", auditDir, "--connection", std::to_string(id), "--direction", "c2u"})
+                .out;
+        u2c +=
+            runTool({"extract", auditDir, "--connection", std::to_string(id), "--direction", "u2c"})
+                .out;
+    }
+    EXPECT_EQ(c2u.size(), kSizes[0] + kSizes[1]);
+    // One direction of both connections at once: the client ports tell them apart.
+    for (const auto& [filter, expected] :
+         {std::pair<std::string, std::string*>{"tcp dst port " + upstreamPort, &c2u},
+          {"tcp src port " + upstreamPort, &u2c}}) {
+        auto filtered = runTcpdump({"-r", pcap, "-w", "-", filter});
+        ASSERT_TRUE(filtered.status && filtered.status->isExit(0)) << describe(filtered);
+        std::map<std::uint16_t, std::vector<CapturedPacket>> byClientPort;
+        for (auto& packet : parsePcap(filtered.out)) {
+            const std::uint16_t clientPort =
+                packet.sourcePort == upstream.port() ? packet.destinationPort : packet.sourcePort;
+            byClientPort[clientPort].push_back(std::move(packet));
+        }
+        ASSERT_EQ(byClientPort.size(), 2u) << filter;
+        // Connection ids follow the connects, and so do the client ports' first SYNs; match by
+        // content instead of assuming either order.
+        std::string first = reassemble(byClientPort.begin()->second);
+        std::string second = reassemble(std::next(byClientPort.begin())->second);
+        EXPECT_TRUE(first + second == *expected || second + first == *expected)
+            << filter << ": payload differs from extract";
+    }
 }
 
 }  // namespace

@@ -219,9 +219,9 @@ TEST(ConfigTest, XdpSynPrefixAndNewSourceOptions) {
     EXPECT_EQ(defaults.xdpSynPrefixV6, 64u);
     EXPECT_EQ(defaults.xdpSynNewSourceRate, 1000u);
     EXPECT_EQ(defaults.xdpSynNewSourceBurst, 0u);
-    auto config = parseConfig(withDefaultRoute(
-        {"--xdp-syn-prefix-v4", "32", "--xdp-syn-prefix-v6", "1", "--xdp-syn-new-source-rate",
-         "0", "--xdp-syn-new-source-burst", "5000"}));
+    auto config = parseConfig(
+        withDefaultRoute({"--xdp-syn-prefix-v4", "32", "--xdp-syn-prefix-v6", "1",
+                          "--xdp-syn-new-source-rate", "0", "--xdp-syn-new-source-burst", "5000"}));
     EXPECT_EQ(config.xdpSynPrefixV4, 32u);
     EXPECT_EQ(config.xdpSynPrefixV6, 1u);
     EXPECT_EQ(config.xdpSynNewSourceRate, 0u);
