@@ -58,10 +58,10 @@ struct Config {
     std::vector<std::string> xdpAllow;  // validated CIDR text
     uint32_t xdpSynRate = 0;
     uint32_t xdpSynBurst = 0;
-    uint32_t xdpSynPrefixV4 = 24;  // sources in one /N share a SYN bucket
-    uint32_t xdpSynPrefixV6 = 64;
-    uint32_t xdpSynNewSourceRate = 1000;  // SYNs/s shared by prefixes without a bucket; 0 = unbounded
-    uint32_t xdpSynNewSourceBurst = 0;
+    uint32_t xdpSynPrefixV4 = 24;         // sources in one /N share a SYN bucket
+    uint32_t xdpSynPrefixV6 = 64;         // likewise
+    uint32_t xdpSynNewSourceRate = 1000;  // SYNs/s of prefixes without a bucket; 0 = no bound
+    uint32_t xdpSynNewSourceBurst = 0;    // 0 = xdpSynNewSourceRate
     LogLevel logLevel = LogLevel::Info;
 };
 
