@@ -20,7 +20,7 @@
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "metrics/MetricsExposer.h"
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
 #include "relay/Config.h"
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
@@ -229,8 +229,10 @@ int runDaemon(int argc, const char* const* argv) {
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
-            admin = std::make_unique<AdminServer>(
-                AdminServerOptions{config.adminSocket, config.adminGroup}, *control);
+            AdminServerOptions adminOptions;
+            adminOptions.socketPath = config.adminSocket;
+            adminOptions.group = config.adminGroup;
+            admin = std::make_unique<AdminServer>(std::move(adminOptions), *control);
             admin->start();
             logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup, ")");
         }
