@@ -106,6 +106,11 @@ std::string FrameAssembler::popFrame() {
     return frame;
 }
 
+void FrameAssembler::discardFrames() noexcept {
+    frames_.clear();  // libstdc++ frees every block but one
+    queuedBytes_ = 0;
+}
+
 std::string FrameAssembler::partialFrame() const {
     if (headerLength_ > 0) {
         return "got " + std::to_string(headerLength_) + " bytes of a length prefix";

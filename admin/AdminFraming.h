@@ -52,6 +52,9 @@ class FrameAssembler {
     // The oldest complete frame's body (precondition: hasFrame()).
     std::string popFrame();
 
+    // Drops the complete frames not yet popped (a peer being closed gets no more answers).
+    void discardFrames() noexcept;
+
     bool failed() const noexcept { return !error_.empty(); }
     const std::string& error() const noexcept { return error_; }
 

@@ -229,7 +229,7 @@ struct AdminServer::Impl {
     void refuseNow(int fd, admin::ErrorCode code, const std::string& message);
 
     void feed(Peer& peer, const char* data, std::size_t size);
-    void processFrames(Peer& peer, bool ignoreHighWater);
+    void processFrames(Peer& peer);
     void queueOutput(Peer& peer, std::string bytes);
     void failPeer(Peer& peer, const std::string& result, const std::string& problem);
     void stopReading(Peer& peer);
@@ -554,6 +554,7 @@ void AdminServer::Impl::closeWithNotice(Peer& peer, const std::string& result,
     count("connect", result);
     logDebug("admin socket: peer ", peer.id, " uid ", peer.uid, " pid ", peer.pid, ": ", why);
     peer.frameTimer = false;
+    peer.frames.discardFrames();
     queueOutput(peer, admin::encodeFrame(admin::errorResponse(admin::ERROR_FAILED, why)));
     peer.closeAfterFlush = true;
     stopReading(peer);
@@ -622,16 +623,18 @@ void AdminServer::Impl::feed(Peer& peer, const char* data, std::size_t size) {
     }
     peer.framesSeen = completed;
     if (!ok) {
-        processFrames(peer, /*ignoreHighWater=*/true);  // answer what came before, in order
+        // Answer what came before, in order, as far as the output bound allows: a peer that
+        // queued thousands of frames without reading gets no more than that (it is closed).
+        processFrames(peer);
         failPeer(peer, "bad_frame", peer.frames.error());
         return;
     }
-    processFrames(peer, false);
+    processFrames(peer);
 }
 
-void AdminServer::Impl::processFrames(Peer& peer, bool ignoreHighWater) {
+void AdminServer::Impl::processFrames(Peer& peer) {
     while (!peer.closing && !peer.closeAfterFlush && peer.frames.hasFrame() &&
-           (ignoreHighWater || peer.outputBytes < kOutputHighWater)) {
+           peer.outputBytes < kOutputHighWater) {
         const std::string frame = peer.frames.popFrame();
         peer.lastRequest = Clock::now();
         admin::Dispatch dispatch = admin::dispatchFrame(frame, handle, peer.access);
@@ -677,6 +680,7 @@ void AdminServer::Impl::failPeer(Peer& peer, const std::string& result,
                 problem);
     }
     peer.frameTimer = false;
+    peer.frames.discardFrames();
     queueOutput(peer, admin::encodeFrame(admin::errorResponse(admin::ERROR_BAD_FRAME, problem)));
     peer.closeAfterFlush = true;
     stopReading(peer);
@@ -711,7 +715,7 @@ void AdminServer::Impl::onSend(Peer& peer, int result) {
     }
     if (peer.paused && peer.outputBytes < kOutputLowWater) {
         peer.paused = false;
-        processFrames(peer, false);
+        processFrames(peer);
         if (peer.wantsInput() && !peer.recvArmed && !peer.rearmQueued) {
             peer.rearmQueued = true;
             rearm.push_back(&peer);

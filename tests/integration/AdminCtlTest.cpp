@@ -427,9 +427,14 @@ TEST_F(AdminCtlTest, HostileHugeResponseIsRefusedWithBoundedMemory) {
 }
 
 TEST_F(AdminCtlTest, BashCompletion) {
+    // __FILE__ is relative to the build directory when ccache's base_dir rewrote it.
+    std::filesystem::path source(__FILE__);
+    if (source.is_relative()) {
+        source = std::filesystem::path(SPLICEGATE_BIN_DIR).parent_path() / source;
+    }
     const std::string completion =
-        (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
-         "packaging/bash-completion/splicegatectl")
+        (source.parent_path().parent_path().parent_path() / "packaging/bash-completion/splicegatectl")
+            .lexically_normal()
             .string();
     ASSERT_TRUE(std::filesystem::exists(completion)) << completion;
     // bash-completion's helpers, reduced to what the function uses.
