@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <bit>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <charconv>
@@ -15,6 +16,7 @@
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
+#include "relay/ListenerMatcher.h"
 
 namespace splicegate {
 namespace po = boost::program_options;
@@ -28,6 +30,11 @@ constexpr std::size_t kMaxRouteNameLength = 64;
 constexpr uint64_t kMinPipeSize = 4096;
 constexpr uint64_t kMaxPipeSize = uint64_t{1} << 30;
 constexpr uint64_t kMaxWorkers = 1024;
+// io_uring_setup_buf_ring() takes at most 32768 entries (IORING_MAX_ENTRIES of a buffer ring).
+constexpr uint64_t kMaxBufferRingEntries = 32768;
+constexpr uint64_t kMinBufferSize = 512;
+constexpr uint64_t kMaxBufferSize = uint64_t{1} << 24;
+constexpr uint64_t kMinAuditBufferBytes = uint64_t{1} << 20;
 
 // ---- Names of enumerated values: one table per type serves parsing, help defaults and errors.
 
@@ -50,6 +57,13 @@ constexpr Named<LogLevel> kLogLevelNames[] = {{"debug", LogLevel::Debug},
                                               {"info", LogLevel::Info},
                                               {"warn", LogLevel::Warn},
                                               {"error", LogLevel::Error}};
+constexpr Named<Lane> kLaneNames[] = {
+    {"auto", Lane::Auto}, {"splice", Lane::Splice}, {"buffer", Lane::Buffer}};
+constexpr Named<AuditWriterKind> kAuditWriterNames[] = {{"direct", AuditWriterKind::Direct},
+                                                        {"splice", AuditWriterKind::Splice}};
+constexpr Named<bool> kOnOffNames[] = {{"on", true},     {"off", false}, {"true", true},
+                                       {"false", false}, {"yes", true},  {"no", false},
+                                       {"1", true},      {"0", false}};
 constexpr Named<bool> kBoolNames[] = {{"true", true}, {"false", false}, {"yes", true},
                                       {"no", false},  {"1", true},      {"0", false}};
 
@@ -255,8 +269,13 @@ po::options_description routeAndServiceOptions(const Config& d) {
          "group allowed on the admin socket besides root")
         ("metrics-listen", scalar("ADDR:PORT", d.metricsListen),
          "Prometheus endpoint /metrics; empty = none")
+        ("admin-readonly-group", scalar("NAME"),
+         "group allowed read-only admin commands (status, connections, version, xdp list); "
+         "none by default")
         ("log-level", scalar("LEVEL", nameOf(kLogLevelNames, d.logLevel)),
-         "debug, info, warn or error; logs go to stderr");
+         "debug, info, warn or error; logs go to stderr")
+        ("access-log", scalar("on|off", nameOf(kOnOffNames, d.accessLog)),
+         "one info line per closed connection");
     return options;
 }
 
@@ -275,7 +294,17 @@ po::options_description auditOptions(const Config& d) {
         ("audit-retention-bytes", scalar("N", std::to_string(d.auditRetentionBytes)),
          "delete oldest closed audit data above this size; 0 = keep all")
         ("audit-retention-hours", scalar("N", std::to_string(d.auditRetentionHours)),
-         "delete closed audit data older than this; 0 = keep all");
+         "delete closed audit data older than this; 0 = keep all")
+        ("audit-writer", scalar("W", nameOf(kAuditWriterNames, d.auditWriter)),
+         "direct: O_DIRECT writes from registered aligned buffers (buffered where the filesystem "
+         "refuses O_DIRECT); splice: splice into the page cache")
+        ("audit-buffer-bytes", scalar("N", std::to_string(d.auditBufferBytes)),
+         "per worker, audited bytes not yet written (at least 1 MiB); when full, audited flows "
+         "stop reading")
+        ("audit-group", scalar("NAME"),
+         "group that may read audit files (files 0640, directory 0750); default: the daemon's")
+        ("audit-hmac-key-file", scalar("FILE"),
+         "key for the audit log's sealing HMAC; none = hash chain without a key");
     return options;
 }
 
@@ -285,12 +314,23 @@ po::options_description relayOptions(const Config& d) {
         ("splice-engine", scalar("E"),
          "chain (linked io_uring splice/tee SQEs) or inline (direct non-blocking splice/tee); "
          "default: the fastest measured")
+        ("lane", scalar("L", nameOf(kLaneNames, d.lane)),
+         "auto: a flow starts in the buffer lane and moves to splice while its reads stay large; "
+         "splice: always splice; buffer: always the buffer lane")
+        ("buffer-ring-entries", scalar("N", std::to_string(d.bufferRingEntries)),
+         "provided buffers per worker ring (a power of two, at most 32768)")
+        ("buffer-size", scalar("BYTES", std::to_string(d.bufferSize)),
+         "size of each provided buffer (512..16 MiB)")
+        ("sqpoll", scalar("on|off")->implicit_value("on"),
+         "kernel-side submission polling for the workers' rings (off by default)")
         ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
          "target pipe capacity (4096..1 GiB), clamped to what the system allows")
         ("pipe-budget", scalar("BYTES", std::to_string(d.pipeBudgetBytes)),
          "extension: cap on the capacity of all pipes together; 0 = the system's limit")
         ("max-connections", scalar("N", std::to_string(d.maxConnections)),
          "beyond it new connections are refused (and counted); at least 1")
+        ("max-connections-per-source", scalar("N", std::to_string(d.maxConnectionsPerSource)),
+         "per client address; 0 = no limit")
         ("connect-timeout-ms", scalar("N", std::to_string(d.connectTimeoutMs)),
          "upstream connect timeout")
         ("idle-timeout-ms", scalar("N", std::to_string(d.idleTimeoutMs)),
@@ -331,6 +371,9 @@ po::options_description commandLineOnlyOptions() {
     po::options_description options("Command line only");
     options.add_options()
         ("config", scalar("FILE"), "INI config file (re-read on SIGHUP)")
+        ("check-config",
+         "check the configuration (parse, resolve, audit directory usable) and exit 0, or 2 "
+         "with one line per problem; binds nothing, changes nothing")
         ("help,h", "print this help and exit")
         ("version", "print the version and exit");
     return options;
@@ -380,6 +423,7 @@ class ConfigParser {
         } else if (values_.count("version")) {
             result.action = CommandLine::Action::Version;
         } else {
+            if (values_.count("check-config")) result.action = CommandLine::Action::CheckConfig;
             if (values_.count("config")) parseFile(shared);
             result.config = build();
         }
@@ -487,6 +531,8 @@ class ConfigParser {
         if (!config.metricsListen.empty())
             parseListenAddress(config.metricsListen, label("metrics-listen"));
         config.logLevel = choice(kLogLevelNames, "log-level");
+        config.accessLog = choice(kOnOffNames, "access-log");
+        config.adminReadonlyGroup = text("admin-readonly-group");
     }
 
     void applyAuditOptions(Config& config) const {
@@ -496,6 +542,12 @@ class ConfigParser {
         config.auditOnError = choice(kOnErrorNames, "audit-on-error");
         config.auditRetentionBytes = number<uint64_t>("audit-retention-bytes");
         config.auditRetentionHours = number<uint64_t>("audit-retention-hours");
+        config.auditWriter = choice(kAuditWriterNames, "audit-writer");
+        config.auditBufferBytes = number<uint64_t>("audit-buffer-bytes", kMinAuditBufferBytes);
+        config.auditGroup = text("audit-group");
+        config.auditHmacKeyFile = text("audit-hmac-key-file");
+        if (values_.count("audit-hmac-key-file") && config.auditHmacKeyFile.empty())
+            throw UsageError(label("audit-hmac-key-file") + ": empty file name");
     }
 
     void applyRelayOptions(Config& config) const {
@@ -507,6 +559,15 @@ class ConfigParser {
         config.connectTimeoutMs = number<uint32_t>("connect-timeout-ms");
         config.idleTimeoutMs = number<uint32_t>("idle-timeout-ms");
         config.drainTimeoutMs = number<uint32_t>("drain-timeout-ms");
+        config.maxConnectionsPerSource = number<uint64_t>("max-connections-per-source");
+        config.lane = choice(kLaneNames, "lane");
+        config.bufferRingEntries =
+            number<uint32_t>("buffer-ring-entries", 1, kMaxBufferRingEntries);
+        if (!std::has_single_bit(config.bufferRingEntries))
+            throw UsageError(label("buffer-ring-entries") + ": value '" +
+                             text("buffer-ring-entries") + "' is not a power of two");
+        config.bufferSize = number<uint32_t>("buffer-size", kMinBufferSize, kMaxBufferSize);
+        if (values_.count("sqpoll")) config.sqpoll = choice(kOnOffNames, "sqpoll");
     }
 
     void applyXdpOptions(Config& config) const {
@@ -535,6 +596,7 @@ class ConfigParser {
         }
         if (routes.empty()) throw UsageError(kNoRouteMessage);
         rejectSharedListeners(routes);
+        rejectOwnListenerUpstreams(routes, ListenerMatcher::withLocalAddresses());
         return routes;
     }
 
@@ -577,6 +639,25 @@ class ConfigParser {
                     throw UsageError("listen address " + routes[i].listen.toString() +
                                      " is used by both route '" + routes[i].name + "' and route '" +
                                      routes[j].name + "'");
+    }
+
+    // An upstream that is one of the daemon's own listeners would loop each connection back into
+    // the relay, fanning it out until a limit hits and auditing its payload at every turn.
+    void rejectOwnListenerUpstreams(const std::vector<RouteConfig>& routes,
+                                    const ListenerMatcher& matcher) const {
+        for (const auto& route : routes)
+            for (const auto& upstream : route.upstreams)
+                for (const auto& address : upstream.addresses)
+                    if (auto owner = matcher.routeListeningOn(address, routes))
+                        throw UsageError(upstreamLabel(route.name) + " '" + upstream.text + "' (" +
+                                         address.toString() +
+                                         ") is the daemon's own listener of route '" + *owner +
+                                         "'");
+    }
+
+    std::string upstreamLabel(const std::string& routeName) const {
+        if (routeName == "default" && values_.count("listen")) return label("upstream") + ":";
+        return routeLabel(routeName) + ": upstream";
     }
 
     // How an error names the option: as the user wrote it, on the command line or in the file.
@@ -650,6 +731,14 @@ const char* toString(SpliceEngine engine) noexcept {
 
 const char* toString(AuditDurability durability) noexcept {
     return nameOf(kDurabilityNames, durability);
+}
+
+const char* toString(Lane lane) noexcept {
+    return nameOf(kLaneNames, lane);
+}
+
+const char* toString(AuditWriterKind writer) noexcept {
+    return nameOf(kAuditWriterNames, writer);
 }
 
 }  // namespace splicegate

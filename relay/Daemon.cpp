@@ -84,6 +84,14 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.auditDurability = config.auditDurability;
     settings.auditOnError = config.auditOnError;
     settings.auditFsyncIntervalMs = config.auditFsyncIntervalMs;
+    settings.lane = config.lane;
+    settings.bufferRingEntries = config.bufferRingEntries;
+    settings.bufferSize = config.bufferSize;
+    settings.sqpoll = config.sqpoll;
+    settings.auditWriter = config.auditWriter;
+    settings.auditBufferBytes = config.auditBufferBytes;
+    settings.accessLog = config.accessLog;
+    settings.maxConnectionsPerSource = config.maxConnectionsPerSource;
     return settings;
 }
 
@@ -196,6 +204,10 @@ int runDaemon(int argc, const char* const* argv) {
     }
     if (commandLine.action == CommandLine::Action::Version) {
         std::cout << "splicegate " << SPLICEGATE_VERSION << "\n";
+        return 0;
+    }
+    if (commandLine.action == CommandLine::Action::CheckConfig) {
+        std::cout << "splicegate: configuration OK\n";
         return 0;
     }
     const Config& config = commandLine.config;

@@ -27,6 +27,15 @@ struct RelaySettings {
     AuditOnError auditOnError = AuditOnError::FailClosed;
     std::uint32_t auditFsyncIntervalMs = 50;
     std::uint64_t auditSegmentBytes = 1ull << 30;
+    // Operator options (Config.h has their meaning).
+    Lane lane = Lane::Auto;
+    std::uint32_t bufferRingEntries = 4096;
+    std::uint32_t bufferSize = 16384;
+    bool sqpoll = false;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
+    std::uint64_t auditBufferBytes = 67108864;
+    bool accessLog = true;
+    std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
 };
 
 // Where each worker's audit log continues after recovery.
