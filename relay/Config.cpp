@@ -129,10 +129,14 @@ UpstreamConfig resolveUpstream(const std::string& text, const std::string& label
     // Port 0 cannot be connected to; refuse it before spending a DNS lookup on the host.
     if (splitHostPort(text, host, port) && port == 0)
         throw UsageError(label + ": invalid address '" + text + "' (port must be 1..65535)");
+    if (!SocketAddress::parseNumeric(text) && !splitHostPort(text, host, port))
+        throw UsageError(label + ": invalid address '" + text +
+                         "' (expected HOST:PORT, ADDR:PORT or [IPv6]:PORT)");
+    // The syntax is right: whatever fails now is the name service, which may answer later.
     try {
-        return UpstreamConfig{text, SocketAddress::resolve(text)};
+        return UpstreamConfig{text, SocketAddress::resolve(text), {}};
     } catch (const UsageError& error) {
-        throw UsageError(label + ": " + error.what());
+        return UpstreamConfig{text, {}, error.what()};
     }
 }
 
@@ -387,7 +391,8 @@ constexpr const char* kConfigFileHelp =
     "  [route.NAME]           NAME: letters, digits, '_' or '-'; at most 64\n"
     "  listen = ADDR:PORT     required\n"
     "  upstream = HOST:PORT   required, repeatable\n"
-    "  audit = true|false     default true\n";
+    "  audit = true|false     default true\n"
+    "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n";
 
 std::string helpText(const po::options_description& commandLineOnly,
                      const po::options_description& shared) {
@@ -404,6 +409,7 @@ struct RouteSection {
     std::optional<std::string> listen;
     std::vector<std::string> upstreams;
     std::optional<std::string> audit;
+    std::optional<std::string> healthCheckIntervalMs;
 };
 
 class ConfigParser {
@@ -490,9 +496,11 @@ class ConfigParser {
             section.upstreams.push_back(value);
         } else if (field == "audit") {
             setOnce(section, section.audit, field, value);
+        } else if (field == "health-check-interval-ms") {
+            setOnce(section, section.healthCheckIntervalMs, field, value);
         } else {
             throw UsageError(routeLabel(section.name) + ": unknown key '" + field +
-                             "' (expected listen, upstream or audit)");
+                             "' (expected listen, upstream, audit or health-check-interval-ms)");
         }
     }
 
@@ -508,7 +516,7 @@ class ConfigParser {
         if (!isValidRouteName(name))
             throw UsageError(file_ + ": invalid route name '" + name +
                              "' in [route.NAME] (letters, digits, '_' or '-'; 1..64 characters)");
-        sections_.push_back(RouteSection{name, {}, {}, {}});
+        sections_.push_back(RouteSection{name, {}, {}, {}, {}});
         return sections_.back();
     }
 
@@ -619,7 +627,8 @@ class ConfigParser {
 
     RouteConfig sectionRoute(const RouteSection& section) const {
         std::string where = routeLabel(section.name);
-        if (!section.listen && section.upstreams.empty() && !section.audit)
+        if (!section.listen && section.upstreams.empty() && !section.audit &&
+            !section.healthCheckIntervalMs)
             throw UsageError(where + " is empty: it needs listen and upstream");
         if (!section.listen) throw UsageError(where + ": missing listen");
         if (section.upstreams.empty()) throw UsageError(where + ": missing upstream");
@@ -629,6 +638,10 @@ class ConfigParser {
         for (const auto& upstream : section.upstreams)
             route.upstreams.push_back(resolveUpstream(upstream, where + ": upstream"));
         if (section.audit) route.audit = parseChoice(kBoolNames, *section.audit, where + ": audit");
+        if (section.healthCheckIntervalMs)
+            route.healthCheckIntervalMs = static_cast<uint32_t>(
+                parseNumber(*section.healthCheckIntervalMs, 0, std::numeric_limits<uint32_t>::max(),
+                            where + ": health-check-interval-ms"));
         return route;
     }
 
@@ -703,6 +716,7 @@ class ConfigParser {
 
 bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
     if (a.name != b.name || !(a.listen == b.listen) || a.audit != b.audit ||
+        a.healthCheckIntervalMs != b.healthCheckIntervalMs ||
         a.upstreams.size() != b.upstreams.size())
         return false;
     for (std::size_t i = 0; i < a.upstreams.size(); ++i)
@@ -710,6 +724,45 @@ bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
             a.upstreams[i].addresses != b.upstreams[i].addresses)
             return false;
     return true;
+}
+
+std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next) {
+    std::vector<std::string> changed;
+    auto check = [&](const char* name, const auto& a, const auto& b) {
+        if (!(a == b)) changed.emplace_back(name);
+    };
+    check("workers", running.workers, next.workers);
+    check("admin-socket", running.adminSocket, next.adminSocket);
+    check("admin-group", running.adminGroup, next.adminGroup);
+    check("admin-readonly-group", running.adminReadonlyGroup, next.adminReadonlyGroup);
+    check("metrics-listen", running.metricsListen, next.metricsListen);
+    check("access-log", running.accessLog, next.accessLog);
+    check("audit-dir", running.auditDir, next.auditDir);
+    check("audit-durability", running.auditDurability, next.auditDurability);
+    check("audit-fsync-interval-ms", running.auditFsyncIntervalMs, next.auditFsyncIntervalMs);
+    check("audit-on-error", running.auditOnError, next.auditOnError);
+    check("audit-retention-bytes", running.auditRetentionBytes, next.auditRetentionBytes);
+    check("audit-retention-hours", running.auditRetentionHours, next.auditRetentionHours);
+    check("audit-writer", running.auditWriter, next.auditWriter);
+    check("audit-buffer-bytes", running.auditBufferBytes, next.auditBufferBytes);
+    check("audit-group", running.auditGroup, next.auditGroup);
+    check("audit-hmac-key-file", running.auditHmacKeyFile, next.auditHmacKeyFile);
+    check("splice-engine", running.spliceEngine, next.spliceEngine);
+    check("lane", running.lane, next.lane);
+    check("buffer-ring-entries", running.bufferRingEntries, next.bufferRingEntries);
+    check("buffer-size", running.bufferSize, next.bufferSize);
+    check("sqpoll", running.sqpoll, next.sqpoll);
+    check("pipe-size", running.pipeSize, next.pipeSize);
+    check("pipe-budget", running.pipeBudgetBytes, next.pipeBudgetBytes);
+    check("max-connections", running.maxConnections, next.maxConnections);
+    check("max-connections-per-source", running.maxConnectionsPerSource,
+          next.maxConnectionsPerSource);
+    check("connect-timeout-ms", running.connectTimeoutMs, next.connectTimeoutMs);
+    check("idle-timeout-ms", running.idleTimeoutMs, next.idleTimeoutMs);
+    check("drain-timeout-ms", running.drainTimeoutMs, next.drainTimeoutMs);
+    check("xdp-interface", running.xdpInterface, next.xdpInterface);
+    check("xdp-mode", running.xdpMode, next.xdpMode);
+    return changed;
 }
 
 CommandLine parseCommandLine(int argc, const char* const* argv) {

@@ -26,6 +26,9 @@ enum class AuditWriterKind { Direct, Splice };
 struct UpstreamConfig {
     std::string text;                      // as configured, e.g. "backend.local:443"
     std::vector<SocketAddress> addresses;  // resolved when the config is loaded
+    // Set when the name did not resolve at load: not a configuration error (DNS may answer
+    // later); the upstream counts as down and the name is retried (UpstreamPool).
+    std::string resolveError;
 };
 
 struct RouteConfig {
@@ -33,6 +36,7 @@ struct RouteConfig {
     SocketAddress listen;
     std::vector<UpstreamConfig> upstreams;  // round robin; next one on connect failure
     bool audit = true;
+    uint32_t healthCheckIntervalMs = 0;  // active TCP checks of the upstreams; 0 = off
 
     friend bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept;
 };
@@ -91,6 +95,11 @@ CommandLine parseCommandLine(int argc, const char* const* argv);
 
 // Same, for SIGHUP: re-reads the config file named in `args` (argv without argv[0]).
 Config loadConfig(const std::vector<std::string>& args);
+
+// The options whose value differs between the running and the reloaded configuration but that
+// take effect only at the next start (everything except the routes, log-level and the XDP
+// rules and SYN limit, which a reload applies), by option name.
+std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next);
 
 const char* toString(SpliceEngine engine) noexcept;
 const char* toString(AuditDurability durability) noexcept;

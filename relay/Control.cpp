@@ -21,14 +21,6 @@ void fail(admin::Response& response, admin::ErrorCode code, const std::string& m
 const char* durabilityName(AuditDurability durability) { return toString(durability); }
 }  // namespace
 
-Config Reloader::reload() {
-    std::lock_guard lock(mutex_);
-    auto config = loadConfig(args_);
-    relay_.reload(config);
-    edge_.applyConfig(config);
-    return config;
-}
-
 DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,
                              const Config& config)
     : relay_(relay), reloader_(reloader), edge_(edge), config_(config) {}
@@ -56,9 +48,11 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
             break;
         case R::kReload:
             try {
-                auto config = reloader_.reload();
-                response.mutable_reload()->set_routes(static_cast<std::uint32_t>(config.routes.size()));
-                logInfo("admin: configuration reloaded: ", config.routes.size(), " routes");
+                // Reloader logs the outcome.
+                auto result = reloader_.reload("admin");
+                auto& answer = *response.mutable_reload();
+                answer.set_routes(static_cast<std::uint32_t>(result.config.routes.size()));
+                for (const auto& name : result.restartNeeded) answer.add_restart_required(name);
             } catch (const std::exception& error) {
                 fail(response, admin::ERROR_FAILED, std::string("reload failed: ") + error.what());
             }
