@@ -27,11 +27,11 @@
 #include "relay/Config.h"
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
-#include "relay/Failpoints.h"
+#include "common/Ring.h"
+#include "datapath/Failpoints.h"
 #include "relay/FdBudget.h"
 #include "relay/Relay.h"
 #include "relay/Reloader.h"
-#include "relay/Ring.h"
 
 namespace splicegate {
 namespace {
