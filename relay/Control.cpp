@@ -50,14 +50,6 @@ const char* durabilityName(AuditDurability durability) {
 }
 }  // namespace
 
-Config Reloader::reload() {
-    std::lock_guard lock(mutex_);
-    auto config = loadConfig(args_);
-    relay_.reload(config);
-    edge_.applyConfig(config);
-    return config;
-}
-
 DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,
                              const Config& config)
     : relay_(relay), reloader_(reloader), edge_(edge), config_(config) {}
@@ -86,10 +78,11 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
             break;
         case R::kReload:
             try {
-                // The admin server logs the outcome with the peer's uid and pid.
-                auto config = reloader_.reload();
-                response.mutable_reload()->set_routes(
-                    static_cast<std::uint32_t>(config.routes.size()));
+                // Reloader logs the outcome.
+                auto result = reloader_.reload("admin");
+                auto& answer = *response.mutable_reload();
+                answer.set_routes(static_cast<std::uint32_t>(result.config.routes.size()));
+                for (const auto& name : result.restartNeeded) answer.add_restart_required(name);
             } catch (const std::exception& error) {
                 fail(response, admin::ERROR_FAILED, std::string("reload failed: ") + error.what());
             }

@@ -299,20 +299,8 @@ void Worker::applyRoutes(bool failOnError) {
 
 void Worker::openListener(const std::shared_ptr<const Route>& route) {
     const auto& address = route->config.listen;
-    const auto where = "route " + route->config.name + ": listen on " + address.toString();
-    UniqueFd fd(checkSys(::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
-                         where + ": socket"));
-    int one = 1;
-    checkSys(::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one),
-             where + ": SO_REUSEADDR");
-    // One listener per worker on the same address: the kernel spreads connections across them.
-    checkSys(::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one),
-             where + ": SO_REUSEPORT");
-    if (address.family() == AF_INET6)
-        checkSys(::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one),
-                 where + ": IPV6_V6ONLY");
-    checkSys(::bind(fd.get(), address.get(), address.length()), where);
-    checkSys(::listen(fd.get(), 4096), where + ": listen");
+    // Bound by the relay (ListenerSockets), so a reload fails before any listener changes.
+    UniqueFd fd = context_.listenerSockets()->duplicateFor(index_, address);
     std::uint32_t index = 0;
     while (index < listeners_.size() && listeners_[index].fd) ++index;
     if (index == listeners_.size()) listeners_.emplace_back();

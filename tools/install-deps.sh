@@ -7,7 +7,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES="
   build-essential cmake pkg-config ninja-build git
-  liburing-dev
+  liburing-dev libcap-dev
   libboost-program-options-dev
   libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev

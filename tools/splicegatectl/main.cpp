@@ -355,7 +355,11 @@ void printHuman(const admin::Request& request, const admin::Response& response, 
         case admin::Request::kReload:
             out << "configuration reloaded: " << response.reload().routes()
                 << (response.reload().routes() == 1 ? " route\n" : " routes\n");
-            if (!response.reload().message().empty()) out << response.reload().message() << "\n";
+            if (response.reload().restart_required_size() > 0) {
+                out << "takes effect at the next start:";
+                for (const auto& name : response.reload().restart_required()) out << " " << name;
+                out << "\n";
+            }
             break;
         case admin::Request::kRotateAudit:
             out << "audit rotated\n";
