@@ -26,8 +26,10 @@
 
 #include "admin/AdminFraming.h"
 #include "admin/AdminSocket.h"
+#include "common/CompletionTag.h"
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/Ring.h"
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
 
@@ -38,8 +40,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr unsigned kRingEntries = 256;
-constexpr unsigned kCqEntries = 4096;
+// Submission entries; common/Ring makes the completion queue four times larger, room for the
+// multishot receives of 1024 peers.
+constexpr unsigned kRingEntries = 1024;
+// Admin traffic is pollable socket I/O: io-wq threads are never needed for it.
+constexpr unsigned kMaxIoWorkers = 1;
 // Provided buffer ring (docs/kernel-notes.md §6): admin messages are small, so a few hundred pages
 // serve every peer; running dry only costs an -ENOBUFS and a re-arm.
 constexpr unsigned kBufferSize = 4096;
@@ -50,23 +55,15 @@ constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
 constexpr std::size_t kOutputLowWater = std::size_t{256} << 10;
 // Input held per peer: complete frames waiting for a paused peer plus the partial one.
 constexpr std::size_t kMaxBufferedInput = 2 * admin::kMaxFrameBytes + 64 * 1024;
-constexpr std::uint32_t kMaxSlots = (1u << 24) - 1;
+constexpr std::uint32_t kMaxSlots = 1u << 20;
 constexpr unsigned kHostileLogLinesPerSecond = 20;
 
+// Completion tags (common/CompletionTag.h): op, slot and generation of the peer.
 enum class Op : std::uint8_t { Accept = 1, Recv = 2, Send = 3, Cancel = 4, Wake = 5 };
 
-constexpr std::uint64_t makeTag(Op op, std::uint32_t slot, std::uint32_t generation) noexcept {
-    return (static_cast<std::uint64_t>(op) << 56) | (static_cast<std::uint64_t>(slot) << 32) |
-           generation;
-}
-constexpr Op tagOp(std::uint64_t tag) noexcept {
-    return static_cast<Op>(tag >> 56);
-}
-constexpr std::uint32_t tagSlot(std::uint64_t tag) noexcept {
-    return static_cast<std::uint32_t>((tag >> 32) & kMaxSlots);
-}
-constexpr std::uint32_t tagGeneration(std::uint64_t tag) noexcept {
-    return static_cast<std::uint32_t>(tag);
+constexpr std::uint64_t tagOf(Op op, std::uint32_t slot = 0,
+                              std::uint16_t generation = 0) noexcept {
+    return CompletionTag::make(op, slot, generation).encode();
 }
 
 struct GroupInfo {
@@ -136,7 +133,7 @@ std::vector<gid_t> groupsOf(uid_t uid, gid_t gid) {
 struct Peer {
     UniqueFd fd;
     std::uint32_t slot = 0;
-    std::uint32_t generation = 0;
+    std::uint16_t generation = 0;
     std::uint64_t id = 0;
     uid_t uid = 0;
     pid_t pid = 0;
@@ -193,23 +190,13 @@ struct BufferRing {
     }
 };
 
-struct RingOwner {
-    io_uring ring{};
-    bool initialized = false;
-    RingOwner() = default;
-    RingOwner(const RingOwner&) = delete;
-    RingOwner& operator=(const RingOwner&) = delete;
-    ~RingOwner() {
-        if (initialized) io_uring_queue_exit(&ring);
-    }
-};
-
 }  // namespace
 
 struct AdminServer::Impl {
     Impl(AdminServerOptions opts, AdminHandler& h);
 
-    void run() noexcept;
+    void setUpRing();
+    void run(std::promise<void>& ready) noexcept;
     void loop();
     io_uring_sqe* sqe();
     void armAccept();
@@ -236,8 +223,9 @@ struct AdminServer::Impl {
     void finishIfDone(Peer& peer);
     void beginClose(Peer& peer);
     void reap();
-    Peer* peerFor(std::uint64_t tag) noexcept;
+    Peer* peerFor(const CompletionTag& tag) noexcept;
     int checkTimers(Clock::time_point now);
+    void dispatch(const io_uring_cqe& cqe);
 
     void count(const std::string& command, const std::string& result);
     bool allowHostileLog();
@@ -251,13 +239,13 @@ struct AdminServer::Impl {
     std::optional<GroupInfo> readonlyGroup;
 
     std::optional<AdminSocket> socket;
-    BufferRing buffers;  // unmapped after the ring is gone
-    RingOwner ring;
+    BufferRing buffers;        // unmapped after the ring is gone
+    std::optional<Ring> ring;  // made on the admin thread: the ring's single issuer
     UniqueFd wakeFd;
     std::uint64_t wakeValue = 0;
 
     std::vector<std::unique_ptr<Peer>> slots;
-    std::vector<std::uint32_t> generations;
+    std::vector<std::uint16_t> generations;
     std::vector<std::uint32_t> freeSlots;
     std::size_t peerCount = 0;  // closing ones included until reaped
     std::uint64_t nextPeerId = 1;
@@ -301,12 +289,15 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     }
     socket.emplace(path, access, static_cast<int>(std::min(options.maxPeers, 4096u)));
 
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
-    params.cq_entries = kCqEntries;
-    checkNeg(io_uring_queue_init_params(kRingEntries, &ring.ring, &params),
-             "admin socket " + path + ": io_uring_queue_init");
-    ring.initialized = true;
+    wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
+}
+
+// On the admin thread: with IORING_SETUP_SINGLE_ISSUER (common/Ring, 6.0) only the thread that
+// made the ring may submit to it or register buffers with it.
+void AdminServer::Impl::setUpRing() {
+    const std::string& path = options.socketPath;
+    ring.emplace(kRingEntries, kMaxIoWorkers, kMaxIoWorkers);
 
     // Buffer ring in our own page-aligned mapping: liburing 2.3 has no io_uring_setup_buf_ring.
     unsigned count = 1;
@@ -322,7 +313,7 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     registration.ring_addr = reinterpret_cast<std::uint64_t>(mapping);
     registration.ring_entries = count;
     registration.bgid = kBufferGroup;
-    checkNeg(io_uring_register_buf_ring(&ring.ring, &registration, 0),
+    checkNeg(io_uring_register_buf_ring(ring->raw(), &registration, 0),
              "admin socket " + path + ": io_uring_register_buf_ring (provided buffers, 5.19)");
     io_uring_buf_ring_init(buffers.ring);
     for (unsigned id = 0; id < count; ++id) {
@@ -331,9 +322,6 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
                               static_cast<int>(id));
     }
     io_uring_buf_ring_advance(buffers.ring, static_cast<int>(count));
-
-    wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
 }
 
 void AdminServer::Impl::count(const std::string& command, const std::string& result) {
@@ -365,28 +353,21 @@ void AdminServer::Impl::flushHostileLog(Clock::time_point now) {
 }
 
 io_uring_sqe* AdminServer::Impl::sqe() {
-    io_uring_sqe* entry = io_uring_get_sqe(&ring.ring);
-    if (entry == nullptr) {
-        int rc = io_uring_submit(&ring.ring);
-        if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) checkNeg(rc, "io_uring_submit");
-        entry = io_uring_get_sqe(&ring.ring);
-        if (entry == nullptr) throwErrno(EBUSY, "io_uring_get_sqe: submission queue full");
-    }
-    return entry;
+    return ring->sqe();
 }
 
 void AdminServer::Impl::armAccept() {
     io_uring_sqe* entry = sqe();
     io_uring_prep_multishot_accept(entry, socket->fd(), nullptr, nullptr,
                                    SOCK_CLOEXEC | SOCK_NONBLOCK);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Accept, 0, 0));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Accept));
     acceptArmed = true;
 }
 
 void AdminServer::Impl::armWake() {
     io_uring_sqe* entry = sqe();
     io_uring_prep_read(entry, wakeFd.get(), &wakeValue, sizeof(wakeValue), 0);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Wake, 0, 0));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Wake));
 }
 
 void AdminServer::Impl::armRecv(Peer& peer) {
@@ -394,7 +375,7 @@ void AdminServer::Impl::armRecv(Peer& peer) {
     io_uring_prep_recv_multishot(entry, peer.fd.get(), nullptr, 0, 0);
     entry->flags |= IOSQE_BUFFER_SELECT;
     entry->buf_group = kBufferGroup;
-    io_uring_sqe_set_data64(entry, makeTag(Op::Recv, peer.slot, peer.generation));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Recv, peer.slot, peer.generation));
     peer.recvArmed = true;
     peer.cancelledRecv = false;
 }
@@ -404,23 +385,23 @@ void AdminServer::Impl::submitSend(Peer& peer) {
     io_uring_sqe* entry = sqe();
     io_uring_prep_send(entry, peer.fd.get(), front.data() + peer.outputOffset,
                        front.size() - peer.outputOffset, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Send, peer.slot, peer.generation));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Send, peer.slot, peer.generation));
     peer.sendInFlight = true;
     peer.cancelledSend = false;
 }
 
 void AdminServer::Impl::cancelOp(Op op, const Peer& peer) {
     io_uring_sqe* entry = sqe();
-    io_uring_prep_cancel64(entry, makeTag(op, peer.slot, peer.generation), 0);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Cancel, 0, 0));
+    io_uring_prep_cancel64(entry, tagOf(op, peer.slot, peer.generation), 0);
+    io_uring_sqe_set_data64(entry, tagOf(Op::Cancel));
 }
 
-Peer* AdminServer::Impl::peerFor(std::uint64_t tag) noexcept {
-    const std::uint32_t slot = tagSlot(tag);
-    if (slot >= slots.size() || !slots[slot] || generations[slot] != tagGeneration(tag)) {
+// The live peer a completion belongs to; null when its slot was freed or reused since.
+Peer* AdminServer::Impl::peerFor(const CompletionTag& tag) noexcept {
+    if (tag.slot >= slots.size() || !slots[tag.slot] || generations[tag.slot] != tag.generation) {
         return nullptr;
     }
-    return slots[slot].get();
+    return slots[tag.slot].get();
 }
 
 void AdminServer::Impl::refuseNow(int fd, admin::ErrorCode code, const std::string& message) {
@@ -807,49 +788,42 @@ int AdminServer::Impl::checkTimers(Clock::time_point now) {
     return static_cast<int>(std::clamp<long long>(wait + 1, 1, 1000));
 }
 
+void AdminServer::Impl::dispatch(const io_uring_cqe& cqe) {
+    const CompletionTag tag = CompletionTag::decode(io_uring_cqe_get_data64(&cqe));
+    switch (tag.opAs<Op>()) {
+        case Op::Accept:
+            onAccept(cqe);
+            break;
+        case Op::Recv:
+            onRecv(peerFor(tag), cqe);
+            break;
+        case Op::Send:
+            if (Peer* peer = peerFor(tag)) onSend(*peer, cqe.res);
+            break;
+        case Op::Wake:
+            if (!stopping.load(std::memory_order_acquire)) armWake();
+            break;
+        case Op::Cancel:
+            break;
+        default:
+            if ((cqe.flags & IORING_CQE_F_BUFFER) != 0 &&
+                (cqe.flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
+                buffers.recycle(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+            }
+            break;
+    }
+}
+
 void AdminServer::Impl::loop() {
     armAccept();
     armWake();
     int waitMs = 1000;
     while (!stopping.load(std::memory_order_acquire)) {
-        __kernel_timespec timeout{};
-        timeout.tv_sec = waitMs / 1000;
-        timeout.tv_nsec = static_cast<long long>(waitMs % 1000) * 1000000;
-        io_uring_cqe* first = nullptr;
-        int rc = io_uring_submit_and_wait_timeout(&ring.ring, &first, 1, &timeout, nullptr);
+        const int rc = ring->submitAndWait(static_cast<unsigned>(waitMs));
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) {
             checkNeg(rc, "io_uring_submit_and_wait_timeout");
         }
-        unsigned head;
-        unsigned seen = 0;
-        io_uring_cqe* cqe;
-        io_uring_for_each_cqe(&ring.ring, head, cqe) {
-            ++seen;
-            const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
-            switch (tagOp(tag)) {
-                case Op::Accept:
-                    onAccept(*cqe);
-                    break;
-                case Op::Recv:
-                    onRecv(peerFor(tag), *cqe);
-                    break;
-                case Op::Send:
-                    if (Peer* peer = peerFor(tag)) onSend(*peer, cqe->res);
-                    break;
-                case Op::Wake:
-                    if (!stopping.load(std::memory_order_acquire)) armWake();
-                    break;
-                case Op::Cancel:
-                    break;
-                default:
-                    if ((cqe->flags & IORING_CQE_F_BUFFER) != 0 &&
-                        (cqe->flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
-                        buffers.recycle(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-                    }
-                    break;
-            }
-        }
-        io_uring_cq_advance(&ring.ring, seen);
+        ring->drainCompletions([this](const io_uring_cqe& cqe) { dispatch(cqe); });
 
         // Buffers are back in the ring now: re-arm receives that ran dry (-ENOBUFS) or ended.
         for (Peer* peer : rearm) {
@@ -871,7 +845,14 @@ void AdminServer::Impl::loop() {
     }
 }
 
-void AdminServer::Impl::run() noexcept {
+void AdminServer::Impl::run(std::promise<void>& ready) noexcept {
+    try {
+        setUpRing();
+    } catch (...) {
+        ready.set_exception(std::current_exception());
+        return;
+    }
+    ready.set_value();
     try {
         loop();
     } catch (const std::exception& error) {
@@ -890,7 +871,15 @@ AdminServer::~AdminServer() {
 void AdminServer::start() {
     if (impl_->started) return;
     impl_->started = true;
-    impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+    std::promise<void> ready;
+    std::future<void> setUp = ready.get_future();
+    impl_->thread = std::thread([impl = impl_.get(), &ready] { impl->run(ready); });
+    try {
+        setUp.get();
+    } catch (...) {
+        impl_->thread.join();  // it returns right after reporting
+        throw;
+    }
 }
 
 void AdminServer::stop() {

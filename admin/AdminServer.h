@@ -19,11 +19,12 @@
 //
 // Thread affinity: construct, start() and destroy from one thread; requestCounts() from any
 // thread; AdminHandler::handle() runs on the admin thread.
-// Error contract: the constructor (which also sets up the io_uring and its buffer ring) throws
-// UsageError (bad group, bad path) or std::system_error (a failed call), naming the socket path;
-// start() throws std::system_error only if the thread cannot be created. The admin thread never
-// throws: a peer's error closes that peer; a failure of the ring
-// itself is logged and stops the admin server (never the daemon).
+// Error contract: the constructor (which creates the socket) throws UsageError (bad group, bad
+// path) or std::system_error (a failed call), naming the socket path; start() throws
+// std::system_error when the thread, its io_uring (common/Ring, made on the admin thread, its
+// single issuer) or the provided buffer ring cannot be set up. The admin thread never throws: a
+// peer's error closes that peer; a failure of the ring itself is logged and stops the admin
+// server (never the daemon).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,8 +58,8 @@ struct AdminServerOptions {
 class AdminServer {
   public:
     // Creates the socket (admin/AdminSocket.h: a stale socket file is replaced only if nothing
-    // listens on it; mode 0660, root:group, as non-root only the group) and sets up the io_uring
-    // and its buffer ring. Throws UsageError for a missing group (naming --admin-group or
+    // listens on it; mode 0660, root:group, as non-root only the group). Throws UsageError for a
+    // missing group (naming --admin-group or
     // --admin-readonly-group) or an unusable path, std::system_error for failed calls, both
     // naming the path.
     AdminServer(AdminServerOptions options, AdminHandler& handler);
@@ -68,7 +69,7 @@ class AdminServer {
     AdminServer(const AdminServer&) = delete;
     AdminServer& operator=(const AdminServer&) = delete;
 
-    // Starts the admin thread. Call once.
+    // Starts the admin thread and waits until its io_uring and buffer ring are set up. Call once.
     void start();
     // Stops and joins the admin thread (idempotent; the destructor calls it).
     void stop();
