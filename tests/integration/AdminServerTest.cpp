@@ -198,16 +198,21 @@ TEST_F(AdminServerTest, SymlinkSwappedInDuringSetUpIsNotFollowed) {
     AdminServerOptions o = options();
     o.group = "nogroup";
     std::atomic<bool> done{false};
+    std::atomic<unsigned> swaps{0};
     std::thread racer([&] {
         const std::string staging = dir_.path() + "/staging-link";
-        // Clear the path (so a set-up may begin), then swap a symlink in over whatever is there.
+        // As soon as a socket shows up at the path, swap the symlink in over it; after a moment
+        // clear the path so that the next set-up can begin.
         while (!done.load()) {
-            ::unlink(path().c_str());
-            std::this_thread::yield();
-            ::unlink(staging.c_str());
-            if (::symlink(target.c_str(), staging.c_str()) == 0) {
-                ::rename(staging.c_str(), path().c_str());
+            struct stat st {};
+            if (::lstat(staging.c_str(), &st) != 0 &&
+                ::symlink(target.c_str(), staging.c_str()) != 0) {
+                continue;
             }
+            if (::lstat(path().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+            if (::rename(staging.c_str(), path().c_str()) == 0) ++swaps;
+            std::this_thread::sleep_for(200us);
+            ::unlink(path().c_str());
         }
     });
     unsigned started = 0;
@@ -223,6 +228,7 @@ TEST_F(AdminServerTest, SymlinkSwappedInDuringSetUpIsNotFollowed) {
     racer.join();
     struct stat st {};
     ASSERT_EQ(::stat(target.c_str(), &st), 0);
+    EXPECT_GT(swaps.load(), 0u) << "the racer never got to swap";
     EXPECT_EQ(st.st_mode & 07777, 0600u) << "after " << started << " servers started";
     EXPECT_EQ(st.st_gid, 0u);
     EXPECT_EQ(readFile(target), "secret");
