@@ -39,7 +39,7 @@ class AdminHandler {
   public:
     virtual ~AdminHandler() = default;
     // Called on the admin thread, one request at a time, only for a request that names a command
-    // this build knows; must not block for long. Returns the response: on failure, error.code
+    // this build knows and that the peer's access level allows; must not block for long. Returns the response: on failure, error.code
     // set (not ERROR_NONE) and error.message one line for the operator. protocol_version is set
     // by the server. An exception becomes ERROR_FAILED with its what().
     virtual splicegate::admin::Response handle(const splicegate::admin::Request& request) = 0;
