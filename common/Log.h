@@ -1,8 +1,12 @@
 #pragma once
-// One line per event on stderr: "<UTC time> <level> <message>". Thread-safe: each line is one
-// write(2), so lines from different workers never interleave. GCC 12 lacks <format>, so messages
-// are built by streaming the arguments: logInfo("listening on ", address).
+// One line per event on stderr: "<UTC time> <level> <message>", or, when stderr is the journal
+// (JOURNAL_STREAM names it), "<N><level> <message>" with the sd-daemon priority N and no time
+// stamp (journald keeps its own). Thread-safe: each line is one write(2), so lines from
+// different workers never interleave. GCC 12 lacks <format>, so messages are built by streaming
+// the arguments: logInfo("listening on ", address).
+#include <chrono>
 #include <sstream>
+#include <string>
 #include <string_view>
 
 namespace splicegate {
@@ -13,6 +17,13 @@ void setLogLevel(LogLevel level) noexcept;
 LogLevel logLevel() noexcept;
 bool parseLogLevel(std::string_view text, LogLevel& out) noexcept;
 void logLine(LogLevel level, std::string_view message) noexcept;
+
+// Decides the line format: journal when JOURNAL_STREAM's "DEV:INODE" is stderr's device and
+// inode. Called once at start (before threads); `journalStream` is the variable's value or null.
+void detectJournal(const char* journalStream) noexcept;
+bool logsToJournal() noexcept;
+// The line logLine() writes, without the newline (exposed for tests).
+std::string formatLogLine(LogLevel level, std::string_view message, bool journal);
 
 template <typename... Args>
 std::string concat(Args&&... args) {
@@ -27,12 +38,53 @@ void logAt(LogLevel level, Args&&... args) {
     logLine(level, concat(std::forward<Args>(args)...));
 }
 template <typename... Args>
-void logDebug(Args&&... args) { logAt(LogLevel::Debug, std::forward<Args>(args)...); }
+void logDebug(Args&&... args) {
+    logAt(LogLevel::Debug, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logInfo(Args&&... args) { logAt(LogLevel::Info, std::forward<Args>(args)...); }
+void logInfo(Args&&... args) {
+    logAt(LogLevel::Info, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logWarn(Args&&... args) { logAt(LogLevel::Warn, std::forward<Args>(args)...); }
+void logWarn(Args&&... args) {
+    logAt(LogLevel::Warn, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logError(Args&&... args) { logAt(LogLevel::Error, std::forward<Args>(args)...); }
+void logError(Args&&... args) {
+    logAt(LogLevel::Error, std::forward<Args>(args)...);
+}
+
+// Repeated warnings of one kind (e.g. "connect failed on route web"): the first of each window
+// is logged; the rest are counted and reported as one line when the window is over, at the
+// next warning of that kind or at flushSuppressedWarnings(). Thread-safe (one mutex, taken only
+// on the warning path).
+class WarningLimiter {
+  public:
+    static constexpr auto kWindow = std::chrono::seconds(5);
+    // True when a warning of `kind` may be logged now; otherwise counts it as suppressed.
+    // `report` receives the suppressed count of the window just ended, 0 if none.
+    static bool admit(std::string_view kind, std::uint64_t& report);
+    // Logs "suppressed N warnings of kind K" for every kind whose window has ended.
+    static void flush();
+};
+
+template <typename... Args>
+void logWarnLimited(std::string_view kind, Args&&... args) {
+    if (LogLevel::Warn < logLevel()) return;
+    std::uint64_t suppressed = 0;
+    if (!WarningLimiter::admit(kind, suppressed)) return;
+    if (suppressed > 0) logWarn(kind, ": ", suppressed, " similar warnings suppressed");
+    logWarn(std::forward<Args>(args)...);
+}
+
+inline void flushSuppressedWarnings() {
+    WarningLimiter::flush();
+}
+
+// An admin command that changes the daemon (kill, drain, reload), with who asked:
+// "admin: reload by uid=0 pid=4242: <outcome>". The admin server calls it with SO_PEERCRED's
+// values. Failed actions are logged at warn.
+void logAdminAction(std::string_view action, unsigned uid, int pid, bool succeeded,
+                    std::string_view outcome);
 
 }  // namespace splicegate

@@ -34,7 +34,12 @@ const char* toString(CloseReason reason) noexcept {
 }
 
 const char* toString(RefuseReason reason) noexcept {
-    return reason == RefuseReason::MaxConnections ? "max-connections" : "unknown";
+    switch (reason) {
+        case RefuseReason::MaxConnections: return "max-connections";
+        case RefuseReason::MaxConnectionsPerSource: return "max-connections-per-source";
+        case RefuseReason::Count: break;
+    }
+    return "unknown";
 }
 
 void WorkerStats::observeFsync(std::uint64_t nanos) noexcept {

@@ -32,7 +32,7 @@ enum class CloseReason : std::uint8_t {
 };
 const char* toString(CloseReason reason) noexcept;
 
-enum class RefuseReason : std::uint8_t { MaxConnections, Count };
+enum class RefuseReason : std::uint8_t { MaxConnections, MaxConnectionsPerSource, Count };
 const char* toString(RefuseReason reason) noexcept;
 
 // A counter written by one thread, read by others.
@@ -89,6 +89,14 @@ struct RouteSnapshot {
     std::map<std::string, std::uint64_t> refused;  // by reason
 };
 
+// One upstream of one route: health as the relay's UpstreamPool sees it.
+struct UpstreamSnapshot {
+    std::string route;
+    std::string upstream;  // as configured
+    bool up = false;
+    std::uint64_t connectFailures = 0;
+};
+
 struct StatsSnapshot {
     std::string version;
     std::vector<RouteSnapshot> routes;
@@ -103,6 +111,9 @@ struct StatsSnapshot {
     // {action, reason} -> packets (XDP); {command, result} -> requests (admin)
     std::map<std::pair<std::string, std::string>, std::uint64_t> xdpPackets;
     std::map<std::pair<std::string, std::string>, std::uint64_t> adminRequests;
+    std::vector<UpstreamSnapshot> upstreams;
+    bool lastReloadSuccessful = true;
+    std::int64_t lastReloadSuccessUnixSeconds = 0;
 };
 
 // Route name <-> stable counter index, shared by all workers. Indexes are never reused for

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <bit>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <charconv>
@@ -15,6 +16,7 @@
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
+#include "relay/ListenerMatcher.h"
 
 namespace splicegate {
 namespace po = boost::program_options;
@@ -28,6 +30,11 @@ constexpr std::size_t kMaxRouteNameLength = 64;
 constexpr uint64_t kMinPipeSize = 4096;
 constexpr uint64_t kMaxPipeSize = uint64_t{1} << 30;
 constexpr uint64_t kMaxWorkers = 1024;
+// io_uring_setup_buf_ring() takes at most 32768 entries (IORING_MAX_ENTRIES of a buffer ring).
+constexpr uint64_t kMaxBufferRingEntries = 32768;
+constexpr uint64_t kMinBufferSize = 512;
+constexpr uint64_t kMaxBufferSize = uint64_t{1} << 24;
+constexpr uint64_t kMinAuditBufferBytes = uint64_t{1} << 20;
 
 // ---- Names of enumerated values: one table per type serves parsing, help defaults and errors.
 
@@ -50,6 +57,13 @@ constexpr Named<LogLevel> kLogLevelNames[] = {{"debug", LogLevel::Debug},
                                               {"info", LogLevel::Info},
                                               {"warn", LogLevel::Warn},
                                               {"error", LogLevel::Error}};
+constexpr Named<Lane> kLaneNames[] = {
+    {"auto", Lane::Auto}, {"splice", Lane::Splice}, {"buffer", Lane::Buffer}};
+constexpr Named<AuditWriterKind> kAuditWriterNames[] = {{"direct", AuditWriterKind::Direct},
+                                                        {"splice", AuditWriterKind::Splice}};
+constexpr Named<bool> kOnOffNames[] = {{"on", true},     {"off", false}, {"true", true},
+                                       {"false", false}, {"yes", true},  {"no", false},
+                                       {"1", true},      {"0", false}};
 constexpr Named<bool> kBoolNames[] = {{"true", true}, {"false", false}, {"yes", true},
                                       {"no", false},  {"1", true},      {"0", false}};
 
@@ -115,10 +129,14 @@ UpstreamConfig resolveUpstream(const std::string& text, const std::string& label
     // Port 0 cannot be connected to; refuse it before spending a DNS lookup on the host.
     if (splitHostPort(text, host, port) && port == 0)
         throw UsageError(label + ": invalid address '" + text + "' (port must be 1..65535)");
+    if (!SocketAddress::parseNumeric(text) && !splitHostPort(text, host, port))
+        throw UsageError(label + ": invalid address '" + text +
+                         "' (expected HOST:PORT, ADDR:PORT or [IPv6]:PORT)");
+    // The syntax is right: whatever fails now is the name service, which may answer later.
     try {
-        return UpstreamConfig{text, SocketAddress::resolve(text)};
+        return UpstreamConfig{text, SocketAddress::resolve(text), {}};
     } catch (const UsageError& error) {
-        throw UsageError(label + ": " + error.what());
+        return UpstreamConfig{text, {}, error.what()};
     }
 }
 
@@ -255,8 +273,13 @@ po::options_description routeAndServiceOptions(const Config& d) {
          "group allowed on the admin socket besides root")
         ("metrics-listen", scalar("ADDR:PORT", d.metricsListen),
          "Prometheus endpoint /metrics; empty = none")
+        ("admin-readonly-group", scalar("NAME"),
+         "group allowed read-only admin commands (status, connections, version, xdp list); "
+         "none by default")
         ("log-level", scalar("LEVEL", nameOf(kLogLevelNames, d.logLevel)),
-         "debug, info, warn or error; logs go to stderr");
+         "debug, info, warn or error; logs go to stderr")
+        ("access-log", scalar("on|off", nameOf(kOnOffNames, d.accessLog)),
+         "one info line per closed connection");
     return options;
 }
 
@@ -275,7 +298,17 @@ po::options_description auditOptions(const Config& d) {
         ("audit-retention-bytes", scalar("N", std::to_string(d.auditRetentionBytes)),
          "delete oldest closed audit data above this size; 0 = keep all")
         ("audit-retention-hours", scalar("N", std::to_string(d.auditRetentionHours)),
-         "delete closed audit data older than this; 0 = keep all");
+         "delete closed audit data older than this; 0 = keep all")
+        ("audit-writer", scalar("W", nameOf(kAuditWriterNames, d.auditWriter)),
+         "direct: O_DIRECT writes from registered aligned buffers (buffered where the filesystem "
+         "refuses O_DIRECT); splice: splice into the page cache")
+        ("audit-buffer-bytes", scalar("N", std::to_string(d.auditBufferBytes)),
+         "per worker, audited bytes not yet written (at least 1 MiB); when full, audited flows "
+         "stop reading")
+        ("audit-group", scalar("NAME"),
+         "group that may read audit files (files 0640, directory 0750); default: the daemon's")
+        ("audit-hmac-key-file", scalar("FILE"),
+         "key for the audit log's sealing HMAC; none = hash chain without a key");
     return options;
 }
 
@@ -285,12 +318,23 @@ po::options_description relayOptions(const Config& d) {
         ("splice-engine", scalar("E"),
          "chain (linked io_uring splice/tee SQEs) or inline (direct non-blocking splice/tee); "
          "default: the fastest measured")
+        ("lane", scalar("L", nameOf(kLaneNames, d.lane)),
+         "auto: a flow starts in the buffer lane and moves to splice while its reads stay large; "
+         "splice: always splice; buffer: always the buffer lane")
+        ("buffer-ring-entries", scalar("N", std::to_string(d.bufferRingEntries)),
+         "provided buffers per worker ring (a power of two, at most 32768)")
+        ("buffer-size", scalar("BYTES", std::to_string(d.bufferSize)),
+         "size of each provided buffer (512..16 MiB)")
+        ("sqpoll", scalar("on|off")->implicit_value("on"),
+         "kernel-side submission polling for the workers' rings (off by default)")
         ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
          "target pipe capacity (4096..1 GiB), clamped to what the system allows")
         ("pipe-budget", scalar("BYTES", std::to_string(d.pipeBudgetBytes)),
          "extension: cap on the capacity of all pipes together; 0 = the system's limit")
         ("max-connections", scalar("N", std::to_string(d.maxConnections)),
          "beyond it new connections are refused (and counted); at least 1")
+        ("max-connections-per-source", scalar("N", std::to_string(d.maxConnectionsPerSource)),
+         "per client address; 0 = no limit")
         ("connect-timeout-ms", scalar("N", std::to_string(d.connectTimeoutMs)),
          "upstream connect timeout")
         ("idle-timeout-ms", scalar("N", std::to_string(d.idleTimeoutMs)),
@@ -340,6 +384,9 @@ po::options_description commandLineOnlyOptions() {
     po::options_description options("Command line only");
     options.add_options()
         ("config", scalar("FILE"), "INI config file (re-read on SIGHUP)")
+        ("check-config",
+         "check the configuration (parse, resolve, audit directory usable) and exit 0, or 2 "
+         "with one line per problem; binds nothing, changes nothing")
         ("help,h", "print this help and exit")
         ("version", "print the version and exit");
     return options;
@@ -353,7 +400,8 @@ constexpr const char* kConfigFileHelp =
     "  [route.NAME]           NAME: letters, digits, '_' or '-'; at most 64\n"
     "  listen = ADDR:PORT     required\n"
     "  upstream = HOST:PORT   required, repeatable\n"
-    "  audit = true|false     default true\n";
+    "  audit = true|false     default true\n"
+    "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n";
 
 std::string helpText(const po::options_description& commandLineOnly,
                      const po::options_description& shared) {
@@ -370,6 +418,7 @@ struct RouteSection {
     std::optional<std::string> listen;
     std::vector<std::string> upstreams;
     std::optional<std::string> audit;
+    std::optional<std::string> healthCheckIntervalMs;
 };
 
 class ConfigParser {
@@ -389,6 +438,7 @@ class ConfigParser {
         } else if (values_.count("version")) {
             result.action = CommandLine::Action::Version;
         } else {
+            if (values_.count("check-config")) result.action = CommandLine::Action::CheckConfig;
             if (values_.count("config")) parseFile(shared);
             result.config = build();
         }
@@ -455,9 +505,11 @@ class ConfigParser {
             section.upstreams.push_back(value);
         } else if (field == "audit") {
             setOnce(section, section.audit, field, value);
+        } else if (field == "health-check-interval-ms") {
+            setOnce(section, section.healthCheckIntervalMs, field, value);
         } else {
             throw UsageError(routeLabel(section.name) + ": unknown key '" + field +
-                             "' (expected listen, upstream or audit)");
+                             "' (expected listen, upstream, audit or health-check-interval-ms)");
         }
     }
 
@@ -473,7 +525,7 @@ class ConfigParser {
         if (!isValidRouteName(name))
             throw UsageError(file_ + ": invalid route name '" + name +
                              "' in [route.NAME] (letters, digits, '_' or '-'; 1..64 characters)");
-        sections_.push_back(RouteSection{name, {}, {}, {}});
+        sections_.push_back(RouteSection{name, {}, {}, {}, {}});
         return sections_.back();
     }
 
@@ -496,6 +548,8 @@ class ConfigParser {
         if (!config.metricsListen.empty())
             parseListenAddress(config.metricsListen, label("metrics-listen"));
         config.logLevel = choice(kLogLevelNames, "log-level");
+        config.accessLog = choice(kOnOffNames, "access-log");
+        config.adminReadonlyGroup = text("admin-readonly-group");
     }
 
     void applyAuditOptions(Config& config) const {
@@ -505,6 +559,12 @@ class ConfigParser {
         config.auditOnError = choice(kOnErrorNames, "audit-on-error");
         config.auditRetentionBytes = number<uint64_t>("audit-retention-bytes");
         config.auditRetentionHours = number<uint64_t>("audit-retention-hours");
+        config.auditWriter = choice(kAuditWriterNames, "audit-writer");
+        config.auditBufferBytes = number<uint64_t>("audit-buffer-bytes", kMinAuditBufferBytes);
+        config.auditGroup = text("audit-group");
+        config.auditHmacKeyFile = text("audit-hmac-key-file");
+        if (values_.count("audit-hmac-key-file") && config.auditHmacKeyFile.empty())
+            throw UsageError(label("audit-hmac-key-file") + ": empty file name");
     }
 
     void applyRelayOptions(Config& config) const {
@@ -516,6 +576,15 @@ class ConfigParser {
         config.connectTimeoutMs = number<uint32_t>("connect-timeout-ms");
         config.idleTimeoutMs = number<uint32_t>("idle-timeout-ms");
         config.drainTimeoutMs = number<uint32_t>("drain-timeout-ms");
+        config.maxConnectionsPerSource = number<uint64_t>("max-connections-per-source");
+        config.lane = choice(kLaneNames, "lane");
+        config.bufferRingEntries =
+            number<uint32_t>("buffer-ring-entries", 1, kMaxBufferRingEntries);
+        if (!std::has_single_bit(config.bufferRingEntries))
+            throw UsageError(label("buffer-ring-entries") + ": value '" +
+                             text("buffer-ring-entries") + "' is not a power of two");
+        config.bufferSize = number<uint32_t>("buffer-size", kMinBufferSize, kMaxBufferSize);
+        if (values_.count("sqpoll")) config.sqpoll = choice(kOnOffNames, "sqpoll");
     }
 
     void applyXdpOptions(Config& config) const {
@@ -548,6 +617,7 @@ class ConfigParser {
         }
         if (routes.empty()) throw UsageError(kNoRouteMessage);
         rejectSharedListeners(routes);
+        rejectOwnListenerUpstreams(routes, ListenerMatcher::withLocalAddresses());
         return routes;
     }
 
@@ -570,7 +640,8 @@ class ConfigParser {
 
     RouteConfig sectionRoute(const RouteSection& section) const {
         std::string where = routeLabel(section.name);
-        if (!section.listen && section.upstreams.empty() && !section.audit)
+        if (!section.listen && section.upstreams.empty() && !section.audit &&
+            !section.healthCheckIntervalMs)
             throw UsageError(where + " is empty: it needs listen and upstream");
         if (!section.listen) throw UsageError(where + ": missing listen");
         if (section.upstreams.empty()) throw UsageError(where + ": missing upstream");
@@ -580,6 +651,10 @@ class ConfigParser {
         for (const auto& upstream : section.upstreams)
             route.upstreams.push_back(resolveUpstream(upstream, where + ": upstream"));
         if (section.audit) route.audit = parseChoice(kBoolNames, *section.audit, where + ": audit");
+        if (section.healthCheckIntervalMs)
+            route.healthCheckIntervalMs = static_cast<uint32_t>(
+                parseNumber(*section.healthCheckIntervalMs, 0, std::numeric_limits<uint32_t>::max(),
+                            where + ": health-check-interval-ms"));
         return route;
     }
 
@@ -590,6 +665,25 @@ class ConfigParser {
                     throw UsageError("listen address " + routes[i].listen.toString() +
                                      " is used by both route '" + routes[i].name + "' and route '" +
                                      routes[j].name + "'");
+    }
+
+    // An upstream that is one of the daemon's own listeners would loop each connection back into
+    // the relay, fanning it out until a limit hits and auditing its payload at every turn.
+    void rejectOwnListenerUpstreams(const std::vector<RouteConfig>& routes,
+                                    const ListenerMatcher& matcher) const {
+        for (const auto& route : routes)
+            for (const auto& upstream : route.upstreams)
+                for (const auto& address : upstream.addresses)
+                    if (auto owner = matcher.routeListeningOn(address, routes))
+                        throw UsageError(upstreamLabel(route.name) + " '" + upstream.text + "' (" +
+                                         address.toString() +
+                                         ") is the daemon's own listener of route '" + *owner +
+                                         "'");
+    }
+
+    std::string upstreamLabel(const std::string& routeName) const {
+        if (routeName == "default" && values_.count("listen")) return label("upstream") + ":";
+        return routeLabel(routeName) + ": upstream";
     }
 
     // How an error names the option: as the user wrote it, on the command line or in the file.
@@ -635,6 +729,7 @@ class ConfigParser {
 
 bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
     if (a.name != b.name || !(a.listen == b.listen) || a.audit != b.audit ||
+        a.healthCheckIntervalMs != b.healthCheckIntervalMs ||
         a.upstreams.size() != b.upstreams.size())
         return false;
     for (std::size_t i = 0; i < a.upstreams.size(); ++i)
@@ -642,6 +737,45 @@ bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
             a.upstreams[i].addresses != b.upstreams[i].addresses)
             return false;
     return true;
+}
+
+std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next) {
+    std::vector<std::string> changed;
+    auto check = [&](const char* name, const auto& a, const auto& b) {
+        if (!(a == b)) changed.emplace_back(name);
+    };
+    check("workers", running.workers, next.workers);
+    check("admin-socket", running.adminSocket, next.adminSocket);
+    check("admin-group", running.adminGroup, next.adminGroup);
+    check("admin-readonly-group", running.adminReadonlyGroup, next.adminReadonlyGroup);
+    check("metrics-listen", running.metricsListen, next.metricsListen);
+    check("access-log", running.accessLog, next.accessLog);
+    check("audit-dir", running.auditDir, next.auditDir);
+    check("audit-durability", running.auditDurability, next.auditDurability);
+    check("audit-fsync-interval-ms", running.auditFsyncIntervalMs, next.auditFsyncIntervalMs);
+    check("audit-on-error", running.auditOnError, next.auditOnError);
+    check("audit-retention-bytes", running.auditRetentionBytes, next.auditRetentionBytes);
+    check("audit-retention-hours", running.auditRetentionHours, next.auditRetentionHours);
+    check("audit-writer", running.auditWriter, next.auditWriter);
+    check("audit-buffer-bytes", running.auditBufferBytes, next.auditBufferBytes);
+    check("audit-group", running.auditGroup, next.auditGroup);
+    check("audit-hmac-key-file", running.auditHmacKeyFile, next.auditHmacKeyFile);
+    check("splice-engine", running.spliceEngine, next.spliceEngine);
+    check("lane", running.lane, next.lane);
+    check("buffer-ring-entries", running.bufferRingEntries, next.bufferRingEntries);
+    check("buffer-size", running.bufferSize, next.bufferSize);
+    check("sqpoll", running.sqpoll, next.sqpoll);
+    check("pipe-size", running.pipeSize, next.pipeSize);
+    check("pipe-budget", running.pipeBudgetBytes, next.pipeBudgetBytes);
+    check("max-connections", running.maxConnections, next.maxConnections);
+    check("max-connections-per-source", running.maxConnectionsPerSource,
+          next.maxConnectionsPerSource);
+    check("connect-timeout-ms", running.connectTimeoutMs, next.connectTimeoutMs);
+    check("idle-timeout-ms", running.idleTimeoutMs, next.idleTimeoutMs);
+    check("drain-timeout-ms", running.drainTimeoutMs, next.drainTimeoutMs);
+    check("xdp-interface", running.xdpInterface, next.xdpInterface);
+    check("xdp-mode", running.xdpMode, next.xdpMode);
+    return changed;
 }
 
 CommandLine parseCommandLine(int argc, const char* const* argv) {
@@ -663,6 +797,14 @@ const char* toString(SpliceEngine engine) noexcept {
 
 const char* toString(AuditDurability durability) noexcept {
     return nameOf(kDurabilityNames, durability);
+}
+
+const char* toString(Lane lane) noexcept {
+    return nameOf(kLaneNames, lane);
+}
+
+const char* toString(AuditWriterKind writer) noexcept {
+    return nameOf(kAuditWriterNames, writer);
 }
 
 }  // namespace splicegate

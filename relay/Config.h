@@ -17,10 +17,18 @@ enum class AuditDurability { Strict, Batch, None };
 enum class AuditOnError { FailClosed, FailOpen };
 enum class SpliceEngine { Chain, Inline };
 enum class XdpMode { Native, Generic, Auto };
+// How flows move bytes: auto starts in the buffer lane and moves to splice while reads stay large.
+enum class Lane { Auto, Splice, Buffer };
+// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
+// page cache.
+enum class AuditWriterKind { Direct, Splice };
 
 struct UpstreamConfig {
-    std::string text;                     // as configured, e.g. "backend.local:443"
+    std::string text;                      // as configured, e.g. "backend.local:443"
     std::vector<SocketAddress> addresses;  // resolved when the config is loaded
+    // Set when the name did not resolve at load: not a configuration error (DNS may answer
+    // later); the upstream counts as down and the name is retried (UpstreamPool).
+    std::string resolveError;
 };
 
 struct RouteConfig {
@@ -28,6 +36,7 @@ struct RouteConfig {
     SocketAddress listen;
     std::vector<UpstreamConfig> upstreams;  // round robin; next one on connect failure
     bool audit = true;
+    uint32_t healthCheckIntervalMs = 0;  // active TCP checks of the upstreams; 0 = off
 
     friend bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept;
 };
@@ -45,13 +54,24 @@ struct Config {
     AuditOnError auditOnError = AuditOnError::FailClosed;
     uint64_t auditRetentionBytes = 0;
     uint64_t auditRetentionHours = 0;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
+    uint64_t auditBufferBytes = 67108864;  // per worker
+    std::string auditGroup;                // empty: the daemon's group
+    std::string auditHmacKeyFile;          // empty: hash chain without a key
+    std::string adminReadonlyGroup;        // empty: none
+    bool accessLog = true;
     std::optional<SpliceEngine> spliceEngine;  // unset: the default chosen by measurement
     uint64_t pipeSize = 1048576;
     uint64_t pipeBudgetBytes = 0;  // extension: cap on all pipes' capacity; 0 = system's limit
     uint64_t maxConnections = 65536;
     uint32_t connectTimeoutMs = 5000;
-    uint32_t idleTimeoutMs = 0;
+    uint32_t idleTimeoutMs = 3600000;  // 1 h, as Envoy's TCP proxy: half-open peers do not pile up
     uint32_t drainTimeoutMs = 30000;
+    uint64_t maxConnectionsPerSource = 0;  // per client address; 0 = no limit
+    Lane lane = Lane::Auto;
+    uint32_t bufferRingEntries = 4096;  // power of two (io_uring buffer rings require it)
+    uint32_t bufferSize = 16384;
+    bool sqpoll = false;
     std::string xdpInterface;
     XdpMode xdpMode = XdpMode::Auto;
     std::vector<std::string> xdpDeny;   // validated CIDR text
@@ -66,7 +86,8 @@ struct Config {
 };
 
 struct CommandLine {
-    enum class Action { Run, Help, Version };
+    // CheckConfig: --check-config, check `config` and exit without binding anything.
+    enum class Action { Run, Help, Version, CheckConfig };
     Action action = Action::Run;
     std::string helpText;  // filled for Action::Help
     Config config;
@@ -79,7 +100,14 @@ CommandLine parseCommandLine(int argc, const char* const* argv);
 // Same, for SIGHUP: re-reads the config file named in `args` (argv without argv[0]).
 Config loadConfig(const std::vector<std::string>& args);
 
+// The options whose value differs between the running and the reloaded configuration but that
+// take effect only at the next start (everything except the routes, log-level and the XDP
+// rules and SYN limit, which a reload applies), by option name.
+std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next);
+
 const char* toString(SpliceEngine engine) noexcept;
 const char* toString(AuditDurability durability) noexcept;
+const char* toString(Lane lane) noexcept;
+const char* toString(AuditWriterKind writer) noexcept;
 
 }  // namespace splicegate

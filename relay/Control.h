@@ -7,28 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
 #include "relay/Config.h"
 #include "relay/EdgeControl.h"
 #include "relay/Relay.h"
+#include "relay/Reloader.h"
 
 namespace splicegate {
-
-// Serialises configuration reloads from SIGHUP (main thread) and the admin "reload" command.
-class Reloader {
-public:
-    Reloader(Relay& relay, EdgeControl& edge, std::vector<std::string> args)
-        : relay_(relay), edge_(edge), args_(std::move(args)) {}
-    // Re-reads the configuration and applies its routes. Throws UsageError naming the problem;
-    // the running configuration stays in force then.
-    Config reload();
-
-private:
-    std::mutex mutex_;
-    Relay& relay_;
-    EdgeControl& edge_;
-    const std::vector<std::string> args_;
-};
 
 class DaemonControl : public AdminHandler {
 public:

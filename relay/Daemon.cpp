@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -20,19 +21,24 @@
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "metrics/MetricsExposer.h"
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
+#include "relay/Capabilities.h"
+#include "relay/ConfigCheck.h"
 #include "relay/Config.h"
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
-#include "relay/Failpoints.h"
+#include "common/Ring.h"
+#include "datapath/Failpoints.h"
+#include "relay/FdBudget.h"
 #include "relay/Relay.h"
-#include "relay/Ring.h"
+#include "relay/Reloader.h"
 
 namespace splicegate {
 namespace {
-constexpr std::uint64_t kReservedFds = 64;  // listeners, rings, eventfds, logs, admin...
-
-// Raises the soft fd limit to the hard one and returns how many connections fit in it.
+// Pipes a worker keeps for reuse (PipePool's maxIdle in Worker).
+constexpr std::uint64_t kIdlePipesPerWorker = 16;
+// Raises the soft fd limit to the hard one and returns how many connections fit in it, counting
+// every fd a connection can hold (FdBudget); logged once.
 std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes) {
     rlimit limit{};
     checkSys(::getrlimit(RLIMIT_NOFILE, &limit), "getrlimit(RLIMIT_NOFILE)");
@@ -42,16 +48,23 @@ std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, st
         checkSys(::setrlimit(RLIMIT_NOFILE, &limit), "setrlimit(RLIMIT_NOFILE)");
         logInfo("raised the open-file limit from ", previous, " to ", limit.rlim_cur);
     }
-    // Each connection costs two sockets and, while bytes are in flight, a pipe's two ends.
-    auto reserved = kReservedFds + workers * (routes + 4);
-    auto fitting = limit.rlim_cur > reserved ? (limit.rlim_cur - reserved) / 2 : 0;
-    if (fitting < wantedConnections) {
-        logWarn("--max-connections ", wantedConnections, " needs ", wantedConnections * 2 + reserved,
-                " file descriptors but the limit is ", limit.rlim_cur, ": at most ", fitting,
-                " connections will be accepted (raise LimitNOFILE)");
-        return fitting;
-    }
-    return wantedConnections;
+    auto budget = FdBudget::plan(limit.rlim_cur, wantedConnections, workers, routes,
+                                 kIdlePipesPerWorker);
+    if (budget.connections == 0)
+        throw std::runtime_error(concat("the open-file limit ", limit.rlim_cur,
+                                        " leaves no room for a connection (", budget.reserved,
+                                        " fds reserved, ", budget.perConnection,
+                                        " per connection): raise LimitNOFILE"));
+    if (budget.connections < wantedConnections)
+        logWarn("--max-connections ", wantedConnections, " needs ",
+                wantedConnections * budget.perConnection + budget.reserved,
+                " file descriptors (", budget.perConnection, " per connection) but the limit is ",
+                limit.rlim_cur, ": at most ", budget.connections,
+                " connections will be accepted, the rest refused (raise LimitNOFILE)");
+    else
+        logInfo("file descriptors: limit ", limit.rlim_cur, ", ", budget.perConnection,
+                " per connection at most, room for ", budget.connections, " connections");
+    return budget.connections;
 }
 
 void checkKernel() {
@@ -84,6 +97,14 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.auditDurability = config.auditDurability;
     settings.auditOnError = config.auditOnError;
     settings.auditFsyncIntervalMs = config.auditFsyncIntervalMs;
+    settings.lane = config.lane;
+    settings.bufferRingEntries = config.bufferRingEntries;
+    settings.bufferSize = config.bufferSize;
+    settings.sqpoll = config.sqpoll;
+    settings.auditWriter = config.auditWriter;
+    settings.auditBufferBytes = config.auditBufferBytes;
+    settings.accessLog = config.accessLog;
+    settings.maxConnectionsPerSource = config.maxConnectionsPerSource;
     return settings;
 }
 
@@ -155,16 +176,16 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
         siginfo_t info{};
         timespec poll{1, 0};
         int sig = ::sigtimedwait(&signals, &info, &poll);
-        if (sig < 0) retention.tick();  // about once a second
+        if (sig < 0) {  // about once a second
+            retention.tick();
+            flushSuppressedWarnings();
+        }
         if (sig == SIGHUP) {
             notifier.reloading();
             try {
-                auto config = reloader.reload();
-                logInfo("configuration reloaded from ", config.configFile, ": ",
-                        config.routes.size(), " routes");
-                notifier.ready(concat("reloaded: ", config.routes.size(), " routes"));
+                auto result = reloader.reload("SIGHUP");  // logs the outcome
+                notifier.ready(concat("reloaded: ", result.config.routes.size(), " routes"));
             } catch (const std::exception& error) {
-                logError("reload failed, keeping the running configuration: ", error.what());
                 notifier.ready(concat("reload failed, running the previous configuration: ",
                                       error.what()));
             }
@@ -179,6 +200,16 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
             return;
         }
     }
+}
+
+// --check-config: one line per problem on stderr, exit 2 if there is any; warnings do not fail.
+int checkConfigAndExit(const Config& config) {
+    auto report = checkConfiguration(config);
+    for (const auto& warning : report.warnings) std::cerr << "splicegate: warning: " << warning << "\n";
+    for (const auto& problem : report.problems) std::cerr << "splicegate: " << problem << "\n";
+    if (!report.problems.empty()) return 2;
+    std::cout << "splicegate: configuration OK (" << config.routes.size() << " routes)\n";
+    return 0;
 }
 }  // namespace
 
@@ -198,13 +229,22 @@ int runDaemon(int argc, const char* const* argv) {
         std::cout << "splicegate " << SPLICEGATE_VERSION << "\n";
         return 0;
     }
+    if (commandLine.action == CommandLine::Action::CheckConfig)
+        return checkConfigAndExit(commandLine.config);
     const Config& config = commandLine.config;
+    detectJournal(std::getenv("JOURNAL_STREAM"));
     setLogLevel(config.logLevel);
     std::vector<std::string> args(argv + 1, argv + argc);
     auto notifier = ServiceNotifier::fromEnvironment();
     try {
         checkKernel();
         loadFailpoints();
+        // Before any thread starts: capabilities are per thread and inherited at creation.
+        if (config.xdpInterface.empty()) {
+            auto dropped = dropEdgeFilterCapabilities();
+            if (!dropped.empty())
+                logInfo("no --xdp-interface: dropped ", joinNames(dropped));
+        }
         // Signals are taken synchronously by the main thread; workers inherit the mask.
         auto signals = controlSignals();
         ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
@@ -224,15 +264,22 @@ int runDaemon(int argc, const char* const* argv) {
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")
                                                 : std::to_string(budget) + " B");
         EdgeControl edge(config);
-        Reloader reloader(relay, edge, args);
+        Reloader reloader(relay, edge, args, config);
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
-            admin = std::make_unique<AdminServer>(
-                AdminServerOptions{config.adminSocket, config.adminGroup}, *control);
+            AdminServerOptions adminOptions;
+            adminOptions.socketPath = config.adminSocket;
+            adminOptions.group = config.adminGroup;
+            adminOptions.readonlyGroup = config.adminReadonlyGroup;
+            admin = std::make_unique<AdminServer>(std::move(adminOptions), *control);
             admin->start();
-            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup, ")");
+            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup,
+                    config.adminReadonlyGroup.empty()
+                        ? std::string()
+                        : ", read-only group " + config.adminReadonlyGroup,
+                    ")");
         }
         std::unique_ptr<MetricsExposer> metrics;
         if (!config.metricsListen.empty()) {

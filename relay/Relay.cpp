@@ -8,14 +8,43 @@
 
 namespace splicegate {
 
-std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index) {
+namespace {
+std::int64_t unixSeconds() noexcept {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+bool sameUpstreams(const RouteConfig& a, const RouteConfig& b) {
+    if (a.upstreams.size() != b.upstreams.size() ||
+        a.healthCheckIntervalMs != b.healthCheckIntervalMs)
+        return false;
+    for (std::size_t i = 0; i < a.upstreams.size(); ++i)
+        if (a.upstreams[i].text != b.upstreams[i].text) return false;
+    return true;
+}
+
+std::shared_ptr<UpstreamPool> poolFor(const RouteConfig& route, const RouteTable* previous) {
+    if (previous == nullptr) return nullptr;
+    for (const auto& old : *previous) {
+        if (old->config.name != route.name) continue;
+        if (sameUpstreams(old->config, route)) return old->pool;
+        return std::make_shared<UpstreamPool>(route.name, route.upstreams, healthPolicyOf(route),
+                                              old->pool.get());
+    }
+    return nullptr;
+}
+}  // namespace
+
+std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index,
+                                                  const RouteTable* previous) {
     auto table = std::make_shared<RouteTable>();
     for (const auto& route : config.routes) {
         auto slot = index.indexOf(route.name);
         if (slot >= kMaxRoutes)
             throw UsageError("route " + route.name + ": more than " + std::to_string(kMaxRoutes) +
                              " route names since start; restart to reset");
-        table->push_back(std::make_shared<const Route>(route, slot));
+        table->push_back(std::make_shared<const Route>(route, slot, poolFor(route, previous)));
     }
     return table;
 }
@@ -25,7 +54,13 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
-    context_->setRoutes(buildRouteTable(config, context_->routeIndex));
+    context_->reloadStatus.lastSuccessUnixSeconds.store(unixSeconds());
+    auto table = buildRouteTable(config, context_->routeIndex);
+    context_->setListenerSockets(ListenerSockets::bind(*table, workerCount, nullptr));
+    context_->setRoutes(table);
+    upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
+        [context = context_.get()] { return context->routes(); },
+        std::chrono::milliseconds(settings.connectTimeoutMs));
     std::vector<std::future<void>> started;
     for (unsigned i = 0; i < workerCount; ++i) {
         workers_.push_back(std::make_unique<Worker>(i, *context_));
@@ -37,8 +72,20 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
 Relay::~Relay() { stop(); }
 
 void Relay::reload(const Config& config) {
-    context_->setRoutes(buildRouteTable(config, context_->routeIndex));
+    auto running = context_->routes();
+    auto table = buildRouteTable(config, context_->routeIndex, running.get());
+    // Bound before anything changes: a failure here leaves the running set as it was. Workers
+    // close an old listener only after this, so no address stops accepting in between.
+    auto sockets = ListenerSockets::bind(*table, workerCount(),
+                                         context_->listenerSockets().get());
+    context_->setListenerSockets(std::move(sockets));
+    context_->setRoutes(std::move(table));
     for (auto& worker : workers_) worker->requestReload();
+}
+
+void Relay::recordReload(bool succeeded) noexcept {
+    context_->reloadStatus.lastSuccessful.store(succeeded);
+    if (succeeded) context_->reloadStatus.lastSuccessUnixSeconds.store(unixSeconds());
 }
 
 void Relay::drain() {
@@ -65,6 +112,11 @@ StatsSnapshot Relay::snapshot() const {
     sumWorkerStats(stats, context_->routeIndex, out);
     out.pipeBudgetBytes = context_->pipeBudget.limit();
     out.pipeBudgetUsedBytes = context_->pipeBudget.used();
+    out.lastReloadSuccessful = context_->reloadStatus.lastSuccessful.load();
+    out.lastReloadSuccessUnixSeconds = context_->reloadStatus.lastSuccessUnixSeconds.load();
+    if (auto routes = context_->routes())
+        for (const auto& route : *routes)
+            for (auto& state : route->pool->snapshot()) out.upstreams.push_back(std::move(state));
     return out;
 }
 
@@ -97,6 +149,7 @@ bool Relay::onEveryWorker(const std::function<void(Worker&)>& task,
 }
 
 void Relay::stop() {
+    upstreamMonitor_.reset();
     for (auto& worker : workers_) worker->requestStop();
     for (auto& worker : workers_) worker->join();
 }

@@ -9,20 +9,25 @@
 
 #include "relay/Config.h"
 #include "relay/RelayContext.h"
+#include "relay/UpstreamMonitor.h"
 #include "relay/Worker.h"
 
 namespace splicegate {
 
 class Relay {
 public:
-    // Starts `workerCount` workers with the config's routes. Throws (naming the route and
-    // address) when a worker cannot start, e.g. a listen address in use.
+    // Binds the routes' listeners and starts `workerCount` workers on them. Throws (naming the
+    // route and address) when a listener cannot be bound or a worker cannot start.
     Relay(const Config& config, unsigned workerCount, RelaySettings settings,
           std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId);
     ~Relay();
 
-    // Swaps in the routes of `config` (SIGHUP). Established connections keep their routes.
+    // Swaps in the routes of `config` (SIGHUP), all or nothing: every new listen address is
+    // bound first; when one fails this throws (naming route, address and error) and the running
+    // routes and listeners stay as they were. Established connections keep their routes.
     void reload(const Config& config);
+    // Records a reload's outcome for the metrics (success also stamps the time).
+    void recordReload(bool succeeded) noexcept;
     // Stops accepting; connections finish on their own.
     void drain();
     // Waits until every worker has finished or `timeout` has passed; true when all finished.
@@ -44,9 +49,13 @@ public:
 private:
     std::unique_ptr<RelayContext> context_;
     std::vector<std::unique_ptr<Worker>> workers_;
+    std::unique_ptr<UpstreamMonitor> upstreamMonitor_;
     std::atomic<bool> draining_{false};
 };
 
-std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index);
+// The routes of `config`; a route of `previous` with the same name and upstreams hands its
+// UpstreamPool on (health and counters survive a reload).
+std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index,
+                                                  const RouteTable* previous = nullptr);
 
 }  // namespace splicegate

@@ -11,7 +11,9 @@
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
+#include "relay/ListenerSockets.h"
 #include "relay/Route.h"
+#include "relay/SourceLimiter.h"
 
 namespace splicegate {
 
@@ -27,6 +29,23 @@ struct RelaySettings {
     AuditOnError auditOnError = AuditOnError::FailClosed;
     std::uint32_t auditFsyncIntervalMs = 50;
     std::uint64_t auditSegmentBytes = 1ull << 30;
+    // Operator options (Config.h has their meaning).
+    Lane lane = Lane::Auto;
+    std::uint32_t bufferRingEntries = 4096;
+    std::uint32_t bufferSize = 16384;
+    bool sqpoll = false;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
+    std::uint64_t auditBufferBytes = 67108864;
+    bool accessLog = true;
+    std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
+};
+
+// The outcome of the last reload (SIGHUP or admin), for the metrics
+// splicegate_config_last_reload_successful and ..._success_timestamp_seconds.
+struct ReloadStatus {
+    std::atomic<bool> lastSuccessful{true};
+    // Unix time of the last successful load; the start counts as one.
+    std::atomic<std::int64_t> lastSuccessUnixSeconds{0};
 };
 
 // Where each worker's audit log continues after recovery.
@@ -45,6 +64,18 @@ public:
     std::atomic<std::uint64_t> activeConnections{0};
     AuditStart auditStart;
     RouteIndex routeIndex;
+    SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
+    ReloadStatus reloadStatus;
+
+    // The listening sockets of the route table in force (set before the routes that use them).
+    std::shared_ptr<const ListenerSockets> listenerSockets() const {
+        std::lock_guard lock(routesMutex_);
+        return listenerSockets_;
+    }
+    void setListenerSockets(std::shared_ptr<const ListenerSockets> sockets) {
+        std::lock_guard lock(routesMutex_);
+        listenerSockets_ = std::move(sockets);
+    }
 
     std::shared_ptr<const RouteTable> routes() const {
         std::lock_guard lock(routesMutex_);
@@ -58,6 +89,7 @@ public:
 private:
     mutable std::mutex routesMutex_;
     std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
+    std::shared_ptr<const ListenerSockets> listenerSockets_;
 };
 
 }  // namespace splicegate

@@ -1,25 +1,34 @@
 #pragma once
 // A route as the workers use it: an immutable snapshot of its configuration, shared by all
 // workers (shared_ptr<const>), replaced as a whole on reload so established connections keep the
-// snapshot they started with.
+// snapshot they started with. Its UpstreamPool (health, current addresses) is shared with the
+// route that replaces it when the upstreams stay the same.
 #include <atomic>
 #include <memory>
 #include <vector>
 
 #include "relay/Config.h"
+#include "relay/UpstreamPool.h"
 
 namespace splicegate {
 
 struct Route {
-    Route(RouteConfig routeConfig, std::size_t statsSlot);
+    // `pool`: the upstreams' health to carry on (reload); null: a new pool from the config.
+    Route(RouteConfig routeConfig, std::size_t statsSlot,
+          std::shared_ptr<UpstreamPool> upstreamPool = nullptr);
 
     RouteConfig config;
     std::vector<SocketAddress> upstreams;  // every resolved address of every upstream, in order
     std::size_t statsIndex;                // into WorkerStats::routes (RouteIndex)
     // Shared by all workers: one relaxed increment per connection, not per byte.
     mutable std::atomic<std::uint64_t> nextUpstream{0};
+    // Which upstream a connect goes to, and what connects told of each (thread-safe).
+    std::shared_ptr<UpstreamPool> pool;
 };
 
 using RouteTable = std::vector<std::shared_ptr<const Route>>;
+
+// The health policy of a route's upstreams (active checks per the route's config).
+UpstreamHealthPolicy healthPolicyOf(const RouteConfig& route);
 
 }  // namespace splicegate

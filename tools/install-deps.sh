@@ -7,12 +7,13 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES="
   build-essential cmake pkg-config ninja-build git
-  liburing-dev
+  liburing-dev libcap-dev
   libboost-program-options-dev
   libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libssl-dev
+  libacl1-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
   iproute2 procps util-linux
   haproxy tcpdump

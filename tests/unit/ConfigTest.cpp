@@ -12,6 +12,7 @@
 
 #include "common/Error.h"
 #include "relay/Config.h"
+#include "relay/ListenerMatcher.h"
 
 namespace splicegate {
 namespace {
@@ -100,8 +101,19 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.pipeBudgetBytes, 0u);
     EXPECT_EQ(config.maxConnections, 65536u);
     EXPECT_EQ(config.connectTimeoutMs, 5000u);
-    EXPECT_EQ(config.idleTimeoutMs, 0u);
+    EXPECT_EQ(config.idleTimeoutMs, 3600000u);
     EXPECT_EQ(config.drainTimeoutMs, 30000u);
+    EXPECT_EQ(config.maxConnectionsPerSource, 0u);
+    EXPECT_EQ(config.lane, Lane::Auto);
+    EXPECT_EQ(config.bufferRingEntries, 4096u);
+    EXPECT_EQ(config.bufferSize, 16384u);
+    EXPECT_FALSE(config.sqpoll);
+    EXPECT_EQ(config.auditWriter, AuditWriterKind::Direct);
+    EXPECT_EQ(config.auditBufferBytes, 67108864u);
+    EXPECT_EQ(config.auditGroup, "");
+    EXPECT_EQ(config.auditHmacKeyFile, "");
+    EXPECT_TRUE(config.accessLog);
+    EXPECT_EQ(config.adminReadonlyGroup, "");
     EXPECT_EQ(config.xdpInterface, "");
     EXPECT_EQ(config.xdpMode, XdpMode::Auto);
     EXPECT_TRUE(config.xdpDeny.empty());
@@ -161,7 +173,24 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
                                                 "100",
                                                 "--xdp-syn-burst=20",
                                                 "--log-level",
-                                                "debug"}));
+                                                "debug",
+                                                "--lane",
+                                                "buffer",
+                                                "--buffer-ring-entries=256",
+                                                "--buffer-size",
+                                                "4096",
+                                                "--sqpoll",
+                                                "--audit-writer=splice",
+                                                "--audit-buffer-bytes",
+                                                "2097152",
+                                                "--audit-group",
+                                                "auditors",
+                                                "--audit-hmac-key-file=/etc/key",
+                                                "--access-log",
+                                                "off",
+                                                "--admin-readonly-group=viewers",
+                                                "--max-connections-per-source",
+                                                "3"}));
     EXPECT_EQ(config.workers, 4u);
     EXPECT_EQ(config.adminSocket, "/tmp/a.sock");
     EXPECT_EQ(config.adminGroup, "wheel");
@@ -186,6 +215,29 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
     EXPECT_EQ(config.xdpSynRate, 100u);
     EXPECT_EQ(config.xdpSynBurst, 20u);
     EXPECT_EQ(config.logLevel, LogLevel::Debug);
+    EXPECT_EQ(config.lane, Lane::Buffer);
+    EXPECT_EQ(config.bufferRingEntries, 256u);
+    EXPECT_EQ(config.bufferSize, 4096u);
+    EXPECT_TRUE(config.sqpoll);
+    EXPECT_EQ(config.auditWriter, AuditWriterKind::Splice);
+    EXPECT_EQ(config.auditBufferBytes, 2097152u);
+    EXPECT_EQ(config.auditGroup, "auditors");
+    EXPECT_EQ(config.auditHmacKeyFile, "/etc/key");
+    EXPECT_FALSE(config.accessLog);
+    EXPECT_EQ(config.adminReadonlyGroup, "viewers");
+    EXPECT_EQ(config.maxConnectionsPerSource, 3u);
+}
+
+TEST(ConfigTest, CheckConfigIsAnActionWithTheParsedConfig) {
+    auto result = parseArgs(withDefaultRoute({"--check-config"}));
+    EXPECT_EQ(result.action, CommandLine::Action::CheckConfig);
+    EXPECT_EQ(result.config.routes.size(), 1u);
+    EXPECT_EQ(parseArgs(withDefaultRoute()).action, CommandLine::Action::Run);
+}
+
+TEST(ConfigTest, SqpollTakesAnExplicitValue) {
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--sqpoll=on"})).sqpoll);
+    EXPECT_FALSE(parseConfig(withDefaultRoute({"--sqpoll=off"})).sqpoll);
 }
 
 TEST(ConfigTest, EveryEnumValueIsAccepted) {
@@ -199,6 +251,42 @@ TEST(ConfigTest, EveryEnumValueIsAccepted) {
     EXPECT_EQ(parseConfig(withDefaultRoute({"--xdp-mode", "native"})).xdpMode, XdpMode::Native);
     EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "warn"})).logLevel, LogLevel::Warn);
     EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "error"})).logLevel, LogLevel::Error);
+    auto lane = [](const char* name) {
+        return parseConfig(withDefaultRoute({"--lane", name})).lane;
+    };
+    EXPECT_EQ(lane("auto"), Lane::Auto);
+    EXPECT_EQ(lane("splice"), Lane::Splice);
+    EXPECT_EQ(lane("buffer"), Lane::Buffer);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-writer", "direct"})).auditWriter,
+              AuditWriterKind::Direct);
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).accessLog);
+    EXPECT_STREQ(toString(Lane::Buffer), "buffer");
+    EXPECT_STREQ(toString(AuditWriterKind::Splice), "splice");
+}
+
+TEST(ConfigTest, BufferRingEntriesAtTheirLimits) {
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "1"})).bufferRingEntries, 1u);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "32768"})).bufferRingEntries,
+              32768u);
+}
+
+// ---- Upstreams that loop back into the daemon ------------------------------------------------
+
+TEST(ListenerMatcherTest, ExactAndWildcardListenersAreReached) {
+    ListenerMatcher matcher({numeric("192.0.2.5:0"), numeric("[2001:db8::5]:0")});
+    EXPECT_TRUE(matcher.reaches(numeric("127.0.0.1:80"), numeric("127.0.0.1:80")));
+    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.1:81"), numeric("127.0.0.1:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("127.0.0.2:80"), numeric("0.0.0.0:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("192.0.2.5:80"), numeric("0.0.0.0:80")));
+    EXPECT_FALSE(matcher.reaches(numeric("192.0.2.6:80"), numeric("0.0.0.0:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("0.0.0.0:80"), numeric("127.0.0.1:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("[::1]:80"), numeric("[::]:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("[2001:db8::5]:80"), numeric("[::]:80")));
+    EXPECT_TRUE(matcher.reaches(numeric("[::ffff:127.0.0.1]:80"), numeric("0.0.0.0:80")));
+    // IPv6 listeners are IPV6_V6ONLY: [::] does not take IPv4 connections.
+    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.1:80"), numeric("[::]:80")));
+    // Another listener on the same port of a different specific address is another socket.
+    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.2:80"), numeric("127.0.0.1:80")));
 }
 
 TEST(ConfigTest, NumbersAtTheirLimitsAreAccepted) {
@@ -669,6 +757,65 @@ const BadInput kBadInputs[] = {
      nullptr,
      {"missing.conf", "No such file or directory"}},
     {"FileIsADirectory", routeAnd({"--config", "@DIR@"}), nullptr, {"Is a directory"}},
+    // Operator options.
+    {"BadLane",
+     routeAnd({"--lane", "fast"}),
+     nullptr,
+     {"--lane", "'fast'", "auto, splice or buffer"}},
+    {"RingEntriesNotPowerOfTwo",
+     routeAnd({"--buffer-ring-entries", "1000"}),
+     nullptr,
+     {"--buffer-ring-entries", "'1000'", "power of two"}},
+    {"RingEntriesZero",
+     routeAnd({"--buffer-ring-entries", "0"}),
+     nullptr,
+     {"--buffer-ring-entries", "'0'"}},
+    {"RingEntriesTooMany",
+     routeAnd({"--buffer-ring-entries", "65536"}),
+     nullptr,
+     {"--buffer-ring-entries", "65536"}},
+    {"BufferSizeTooSmall", routeAnd({"--buffer-size", "100"}), nullptr, {"--buffer-size", "100"}},
+    {"BadSqpoll", routeAnd({"--sqpoll=maybe"}), nullptr, {"--sqpoll", "maybe"}},
+    {"BadSqpollInFile", kRoute, "sqpoll = sometimes\n", {"@FILE@", "sqpoll", "sometimes"}},
+    {"BadAuditWriter",
+     routeAnd({"--audit-writer", "mmap"}),
+     nullptr,
+     {"--audit-writer", "'mmap'", "direct or splice"}},
+    {"AuditBufferTooSmall",
+     routeAnd({"--audit-buffer-bytes", "4096"}),
+     nullptr,
+     {"--audit-buffer-bytes", "4096"}},
+    {"EmptyHmacKeyFile",
+     routeAnd({"--audit-hmac-key-file="}),
+     nullptr,
+     {"--audit-hmac-key-file", "empty"}},
+    {"BadAccessLog", routeAnd({"--access-log", "loud"}), nullptr, {"--access-log", "'loud'"}},
+    {"NegativePerSource",
+     routeAnd({"--max-connections-per-source", "-1"}),
+     nullptr,
+     {"--max-connections-per-source"}},
+    {"CheckConfigInFile", kRoute, "check-config = 1\n", {"@FILE@", "check-config"}},
+    // An upstream that is the daemon's own listener.
+    {"UpstreamIsOwnListener",
+     {"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:8443"},
+     nullptr,
+     {"--upstream", "127.0.0.1:8443", "own listener", "'default'"}},
+    {"UpstreamIsWildcardListener",
+     {"--listen", "0.0.0.0:8443", "--upstream", "127.0.0.1:8443"},
+     nullptr,
+     {"--upstream", "127.0.0.1:8443", "own listener"}},
+    {"UpstreamIsV6WildcardListener",
+     {"--listen", "[::]:8443", "--upstream", "[::1]:8443"},
+     nullptr,
+     {"--upstream", "[::1]:8443", "own listener"}},
+    {"UpstreamIsAnotherRoutesListener",
+     kRoute,
+     "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:8443\n",
+     {"@FILE@", "route 'web'", "127.0.0.1:8443", "route 'default'"}},
+    {"UpstreamNameIsOwnListener",
+     {"--listen", "127.0.0.1:8443", "--upstream", "localhost:8443"},
+     nullptr,
+     {"--upstream", "localhost:8443", "own listener"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(ConfigTest, BadInputTest, ::testing::ValuesIn(kBadInputs),

@@ -1,0 +1,20 @@
+#pragma once
+// `splicegate --check-config`: what can be known of a parsed configuration without starting:
+// the audit directory is usable, the key file readable, the groups and the XDP interface exist,
+// upstream names resolve. Read-only: it binds nothing and creates or changes no file (a running
+// daemon may hold the audit directory).
+#include <string>
+#include <vector>
+
+#include "relay/Config.h"
+
+namespace splicegate {
+
+struct ConfigCheckReport {
+    std::vector<std::string> problems;  // each one line; any makes the check fail (exit 2)
+    std::vector<std::string> warnings;  // not fatal (e.g. a name DNS does not answer yet)
+};
+
+ConfigCheckReport checkConfiguration(const Config& config);
+
+}  // namespace splicegate

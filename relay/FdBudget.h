@@ -1,0 +1,30 @@
+#pragma once
+// How many connections fit in RLIMIT_NOFILE when every fd a connection can hold is counted:
+// its two sockets and, while bytes are in flight, per direction a data pipe and an audit pipe
+// (two fds each). Connections beyond that are refused at accept, before a socket(), pipe() or
+// audit open can fail with EMFILE (which would otherwise close busy connections with a
+// pipe-error, or count as an audit write error).
+#include <cstdint>
+
+namespace splicegate {
+
+struct FdBudget {
+    static constexpr std::uint64_t kSocketsPerConnection = 2;
+    static constexpr std::uint64_t kPipeFdsPerConnection = 2 /*directions*/ * 2 /*pipes*/ * 2;
+    // The process's own: stdio, admin socket and peers' share, metrics listener, logs, BPF.
+    static constexpr std::uint64_t kProcessFds = 64;
+    // Per worker: ring, eventfd, audit segment files and directory, idle pipes kept for reuse.
+    static constexpr std::uint64_t kWorkerFds = 8;
+
+    std::uint64_t fdLimit = 0;
+    std::uint64_t reserved = 0;       // fds that are not connections'
+    std::uint64_t perConnection = 0;  // worst case
+    std::uint64_t connections = 0;    // what fits, at most the wanted count
+
+    // `idlePipesPerWorker`: pipes a worker keeps for reuse; `routes`: listen addresses, each
+    // held twice per worker (the relay's socket and the worker's duplicate).
+    static FdBudget plan(std::uint64_t fdLimit, std::uint64_t wantedConnections, unsigned workers,
+                         std::uint64_t routes, std::uint64_t idlePipesPerWorker) noexcept;
+};
+
+}  // namespace splicegate

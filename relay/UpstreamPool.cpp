@@ -1,0 +1,176 @@
+#include "relay/UpstreamPool.h"
+
+#include <algorithm>
+
+#include "common/Log.h"
+
+namespace splicegate {
+
+UpstreamPool::UpstreamPool(std::string route, const std::vector<UpstreamConfig>& upstreams,
+                           UpstreamHealthPolicy policy, const UpstreamPool* previous,
+                           Clock::time_point now)
+    : route_(std::move(route)), policy_(policy) {
+    entries_.reserve(upstreams.size());
+    for (const auto& upstream : upstreams) {
+        Entry entry;
+        entry.text = upstream.text;
+        entry.numeric = SocketAddress::parseNumeric(upstream.text).has_value();
+        entry.addresses = upstream.addresses;
+        entry.resolveAt = entry.addresses.empty() ? now : now + policy_.reresolveInterval;
+        entry.checkAt = now;
+        if (previous != nullptr) {
+            std::lock_guard lock(previous->mutex_);
+            for (const auto& old : previous->entries_) {
+                if (old.text != entry.text) continue;
+                auto fresh = std::move(entry.addresses);
+                entry = old;
+                entry.probing = false;
+                entry.resolving = false;
+                // The config was just resolved again: its answer is the newer one.
+                if (!fresh.empty()) entry.addresses = std::move(fresh);
+                break;
+            }
+        }
+        entries_.push_back(std::move(entry));
+    }
+}
+
+bool UpstreamPool::eligible(const Entry& entry, Clock::time_point now) const {
+    if (entry.addresses.empty()) return false;
+    if (!entry.down) return true;
+    if (entry.probing) return now - entry.probeStarted >= policy_.probeTimeout;
+    return now >= entry.retryAt;
+}
+
+UpstreamPool::Pick UpstreamPool::take(std::uint32_t index, Clock::time_point now) {
+    auto& entry = entries_[index];
+    if (entry.down) {
+        entry.probing = true;
+        entry.probeStarted = now;
+    }
+    Pick pick{index, entry.addresses[entry.nextAddress % entry.addresses.size()]};
+    entry.nextAddress = (entry.nextAddress + 1) % entry.addresses.size();
+    return pick;
+}
+
+std::optional<UpstreamPool::Pick> UpstreamPool::pick(Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    const auto count = entries_.size();
+    for (std::size_t step = 0; step < count; ++step) {
+        auto index = static_cast<std::uint32_t>((cursor_ + step) % count);
+        if (!eligible(entries_[index], now)) continue;
+        cursor_ = index + 1;
+        return take(index, now);
+    }
+    for (std::size_t step = 0; step < count; ++step) {
+        auto index = static_cast<std::uint32_t>((cursor_ + step) % count);
+        if (entries_[index].addresses.empty()) continue;
+        cursor_ = index + 1;
+        return take(index, now);
+    }
+    return std::nullopt;
+}
+
+void UpstreamPool::markDown(Entry& entry, Clock::time_point now) {
+    entry.backoff = entry.backoff.count() == 0
+                        ? policy_.downBackoffInitial
+                        : std::min(entry.backoff * 2, policy_.downBackoffMax);
+    entry.retryAt = now + entry.backoff;
+    if (!entry.down)
+        logWarn("route ", route_, ": upstream ", entry.text, " is down after ",
+                entry.failuresInARow, " failed connects in a row; next try in ",
+                entry.backoff.count(), " ms");
+    entry.down = true;
+}
+
+void UpstreamPool::report(std::uint32_t upstream, bool connected, Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    if (upstream >= entries_.size()) return;
+    auto& entry = entries_[upstream];
+    entry.probing = false;
+    if (connected) {
+        if (entry.down) logInfo("route ", route_, ": upstream ", entry.text, " is up again");
+        entry.down = false;
+        entry.failuresInARow = 0;
+        entry.backoff = std::chrono::milliseconds{0};
+        return;
+    }
+    ++entry.connectFailures;
+    ++entry.failuresInARow;
+    // A failed probe (or a failure while down) waits longer; otherwise the threshold decides.
+    if (entry.down || entry.failuresInARow >= policy_.failuresToDown) markDown(entry, now);
+}
+
+std::vector<UpstreamPool::DueResolution> UpstreamPool::dueResolutions(Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    std::vector<DueResolution> due;
+    for (std::uint32_t i = 0; i < entries_.size(); ++i) {
+        auto& entry = entries_[i];
+        if (entry.numeric || entry.resolving || now < entry.resolveAt) continue;
+        entry.resolving = true;
+        due.push_back({i, entry.text});
+    }
+    return due;
+}
+
+void UpstreamPool::setResolved(std::uint32_t upstream, std::vector<SocketAddress> addresses,
+                               const std::string& error, Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    if (upstream >= entries_.size()) return;
+    auto& entry = entries_[upstream];
+    entry.resolving = false;
+    if (addresses.empty()) {
+        entry.resolveBackoff = entry.resolveBackoff.count() == 0
+                                   ? policy_.resolveRetryInitial
+                                   : std::min(entry.resolveBackoff * 2, policy_.resolveRetryMax);
+        entry.resolveAt = now + entry.resolveBackoff;
+        // A name that resolved before keeps its last addresses: a DNS outage is not an upstream
+        // outage.
+        logWarnLimited("upstream resolution on route " + route_, "route ", route_,
+                       ": cannot resolve upstream ", entry.text, " (", error, "); ",
+                       entry.addresses.empty() ? "it counts as down; " : "keeping its addresses; ",
+                       "retry in ", entry.resolveBackoff.count(), " ms");
+        return;
+    }
+    if (entry.addresses.empty())
+        logInfo("route ", route_, ": upstream ", entry.text, " resolved to ", addresses.size(),
+                " addresses");
+    entry.resolveBackoff = std::chrono::milliseconds{0};
+    entry.resolveAt = now + policy_.reresolveInterval;
+    if (entry.addresses != addresses) {
+        entry.addresses = std::move(addresses);
+        entry.nextAddress = 0;
+    }
+}
+
+std::vector<UpstreamPool::DueCheck> UpstreamPool::dueChecks(Clock::time_point now) {
+    std::vector<DueCheck> due;
+    if (policy_.activeCheckInterval.count() == 0) return due;
+    std::lock_guard lock(mutex_);
+    for (std::uint32_t i = 0; i < entries_.size(); ++i) {
+        auto& entry = entries_[i];
+        if (entry.addresses.empty() || now < entry.checkAt) continue;
+        entry.checkAt = now + policy_.activeCheckInterval;
+        due.push_back({i, entry.addresses[entry.nextAddress % entry.addresses.size()]});
+    }
+    return due;
+}
+
+std::size_t UpstreamPool::addressCount() const {
+    std::lock_guard lock(mutex_);
+    std::size_t count = 0;
+    for (const auto& entry : entries_) count += entry.addresses.size();
+    return count;
+}
+
+std::vector<UpstreamSnapshot> UpstreamPool::snapshot() const {
+    std::lock_guard lock(mutex_);
+    std::vector<UpstreamSnapshot> out;
+    out.reserve(entries_.size());
+    for (const auto& entry : entries_)
+        out.push_back(
+            {route_, entry.text, !entry.addresses.empty() && !entry.down, entry.connectFailures});
+    return out;
+}
+
+}  // namespace splicegate
