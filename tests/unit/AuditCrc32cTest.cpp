@@ -51,13 +51,15 @@ TEST(AuditCrc32cTest, BothPathsAgreeOnEveryLengthAndAlignment) {
         state = state * 1103515245 + 12345;
         byte = static_cast<std::uint8_t>(state >> 16);
     }
-    for (std::size_t start = 0; start < 9; ++start)
+    for (std::size_t start = 0; start < 9; ++start) {
         for (std::size_t length : {0u, 1u, 7u, 8u, 9u, 15u, 63u, 64u, 65u, 1000u, 4096u}) {
             auto expected = crc32cPortable(0, data.data() + start, length);
             EXPECT_EQ(crc32c(0, data.data() + start, length), expected) << start << "+" << length;
-            if (crc32cHardwareAvailable())
+            if (crc32cHardwareAvailable()) {
                 EXPECT_EQ(crc32cHardware(0, data.data() + start, length), expected);
+            }
         }
+    }
 }
 
 TEST(AuditCrc32cTest, ChainedCallsEqualOneCall) {

@@ -56,9 +56,10 @@ std::vector<std::string> writeThreeSegments(const std::string& dir,
     for (std::uint64_t n = 1; n <= 3; ++n) {
         SegmentBuilder segment(dir, 0, n, n);
         segment.open(n);
-        segment.chunk(n, kDirectionC2U, "hello from connection " + std::to_string(n));
+        std::string hello = "hello from connection " + std::to_string(n);
+        segment.chunk(n, kDirectionC2U, hello);
         segment.chunk(n, kDirectionU2C, "answer");
-        segment.close(n, 22 + (n >= 10 ? 1 : 0), 6);
+        segment.close(n, hello.size(), 6);
         segment.seal(key);
         segment.write();
         indexes.push_back(segment.indexPath());
