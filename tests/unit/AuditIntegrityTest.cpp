@@ -45,13 +45,13 @@ bool anyContains(const std::vector<std::string>& lines, const std::string& what)
 
 std::vector<std::string> verify(const std::string& dir, const ChainKey* key = nullptr) {
     std::vector<std::string> problems;
-    verifyDirectory(dir, [&](const std::string& line) { problems.push_back(line); }, key);
+    verifyDirectory(
+        dir, [&](const std::string& line) { problems.push_back(line); }, key);
     return problems;
 }
 
 // Three sealed segments of worker 0, one closed connection each (ids 1, 2, 3).
-std::vector<std::string> writeThreeSegments(const std::string& dir,
-                                            const ChainKey* key = nullptr) {
+std::vector<std::string> writeThreeSegments(const std::string& dir, const ChainKey* key = nullptr) {
     std::vector<std::string> indexes;
     for (std::uint64_t n = 1; n <= 3; ++n) {
         SegmentBuilder segment(dir, 0, n, n);
@@ -123,8 +123,7 @@ TEST(AuditIntegrityTest, PayloadChangedWithItsCrcRecomputedBreaksTheSeal) {
     segment.write();
     auto problems = verify(dir.path());
     ASSERT_EQ(problems.size(), 1u) << joined(problems);
-    EXPECT_NE(problems[0].find("seal's digest does not match"), std::string::npos)
-        << problems[0];
+    EXPECT_NE(problems[0].find("seal's digest does not match"), std::string::npos) << problems[0];
 }
 
 TEST(AuditIntegrityTest, RemovedRecordsOfAConnectionBreakTheSeal) {
@@ -170,8 +169,9 @@ TEST(AuditIntegrityTest, ReorderedSegmentsAreFound) {
     }
     auto problems = verify(dir.path());
     ASSERT_FALSE(problems.empty());
-    EXPECT_TRUE(anyContains(problems, "w00-0000000002.index:0: SegmentStart names worker 0 "
-                                      "segment 3"))
+    EXPECT_TRUE(anyContains(problems,
+                            "w00-0000000002.index:0: SegmentStart names worker 0 "
+                            "segment 3"))
         << joined(problems);
     EXPECT_TRUE(anyContains(problems, "hash chain broken")) << joined(problems);
 }
@@ -303,7 +303,8 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
     }
     auto problems = verify(dir.path(), key.get());
     EXPECT_TRUE(problems.empty()) << joined(problems);
-    VerifySummary summary = verifyDirectory(dir.path(), [](const std::string&) {}, key.get());
+    VerifySummary summary = verifyDirectory(
+        dir.path(), [](const std::string&) {}, key.get());
     EXPECT_EQ(summary.sealedSegments, 3u);
     EXPECT_EQ(summary.checkedPayloadBytes, 18000u);
     EXPECT_EQ(summary.uncheckedChunks, 0u);

@@ -54,11 +54,13 @@ std::string joined(const std::vector<std::string>& lines) {
 // One segment pair built with the real encoders; every record at an explicit time.
 class Seg {
 public:
-    Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
-        : dir_(dir), worker_(worker), segment_(segment),
-          base_(dir + "/" + segmentBaseName(worker, segment)) {
-        encodeSegmentStart(index_, worker, segment, startNs, 0);
-    }
+  Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
+      : dir_(dir),
+        worker_(worker),
+        segment_(segment),
+        base_(dir + "/" + segmentBaseName(worker, segment)) {
+      encodeSegmentStart(index_, worker, segment, startNs, 0);
+  }
     Seg& open(std::uint64_t id, std::int64_t t) {
         encodeOpen(index_, id, t, "web", "198.51.100.1:4000", "192.0.2.1:443");
         return *this;
@@ -100,10 +102,10 @@ public:
     std::string& index() { return index_; }
 
 private:
-    std::string dir_;
-    unsigned worker_;
-    std::uint64_t segment_;
-    std::string base_, index_, data_;
+  std::string dir_;
+  unsigned worker_;
+  std::uint64_t segment_;
+  std::string base_, index_, data_;
 };
 
 // The newest segments in these tests are the running writers' (unsealed), which verify reports
