@@ -75,12 +75,15 @@ int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode) 
     if (!haveOpenat2) fd = ::openat(dirFd, name.c_str(), flags, mode);
     if (fd < 0) return -errno;
     if ((flags & O_CREAT) != 0) {
-        // The umask must not narrow what --audit-group may read; only a file we just created
-        // or our own file is changed.
+        // The umask must not narrow what --audit-group may read, and the file takes the
+        // directory's group (--audit-group). Only our own regular file is changed.
         struct stat st {};
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) != mode &&
-            st.st_uid == ::geteuid())
-            ::fchmod(fd, mode);
+        struct stat dirSt {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
+            if ((st.st_mode & 07777) != mode) ::fchmod(fd, mode);
+            if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid)
+                (void)::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid);
+        }
     }
     return fd;
 }
@@ -137,11 +140,7 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     if (group && st.st_gid != *group)
         checkSys(::fchown(dir.fd(), static_cast<uid_t>(-1), *group),
                  "--audit-group: cannot give " + path + " to group " + std::to_string(*group));
-    // Set-group-id: segment files created later inherit the directory's group.
-    mode_t wanted = (st.st_mode & 0750) | S_ISGID;
-    if (created) wanted = 0750 | S_ISGID;
-    if ((st.st_mode & 07777) != wanted || created)
-        checkSys(::fchmod(dir.fd(), wanted), "chmod " + path);
+    if (created) checkSys(::fchmod(dir.fd(), 0750), "chmod " + path);  // whatever the umask
     return dir;
 }
 

@@ -428,19 +428,22 @@ TEST(AuditIntegrityTest, LooseDirectoryPermissionsAreRefused) {
     auto dir = AuditDirectory::open(path);
     struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 07777, 02750u);
+    EXPECT_EQ(st.st_mode & 07777, 0750u);
 }
 
-TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WhateverTheUmask) {
+TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WithTheDirectoryGroupWhateverTheUmask) {
     TempDir dir;
+    constexpr gid_t kAuditGroup = 4242;  // root may give files any group
+    ASSERT_EQ(::chown(dir.path().c_str(), static_cast<uid_t>(-1), kAuditGroup), 0);
     mode_t old = ::umask(077);
     { AuditWriter writer(dir.path(), 0, 1, 1 << 20); }
     ::umask(old);
     struct stat st {};
-    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.index").c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0640u);
-    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.data").c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    for (const char* name : {"/w00-0000000001.index", "/w00-0000000001.data"}) {
+        ASSERT_EQ(::stat((dir.path() + name).c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 0777, 0640u) << name;
+        EXPECT_EQ(st.st_gid, kAuditGroup) << name;
+    }
 }
 
 }  // namespace
