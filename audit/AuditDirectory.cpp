@@ -112,7 +112,11 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     if (!created && errno != EEXIST) throwErrno(errno, "cannot create audit directory " + path);
     AuditDirectory dir;
     dir.path_ = path;
-    dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // The directory itself is not followed through a symlink either: whoever can replace the
+    // link could point the daemon's writes anywhere.
+    dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.dir_ && errno == ELOOP)
+        throwErrno(ELOOP, "audit directory " + path + " is a symlink (never followed)");
     if (!dir.dir_) throwErrno(errno, "cannot open audit directory " + path);
     struct stat st {};
     checkSys(::fstat(dir.fd(), &st), "fstat " + path);
@@ -150,9 +154,11 @@ AuditDirectoryCheck checkAuditDirectory(const std::string& path, std::optional<g
         check.problems.push_back("--audit-dir is empty");
         return check;
     }
-    UniqueFd dirFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd dirFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dirFd) {
-        if (errno != ENOENT)
+        if (errno == ELOOP)
+            check.problems.push_back("audit directory " + path + " is a symlink (never followed)");
+        else if (errno != ENOENT)
             check.problems.push_back("cannot open audit directory " + path + ": " +
                                      errnoText(errno));
         return check;  // a missing directory is created at start

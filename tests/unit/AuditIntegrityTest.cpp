@@ -425,6 +425,10 @@ TEST(AuditIntegrityTest, LooseDirectoryPermissionsAreRefused) {
         EXPECT_FALSE(std::filesystem::exists(path + "/" + kLockFileName));
     }
     ASSERT_EQ(::chmod(path.c_str(), 0750), 0);
+    std::string link = parent.path() + "/link";
+    ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+    EXPECT_THROW(AuditDirectory::open(link), std::system_error);
+    EXPECT_EQ(checkAuditDirectory(link).problems.size(), 1u);
     auto dir = AuditDirectory::open(path);
     struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
