@@ -310,6 +310,34 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
     EXPECT_EQ(summary.uncheckedChunks, 0u);
 }
 
+TEST(AuditIntegrityTest, ALaterSegmentWaitsForTheEarlierOneToSealFirst) {
+    TempDir dir;
+    {
+        AuditWriter writer(dir.path(), 0, 1, 1 << 20);
+        ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "r", "c", "u"), 0);
+        Reservation slow;  // a payload write of segment 1 still in flight
+        ASSERT_EQ(writer.reserve(100, slow), 0);
+        ASSERT_EQ(writer.rotate(), 0);  // segment 1 retired, waits for its write
+        ASSERT_EQ(writer.rotate(), 0);  // segment 2 retired with nothing in flight
+        // Segment 2 must not seal before segment 1: its seal needs segment 1's digest.
+        Record last;
+        IndexReader reader(dir.path() + "/w00-0000000002.index");
+        while (reader.next(last) == IndexReader::Status::Record) {
+        }
+        EXPECT_NE(last.type, RecordType::SegmentSealed);
+        std::string payload(100, 'p');
+        ASSERT_EQ(::pwrite(slow.segment->data.get(), payload.data(), payload.size(),
+                           static_cast<off_t>(slow.offset)),
+                  100);
+        ASSERT_EQ(writer.recordChunk(slow, 1, 0, 100, wallClockNs(),
+                                     crc32c(0, payload.data(), payload.size())),
+                  0);
+        ASSERT_EQ(writer.recordClose(1, wallClockNs(), 100, 0, "done"), 0);
+    }
+    auto problems = verify(dir.path());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
 TEST(AuditIntegrityTest, RecoveryExtendsTheChainOverTornTails) {
     TempDir dir;
     auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
