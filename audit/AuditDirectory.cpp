@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -62,17 +63,19 @@ void makeParents(const std::string& path) {
 int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode) noexcept {
     if (name.empty() || name.find('/') != std::string::npos) return -EINVAL;
     flags |= O_CLOEXEC | O_NOFOLLOW;
-    static bool haveOpenat2 = true;  // a benign race: both values lead to a correct open
+    // Workers create segments concurrently; either value leads to a correct open.
+    static std::atomic<bool> haveOpenat2{true};
     int fd = -1;
-    if (haveOpenat2) {
+    if (haveOpenat2.load(std::memory_order_relaxed)) {
         open_how how{};
         how.flags = static_cast<std::uint64_t>(flags);
         how.mode = (flags & O_CREAT) ? mode : 0;
         how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
         fd = static_cast<int>(::syscall(SYS_openat2, dirFd, name.c_str(), &how, sizeof how));
-        if (fd < 0 && errno == ENOSYS) haveOpenat2 = false;
+        if (fd < 0 && errno == ENOSYS) haveOpenat2.store(false, std::memory_order_relaxed);
     }
-    if (!haveOpenat2) fd = ::openat(dirFd, name.c_str(), flags, mode);
+    if (!haveOpenat2.load(std::memory_order_relaxed))
+        fd = ::openat(dirFd, name.c_str(), flags, mode);
     if (fd < 0) return -errno;
     if ((flags & O_CREAT) != 0) {
         // The umask must not narrow what --audit-group may read, and the file takes the
