@@ -46,7 +46,8 @@ std::vector<std::string> sampleRecords() {
     encodeChunk(records[2], 7, kDirectionU2C, 65536, 1ull << 33, 1'700'000'002'000'000'000);
     encodeClose(records[3], 7, 1'700'000'003'000'000'000, 123, 65536, "client closed");
     encodeTruncated(records[4], 8, -5);
-    encodeSegmentSealed(records[5], 1ull << 30, kSealFailed);
+    ChainHasher hasher(nullptr);
+    encodeSegmentSealed(records[5], 1ull << 30, kSealFailed, nullptr, Digest{}, hasher);
     return records;
 }
 
@@ -238,8 +239,8 @@ TEST(AuditRecordsTest, BadFieldsWithAGoodCrcAreCorrupt) {
     unknownType[4] = 9;
     expectCorrupt(unknownType, "unknown record type 9");
     std::string version = records[0];
-    version[16] = 3;
-    expectCorrupt(version, "unsupported format version 3");
+    version[16] = 4;
+    expectCorrupt(version, "unsupported format version 4");
     version[16] = 0;
     expectCorrupt(version, "unsupported format version 0");
     // The body's length must be the one of the record's version.
@@ -351,9 +352,18 @@ TEST(AuditRecordsTest, ListSegmentsSortsNumericallyAndIgnoresJunk) {
         dir.write(name, "x");
     ASSERT_EQ(::mkdir((dir.path() + "/w05-0000000001.index").c_str(), 0755), 0);
     auto segments = listSegments(dir.path());
-    ASSERT_EQ(segments.size(), 5u);
+    ASSERT_EQ(segments.size(), 6u);
     std::vector<std::pair<unsigned, std::uint64_t>> order;
-    for (const auto& s : segments) order.emplace_back(s.worker, s.segment);
+    for (const auto& s : segments) {
+        // A non-regular file with a segment's name is listed as unsafe, never as a file.
+        if (s.worker == 5) {
+            EXPECT_TRUE(s.unsafe);
+            EXPECT_FALSE(s.hasIndex);
+            continue;
+        }
+        EXPECT_FALSE(s.unsafe);
+        order.emplace_back(s.worker, s.segment);
+    }
     std::vector<std::pair<unsigned, std::uint64_t>> expected = {
         {0, 3}, {2, 9}, {2, 10}, {10, 1}, {100, 1}};
     EXPECT_EQ(order, expected);

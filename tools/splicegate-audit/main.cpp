@@ -2,8 +2,8 @@
 // splicegate-audit", audit/FORMAT.md).
 //   splicegate-audit list DIR [--json | --jsonl] [filters]      (ListCommand.h)
 //   splicegate-audit export DIR --pcap FILE [--connection ID]  (PcapExport.h)
-//   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE]
-//   splicegate-audit verify DIR
+//   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]
+//   splicegate-audit verify DIR [--key-file FILE]
 // Exit status: 0 success, 1 runtime failure (verify: problems found), 2 usage error. Errors are
 // one line each on stderr.
 #include <fcntl.h>
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
+#include "audit/SealChain.h"
 #include "common/Error.h"
 #include "tools/splicegate-audit/ListCommand.h"
 #include "tools/splicegate-audit/PcapExport.h"
@@ -47,11 +48,13 @@ constexpr const char* kMainHelp =
     "  export DIR --pcap FILE [--connection ID]\n"
     "                            the connections as a pcap of synthesized TCP/IP packets\n"
     "                            (tcpdump, Wireshark)\n"
-    "  extract DIR --connection ID --direction c2u|u2c [-o FILE]\n"
+    "  extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]\n"
     "                            the exact bytes of one direction of a connection (stdout by\n"
-    "                            default)\n"
-    "  verify DIR                check every record; exit 1 with one line per problem,\n"
-    "                            FILE:OFFSET: what is wrong\n"
+    "                            default); a chunk failing its payload CRC is refused unless\n"
+    "                            --force\n"
+    "  verify DIR [--key-file FILE]\n"
+    "                            check every record, payload CRC and the hash chain; exit 1\n"
+    "                            with one line per problem, FILE:OFFSET: what is wrong\n"
     "\n"
     "Options:\n"
     "  -h [ --help ]             print this help (or a command's: COMMAND --help) and exit\n"
@@ -80,22 +83,30 @@ Command makeCommand(const std::string& name) {
         command.about = kExportAbout;
         addExportOptions(command.options);
     } else if (name == "extract") {
-        command.usage =
-            "usage: splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE]";
-        command.about = "Writes the exact bytes of one direction of a connection, in order.";
+        command.usage = "usage: splicegate-audit extract DIR --connection ID --direction c2u|u2c "
+                        "[-o FILE] [--force]";
+        command.about =
+            "Writes the exact bytes of one direction of a connection, in order. A chunk whose\n"
+            "payload fails its CRC-32C is refused (exit 1, naming it) unless --force.";
         command.options.add_options()
             ("connection", po::value<std::string>()->value_name("ID"), "connection id (required)")
             ("direction", po::value<std::string>()->value_name("c2u|u2c"),
              "c2u: client to upstream, u2c: upstream to client (required)")
             ("output,o", po::value<std::string>()->value_name("FILE"),
-             "write to FILE instead of stdout ('-' = stdout)");
+             "write to FILE instead of stdout ('-' = stdout)")
+            ("force", "extract chunks whose payload CRC fails too (each one named on stderr)");
     } else if (name == "verify") {
-        command.usage = "usage: splicegate-audit verify DIR";
+        command.usage = "usage: splicegate-audit verify DIR [--key-file FILE]";
         command.about =
             "Checks every record (magic, length, CRC), that every segment starts with\n"
             "SegmentStart, that chunks lie inside their data file without overlapping, follow\n"
-            "their connection's Open, and add up to its Close byte counts. Exit 0 when all is\n"
-            "consistent, else 1 with one line per problem: FILE:OFFSET: what is wrong.";
+            "their connection's Open, and add up to its Close byte counts; every payload\n"
+            "against its CRC-32C; and the hash chain of the segments' seals (HMAC-SHA256 with\n"
+            "--key-file, the daemon's --audit-hmac-key-file). Exit 0 when all is consistent,\n"
+            "else 1 with one line per problem: FILE:OFFSET: what is wrong.";
+        command.options.add_options()
+            ("key-file", po::value<std::string>()->value_name("FILE"),
+             "the key the log was sealed with (--audit-hmac-key-file)");
     }
     command.options.add_options()
         ("help,h", "print this help and exit")
@@ -113,7 +124,7 @@ std::uint8_t parseDirection(const std::string& text) {
 // ---- Commands.
 
 int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
-               const std::string& output) {
+               const std::string& output, bool force) {
     bool toStdout = output.empty() || output == "-";
     bool created = false;
     UniqueFd file;
@@ -126,7 +137,12 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
         return file.get();
     };
     try {
-        auto result = extractConnection(dir, id, direction, open);
+        ExtractOptions options;
+        options.force = force;
+        options.onDamage = [](const std::string& what) {
+            std::cerr << kProgram << ": warning: " << what << " (extracted anyway: --force)\n";
+        };
+        auto result = extractConnection(dir, id, direction, open, options);
         if (!result.found) {
             std::cerr << kProgram << ": no connection " << id << " in " << dir << "\n";
             return 1;
@@ -140,8 +156,11 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
     }
 }
 
-int runVerify(const std::string& dir) {
-    auto summary = verifyDirectory(dir, [](const std::string& line) { std::cout << line << "\n"; });
+int runVerify(const std::string& dir, const std::string& keyFile) {
+    std::shared_ptr<const ChainKey> key;
+    if (!keyFile.empty()) key = ChainKey::fromFile(keyFile);
+    auto summary = verifyDirectory(
+        dir, [](const std::string& line) { std::cout << line << "\n"; }, key.get());
     std::cout.flush();
     if (summary.problems > 0) {
         std::cerr << kProgram << ": " << dir << ": " << summary.problems
@@ -150,7 +169,11 @@ int runVerify(const std::string& dir) {
     }
     std::cout << dir << ": consistent (" << summary.segments << " segments, " << summary.connections
               << " connections, " << summary.records << " records, " << summary.chunkBytes
-              << " chunk bytes)\n";
+              << " chunk bytes, " << summary.sealedSegments << " chained seals"
+              << (key ? " (HMAC-SHA256)" : " (SHA-256)") << ", " << summary.checkedPayloadBytes
+              << " payload bytes checked, " << summary.uncheckedChunks
+              << " chunks without payload CRC, " << summary.deletedByRetention
+              << " segments deleted by retention)\n";
     return 0;
 }
 
@@ -207,14 +230,19 @@ int run(const std::vector<std::string>& args) {
     if (dir.empty()) throw UsageError("the audit directory DIR is empty" + hint);
     if (name == "list") return runList(dir, values);
     if (name == "export") return runExport(dir, values);
-    if (name == "verify") return runVerify(dir);
+    if (name == "verify") {
+        std::string keyFile = values.count("key-file") ? values["key-file"].as<std::string>() : "";
+        if (values.count("key-file") && keyFile.empty())
+            throw UsageError("--key-file: empty file name" + hint);
+        return runVerify(dir, keyFile);
+    }
     if (!values.count("connection")) throw UsageError("missing --connection ID" + hint);
     if (!values.count("direction")) throw UsageError("missing --direction c2u|u2c" + hint);
     auto id = parseConnectionId(values["connection"].as<std::string>());
     auto direction = parseDirection(values["direction"].as<std::string>());
     std::string output = values.count("output") ? values["output"].as<std::string>() : "";
     if (values.count("output") && output.empty()) throw UsageError("-o: empty file name" + hint);
-    return runExtract(dir, id, direction, output);
+    return runExtract(dir, id, direction, output, values.count("force") != 0);
 }
 
 }  // namespace
