@@ -28,7 +28,9 @@ Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorker
     }
 }
 
-Ring::~Ring() { io_uring_queue_exit(&ring_); }
+Ring::~Ring() {
+    io_uring_queue_exit(&ring_);
+}
 
 io_uring_sqe* Ring::sqe() noexcept {
     io_uring_sqe* entry = io_uring_get_sqe(&ring_);
@@ -39,7 +41,9 @@ io_uring_sqe* Ring::sqe() noexcept {
     return entry;
 }
 
-int Ring::submit() noexcept { return io_uring_submit(&ring_); }
+int Ring::submit() noexcept {
+    return io_uring_submit(&ring_);
+}
 
 int Ring::submitAndWait(unsigned timeoutMs) noexcept {
     __kernel_timespec timeout{};
@@ -70,7 +74,7 @@ const std::vector<RequiredOpcode>& requiredOpcodes() {
 
 std::vector<std::string> missingOpcodes() {
     std::unique_ptr<io_uring_probe, decltype(&io_uring_free_probe)> probe(io_uring_get_probe(),
-                                                                         io_uring_free_probe);
+                                                                          io_uring_free_probe);
     if (!probe) throwErrno(ENOSYS, "io_uring_get_probe (is io_uring disabled by sysctl?)");
     std::vector<std::string> missing;
     for (const auto& required : requiredOpcodes()) {

@@ -11,9 +11,9 @@
 namespace splicegate {
 
 class Ring {
-public:
-    // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked splice
-    // must not be able to spawn a thread per connection.
+  public:
+    // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked
+    // splice must not be able to spawn a thread per connection.
     Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers);
     ~Ring();
     Ring(const Ring&) = delete;
@@ -42,7 +42,7 @@ public:
 
     io_uring* raw() noexcept { return &ring_; }
 
-private:
+  private:
     io_uring ring_{};
 };
 

@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/Ring.h"
+#include "datapath/ChainMover.h"
+#include "datapath/InlineMover.h"
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
@@ -29,13 +32,19 @@ struct RelaySettings {
     std::uint64_t auditSegmentBytes = 1ull << 30;
 };
 
+// The one place the splice engine is chosen: the mover a worker moves its bytes with.
+inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
+    if (engine == SpliceEngine::Chain) return std::make_unique<ChainMover>(ring);
+    return std::make_unique<InlineMover>(ring);
+}
+
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
     std::vector<std::uint64_t> firstSegment;  // per worker
 };
 
 class RelayContext {
-public:
+  public:
     RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
         : settings(relaySettings), pipeBudget(pipeBudgetBytes) {}
 
@@ -55,7 +64,7 @@ public:
         routes_ = std::move(table);
     }
 
-private:
+  private:
     mutable std::mutex routesMutex_;
     std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
 };
