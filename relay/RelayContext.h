@@ -24,6 +24,9 @@ struct RelaySettings {
     std::uint64_t maxConnections = 65536;
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
+    // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
+    // while traffic flows, one more busy thread per worker (--sqpoll).
+    bool sqpoll = false;
     // Audit: empty directory = off.
     std::string auditDir;
     AuditDurability auditDurability = AuditDurability::Batch;

@@ -113,8 +113,11 @@ void Worker::run(std::promise<void>& started) {
 void Worker::setUp() {
     // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq limits
     // are per submitting thread.
-    ring_ = std::make_unique<Ring>(kRingEntries, kMaxBoundIoWorkers, kMaxUnboundIoWorkers);
     const auto& settings = context_.settings;
+    RingOptions ringOptions;
+    ringOptions.sqpoll = settings.sqpoll;
+    ring_ =
+        std::make_unique<Ring>(kRingEntries, kMaxBoundIoWorkers, kMaxUnboundIoWorkers, ringOptions);
     if (!settings.auditDir.empty()) {
         auto first = index_ < context_.auditStart.firstSegment.size()
                          ? context_.auditStart.firstSegment[index_]
@@ -137,7 +140,9 @@ void Worker::setUp() {
 
 void Worker::loop() {
     while (!(stopping_ && liveConnections_ == 0) && !(draining_ && liveConnections_ == 0)) {
-        int rc = deferred_.empty() ? ring_->submitAndWait(1000) : ring_->submit();
+        // One submission per turn: everything prepared while handling the last batch goes in
+        // here (connects, polls, re-armed accepts, cancels).
+        int rc = deferred_.empty() ? ring_->submitAndWait(1000) : ring_->submitAndPeek();
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
             logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
         now_ = std::chrono::steady_clock::now();
@@ -176,7 +181,7 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
             return;
         case Op::Accept:
             if (tag.slot < listeners_.size() && listeners_[tag.slot].generation == tag.generation)
-                onAccept(tag.slot, cqe);
+                onAccept(tag.slot, tag.direction, cqe);
             return;
         case Op::Connect:
         case Op::ConnectTimeout: {
@@ -240,7 +245,7 @@ void Worker::onTimer() {
     // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
     // tight loop.
     for (std::uint32_t i = 0; i < listeners_.size(); ++i)
-        if (listeners_[i].fd && !listeners_[i].active && !draining_ && !stopping_) armAccept(i);
+        if (listeners_[i].fd && !draining_ && !stopping_) armAccepts(i);
     armTimer();
 }
 
@@ -293,6 +298,9 @@ void Worker::openListener(const std::shared_ptr<const Route>& route) {
     if (address.family() == AF_INET6)
         checkSys(::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one),
                  where + ": IPV6_V6ONLY");
+    // Accepted sockets inherit TCP_NODELAY: one setsockopt per listener, not per connection.
+    checkSys(::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one),
+             where + ": TCP_NODELAY");
     checkSys(::bind(fd.get(), address.get(), address.length()), where);
     checkSys(::listen(fd.get(), 4096), where + ": listen");
     std::uint32_t index = 0;
@@ -302,8 +310,7 @@ void Worker::openListener(const std::shared_ptr<const Route>& route) {
     listener.route = route;
     listener.fd = std::move(fd);
     ++listener.generation;
-    listener.active = false;
-    armAccept(index);
+    armAccepts(index);
     if (index_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
 }
 
@@ -316,32 +323,44 @@ void Worker::closeListener(std::uint32_t index) {
     ring_->submit();        // before the fd number can be reused
     ++listener.generation;  // late accept completions of the old socket are ignored
     listener.fd.reset();
-    listener.active = false;
+    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
+        listener.accepts[which].armed = false;
     if (index_ == 0)
         logInfo("route ", listener.route->config.name, ": stopped listening on ",
                 listener.route->config.listen);
 }
 
-void Worker::armAccept(std::uint32_t index) {
-    auto& listener = listeners_[index];
-    auto* sqe = ring_->sqe();
-    io_uring_prep_multishot_accept(sqe, listener.fd.get(), nullptr, nullptr,
-                                   SOCK_NONBLOCK | SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe,
-                            CompletionTag::make(Op::Accept, index, listener.generation).encode());
-    listener.active = true;
+void Worker::armAccepts(std::uint32_t index) {
+    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
+        if (!listeners_[index].accepts[which].armed) armAccept(index, which);
 }
 
-void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
+void Worker::armAccept(std::uint32_t index, std::uint8_t which) {
     auto& listener = listeners_[index];
-    if (!(cqe.flags & IORING_CQE_F_MORE)) listener.active = false;  // re-armed by the timer
-    if (cqe.res < 0) {
+    auto& slot = listener.accepts[which];
+    slot.length = sizeof slot.address;
+    auto* sqe = ring_->sqe();
+    io_uring_prep_accept(sqe, listener.fd.get(), reinterpret_cast<sockaddr*>(&slot.address),
+                         &slot.length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(
+        sqe, CompletionTag::make(Op::Accept, index, listener.generation, which).encode());
+    slot.armed = true;
+}
+
+void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cqe& cqe) {
+    auto& listener = listeners_[index];
+    auto& slot = listener.accepts[which];
+    slot.armed = false;
+    if (cqe.res < 0) {  // EMFILE...: re-armed by the timer, not in a tight loop
         if (cqe.res != -ECANCELED)
             logWarn("route ", listener.route->config.name, ": accept: ", errnoText(cqe.res));
         return;
     }
     UniqueFd client(cqe.res);
     if (draining_ || stopping_) return;
+    auto peer =
+        SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address), slot.length);
+    armAccept(index, which);
     auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
     if (active >= context_.settings.maxConnections) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
@@ -362,13 +381,8 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
     c->io.counters = &routeStats(*c);
     routeStats(*c).accepted.add(1);
     routeStats(*c).active.add(1);
-    c->io.client = std::move(client);
-    sockaddr_storage peer{};
-    socklen_t peerLength = sizeof peer;
-    if (::getpeername(c->io.client.get(), reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0)
-        c->clientAddress =
-            SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer), peerLength);
-    setNoDelay(c->io.client.get());
+    c->io.client = std::move(client);  // TCP_NODELAY inherited from the listener
+    c->clientAddress = peer;
     c->opened = c->io.lastActivity = now_;
     c->upstreamIndex =
         static_cast<std::uint32_t>(c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) %
@@ -491,17 +505,17 @@ void Worker::closeConnection(Connection& c, CloseReason reason, bool resetPeers)
         io_uring_prep_cancel_fd(sqe, fd->get(), IORING_ASYNC_CANCEL_ALL);
         io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
     }
-    if (pending) ring_->submit();  // cancel by fd before the fds are closed
-    // The fds stay open until every operation naming them has completed: a queued linked SQE
-    // resolves its fd only when it is issued, and must never meet a reused number.
+    // The cancels go in with the loop's next submission: the fds stay open until every
+    // operation naming them has completed (a queued linked SQE resolves its fd only when it is
+    // issued, and must never meet a reused number), so no fd number can be reused before.
     for (auto* fd : {&c.io.client, &c.io.upstream}) {
         if (!*fd) continue;
         if (resetPeers)
             armReset(fd->get());  // RST goes out when the fd is closed
-        else
-            ::shutdown(fd->get(), SHUT_RDWR);  // FIN now
+        else if (pending)
+            ::shutdown(fd->get(), SHUT_RDWR);  // FIN now, not when the last operation ends
     }
-    if (!pending) releaseConnection(c);
+    if (!pending) releaseConnection(c);  // closed now: FIN (or RST) goes out with the close
 }
 
 void Worker::releaseConnection(Connection& c) {

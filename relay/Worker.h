@@ -7,6 +7,8 @@
 // completion to its owner by op: its own (accept, connect, control, timer), the audit tap's
 // (group commit) or the mover's (data path, through the FlowDriver, whose Verdict it acts on).
 // Which engine moves the bytes is decided once, where the mover is made (RelayContext.h).
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -74,11 +76,20 @@ class Worker {
     // The worker's own io_uring ops (below 0x20: the audit tap's and the movers' ops are theirs,
     // datapath/AuditTap.h, datapath/Mover.h).
     enum class Op : std::uint8_t { Ignore, Control, Timer, Accept, Connect, ConnectTimeout };
+    // An accept armed on a listener, with where the kernel writes the peer's address: single
+    // shot, so each connection's address comes with it (no getpeername per connection).
+    struct AcceptSlot {
+        sockaddr_storage address{};
+        socklen_t length = 0;
+        bool armed = false;
+    };
+    static constexpr std::uint8_t kAcceptsPerListener = 16;
     struct Listener {
         std::shared_ptr<const Route> route;
         UniqueFd fd;
         std::uint16_t generation = 0;
-        bool active = false;
+        // Heap-held: the kernel writes into them while the listener vector may grow.
+        std::unique_ptr<AcceptSlot[]> accepts = std::make_unique<AcceptSlot[]>(kAcceptsPerListener);
     };
 
     void signal(std::uint32_t request) noexcept;
@@ -97,8 +108,9 @@ class Worker {
     void applyRoutes(bool failOnError);
     void openListener(const std::shared_ptr<const Route>& route);
     void closeListener(std::uint32_t index);
-    void armAccept(std::uint32_t index);
-    void onAccept(std::uint32_t index, const io_uring_cqe& cqe);
+    void armAccepts(std::uint32_t index);
+    void armAccept(std::uint32_t index, std::uint8_t which);
+    void onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cqe& cqe);
 
     // Connections
     Connection* allocateConnection();
