@@ -39,7 +39,6 @@ struct RelaySettings {
     Lane lane = Lane::Auto;
     std::uint32_t bufferRingEntries = 4096;
     std::uint32_t bufferSize = 16384;
-    bool sqpoll = false;
     AuditWriterKind auditWriter = AuditWriterKind::Direct;
     std::uint64_t auditBufferBytes = 67108864;
     bool accessLog = true;

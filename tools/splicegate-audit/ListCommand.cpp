@@ -191,6 +191,7 @@ void forEachConnection(const std::string& dir,
                     progress.advance(1);
                     break;
                 case RecordType::SegmentSealed:
+                case RecordType::SegmentsDeleted:
                     break;
             }
         }

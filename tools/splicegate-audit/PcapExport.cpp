@@ -144,6 +144,7 @@ class Exporter {
                 break;
             case RecordType::SegmentStart:
             case RecordType::SegmentSealed:
+            case RecordType::SegmentsDeleted:
                 break;
         }
     }
