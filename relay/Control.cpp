@@ -23,10 +23,16 @@ const char* durabilityName(AuditDurability durability) { return toString(durabil
 
 Config Reloader::reload() {
     std::lock_guard lock(mutex_);
-    auto config = loadConfig(args_);
-    relay_.reload(config);
-    edge_.applyConfig(config);
-    return config;
+    try {
+        auto config = loadConfig(args_);
+        relay_.reload(config);
+        edge_.applyConfig(config);
+        if (metrics_) metrics_->recordReload(true);
+        return config;
+    } catch (...) {
+        if (metrics_) metrics_->recordReload(false);
+        throw;
+    }
 }
 
 DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/MetricsExposer.h"
 #include "relay/AdminServer.h"
 #include "relay/Config.h"
 #include "relay/EdgeControl.h"
@@ -17,8 +18,10 @@ namespace splicegate {
 // Serialises configuration reloads from SIGHUP (main thread) and the admin "reload" command.
 class Reloader {
 public:
-    Reloader(Relay& relay, EdgeControl& edge, std::vector<std::string> args)
-        : relay_(relay), edge_(edge), args_(std::move(args)) {}
+    // `metrics` (may be null) is told the outcome of every reload.
+    Reloader(Relay& relay, EdgeControl& edge, std::vector<std::string> args,
+             MetricsExposer* metrics = nullptr)
+        : relay_(relay), edge_(edge), args_(std::move(args)), metrics_(metrics) {}
     // Re-reads the configuration and applies its routes. Throws UsageError naming the problem;
     // the running configuration stays in force then.
     Config reload();
@@ -28,6 +31,7 @@ private:
     Relay& relay_;
     EdgeControl& edge_;
     const std::vector<std::string> args_;
+    MetricsExposer* metrics_;
 };
 
 class DaemonControl : public AdminHandler {
