@@ -51,10 +51,12 @@ AuditDiskSample AuditDiskUsage::sample() noexcept {
     AuditDiskSample out;
     struct statvfs fs {};
     int err = 0;
-    if (::statvfs(directory_.c_str(), &fs) == 0)
+    if (::statvfs(directory_.c_str(), &fs) == 0) {
+        out.sizeBytes = static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize;
         out.freeBytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-    else
+    } else {
         err = errno;
+    }
     int storedErr = 0;
     out.storedBytes = storedBytes(std::chrono::steady_clock::now(), storedErr);
     if (err == 0) err = storedErr;

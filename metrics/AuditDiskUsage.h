@@ -14,6 +14,7 @@
 namespace splicegate {
 
 struct AuditDiskSample {
+    std::optional<std::uint64_t> sizeBytes;    // of the filesystem
     std::optional<std::uint64_t> freeBytes;    // available to the daemon's (unprivileged) user
     std::optional<std::uint64_t> storedBytes;  // sizes of the regular files in the directory
 };

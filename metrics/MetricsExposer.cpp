@@ -247,6 +247,9 @@ class MetricsCollector {
             }
             if (auditDisk_) {
                 auto disk = auditDisk_->sample();
+                addOptionalGauge(families, "splicegate_audit_disk_size_bytes",
+                                 "Size of the audit directory's filesystem in bytes.",
+                                 disk.sizeBytes);
                 addOptionalGauge(families, "splicegate_audit_disk_free_bytes",
                                  "Bytes available to the daemon on the audit directory's "
                                  "filesystem.",

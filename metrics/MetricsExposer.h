@@ -33,7 +33,7 @@ class MetricsCollector;
 class MetricsExposer {
   public:
     // Starts serving on `listen`. Port 0 binds a free port (see port()). `auditDir` (empty: none)
-    // is measured for splicegate_audit_disk_free_bytes and splicegate_audit_stored_bytes.
+    // is measured for splicegate_audit_disk_{size,free}_bytes and splicegate_audit_stored_bytes.
     // Readiness starts false; the last reload counts as successful at construction (the
     // configuration the daemon started with was loaded).
     explicit MetricsExposer(const std::string& listen, StatsSource source = {},

@@ -504,7 +504,9 @@ TEST(MetricsExposerTest, AuditDirectoryGauges) {
     ASSERT_EQ(::statvfs(dir.path().c_str(), &fs), 0);
     double free = valueOf(s, "splicegate_audit_disk_free_bytes");
     EXPECT_GT(free, 0);
-    EXPECT_LE(free, static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize));
+    double size = static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize);
+    EXPECT_EQ(valueOf(s, "splicegate_audit_disk_size_bytes"), size);
+    EXPECT_LE(free, size);
 
     // Without caching every sample sees the directory as it is now.
     AuditDiskUsage usage(dir.path(), std::chrono::seconds(0));
