@@ -60,7 +60,7 @@ MHD_Result queue(MHD_Connection* connection, const HttpResponse& answer) {
     return result;
 }
 
-MHD_Result onRequest(void* self, MHD_Connection* connection, const char* url, const char* method,
+MHD_Result onRequest(void* handler, MHD_Connection* connection, const char* url, const char* method,
                      const char*, const char*, size_t* uploadSize, void**) {
     std::string_view verb(method);
     if (verb != MHD_HTTP_METHOD_GET && verb != MHD_HTTP_METHOD_HEAD) {
@@ -70,10 +70,14 @@ MHD_Result onRequest(void* self, MHD_Connection* connection, const char* url, co
                                   "only GET and HEAD\n"});
     }
     HttpResponse answer;
+    // Nothing may unwind into libmicrohttpd's C frames.
     try {
-        answer = static_cast<const HttpServer*>(self)->handle(verb, url);
+        answer = (*static_cast<const HttpHandler*>(handler))(verb, url);
     } catch (const std::exception& error) {
         logWarn("metrics endpoint: ", url, ": ", error.what());
+        answer = {MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "internal error\n"};
+    } catch (...) {
+        logWarn("metrics endpoint: ", url, ": unknown error");
         answer = {MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "internal error\n"};
     }
     return queue(connection, answer);
@@ -90,7 +94,7 @@ HttpServer::HttpServer(const SocketAddress& address, HttpHandler handler, HttpSe
     std::string messages;
     startupMessages = &messages;
     daemon_ = MHD_start_daemon(
-        flags, 0, nullptr, nullptr, &onRequest, this, MHD_OPTION_SOCK_ADDR, address.get(),
+        flags, 0, nullptr, nullptr, &onRequest, &handler_, MHD_OPTION_SOCK_ADDR, address.get(),
         MHD_OPTION_EXTERNAL_LOGGER, &mhdLog, nullptr, MHD_OPTION_THREAD_POOL_SIZE, limits.threads,
         MHD_OPTION_CONNECTION_LIMIT, limits.maxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
         static_cast<unsigned>(limits.requestTimeout.count()), MHD_OPTION_END);
@@ -110,10 +114,6 @@ HttpServer::~HttpServer() {
     // Closes the listener and every connection and joins the pool's threads: after this the
     // handler never runs again.
     MHD_stop_daemon(daemon_);
-}
-
-HttpResponse HttpServer::handle(std::string_view method, std::string_view path) const {
-    return handler_(method, path);
 }
 
 }  // namespace splicegate

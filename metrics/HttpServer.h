@@ -44,8 +44,6 @@ class HttpServer {
     HttpServer& operator=(const HttpServer&) = delete;
 
     unsigned port() const noexcept { return port_; }
-    // The handler (a static trampoline's target; not for callers).
-    HttpResponse handle(std::string_view method, std::string_view path) const;
 
   private:
     HttpHandler handler_;

@@ -243,6 +243,8 @@ class MetricsCollector {
                     scrapes_.fetch_add(1, std::memory_order_relaxed);
                 } catch (const std::exception& e) {
                     logWarn("metrics scrape: reading the statistics failed: ", e.what());
+                } catch (...) {
+                    logWarn("metrics scrape: reading the statistics failed");
                 }
             }
             if (auditDisk_) {
