@@ -315,7 +315,7 @@ TEST(MetricsPrometheusTest, HealthAndReadinessWhileStartingServingAndDraining) {
     uint16_t metricsPort = test::pickFreePort();
     test::Daemon daemon(test::relayArgs(
         listenPort, {upstream.address()},
-        {"--metrics-listen", test::loopback(metricsPort), "--drain-timeout-ms", "3000"}));
+        {"--metrics-listen", test::loopback(metricsPort), "--drain-timeout-ms", "5000"}));
 
     // Starting: from the first answer on, /-/ready says 503 until the routes listen, then 200.
     std::vector<int> readiness;
