@@ -4,7 +4,8 @@
 // - every [route.NAME] key the parser accepts is in docs/configuration.md;
 // - every metric name the exposer's sources define is in docs/metrics.md;
 // - README.md, docs/ and packaging/README.md link only files that exist in the repository and
-//   cite nothing outside it.
+//   cite nothing outside it;
+// - every "docs/kernel-notes.md §N" cited anywhere in the sources names a section that exists.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -136,6 +137,35 @@ TEST(DocsLintTest, DocumentationStandsAlone) {
             EXPECT_TRUE(fs::exists(page.parent_path() / target))
                 << relative << " links " << target << ", which does not exist";
     }
+}
+
+TEST(DocsLintTest, KernelNoteCitationsNameExistingSections) {
+    std::set<std::string> sections;
+    for (const auto& number :
+         matches(read(kSource / "docs/kernel-notes.md"), std::regex(R"(\n## ([0-9]+)\. )")))
+        sections.insert(number);
+    ASSERT_GE(sections.size(), 12u) << "docs/kernel-notes.md keeps sections 1-12";
+    std::regex citation(R"(kernel-notes\.md §([0-9]+))");
+    std::size_t cited = 0;
+    for (auto it = fs::recursive_directory_iterator(kSource);
+         it != fs::recursive_directory_iterator(); ++it) {
+        auto name = it->path().filename().string();
+        if (it->is_directory() && (name == ".git" || name.starts_with("build"))) {
+            it.disable_recursion_pending();
+            continue;
+        }
+        auto extension = it->path().extension().string();
+        if (!it->is_regular_file() ||
+            (extension != ".cpp" && extension != ".h" && extension != ".c" && extension != ".md"))
+            continue;
+        for (const auto& number : matches(read(it->path()), citation)) {
+            ++cited;
+            EXPECT_TRUE(sections.count(number))
+                << fs::relative(it->path(), kSource).string() << " cites docs/kernel-notes.md §"
+                << number << ", which does not exist";
+        }
+    }
+    EXPECT_GT(cited, 0u) << "README.md cites at least one section";
 }
 
 }  // namespace
