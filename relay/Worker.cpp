@@ -14,6 +14,7 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "datapath/Failpoints.h"
+#include "relay/AccessLog.h"
 
 namespace splicegate {
 namespace {
@@ -362,22 +363,31 @@ void Worker::onAccept(std::uint32_t index, const io_uring_cqe& cqe) {
         }
         return;  // closing the accepted socket is the refusal
     }
+    sockaddr_storage peer{};
+    socklen_t peerLength = sizeof peer;
+    SocketAddress clientAddress;
+    if (::getpeername(client.get(), reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0)
+        clientAddress = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer), peerLength);
+    // Released in releaseConnection().
+    if (!context_.sourceLimiter.tryAcquire(clientAddress)) {
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        stats_->routes[listener.route->statsIndex]
+            .refused[static_cast<std::size_t>(RefuseReason::MaxConnectionsPerSource)]
+            .add(1);
+        logWarnLimited("per-source refusals", "route ", listener.route->config.name,
+                       ": refusing ", clientAddress, ": ", context_.sourceLimiter.limit(),
+                       " connections open from it (--max-connections-per-source)");
+        return;  // closing the accepted socket is the refusal
+    }
     Connection* c = allocateConnection();
     c->id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
     c->route = listener.route;
     routeStats(*c).accepted.add(1);
     routeStats(*c).active.add(1);
     c->client = std::move(client);
-    sockaddr_storage peer{};
-    socklen_t peerLength = sizeof peer;
-    if (::getpeername(c->client.get(), reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0)
-        c->clientAddress =
-            SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&peer), peerLength);
+    c->clientAddress = clientAddress;
     setNoDelay(c->client.get());
     c->opened = c->lastActivity = now_;
-    c->upstreamIndex =
-        static_cast<std::uint32_t>(c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) %
-                                   c->route->upstreams.size());
     startConnect(*c);
 }
 
@@ -409,8 +419,17 @@ Connection* Worker::lookup(std::uint32_t slot, std::uint16_t generation) noexcep
 }
 
 void Worker::startConnect(Connection& c) {
-    const auto& upstreams = c.route->upstreams;
-    c.upstreamAddress = upstreams[c.upstreamIndex % upstreams.size()];
+    // The route's pool picks: round robin over healthy upstreams, probes of down ones.
+    auto pick = c.route->pool->pick();
+    if (!pick) {
+        logWarnLimited("no upstream address on route " + c.route->config.name, "route ",
+                       c.route->config.name, ": no upstream has an address yet (connection ",
+                       c.id, " closed)");
+        closeConnection(c, CloseReason::UpstreamUnreachable, false);
+        return;
+    }
+    c.upstreamIndex = pick->upstream;
+    c.upstreamAddress = pick->address;
     int fd = ::socket(c.upstreamAddress.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         logWarn("route ", c.route->config.name, ": socket for ", c.upstreamAddress, ": ",
@@ -441,22 +460,24 @@ void Worker::startConnect(Connection& c) {
 
 void Worker::onConnect(Connection& c, int result) {
     if (c.state != ConnectionState::Connecting) return;
+    c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
         startRelaying(c);
         return;
     }
     const char* why = result == -ECANCELED ? "timed out" : nullptr;
-    logWarn("route ", c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
-            why ? why : errnoText(result).c_str(), " (connection ", c.id, ")");
+    logWarnLimited("connect failures on route " + c.route->config.name, "route ",
+                   c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
+                   why ? why : errnoText(result).c_str(), " (connection ", c.id, ")");
     c.upstream.reset();  // the linked timeout's completion may still come; it names no fd
     routeStats(c).connectFailures.add(1);
-    if (c.connectAttempts < c.route->upstreams.size()) {
-        ++c.upstreamIndex;
+    if (c.connectAttempts < c.route->pool->addressCount()) {
         startConnect(c);
         return;
     }
-    logWarn("route ", c.route->config.name, ": no upstream reachable for connection ", c.id,
-            " from ", c.clientAddress);
+    logWarnLimited("unreachable on route " + c.route->config.name, "route ",
+                   c.route->config.name, ": no upstream reachable for connection ", c.id,
+                   " from ", c.clientAddress);
     closeConnection(c, CloseReason::UpstreamUnreachable, false);
 }
 
@@ -523,6 +544,13 @@ void Worker::releaseConnection(Connection& c) {
     logDebug("connection ", c.id, " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", c.flow(Direction::ClientToUpstream).bytesForwarded(),
              " B, u2c ", c.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+    if (context_.settings.accessLog)
+        logInfo(formatAccessLine({c.route->config.name, c.id, c.clientAddress,
+                                  c.upstreamAddress,
+                                  c.flow(Direction::ClientToUpstream).bytesForwarded(),
+                                  c.flow(Direction::UpstreamToClient).bytesForwarded(),
+                                  static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
+    context_.sourceLimiter.release(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     updatePipeGauges();
