@@ -1,31 +1,25 @@
 #include "metrics/MetricsExposer.h"
 
-#include <CivetServer.h>
-#include <netinet/in.h>
 #include <prometheus/client_metric.h>
-#include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/metric_type.h>
 #include <prometheus/text_serializer.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <limits>
 #include <mutex>
-#include <thread>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/SocketAddress.h"
-#include "metrics/MetricsHttpServer.h"
+#include "metrics/AuditDiskUsage.h"
+#include "metrics/HttpServer.h"
+#include "metrics/ProcessStats.h"
 
 #ifndef SPLICEGATE_VERSION
 #define SPLICEGATE_VERSION "unknown"
@@ -126,6 +120,18 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
         addCounter(bytes, {{"direction", "c2u"}, {"route", route.name}}, route.bytesC2u);
         addCounter(bytes, {{"direction", "u2c"}, {"route", route.name}}, route.bytesU2c);
     }
+    // Per upstream: the same failures counter with an upstream label, and its health.
+    auto upstreamUp = family("splicegate_upstream_up",
+                             "Whether the upstream is in use (1) or down (0: failing connects, "
+                             "or its name does not resolve yet), by route and upstream.",
+                             MetricType::Gauge);
+    for (const auto& upstream : s.upstreams) {
+        addCounter(connectFailures, {{"route", upstream.route}, {"upstream", upstream.upstream}},
+                   upstream.connectFailures);
+        addGauge(upstreamUp, {{"route", upstream.route}, {"upstream", upstream.upstream}},
+                 upstream.up ? 1.0 : 0.0);
+    }
+    out.push_back(std::move(upstreamUp));
     out.push_back(std::move(accepted));
     out.push_back(std::move(active));
     out.push_back(std::move(closed));
@@ -195,160 +201,161 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     return out;
 }
 
-// civetweb reports its errors (e.g. "cannot bind to ...") through log_message. While the
-// constructor starts the server those messages are collected for the exception; later ones are
-// logged.
-thread_local std::string* startupMessages = nullptr;
-
-int civetLogMessage(const mg_connection*, const char* message) {
-    if (message == nullptr) return 1;
-    if (startupMessages != nullptr) {
-        if (!startupMessages->empty()) *startupMessages += "; ";
-        *startupMessages += message;
-    } else {
-        logWarn("metrics endpoint: ", message);
-    }
-    return 1;
+template <typename T>
+void addOptionalGauge(std::vector<MetricFamily>& out, const char* name, const char* help,
+                      const std::optional<T>& value) {
+    if (!value) return;
+    auto f = family(name, help, MetricType::Gauge);
+    addGauge(f, {}, static_cast<double>(*value));
+    out.push_back(std::move(f));
 }
 
-// After civetweb failed to bind: the errno of binding the same address ourselves, 0 if that works.
-int probeBindErrno(const SocketAddress& address) noexcept {
-    int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (address.family() == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    int err = ::bind(fd, address.get(), address.length()) == 0 ? 0 : errno;
-    ::close(fd);
-    return err;
+// The gauges every Prometheus client library exports for its process (same names and units).
+void addProcessFamilies(std::vector<MetricFamily>& out) {
+    auto process = readProcessStats();
+    addOptionalGauge(out, "process_start_time_seconds",
+                     "Start time of the process since the Unix epoch in seconds.",
+                     process.startTimeSeconds);
+    addOptionalGauge(out, "process_open_fds", "Number of open file descriptors.", process.openFds);
+    addOptionalGauge(out, "process_max_fds", "Maximum number of open file descriptors.",
+                     process.maxFds);
+    addOptionalGauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.",
+                     process.residentMemoryBytes);
 }
 
-// civetweb's server on `address` (the option as given in `listen`, for messages).
-std::unique_ptr<prometheus::Exposer> startCivetweb(const SocketAddress& address,
-                                                   const std::string& listen) {
-    CivetCallbacks callbacks;
-    callbacks.log_message = &civetLogMessage;
-    // civetweb takes "a.b.c.d:port" and "[v6]:port", the same syntax as the option.
-    std::vector<std::string> options = {
-        "listening_ports", address.toString(), "num_threads", "2", "request_timeout_ms", "10000"};
-    std::string messages;
-    startupMessages = &messages;
-    try {
-        auto exposer = std::make_unique<prometheus::Exposer>(std::move(options), &callbacks);
-        startupMessages = nullptr;
-        return exposer;
-    } catch (const std::exception& e) {
-        startupMessages = nullptr;
-        std::string detail = messages.empty() ? e.what() : messages;
-        if (int err = probeBindErrno(address); err != 0)
-            throwErrno(err, concat("metrics endpoint: cannot listen on ", listen));
-        throw std::runtime_error(
-            concat("metrics endpoint: cannot listen on ", listen, ": ", detail));
-    }
+double nowSeconds() noexcept {
+    using namespace std::chrono;
+    return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-// One connection to the listener (a wildcard address reached through loopback), closed at once.
-void wakeListener(const SocketAddress& address) noexcept {
-    int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;
-    if (::connect(fd, address.get(), address.length()) == 0) {
-        linger reset{1, 0};  // RST: no TIME_WAIT left behind per wake-up
-        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-    }
-    ::close(fd);
-}
-
-// Where wakeListener() connects: the bound address and port, loopback for a wildcard.
-SocketAddress wakeAddress(const SocketAddress& bound, unsigned port) {
-    auto text = bound.toString();
-    auto host = text.substr(0, text.rfind(':'));
-    if (host == "0.0.0.0") host = "127.0.0.1";
-    if (host == "[::]") host = "[::1]";
-    auto parsed = SocketAddress::parseNumeric(concat(host, ":", port));
-    return parsed ? *parsed : bound;
-}
+constexpr const char* kExpositionType = "text/plain; version=0.0.4; charset=utf-8";
 
 }  // namespace
 
-class MetricsCollector final : public prometheus::Collectable {
+// What a scrape of /metrics reads: the bound StatsSource, the daemon's own gauges, the process
+// and the audit directory.
+class MetricsCollector {
   public:
-    explicit MetricsCollector(StatsSource source) : source_(std::move(source)) {}
-
-    std::vector<MetricFamily> Collect() const override {
-        StatsSnapshot snapshot;
-        try {
-            std::lock_guard<std::mutex> lock(mutex_);
-            snapshot = source_();
-        } catch (const std::exception& e) {
-            logWarn("metrics scrape: reading the statistics failed: ", e.what());
-            return {};
-        } catch (...) {
-            logWarn("metrics scrape: reading the statistics failed");
-            return {};
-        }
-        scrapes_.fetch_add(1, std::memory_order_relaxed);
-        return buildFamilies(snapshot);
+    explicit MetricsCollector(const std::string& auditDir) {
+        if (!auditDir.empty()) auditDisk_.emplace(auditDir);
     }
 
+    void setSource(StatsSource source) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        source_ = std::move(source);
+    }
+
+    std::string render() {
+        std::vector<MetricFamily> families;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (source_) {
+                try {
+                    families = buildFamilies(source_());
+                    scrapes_.fetch_add(1, std::memory_order_relaxed);
+                } catch (const std::exception& e) {
+                    logWarn("metrics scrape: reading the statistics failed: ", e.what());
+                } catch (...) {
+                    logWarn("metrics scrape: reading the statistics failed");
+                }
+            }
+            if (auditDisk_) {
+                auto disk = auditDisk_->sample();
+                addOptionalGauge(families, "splicegate_audit_disk_size_bytes",
+                                 "Size of the audit directory's filesystem in bytes.",
+                                 disk.sizeBytes);
+                addOptionalGauge(families, "splicegate_audit_disk_free_bytes",
+                                 "Bytes available to the daemon on the audit directory's "
+                                 "filesystem.",
+                                 disk.freeBytes);
+                addOptionalGauge(families, "splicegate_audit_stored_bytes",
+                                 "Bytes of the files in the audit directory (sampled at most "
+                                 "every 10 s).",
+                                 disk.storedBytes);
+            }
+        }
+        addDaemonFamilies(families);
+        addProcessFamilies(families);
+        return prometheus::TextSerializer().Serialize(families);
+    }
+
+    std::atomic<std::int64_t> connectionsMax{-1};  // -1: not set
+    std::atomic<bool> lastReloadSuccessful{true};
+    std::atomic<double> lastReloadSuccessSeconds{nowSeconds()};
     std::uint64_t scrapes() const noexcept { return scrapes_.load(std::memory_order_relaxed); }
 
   private:
+    void addDaemonFamilies(std::vector<MetricFamily>& out) const {
+        auto max = connectionsMax.load(std::memory_order_relaxed);
+        if (max >= 0)
+            addOptionalGauge(out, "splicegate_connections_max",
+                             "Open client connections beyond which new ones are refused.",
+                             std::optional<std::int64_t>(max));
+        addOptionalGauge(out, "splicegate_config_last_reload_successful",
+                         "Whether the last configuration reload succeeded (1) or failed (0).",
+                         std::optional<int>(lastReloadSuccessful.load() ? 1 : 0));
+        addOptionalGauge(out, "splicegate_config_last_reload_success_timestamp_seconds",
+                         "Time of the last successful configuration load or reload, since the "
+                         "Unix epoch.",
+                         std::optional<double>(lastReloadSuccessSeconds.load()));
+    }
+
+    std::mutex mutex_;  // serialises scrapes: the source never runs concurrently with itself
     StatsSource source_;
-    mutable std::mutex mutex_;
-    mutable std::atomic<std::uint64_t> scrapes_{0};
+    std::optional<AuditDiskUsage> auditDisk_;
+    std::atomic<std::uint64_t> scrapes_{0};
 };
 
-MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source) : listen_(listen) {
-    if (!source) throw std::invalid_argument("metrics endpoint: no statistics source");
+MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source,
+                               const std::string& auditDir)
+    : listen_(listen), collector_(std::make_unique<MetricsCollector>(auditDir)) {
     auto address = SocketAddress::parseNumeric(listen);
     if (!address)
         throw UsageError(
             concat("metrics endpoint: '", listen, "' is not a numeric ADDR:PORT or [IPv6]:PORT"));
-
-    collector_ = std::make_shared<MetricsCollector>(std::move(source));
-
-    constexpr unsigned kCivetFeatureIpv6 = 8;  // mg_check_feature(): "IPv6 is supported"
-    if (address->family() == AF_INET6 && mg_check_feature(kCivetFeatureIpv6) == 0) {
-        std::weak_ptr<MetricsCollector> weak = collector_;
-        fallback_ = std::make_unique<MetricsHttpServer>(*address, "/metrics", [weak] {
-            auto collector = weak.lock();
-            if (!collector) return std::string();
-            return prometheus::TextSerializer().Serialize(collector->Collect());
-        });
-        port_ = fallback_->port();
-    } else {
-        exposer_ = startCivetweb(*address, listen);
-        auto ports = exposer_->GetListeningPorts();
-        port_ = ports.empty() ? address->port() : static_cast<unsigned>(ports.front());
-        wakeAddress_ = wakeAddress(*address, port_);
-        exposer_->RegisterCollectable(collector_, "/metrics");
-    }
+    collector_->setSource(std::move(source));
+    server_ = std::make_unique<HttpServer>(
+        *address, [this](std::string_view, std::string_view path) { return answer(path); });
+    port_ = server_->port();
     auto text = address->toString();  // "a.b.c.d:port" or "[v6]:port"
     logInfo("metrics endpoint listening on http://", text.substr(0, text.rfind(':')), ":", port_,
             "/metrics");
 }
 
-MetricsExposer::~MetricsExposer() {
-    // Both servers stop (joining their threads) while the collector is still alive.
-    fallback_.reset();
-    if (!exposer_) return;
-    // civetweb 1.15's accept thread only notices the stop flag when its poll() on the listening
-    // socket returns, which is every 2 s when idle: mg_stop() would block that long. Connecting
-    // to the port makes that poll() return at once.
-    std::atomic<bool> stopped{false};
-    std::thread waker;
-    try {
-        waker = std::thread([this, &stopped] {
-            while (!stopped.load()) {
-                wakeListener(wakeAddress_);
-                std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            }
-        });
-    } catch (...) {  // no thread: stopping just takes longer
+MetricsExposer::~MetricsExposer() = default;  // server_ (declared last) stops first
+
+HttpResponse MetricsExposer::answer(std::string_view path) const {
+    if (path == "/metrics") return {200, kExpositionType, collector_->render()};
+    if (path == "/-/healthy") return {200, "text/plain; charset=utf-8", "splicegate is healthy.\n"};
+    if (path == "/-/ready") {
+        if (ready()) return {200, "text/plain; charset=utf-8", "splicegate is ready.\n"};
+        return {503, "text/plain; charset=utf-8",
+                "splicegate is not ready (starting or draining).\n"};
     }
-    exposer_.reset();
-    stopped = true;
-    if (waker.joinable()) waker.join();
+    return {404, "text/plain; charset=utf-8", "not found; try /metrics, /-/healthy, /-/ready\n"};
+}
+
+MetricsExposer::StatsBinding MetricsExposer::bindStatsSource(StatsSource source) {
+    collector_->setSource(std::move(source));
+    return StatsBinding(collector_.get());
+}
+
+MetricsExposer::StatsBinding::~StatsBinding() {
+    if (collector_ != nullptr) collector_->setSource({});
+}
+
+void MetricsExposer::setReady(bool ready) noexcept {
+    ready_.store(ready, std::memory_order_relaxed);
+}
+
+void MetricsExposer::setConnectionsMax(std::uint64_t max) noexcept {
+    auto clamped = std::min<std::uint64_t>(max, std::numeric_limits<std::int64_t>::max());
+    collector_->connectionsMax.store(static_cast<std::int64_t>(clamped));
+}
+
+void MetricsExposer::recordReload(bool successful) noexcept {
+    collector_->lastReloadSuccessful.store(successful);
+    if (successful) collector_->lastReloadSuccessSeconds.store(nowSeconds());
 }
 
 std::uint64_t MetricsExposer::scrapes() const noexcept {

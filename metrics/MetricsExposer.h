@@ -1,66 +1,93 @@
 #pragma once
-// The Prometheus endpoint: prometheus-cpp's pull Exposer (civetweb) serving /metrics on one
-// address, with one Collectable that turns a StatsSnapshot into the metric families SPEC.md
-// names. A scrape calls the StatsSource once; the data path only ever writes its own relaxed
-// per-worker counters (metrics/Stats.h), so scraping adds no lock or shared write per chunk.
+// The metrics listener: one HTTP server (metrics/HttpServer, libmicrohttpd) on one address,
+// IPv4 or IPv6, answering
+//   /metrics    the Prometheus text exposition (prometheus-cpp's serializer) of a StatsSnapshot,
+//               the process_* gauges and the daemon's own gauges (readiness aside);
+//   /-/healthy  200 while the process runs;
+//   /-/ready    200 while the daemon serves (setReady(true)), 503 while it starts or drains.
+// A scrape calls the StatsSource once; the data path only ever writes its own relaxed per-worker
+// counters (metrics/Stats.h), so scraping adds no lock or shared write per chunk.
 //
-// Debian 12's civetweb is built without IPv6: an "[IPv6]:PORT" address is then served by
-// MetricsHttpServer (same Collectable and families, without prometheus-cpp's own exposer_*
-// metrics) instead of prometheus-cpp's Exposer.
-//
-// Thread affinity: construct and destroy from one thread. The StatsSource runs on a civetweb
-// thread, never concurrently with itself (scrapes are serialized by a mutex), and must not block
-// for long. Destroying the exposer stops the HTTP server first; after the destructor returns the
-// source is never called again.
+// Thread affinity: construct and destroy from one thread; the setters may be called from any
+// thread. The StatsSource runs on a server thread, never concurrently with itself (scrapes are
+// serialised by a mutex), and must not block for long. After the destructor returns (or a
+// StatsBinding is destroyed) the source is never called again.
 // Error contract: the constructor throws splicegate::UsageError (a std::runtime_error) when
 // `listen` is not a numeric "ADDR:PORT" / "[IPv6]:PORT", std::system_error when the address
 // cannot be bound (errno known), std::runtime_error otherwise; every message names the address.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "common/SocketAddress.h"
+#include "metrics/HttpServer.h"
 #include "metrics/Stats.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace splicegate {
 
 using StatsSource = std::function<StatsSnapshot()>;
 
 class MetricsCollector;
-class MetricsHttpServer;
 
 class MetricsExposer {
   public:
-    // Starts serving "http://<listen>/metrics". Port 0 binds a free port (see port()).
-    MetricsExposer(const std::string& listen, StatsSource source);
+    // Starts serving on `listen`. Port 0 binds a free port (see port()). `auditDir` (empty: none)
+    // is measured for splicegate_audit_disk_{size,free}_bytes and splicegate_audit_stored_bytes.
+    // Readiness starts false; the last reload counts as successful at construction (the
+    // configuration the daemon started with was loaded).
+    explicit MetricsExposer(const std::string& listen, StatsSource source = {},
+                            const std::string& auditDir = {});
     ~MetricsExposer();
     MetricsExposer(const MetricsExposer&) = delete;
     MetricsExposer& operator=(const MetricsExposer&) = delete;
+
+    // Uses `source` until the returned binding is destroyed (then no source: only the process
+    // and daemon gauges are served). Lets the listener start before what the source reads
+    // exists, and stop reading it before it goes. Declare the binding after that object.
+    class [[nodiscard]] StatsBinding {
+      public:
+        explicit StatsBinding(MetricsCollector* collector) noexcept : collector_(collector) {}
+        StatsBinding(StatsBinding&& other) noexcept : collector_(other.collector_) {
+            other.collector_ = nullptr;
+        }
+        StatsBinding& operator=(StatsBinding&&) = delete;
+        ~StatsBinding();
+
+      private:
+        MetricsCollector* collector_;
+    };
+    StatsBinding bindStatsSource(StatsSource source);
+
+    // /-/ready: true while serving, false while starting and draining.
+    void setReady(bool ready) noexcept;
+    // splicegate_connections_max (not exported until set).
+    void setConnectionsMax(std::uint64_t max) noexcept;
+    // splicegate_config_last_reload_successful, and on success
+    // splicegate_config_last_reload_success_timestamp_seconds = now.
+    void recordReload(bool successful) noexcept;
 
     // The port actually bound.
     unsigned port() const noexcept { return port_; }
     // The listen address as given.
     const std::string& listen() const noexcept { return listen_; }
-    // Scrapes served so far (successful calls of the source).
+    // Scrapes of /metrics served so far (successful calls of the source).
     std::uint64_t scrapes() const noexcept;
+    bool ready() const noexcept { return ready_.load(std::memory_order_relaxed); }
 
   private:
+    HttpResponse answer(std::string_view path) const;
+
     std::string listen_;
     unsigned port_ = 0;
-    SocketAddress wakeAddress_;  // see the destructor
-    // Declared before exposer_: the server (and its threads) stop before the collector goes.
-    std::shared_ptr<MetricsCollector> collector_;
-    std::unique_ptr<prometheus::Exposer> exposer_;  // civetweb: IPv4 (and IPv6 if built in)
-    std::unique_ptr<MetricsHttpServer> fallback_;   // IPv6 when civetweb lacks it
+    std::atomic<bool> ready_{false};
+    // Declared before server_: the server (and its threads) stop before the collector goes.
+    std::unique_ptr<MetricsCollector> collector_;
+    std::unique_ptr<HttpServer> server_;
 };
 
-// The Prometheus text exposition of `snapshot`, exactly what a scrape serves (for tests and
-// tools).
+// The Prometheus text exposition of `snapshot` (the StatsSnapshot families only, without the
+// process and daemon gauges a scrape adds), for tests and tools.
 std::string renderMetricsText(const StatsSnapshot& snapshot);
 
 }  // namespace splicegate

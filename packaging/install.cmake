@@ -34,6 +34,12 @@ if(EXISTS ${_sg_pkg}/bash-completion/splicegatectl)
           DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions COMPONENT splicegate)
 endif()
 
+# What a monitoring setup takes from the package: the Prometheus alert rules (with their
+# promtool unit tests) and the Grafana dashboard.
+install(FILES ${_sg_pkg}/prometheus/splicegate.rules.yml ${_sg_pkg}/prometheus/splicegate.rules.test.yml
+              ${_sg_pkg}/prometheus/splicegate-dashboard.json
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/splicegate COMPONENT splicegate)
+
 if(SPLICEGATE_INSTALL_SYSTEM_FILES)
   install(FILES ${_sg_pkg}/splicegate.conf DESTINATION ${SPLICEGATE_CONFIG_DIR}
           COMPONENT splicegate)

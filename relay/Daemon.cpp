@@ -168,7 +168,7 @@ private:
 
 // Serves signals until a drain is asked for; then drains and stops the relay.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
-                  ServiceNotifier& notifier) {
+                  ServiceNotifier& notifier, MetricsExposer* metrics) {
     auto signals = controlSignals();
     RetentionJob retention(startConfig);
     auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
@@ -193,6 +193,7 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
             logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
                     drainTimeout.count(), " ms");
             notifier.stopping();
+            if (metrics) metrics->setReady(false);
             relay.drain();
             if (!relay.waitFinished(drainTimeout))
                 logWarn("drain timeout reached: closing the remaining connections");
@@ -252,7 +253,14 @@ int runDaemon(int argc, const char* const* argv) {
         ::signal(SIGPIPE, SIG_IGN);
         unsigned workers = config.workers != 0 ? config.workers
                                                : std::max(1u, std::thread::hardware_concurrency());
+        // The metrics listener starts first: /-/healthy answers and /-/ready says 503 while the
+        // audit log is recovered and the workers start.
+        std::unique_ptr<MetricsExposer> metrics;
+        if (!config.metricsListen.empty())
+            metrics = std::make_unique<MetricsExposer>(config.metricsListen, StatsSource{},
+                                                       config.auditDir);
         auto maxConnections = raiseFdLimit(config.maxConnections, workers, config.routes.size());
+        if (metrics) metrics->setConnectionsMax(maxConnections);
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
@@ -264,7 +272,7 @@ int runDaemon(int argc, const char* const* argv) {
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")
                                                 : std::to_string(budget) + " B");
         EdgeControl edge(config);
-        Reloader reloader(relay, edge, args, config);
+        Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {
@@ -274,19 +282,19 @@ int runDaemon(int argc, const char* const* argv) {
             admin->start();
             logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup, ")");
         }
-        std::unique_ptr<MetricsExposer> metrics;
-        if (!config.metricsListen.empty()) {
-            metrics = std::make_unique<MetricsExposer>(config.metricsListen, [&relay, &admin, &edge] {
+        std::optional<MetricsExposer::StatsBinding> metricsSource;  // before relay and admin go
+        if (metrics)
+            metricsSource.emplace(metrics->bindStatsSource([&relay, &admin, &edge] {
                 auto snapshot = relay.snapshot();
                 snapshot.xdpPackets = edge.packetCounts();
                 if (admin) snapshot.adminRequests = admin->requestCounts();
                 return snapshot;
-            });
-        }
+            }));
         notifier.ready(concat("serving ", config.routes.size(), " routes with ", workers,
                               " workers"));
-        serveSignals(relay, config, reloader, notifier);
-        metrics.reset();  // before the relay its scrapes read
+        if (metrics) metrics->setReady(true);
+        serveSignals(relay, config, reloader, notifier, metrics.get());
+        metricsSource.reset();  // before the relay and the admin server its scrapes read
         admin.reset();
         logInfo("stopped");
         return 0;

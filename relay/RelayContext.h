@@ -40,14 +40,6 @@ struct RelaySettings {
     std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
 };
 
-// The outcome of the last reload (SIGHUP or admin), for the metrics
-// splicegate_config_last_reload_successful and ..._success_timestamp_seconds.
-struct ReloadStatus {
-    std::atomic<bool> lastSuccessful{true};
-    // Unix time of the last successful load; the start counts as one.
-    std::atomic<std::int64_t> lastSuccessUnixSeconds{0};
-};
-
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
     std::vector<std::uint64_t> firstSegment;  // per worker
@@ -65,7 +57,6 @@ public:
     AuditStart auditStart;
     RouteIndex routeIndex;
     SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
-    ReloadStatus reloadStatus;
 
     // The listening sockets of the route table in force (set before the routes that use them).
     std::shared_ptr<const ListenerSockets> listenerSockets() const {

@@ -10,7 +10,7 @@ PACKAGES="
   liburing-dev libcap-dev
   libboost-program-options-dev
   libprotobuf-dev protobuf-compiler
-  prometheus-cpp-dev
+  prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   libssl-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev

@@ -4,6 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 ./tools/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Warnings are errors here (and so in CI); a plain cmake build only reports them.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPLICEGATE_WERROR=ON
 cmake --build build
 ctest --test-dir build --output-on-failure --timeout 600 "$@"

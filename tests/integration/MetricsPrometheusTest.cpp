@@ -1,8 +1,14 @@
-// A real Prometheus server (Debian package "prometheus") scrapes a MetricsExposer on loopback
-// every second, with packaging/prometheus/splicegate.rules.yml loaded; the test queries
-// splicegate_bytes_total through Prometheus' HTTP API and checks the growing value arrives, and
-// that the rules load and evaluate without errors. Prometheus runs as a child process in a temp
-// directory and is stopped by its pid.
+// The metrics listener of the real daemon and a real Prometheus server:
+// - /-/healthy and /-/ready while the daemon starts, serves and drains (SIGTERM with a connection
+//   open and a drain timeout);
+// - IPv4 and IPv6 listeners (127.0.0.1, [::1], [::]) answer GET and HEAD alike;
+// - scrapes are answered while ten clients are connected and stalled;
+// - the daemon's page passes `promtool check metrics` and carries the process, audit disk and
+//   reload gauges, the reload gauge following a failed and a good reload;
+// - a real Prometheus server (Debian package "prometheus") scrapes a MetricsExposer every second
+//   with packaging/prometheus/splicegate.rules.yml loaded: splicegate_bytes_total arrives through
+//   its HTTP API and the rules evaluate without errors. Prometheus runs as a child process in a
+//   temp directory and is stopped by its pid.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -25,6 +31,7 @@
 #include "tests/support/Daemon.h"
 #include "tests/support/HttpFetch.h"
 #include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
 
 namespace splicegate {
 namespace {
@@ -276,6 +283,234 @@ TEST(MetricsPrometheusTest, RealPrometheusScrapesBytesTotalAndEvaluatesTheRules)
     EXPECT_EQ(recorded.status, 200) << recorded.error;
 
     EXPECT_TRUE(server->stop()) << "Prometheus ignored SIGTERM for 10 s";
+}
+
+bool haveIpv6Loopback() {
+    uint16_t probe = 0;
+    try {
+        auto fd = test::listenTcp(probe, true);
+        return true;
+    } catch (const std::system_error&) {
+        return false;
+    }
+}
+
+// Polls `target` on the metrics port until it answers `wanted` (or the deadline passes); returns
+// the last status (0: no answer).
+int waitStatus(unsigned port, const std::string& target, int wanted, milliseconds timeout,
+               bool ipv6 = false) {
+    int status = 0;
+    Deadline deadline = deadlineIn(timeout);
+    while (Clock::now() < deadline) {
+        status = httpGet(port, target, ipv6).status;
+        if (status == wanted) break;
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    return status;
+}
+
+TEST(MetricsPrometheusTest, HealthAndReadinessWhileStartingServingAndDraining) {
+    test::TestServer upstream(nullptr);  // holds connections open
+    uint16_t listenPort = test::pickFreePort();
+    uint16_t metricsPort = test::pickFreePort();
+    test::Daemon daemon(test::relayArgs(
+        listenPort, {upstream.address()},
+        {"--metrics-listen", test::loopback(metricsPort), "--drain-timeout-ms", "5000"}));
+
+    // Starting: from the first answer on, /-/ready says 503 until the routes listen, then 200.
+    std::vector<int> readiness;
+    Deadline started = deadlineIn(milliseconds(15000));
+    while (Clock::now() < started && daemon.running()) {
+        auto ready = httpGet(metricsPort, "/-/ready");
+        if (ready.status != 0) readiness.push_back(ready.status);
+        if (ready.status == 200) break;
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+    ASSERT_FALSE(readiness.empty()) << "the metrics listener never answered" << daemon.why();
+    ASSERT_EQ(readiness.back(), 200) << daemon.why();
+    for (std::size_t i = 0; i + 1 < readiness.size(); ++i)
+        EXPECT_EQ(readiness[i], 503) << "answer " << i << " before the daemon was ready";
+    EXPECT_TRUE(test::isListening(listenPort)) << "ready before the route listens";
+    EXPECT_EQ(httpGet(metricsPort, "/-/healthy").status, 200);
+
+    // Serving, with a connection open that the drain has to wait for.
+    int error = 0;
+    auto client = test::connectTcp(listenPort, error);
+    ASSERT_TRUE(client) << error;
+    ASSERT_TRUE(upstream.waitAccepted(1, deadlineIn(milliseconds(5000))));
+    EXPECT_EQ(httpGet(metricsPort, "/-/ready").status, 200);
+
+    // Draining: not ready, still healthy, until the drain timeout closes the connection.
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(waitStatus(metricsPort, "/-/ready", 503, milliseconds(5000)), 503) << daemon.why();
+    EXPECT_TRUE(daemon.running()) << "the drain did not wait for the open connection";
+    EXPECT_EQ(httpGet(metricsPort, "/-/healthy").status, 200);
+    auto page = httpGet(metricsPort, "/metrics");
+    EXPECT_EQ(page.status, 200) << "scrapes go on while draining";
+    auto exit = daemon.waitExit(milliseconds(15000));
+    ASSERT_TRUE(exit) << "no exit after the drain timeout" << daemon.why();
+    EXPECT_TRUE(exit->isExit(0)) << exit->describe();
+    EXPECT_EQ(httpGet(metricsPort, "/-/healthy").status, 0) << "listener gone with the process";
+}
+
+// What a client sees of one listener: status and content type of each probe.
+std::vector<std::string> listenerBehaviour(unsigned port, bool ipv6) {
+    std::vector<std::string> seen;
+    auto record = [&](const std::string& request) {
+        auto reply = test::httpExchange(port, request, ipv6);
+        auto type = reply.headers.find("Content-Type: ");
+        std::string contentType =
+            type == std::string::npos
+                ? "-"
+                : reply.headers.substr(type + 14, reply.headers.find('\r', type) - type - 14);
+        seen.push_back(request.substr(0, request.find(" HTTP/")) + " -> " +
+                       std::to_string(reply.status) + " " + contentType + " body " +
+                       (reply.body.empty() ? "empty" : "present"));
+    };
+    for (const char* method : {"GET", "HEAD"})
+        for (const char* path : {"/metrics", "/-/healthy", "/-/ready", "/nope"})
+            record(std::string(method) + " " + path + " HTTP/1.0\r\n\r\n");
+    record("POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    return seen;
+}
+
+TEST(MetricsPrometheusTest, Ipv4AndIpv6ListenersBehaveTheSame) {
+    if (!haveIpv6Loopback()) GTEST_SKIP() << "no IPv6 loopback on this machine";
+    test::TestServer upstream(nullptr);
+    std::vector<std::pair<std::string, bool>> listeners = {
+        {"127.0.0.1", false}, {"[::1]", true}, {"[::]", true}};
+    std::vector<std::vector<std::string>> behaviours;
+    for (const auto& [host, ipv6] : listeners) {
+        uint16_t listenPort = test::pickFreePort();
+        uint16_t metricsPort = test::pickFreePort();
+        std::string listen = host + ":" + std::to_string(metricsPort);
+        test::Daemon daemon(
+            test::relayArgs(listenPort, {upstream.address()}, {"--metrics-listen", listen}));
+        ASSERT_TRUE(daemon.waitReady(listenPort)) << daemon.why();
+        ASSERT_EQ(waitStatus(metricsPort, "/-/ready", 200, milliseconds(5000), ipv6), 200)
+            << listen << daemon.why();
+        behaviours.push_back(listenerBehaviour(metricsPort, ipv6));
+        auto page = httpGet(metricsPort, "/metrics", ipv6);
+        EXPECT_NE(page.body.find("splicegate_build_info"), std::string::npos) << listen;
+        auto exit = daemon.terminate();
+        ASSERT_TRUE(exit && exit->isExit(0)) << daemon.why();
+    }
+    const std::vector<std::string> expected = {
+        "GET /metrics -> 200 text/plain; version=0.0.4; charset=utf-8 body present",
+        "GET /-/healthy -> 200 text/plain; charset=utf-8 body present",
+        "GET /-/ready -> 200 text/plain; charset=utf-8 body present",
+        "GET /nope -> 404 text/plain; charset=utf-8 body present",
+        "HEAD /metrics -> 200 text/plain; version=0.0.4; charset=utf-8 body empty",
+        "HEAD /-/healthy -> 200 text/plain; charset=utf-8 body empty",
+        "HEAD /-/ready -> 200 text/plain; charset=utf-8 body empty",
+        "HEAD /nope -> 404 text/plain; charset=utf-8 body empty",
+        "POST /metrics -> 405 text/plain; charset=utf-8 body present",
+    };
+    for (std::size_t i = 0; i < behaviours.size(); ++i)
+        EXPECT_EQ(behaviours[i], expected) << listeners[i].first;
+}
+
+TEST(MetricsPrometheusTest, ScrapesAreAnsweredWhileTenClientsStall) {
+    test::TestServer upstream(nullptr);
+    uint16_t listenPort = test::pickFreePort();
+    uint16_t metricsPort = test::pickFreePort();
+    test::Daemon daemon(test::relayArgs(listenPort, {upstream.address()},
+                                        {"--metrics-listen", test::loopback(metricsPort)}));
+    ASSERT_TRUE(daemon.waitReady(listenPort)) << daemon.why();
+    ASSERT_EQ(waitStatus(metricsPort, "/-/ready", 200, milliseconds(5000)), 200) << daemon.why();
+    std::vector<UniqueFd> stalled;
+    for (int i = 0; i < 10; ++i) {
+        int error = 0;
+        auto fd = test::connectTcp(metricsPort, error);
+        ASSERT_TRUE(fd) << "stalled client " << i << ": " << error;
+        if (i % 2 == 0) {  // half stop inside the request
+            ASSERT_TRUE(test::sendAll(fd.get(), "GET /metrics HTTP/1.1\r\nHost: x\r\n", 32,
+                                      deadlineIn(milliseconds(1000)), error));
+        }
+        stalled.push_back(std::move(fd));
+    }
+    std::atomic<int> answered{0};
+    std::vector<std::thread> scrapers;
+    for (int t = 0; t < 3; ++t)
+        scrapers.emplace_back([&] {
+            for (int i = 0; i < 3; ++i)
+                if (httpGet(metricsPort, "/metrics").status == 200) ++answered;
+        });
+    for (auto& thread : scrapers) thread.join();
+    EXPECT_EQ(answered.load(), 9) << daemon.why();
+    EXPECT_EQ(httpGet(metricsPort, "/-/ready").status, 200);
+}
+
+TEST(MetricsPrometheusTest, DaemonPagePassesPromtoolAndFollowsReloads) {
+    std::string promtool = test::findOnPath("promtool");
+    if (promtool.empty())
+        GTEST_SKIP() << "promtool not installed (Debian package 'prometheus'; "
+                        "tools/install-deps.sh installs it)";
+    test::TestServer upstream([](int fd, std::size_t) {  // echoes one message
+        char buffer[256];
+        auto n = ::recv(fd, buffer, sizeof buffer, 0);
+        if (n > 0) ::send(fd, buffer, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+    });
+    const std::string config = "log-level = info\n";
+    test::ControlPlaneOptions options;
+    options.upstreams = {upstream.address()};
+    options.configText = config;
+    test::ControlPlaneDaemon cp(options);
+    ASSERT_TRUE(cp.start()) << cp.why();
+    auto port = cp.metricsPort();
+    ASSERT_EQ(waitStatus(port, "/-/ready", 200, milliseconds(5000)), 200) << cp.why();
+    {
+        int error = 0;
+        auto client = test::connectTcp(cp.listenPort(), error);
+        ASSERT_TRUE(client) << error;
+        ASSERT_TRUE(test::sendAll(client.get(), "hello", 5, deadlineIn(milliseconds(2000)), error));
+        char echo[5];
+        ASSERT_EQ(::recv(client.get(), echo, sizeof echo, MSG_WAITALL), 5);
+    }
+
+    auto page = httpGet(port, "/metrics");
+    ASSERT_EQ(page.status, 200) << page.error;
+    auto samples = test::parseMetrics(page.body);
+    for (const char* name : {"process_start_time_seconds", "process_open_fds", "process_max_fds",
+                             "process_resident_memory_bytes", "splicegate_connections_max",
+                             "splicegate_audit_disk_free_bytes", "splicegate_audit_stored_bytes",
+                             "splicegate_config_last_reload_successful",
+                             "splicegate_config_last_reload_success_timestamp_seconds"})
+        EXPECT_TRUE(test::sampleValue(samples, name, {})) << name << " missing:\n" << page.body;
+    EXPECT_GT(test::sampleValue(samples, "splicegate_connections_max", {}).value_or(0), 0);
+    EXPECT_GT(test::sampleValue(samples, "splicegate_audit_stored_bytes", {}).value_or(0), 0)
+        << "the audit log holds the connection";
+    EXPECT_EQ(page.body.find("exposer_"), std::string::npos) << "no HTTP server internals";
+
+    test::TempDir dir;
+    auto file = dir.write("page.txt", page.body);
+    auto checked = test::runProcess(
+        {"/bin/sh", "-c", "exec '" + promtool + "' check metrics < '" + file + "'"},
+        milliseconds(30000));
+    ASSERT_TRUE(checked.status);
+    EXPECT_TRUE(checked.status->isExit(0)) << checked.out << checked.err << "\n" << page.body;
+
+    // A failed reload sets the gauge to 0 and keeps the last success time; a good one restores it.
+    auto successAt =
+        test::sampleValue(samples, "splicegate_config_last_reload_success_timestamp_seconds", {});
+    cp.writeConfig(config + "[route.broken]\nlisten = not-an-address\n");
+    cp.daemon().signal(SIGHUP);
+    auto gauge = [&] {
+        return test::sampleValue(test::parseMetrics(httpGet(port, "/metrics").body),
+                                 "splicegate_config_last_reload_successful", {});
+    };
+    Deadline deadline = deadlineIn(milliseconds(10000));
+    while (Clock::now() < deadline && gauge() != 0.0) std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_EQ(gauge(), 0.0) << cp.why();
+    auto failedPage = test::parseMetrics(httpGet(port, "/metrics").body);
+    EXPECT_EQ(test::sampleValue(failedPage,
+                                "splicegate_config_last_reload_success_timestamp_seconds", {}),
+              successAt);
+    cp.writeConfig(config);
+    cp.daemon().signal(SIGHUP);
+    deadline = deadlineIn(milliseconds(10000));
+    while (Clock::now() < deadline && gauge() != 1.0) std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_EQ(gauge(), 1.0) << cp.why();
 }
 
 }  // namespace

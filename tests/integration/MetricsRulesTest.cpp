@@ -11,6 +11,7 @@
 #include "metrics/MetricsExposer.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
 
 namespace splicegate {
 namespace {
@@ -90,9 +91,10 @@ print(n, "queries")
     EXPECT_TRUE(ok) << output;
 }
 
-// Every splicegate_* metric name in `text` (recording rule names use ':' and do not match).
+// Every splicegate_* and process_* metric name in `text` (recording rule names use ':' and do
+// not match).
 std::set<std::string> namesIn(const std::string& text) {
-    static const std::regex name(R"(splicegate_[a-z0-9_]+)");
+    static const std::regex name(R"((splicegate|process)_[a-z0-9_]+)");
     std::set<std::string> names;
     for (auto it = std::sregex_iterator(text.begin(), text.end(), name);
          it != std::sregex_iterator(); ++it)
@@ -101,7 +103,8 @@ std::set<std::string> namesIn(const std::string& text) {
 }
 
 TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
-    // A snapshot with every kind of series, so every family is present on the page.
+    // A snapshot with every kind of series, so every family is present on the page, served by a
+    // real exposer with an audit directory and the daemon's gauges set.
     StatsSnapshot s;
     RouteSnapshot route;
     route.name = "r";
@@ -111,10 +114,15 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
     s.auditErrors = {{"write", 0}};
     s.xdpPackets = {{{"drop", "deny"}, 1}};
     s.adminRequests = {{{"status", "ok"}, 1}};
-    std::set<std::string> served;
-    for (const auto& line : namesIn(renderMetricsText(s))) served.insert(line);
+    test::TempDir auditDir;
+    MetricsExposer exposer(
+        "127.0.0.1:0", [&] { return s; }, auditDir.path());
+    exposer.setConnectionsMax(100);
+    auto page = test::httpGet(exposer.port(), "/metrics");
+    ASSERT_EQ(page.status, 200) << page.error;
+    std::set<std::string> served = namesIn(page.body);
     ASSERT_TRUE(served.count("splicegate_audit_fsync_seconds_bucket"));
-
+    ASSERT_TRUE(served.count("splicegate_audit_disk_free_bytes")) << page.body;
     for (const auto& file : {kRules, kDashboard}) {
         auto used = namesIn(test::readFile(file));
         EXPECT_FALSE(used.empty()) << file;

@@ -168,6 +168,11 @@ TEST(OperatorReloadTest, ReloadOntoATakenPortKeepsTheRunningRoutes) {
     ASSERT_TRUE(client) << std::strerror(error);
     EXPECT_TRUE(echoRoundTrip(client.get(), 5, 64 * 1024, milliseconds(10000)));
     EXPECT_TRUE(waitLogged(cp.daemon(), "failed, keeping the running configuration")) << cp.why();
+    auto samples = parseMetrics(httpGet(cp.metricsPort(), "/metrics").body);
+    EXPECT_EQ(sampleValue(samples, "splicegate_config_last_reload_successful"), 0.0);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_up",
+                          {{"route", "first"}, {"upstream", echo.address()}}),
+              1.0);
 
     // Once the port is free the same file applies in full, naming nothing to restart.
     holder.reset();
@@ -176,6 +181,8 @@ TEST(OperatorReloadTest, ReloadOntoATakenPortKeepsTheRunningRoutes) {
     EXPECT_TRUE(waitListening(taken, true, deadlineIn(milliseconds(5000)))) << cp.why();
     EXPECT_TRUE(waitListening(third, true, deadlineIn(milliseconds(5000)))) << cp.why();
     EXPECT_TRUE(waitListening(first, false, deadlineIn(milliseconds(5000)))) << cp.why();
+    samples = parseMetrics(httpGet(cp.metricsPort(), "/metrics").body);
+    EXPECT_EQ(sampleValue(samples, "splicegate_config_last_reload_successful"), 1.0);
 }
 
 TEST(OperatorReloadTest, SettingsThatNeedARestartAreNamed) {

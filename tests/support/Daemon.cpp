@@ -228,7 +228,12 @@ Daemon::Daemon(std::vector<std::string> args, bool addQuietDefaults) {
             }
         }
     }
-    for (const auto& arg : argv) commandLine_ += (commandLine_.empty() ? "" : " ") + quote(arg);
+    // Appended piece by piece: `"literal" + std::string&&` makes GCC 12 at -O3 report a false
+    // -Wrestrict overlap inside std::string::insert (GCC bug 105651).
+    for (const auto& arg : argv) {
+        if (!commandLine_.empty()) commandLine_ += ' ';
+        commandLine_ += quote(arg);
+    }
     logPath_ = dir_.path() + "/daemon.log";
     pid_ = spawn(argv, logPath_, logPath_);
 }

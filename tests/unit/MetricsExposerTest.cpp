@@ -1,9 +1,13 @@
 // MetricsExposer: the /metrics page served over real loopback HTTP from a fake StatsSource with
-// known values: every SPEC.md name with its labels and values, the fsync histogram, the page
-// accepted by `promtool check metrics`, and the exposer's error and lifetime contracts.
+// known values: every documented name with its labels and values, the fsync histogram, the page
+// accepted by `promtool check metrics`, the process and daemon gauges, /-/healthy and /-/ready,
+// IPv4 and IPv6 served alike (GET and HEAD, bad requests, stalled clients), and the exposer's
+// error and lifetime contracts.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "metrics/AuditDiskUsage.h"
 #include "metrics/MetricsExposer.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
@@ -384,7 +389,9 @@ TEST(MetricsExposerTest, ThrowingSourceGivesAnEmptyPageAndTheExposerSurvives) {
     });
     auto bad = httpGet(exposer.port(), "/metrics");
     ASSERT_TRUE(bad.error.empty()) << bad.error;
-    EXPECT_EQ(bad.body.find("splicegate_"), std::string::npos) << bad.body;
+    EXPECT_EQ(bad.status, 200);
+    EXPECT_EQ(bad.body.find("splicegate_bytes_total"), std::string::npos) << bad.body;
+    EXPECT_NE(bad.body.find("process_open_fds"), std::string::npos) << "the rest is served";
     fail = false;
     auto good = httpGet(exposer.port(), "/metrics");
     EXPECT_NE(good.body.find("splicegate_bytes_total"), std::string::npos) << good.body;
@@ -399,129 +406,6 @@ TEST(MetricsExposerTest, RejectsANonNumericAddressNamingIt) {
             EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
         }
     }
-}
-
-TEST(MetricsExposerTest, BusyPortThrowsSystemErrorNamingTheAddress) {
-    uint16_t port = 0;
-    auto listener = test::listenTcp(port);
-    std::string listen = test::loopback(port);
-    try {
-        MetricsExposer exposer(listen, [] { return StatsSnapshot{}; });
-        ADD_FAILURE() << "bound a busy port " << listen;
-    } catch (const std::system_error& e) {
-        EXPECT_EQ(e.code().value(), EADDRINUSE) << e.what();
-        EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << "not a system_error: " << e.what();
-    }
-}
-
-bool haveIpv6Loopback(std::string& why) {
-    uint16_t probe = 0;
-    try {
-        auto fd = test::listenTcp(probe, true);
-        return true;
-    } catch (const std::system_error& e) {
-        why = e.what();
-        return false;
-    }
-}
-
-#define REQUIRE_IPV6()                                                           \
-    do {                                                                         \
-        std::string why;                                                         \
-        if (!haveIpv6Loopback(why)) GTEST_SKIP() << "no IPv6 loopback: " << why; \
-    } while (0)
-
-TEST(MetricsExposerTest, ServesOnIpv6Loopback) {
-    // Debian 12's civetweb has no IPv6: this is MetricsHttpServer's page then.
-    REQUIRE_IPV6();
-    std::atomic<int> calls{0};
-    MetricsExposer exposer("[::1]:0", [&] {
-        ++calls;
-        return knownSnapshot();
-    });
-    ASSERT_NE(exposer.port(), 0u);
-    auto response = httpGet(exposer.port(), "/metrics", true);
-    ASSERT_TRUE(response.error.empty()) << response.error;
-    EXPECT_EQ(response.status, 200);
-    EXPECT_NE(response.headers.find("Content-Type: text/plain; version=0.0.4"), std::string::npos)
-        << response.headers;
-    EXPECT_EQ(calls.load(), 1);
-    auto s = samples(response.body);
-    EXPECT_EQ(valueOf(s, R"(splicegate_bytes_total{direction="c2u",route="web"})"), 123456789012.0);
-    EXPECT_EQ(valueOf(s, R"(splicegate_audit_fsync_seconds_bucket{le="+Inf"})"), 91);
-    // A query string is ignored, as civetweb does.
-    EXPECT_EQ(httpGet(exposer.port(), "/metrics?x=1", true).status, 200);
-    EXPECT_EQ(exposer.scrapes(), 2u);
-    if (havePromtool()) {
-        test::TempDir dir;
-        auto checked = promtoolCheckMetrics(dir, response.body);
-        ASSERT_TRUE(checked.status);
-        EXPECT_TRUE(checked.status->isExit(0)) << checked.out << checked.err;
-    }
-}
-
-TEST(MetricsExposerTest, Ipv6ServerAnswersBadRequestsAndKeepsServing) {
-    REQUIRE_IPV6();
-    MetricsExposer exposer("[::1]:0", [] { return knownSnapshot(); });
-    auto port = exposer.port();
-    EXPECT_EQ(httpGet(port, "/nope", true).status, 404);
-    EXPECT_EQ(
-        httpExchange(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n", true).status,
-        405);
-    EXPECT_EQ(httpExchange(port, "garbage\r\n\r\n", true).status, 400);
-    auto huge = httpExchange(port, "GET /metrics HTTP/1.0\r\nX: " + std::string(20000, 'a'), true);
-    EXPECT_EQ(huge.status, 431) << huge.error;
-    // A peer that connects and says nothing, or half a request, then closes: no answer needed.
-    {
-        int error = 0;
-        auto silent =
-            test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(2000), true);
-        ASSERT_TRUE(silent);
-        test::sendAll(silent.get(), "GET /met", 8, deadlineIn(milliseconds(1000)), error);
-    }
-    auto good = httpGet(port, "/metrics", true);
-    EXPECT_EQ(good.status, 200) << good.error;
-    EXPECT_EQ(exposer.scrapes(), 1u);
-}
-
-TEST(MetricsExposerTest, Ipv6StalledPeerDoesNotDelayShutdown) {
-    REQUIRE_IPV6();
-    auto exposer = std::make_unique<MetricsExposer>("[::1]:0", [] { return StatsSnapshot{}; });
-    int error = 0;
-    auto stalled =
-        test::connectTcp(static_cast<uint16_t>(exposer->port()), error, milliseconds(2000), true);
-    ASSERT_TRUE(stalled);
-    ASSERT_TRUE(test::sendAll(stalled.get(), "GET /metrics HTTP/1.0\r\n", 23,
-                              deadlineIn(milliseconds(1000)), error));
-    std::this_thread::sleep_for(milliseconds(100));  // the server is now waiting for the rest
-    auto start = test::Clock::now();
-    exposer.reset();
-    EXPECT_LT(test::Clock::now() - start, milliseconds(1000));
-}
-
-TEST(MetricsExposerTest, Ipv6BusyPortThrowsSystemErrorNamingTheAddress) {
-    REQUIRE_IPV6();
-    uint16_t port = 0;
-    auto listener = test::listenTcp(port, true);
-    std::string listen = test::loopback(port, true);
-    try {
-        MetricsExposer exposer(listen, [] { return StatsSnapshot{}; });
-        ADD_FAILURE() << "bound a busy port " << listen;
-    } catch (const std::system_error& e) {
-        EXPECT_EQ(e.code().value(), EADDRINUSE) << e.what();
-        EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
-    }
-}
-
-TEST(MetricsExposerTest, ShutdownIsPrompt) {
-    // civetweb alone needs up to 2 s to stop; the destructor wakes it up.
-    auto exposer = std::make_unique<MetricsExposer>("127.0.0.1:0", [] { return StatsSnapshot{}; });
-    ASSERT_EQ(httpGet(exposer->port(), "/metrics").status, 200);
-    auto start = test::Clock::now();
-    exposer.reset();
-    EXPECT_LT(test::Clock::now() - start, milliseconds(1000));
 }
 
 TEST(MetricsExposerTest, WildcardAddressServesOnLoopback) {
@@ -556,6 +440,270 @@ TEST(MetricsExposerTest, UnknownPathIsNotFound) {
     ASSERT_TRUE(response.error.empty()) << response.error;
     EXPECT_EQ(response.status, 404);
 }
+
+TEST(MetricsExposerTest, ProcessGaugesComeFromThisProcess) {
+    MetricsExposer exposer("127.0.0.1:0");
+    auto response = httpGet(exposer.port(), "/metrics");
+    ASSERT_EQ(response.status, 200) << response.error;
+    auto s = samples(response.body);
+    auto t = types(response.body);
+    for (const char* name : {"process_start_time_seconds", "process_open_fds", "process_max_fds",
+                             "process_resident_memory_bytes"})
+        EXPECT_EQ(t[name], "gauge") << name << " in\n" << response.body;
+    rlimit limit{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+    EXPECT_EQ(valueOf(s, "process_max_fds"), static_cast<double>(limit.rlim_cur));
+    EXPECT_GE(valueOf(s, "process_open_fds"), 3);  // stdio at least
+    EXPECT_GT(valueOf(s, "process_resident_memory_bytes"), 0);
+    double now = static_cast<double>(::time(nullptr));
+    double started = valueOf(s, "process_start_time_seconds");
+    EXPECT_LE(started, now + 1);
+    EXPECT_GT(started, now - 24 * 3600) << "this test process started today";
+    // More open fds are seen by the next scrape.
+    std::vector<UniqueFd> extra;
+    for (int i = 0; i < 20; ++i) extra.emplace_back(::dup(0));
+    auto more = samples(httpGet(exposer.port(), "/metrics").body);
+    EXPECT_GE(valueOf(more, "process_open_fds"), valueOf(s, "process_open_fds") + 20);
+}
+
+TEST(MetricsExposerTest, DaemonGaugesFollowTheSetters) {
+    MetricsExposer exposer("127.0.0.1:0", [] { return StatsSnapshot{}; });
+    auto before = samples(httpGet(exposer.port(), "/metrics").body);
+    EXPECT_TRUE(std::isnan(valueOf(before, "splicegate_connections_max"))) << "not set yet";
+    EXPECT_EQ(valueOf(before, "splicegate_config_last_reload_successful"), 1) << "start load";
+    double startLoad = valueOf(before, "splicegate_config_last_reload_success_timestamp_seconds");
+    EXPECT_GT(startLoad, 0);
+
+    exposer.setConnectionsMax(65536);
+    exposer.recordReload(false);
+    auto failed = samples(httpGet(exposer.port(), "/metrics").body);
+    EXPECT_EQ(valueOf(failed, "splicegate_connections_max"), 65536);
+    EXPECT_EQ(valueOf(failed, "splicegate_config_last_reload_successful"), 0);
+    EXPECT_EQ(valueOf(failed, "splicegate_config_last_reload_success_timestamp_seconds"), startLoad)
+        << "a failed reload leaves the last success time";
+
+    exposer.recordReload(true);
+    auto ok = samples(httpGet(exposer.port(), "/metrics").body);
+    EXPECT_EQ(valueOf(ok, "splicegate_config_last_reload_successful"), 1);
+    EXPECT_GE(valueOf(ok, "splicegate_config_last_reload_success_timestamp_seconds"), startLoad);
+}
+
+TEST(MetricsExposerTest, AuditDirectoryGauges) {
+    test::TempDir dir;
+    dir.write("w00-0000000001.data", std::string(3000, 'x'));
+    dir.write("w00-0000000001.index", std::string(100, 'y'));
+    ASSERT_EQ(::mkdir((dir.path() + "/sub").c_str(), 0700), 0);  // not a file: not counted
+    ASSERT_EQ(::symlink("/etc/passwd", (dir.path() + "/link").c_str()), 0);  // not followed
+    MetricsExposer exposer(
+        "127.0.0.1:0", [] { return StatsSnapshot{}; }, dir.path());
+    auto response = httpGet(exposer.port(), "/metrics");
+    auto s = samples(response.body);
+    EXPECT_EQ(types(response.body)["splicegate_audit_stored_bytes"], "gauge");
+    EXPECT_EQ(valueOf(s, "splicegate_audit_stored_bytes"), 3100) << response.body;
+    struct statvfs fs {};
+    ASSERT_EQ(::statvfs(dir.path().c_str(), &fs), 0);
+    double free = valueOf(s, "splicegate_audit_disk_free_bytes");
+    EXPECT_GT(free, 0);
+    double size = static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize);
+    EXPECT_EQ(valueOf(s, "splicegate_audit_disk_size_bytes"), size);
+    EXPECT_LE(free, size);
+
+    // Without caching every sample sees the directory as it is now.
+    AuditDiskUsage usage(dir.path(), std::chrono::seconds(0));
+    EXPECT_EQ(usage.sample().storedBytes, 3100u);
+    dir.write("w01-0000000001.data", std::string(900, 'z'));
+    EXPECT_EQ(usage.sample().storedBytes, 4000u);
+    // A missing directory is reported as unknown, never as 0 bytes free.
+    AuditDiskUsage missing(dir.path() + "/nope");
+    EXPECT_FALSE(missing.sample().freeBytes);
+    EXPECT_FALSE(missing.sample().storedBytes);
+}
+
+TEST(MetricsExposerTest, StatsBindingStopsTheSource) {
+    MetricsExposer exposer("127.0.0.1:0");
+    std::atomic<int> calls{0};
+    {
+        auto binding = exposer.bindStatsSource([&] {
+            ++calls;
+            return knownSnapshot();
+        });
+        auto bound = httpGet(exposer.port(), "/metrics");
+        EXPECT_NE(bound.body.find("splicegate_bytes_total"), std::string::npos) << bound.body;
+        EXPECT_EQ(calls.load(), 1);
+    }
+    auto unbound = httpGet(exposer.port(), "/metrics");
+    EXPECT_EQ(unbound.status, 200);
+    EXPECT_EQ(unbound.body.find("splicegate_bytes_total"), std::string::npos) << unbound.body;
+    EXPECT_NE(unbound.body.find("process_open_fds"), std::string::npos) << unbound.body;
+    EXPECT_EQ(calls.load(), 1);
+}
+
+bool haveIpv6Loopback(std::string& why) {
+    uint16_t probe = 0;
+    try {
+        auto fd = test::listenTcp(probe, true);
+        return true;
+    } catch (const std::system_error& e) {
+        why = e.what();
+        return false;
+    }
+}
+
+// Every listener test runs on 127.0.0.1 and on [::1]: one server, the same behaviour.
+class MetricsListenerTest : public testing::TestWithParam<bool> {
+  protected:
+    void SetUp() override {
+        std::string why;
+        if (ipv6() && !haveIpv6Loopback(why)) GTEST_SKIP() << "no IPv6 loopback: " << why;
+    }
+    bool ipv6() const { return GetParam(); }
+    std::string anyPort() const { return ipv6() ? "[::1]:0" : "127.0.0.1:0"; }
+    test::HttpReply get(unsigned port, const std::string& target) const {
+        return httpGet(port, target, ipv6());
+    }
+    test::HttpReply exchange(unsigned port, const std::string& request) const {
+        return httpExchange(port, request, ipv6());
+    }
+};
+
+TEST_P(MetricsListenerTest, ServesThePageWithGetAndHead) {
+    std::atomic<int> calls{0};
+    MetricsExposer exposer(anyPort(), [&] {
+        ++calls;
+        return knownSnapshot();
+    });
+    auto response = get(exposer.port(), "/metrics");
+    ASSERT_TRUE(response.error.empty()) << response.error;
+    EXPECT_EQ(response.status, 200);
+    EXPECT_NE(response.headers.find("text/plain; version=0.0.4"), std::string::npos)
+        << response.headers;
+    auto s = samples(response.body);
+    EXPECT_EQ(valueOf(s, R"(splicegate_bytes_total{direction="c2u",route="web"})"), 123456789012.0);
+    EXPECT_EQ(get(exposer.port(), "/metrics?x=1").status, 200) << "a query string is ignored";
+
+    auto head = exchange(exposer.port(), "HEAD /metrics HTTP/1.0\r\n\r\n");
+    ASSERT_TRUE(head.error.empty()) << head.error;
+    EXPECT_EQ(head.status, 200) << head.headers;
+    EXPECT_EQ(head.body, "");
+    EXPECT_NE(head.headers.find("text/plain; version=0.0.4"), std::string::npos) << head.headers;
+    for (const char* path : {"/-/healthy", "/-/ready"}) {
+        auto probe = exchange(exposer.port(), std::string("HEAD ") + path + " HTTP/1.0\r\n\r\n");
+        EXPECT_NE(probe.status, 0) << path << ": " << probe.error;
+        EXPECT_EQ(probe.body, "") << path;
+    }
+    EXPECT_EQ(calls.load(), 3);
+    if (havePromtool()) {
+        test::TempDir dir;
+        auto checked = promtoolCheckMetrics(dir, response.body);
+        ASSERT_TRUE(checked.status);
+        EXPECT_TRUE(checked.status->isExit(0)) << checked.out << checked.err;
+    }
+}
+
+TEST_P(MetricsListenerTest, HealthyAlwaysReadyOnlyWhileServing) {
+    MetricsExposer exposer(anyPort());
+    EXPECT_EQ(get(exposer.port(), "/-/healthy").status, 200);
+    EXPECT_EQ(get(exposer.port(), "/-/ready").status, 503) << "starting";
+    exposer.setReady(true);
+    EXPECT_EQ(get(exposer.port(), "/-/healthy").status, 200);
+    EXPECT_EQ(get(exposer.port(), "/-/ready").status, 200);
+    exposer.setReady(false);
+    EXPECT_EQ(get(exposer.port(), "/-/healthy").status, 200);
+    auto draining = get(exposer.port(), "/-/ready");
+    EXPECT_EQ(draining.status, 503);
+    EXPECT_NE(draining.body.find("not ready"), std::string::npos) << draining.body;
+}
+
+TEST_P(MetricsListenerTest, AnswersBadRequestsAndKeepsServing) {
+    MetricsExposer exposer(anyPort(), [] { return knownSnapshot(); });
+    auto port = exposer.port();
+    EXPECT_EQ(get(port, "/nope").status, 404);
+    auto post = exchange(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_EQ(post.status, 405);
+    EXPECT_NE(post.headers.find("Allow: GET, HEAD"), std::string::npos) << post.headers;
+    EXPECT_EQ(exchange(port, "GET /metrics HTTP/1.0\r\nNoColon\r\n\r\n").status, 400);
+    EXPECT_EQ(exchange(port, "GET /metrics HTTP/7.0\r\n\r\n").status, 505);
+    // A line that is no request at all is closed without an answer.
+    auto garbage = exchange(port, "garbage\r\n\r\n");
+    EXPECT_EQ(garbage.status, 0) << garbage.headers;
+    // A peer that sends half a request and closes needs no answer.
+    {
+        int error = 0;
+        auto half =
+            test::connectTcp(static_cast<uint16_t>(port), error, milliseconds(2000), ipv6());
+        ASSERT_TRUE(half);
+        test::sendAll(half.get(), "GET /met", 8, deadlineIn(milliseconds(1000)), error);
+    }
+    auto good = get(port, "/metrics");
+    EXPECT_EQ(good.status, 200) << good.error;
+    EXPECT_EQ(exposer.scrapes(), 1u);
+}
+
+TEST_P(MetricsListenerTest, ScrapesAreAnsweredWhileTenClientsStall) {
+    MetricsExposer exposer(anyPort(), [] { return knownSnapshot(); });
+    auto port = static_cast<uint16_t>(exposer.port());
+    std::vector<UniqueFd> stalled;
+    for (int i = 0; i < 10; ++i) {
+        int error = 0;
+        auto fd = test::connectTcp(port, error, milliseconds(2000), ipv6());
+        ASSERT_TRUE(fd) << "client " << i << ": " << error;
+        if (i % 2 == 1) {  // half of them stop in the middle of a request
+            ASSERT_TRUE(test::sendAll(fd.get(), "GET /metrics HTTP/1.1\r\n", 23,
+                                      deadlineIn(milliseconds(1000)), error));
+        }
+        stalled.push_back(std::move(fd));
+    }
+    std::vector<std::thread> scrapers;
+    std::atomic<int> answered{0};
+    for (int t = 0; t < 4; ++t)
+        scrapers.emplace_back([&] {
+            for (int i = 0; i < 3; ++i)
+                if (get(port, "/metrics").status == 200) ++answered;
+        });
+    for (auto& thread : scrapers) thread.join();
+    EXPECT_EQ(answered.load(), 12);
+    EXPECT_EQ(get(port, "/-/healthy").status, 200);
+}
+
+TEST_P(MetricsListenerTest, BusyPortThrowsSystemErrorNamingTheAddress) {
+    uint16_t port = 0;
+    auto listener = test::listenTcp(port, ipv6());
+    std::string listen = test::loopback(port, ipv6());
+    try {
+        MetricsExposer exposer(listen, [] { return StatsSnapshot{}; });
+        ADD_FAILURE() << "bound a busy port " << listen;
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EADDRINUSE) << e.what();
+        EXPECT_NE(std::string(e.what()).find(listen), std::string::npos) << e.what();
+    }
+}
+
+TEST_P(MetricsListenerTest, StalledPeerDoesNotKeepTheServerAlive) {
+    std::atomic<int> calls{0};
+    auto exposer = std::make_unique<MetricsExposer>(anyPort(), [&] {
+        ++calls;
+        return StatsSnapshot{};
+    });
+    int error = 0;
+    auto stalled =
+        test::connectTcp(static_cast<uint16_t>(exposer->port()), error, milliseconds(2000), ipv6());
+    ASSERT_TRUE(stalled);
+    ASSERT_TRUE(test::sendAll(stalled.get(), "GET /metrics HTTP/1.0\r\n", 23,
+                              deadlineIn(milliseconds(1000)), error));
+    exposer.reset();  // returns although a request is half-read
+    // The server closed the stalled connection: reading it ends (EOF or reset), never data.
+    char byte = 0;
+    auto got = ::recv(stalled.get(), &byte, 1, 0);
+    int err = errno;
+    EXPECT_TRUE(got == 0 || (got < 0 && err != EAGAIN && err != EWOULDBLOCK))
+        << "recv " << got << " errno " << err << ": the connection is still open";
+    EXPECT_EQ(calls.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Family, MetricsListenerTest, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& param) {
+                             return param.param ? "Ipv6" : "Ipv4";
+                         });
 
 }  // namespace
 }  // namespace splicegate
