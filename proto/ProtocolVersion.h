@@ -6,6 +6,6 @@
 
 namespace splicegate::admin {
 
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;
 
 }  // namespace splicegate::admin

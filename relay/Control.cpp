@@ -3,8 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <memory>
 
+#include "admin/AdminFraming.h"
 #include "common/Error.h"
 #include "common/Log.h"
 #include "proto/ProtocolVersion.h"
@@ -13,12 +17,37 @@ namespace splicegate {
 namespace {
 constexpr auto kWorkerAnswerTimeout = std::chrono::seconds(2);
 
+// The daemon's responses stay within the frame limit the client enforces, with room for the
+// rest of the Response.
+constexpr std::size_t kMaxListBytes = admin::kMaxFrameBytes - 4096;
+
+// RFC 3339 in UTC with milliseconds, as splicegate-audit prints `opened`.
+std::string rfc3339(std::chrono::system_clock::time_point when) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(when.time_since_epoch()).count();
+    const auto seconds = static_cast<time_t>(ms / 1000);
+    tm parts{};
+    if (::gmtime_r(&seconds, &parts) == nullptr) return {};
+    char text[64];  // room for any int the format could meet (-Wformat-truncation)
+    std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900,
+                  parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec,
+                  static_cast<int>(ms % 1000));
+    return text;
+}
+
+// The audit log's vocabulary: a relaying connection is "open".
+std::string stateName(const std::string& workerState) {
+    return workerState == "relaying" ? "open" : workerState;
+}
+
 void fail(admin::Response& response, admin::ErrorCode code, const std::string& message) {
     response.mutable_error()->set_code(code);
     response.mutable_error()->set_message(message);
 }
 
-const char* durabilityName(AuditDurability durability) { return toString(durability); }
+const char* durabilityName(AuditDurability durability) {
+    return toString(durability);
+}
 }  // namespace
 
 DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,
@@ -31,7 +60,9 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
     response.mutable_error()->set_code(admin::ERROR_NONE);
     using R = admin::Request;
     switch (request.command_case()) {
-        case R::kStatus: status(*response.mutable_status()); break;
+        case R::kStatus:
+            status(*response.mutable_status());
+            break;
         case R::kListConnections:
             listConnections(*response.mutable_list_connections(), response);
             break;
@@ -40,7 +71,6 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
             response.mutable_kill_connection()->set_id(request.kill_connection().id());
             break;
         case R::kDrain:
-            logInfo("admin: drain requested");
             response.mutable_drain();
             // The main thread owns the drain sequence; the admin asks it the same way an
             // operator's SIGTERM does.
@@ -76,7 +106,9 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
         }
         case R::kXdpList:
         case R::kXdpAdd:
-        case R::kXdpDelete: xdp(request, response); break;
+        case R::kXdpDelete:
+            xdp(request, response);
+            break;
         case R::kVersion:
             response.mutable_version()->set_version(SPLICEGATE_VERSION);
             response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
@@ -94,10 +126,10 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
 void DaemonControl::status(admin::StatusResponse& out) {
     auto snapshot = relay_.snapshot();
     out.set_version(SPLICEGATE_VERSION);
-    out.set_uptime_seconds(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
-                                                         started_)
-            .count()));
+    out.set_uptime_seconds(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::steady_clock::now() - started_)
+                                       .count()));
     out.set_workers(relay_.workerCount());
     out.set_splice_engine(toString(relay_.context().settings.engine));
     out.set_draining(relay_.draining());
@@ -122,13 +154,13 @@ void DaemonControl::status(admin::StatusResponse& out) {
         }
         route->set_connections_active(counters.active);
         route->set_connections_accepted(counters.accepted);
-        route->set_bytes_c2u(counters.bytesC2u);
-        route->set_bytes_u2c(counters.bytesU2c);
+        route->set_c2u_bytes(counters.bytesC2u);
+        route->set_u2c_bytes(counters.bytesU2c);
     }
     out.set_connections_active(active);
     out.set_connections_accepted(accepted);
-    out.set_bytes_c2u(c2u);
-    out.set_bytes_u2c(u2c);
+    out.set_c2u_bytes(c2u);
+    out.set_u2c_bytes(u2c);
     auto* pipes = out.mutable_pipes();
     pipes->set_in_use(snapshot.pipesInUse);
     pipes->set_idle(snapshot.pipesIdle);
@@ -169,17 +201,29 @@ void DaemonControl::listConnections(admin::ListConnectionsResponse& out,
         return;
     }
     std::lock_guard lock(shared->mutex);
+    std::sort(shared->views.begin(), shared->views.end(),
+              [](const ConnectionView& a, const ConnectionView& b) { return a.id < b.id; });
+    const auto now = std::chrono::system_clock::now();
+    std::size_t bytes = 0;
     for (const auto& view : shared->views) {
-        auto* info = out.add_connections();
-        info->set_id(view.id);
-        info->set_route(view.route);
-        info->set_client(view.client);
-        info->set_upstream(view.upstream);
-        info->set_age_ms(view.ageMs);
-        info->set_bytes_c2u(view.bytesC2u);
-        info->set_bytes_u2c(view.bytesU2c);
-        info->set_state(view.state);
-        info->set_worker(view.worker);
+        admin::ConnectionInfo info;
+        info.set_id(view.id);
+        info.set_route(view.route);
+        info.set_client(view.client);
+        info.set_upstream(view.upstream);
+        info.set_opened(rfc3339(now - std::chrono::milliseconds(view.ageMs)));
+        info.set_c2u_bytes(view.bytesC2u);
+        info.set_u2c_bytes(view.bytesU2c);
+        info.set_state(stateName(view.state));
+        info.set_worker(view.worker);
+        info.set_age_ms(view.ageMs);
+        // Each entry costs its size plus a tag and a length varint in the list.
+        bytes += info.ByteSizeLong() + 1 + admin::kMaxVarintBytes;
+        if (bytes > kMaxListBytes) {
+            out.set_not_listed(out.not_listed() + 1);
+            continue;
+        }
+        *out.add_connections() = std::move(info);
     }
 }
 

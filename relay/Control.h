@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
 #include "relay/Config.h"
 #include "relay/EdgeControl.h"
 #include "relay/Relay.h"

@@ -21,7 +21,7 @@
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "metrics/MetricsExposer.h"
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
 #include "relay/Capabilities.h"
 #include "relay/ConfigCheck.h"
 #include "relay/Config.h"
@@ -277,10 +277,17 @@ int runDaemon(int argc, const char* const* argv) {
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
-            admin = std::make_unique<AdminServer>(
-                AdminServerOptions{config.adminSocket, config.adminGroup}, *control);
+            AdminServerOptions adminOptions;
+            adminOptions.socketPath = config.adminSocket;
+            adminOptions.group = config.adminGroup;
+            adminOptions.readonlyGroup = config.adminReadonlyGroup;
+            admin = std::make_unique<AdminServer>(std::move(adminOptions), *control);
             admin->start();
-            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup, ")");
+            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup,
+                    config.adminReadonlyGroup.empty()
+                        ? std::string()
+                        : ", read-only group " + config.adminReadonlyGroup,
+                    ")");
         }
         std::optional<MetricsExposer::StatsBinding> metricsSource;  // before relay and admin go
         if (metrics)

@@ -13,6 +13,7 @@ PACKAGES="
   prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   libssl-dev
+  libacl1-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
   iproute2 procps util-linux
   haproxy tcpdump

@@ -3,7 +3,8 @@
 // dispatch to a stub handler, Response encoding — and a few invariants are checked:
 // - feeding the stream in pieces yields exactly the frames (and the error) of feeding it whole;
 // - no frame exceeds the limit and buffered input stays within its bound;
-// - every answer encodes as one frame that decodes back to the same Response.
+// - every answer encodes as one frame that decodes back to the same Response;
+// - a read-only peer is denied every action and answered like anyone else otherwise.
 // The same function is replayed over the seed corpus by ReplayMain.cpp (a CTest test).
 #include <algorithm>
 #include <cstddef>
@@ -16,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "relay/AdminFraming.h"
+#include "admin/AdminFraming.h"
 
 namespace {
 
@@ -70,12 +71,21 @@ void answer(const std::string& frame) {
     const std::string bytes = encodeFrame(dispatch.response);
     std::deque<std::string> frames;
     std::string error;
-    check(decodeFrames(bytes, frames, error, kMaxResponseFrameBytes), "response does not decode");
+    check(decodeFrames(bytes, frames, error, kMaxFrameBytes), "response does not decode");
     check(frames.size() == 1, "response is not one frame");
     Response decoded;
     check(decoded.ParseFromString(frames.front()), "response does not parse");
     check(decoded.SerializeAsString() == dispatch.response.SerializeAsString(),
           "response changed in a round trip");
+    // A read-only peer gets the same answer to a read-only command and is denied every action.
+    Dispatch readOnly = dispatchFrame(frame, stubHandle, Access::ReadOnly);
+    check(readOnly.denied == dispatch.action, "read-only access not applied to actions only");
+    if (readOnly.denied) {
+        check(readOnly.response.error().code() == ERROR_PERMISSION_DENIED, "denial not reported");
+    } else {
+        check(readOnly.response.SerializeAsString() == dispatch.response.SerializeAsString(),
+              "read-only access changed a read-only answer");
+    }
 }
 
 }  // namespace

@@ -5,11 +5,14 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -99,10 +102,10 @@ TEST_F(AdminCtlTest, StatusJson) {
     admin::StatusResponse status;
     ASSERT_TRUE(parsesAs(result.out, status)) << result.out;
     EXPECT_EQ(status.version(), "9.9.9-test");
-    EXPECT_EQ(status.bytes_c2u(), 123456789012ULL);
+    EXPECT_EQ(status.c2u_bytes(), 123456789012ULL);
     EXPECT_EQ(status.routes_size(), 1);
     // 64-bit counters are JSON numbers (jq can compare them), field names as in the .proto.
-    EXPECT_NE(result.out.find("\"bytes_c2u\": 123456789012,"), std::string::npos) << result.out;
+    EXPECT_NE(result.out.find("\"c2u_bytes\": 123456789012,"), std::string::npos) << result.out;
     EXPECT_NE(result.out.find("\"budget_used_bytes\": 8388608"), std::string::npos) << result.out;
     EXPECT_EQ(result.out.front(), '{');
     EXPECT_EQ(result.out.back(), '\n');
@@ -128,6 +131,18 @@ TEST_F(AdminCtlTest, ConnectionsAndKill) {
     ASSERT_TRUE(parsesAs(json.out, parsed)) << json.out;
     ASSERT_EQ(parsed.connections_size(), 2);
     EXPECT_EQ(parsed.connections(1).id(), 42u);
+    // The field names, in order, of `splicegate-audit list --json`, then the live-only ones.
+    std::size_t at = 0;
+    for (const char* key :
+         {"\"id\"", "\"route\"", "\"client\"", "\"upstream\"", "\"opened\"", "\"c2u_bytes\"",
+          "\"u2c_bytes\"", "\"state\"", "\"worker\"", "\"age_ms\""}) {
+        const auto found = json.out.find(key, at);
+        ASSERT_NE(found, std::string::npos) << key << " missing or out of order in\n" << json.out;
+        at = found;
+    }
+    EXPECT_NE(json.out.find("\"state\": \"open\""), std::string::npos) << json.out;
+    EXPECT_NE(json.out.find("\"opened\": \"2026-01-31T12:00:41.000Z\""), std::string::npos)
+        << json.out;
 
     auto kill = ctl({"kill", "42"});
     expectExit(kill, 0, "kill 42");
@@ -325,10 +340,101 @@ TEST_F(AdminCtlTest, GroupMemberIsAccepted) {
     EXPECT_NE(result.out.find("9.9.9-test"), std::string::npos) << result.out << result.err;
 }
 
+// --admin-readonly-group: status, connections, version and xdp list; every action is refused with
+// a permission error (and never reaches the handler); others are kept out altogether.
+TEST_F(AdminCtlTest, ReadonlyGroupPerCommand) {
+    TemporaryAccount viewer("sgtro");
+    TemporaryAccount outsider("sgtno");
+    server_.reset();
+    AdminServerOptions options;
+    options.socketPath = path();
+    options.group = "root";
+    options.readonlyGroup = viewer.name();
+    server_ = std::make_unique<AdminServer>(options, handler_);
+    server_->start();
+    auto asViewer = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {ctlBinary(), "--socket", path()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return runProcess(viewer.as(argv), 15000ms);
+    };
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"status"}, {"connections"}, {"version"}, {"--json", "status"}}) {
+        expectExit(asViewer(args), 0, "read-only " + args.back());
+    }
+    // xdp list is allowed: the fake daemon's own answer comes back, not a permission error.
+    expectOneLineError(asViewer({"xdp", "list"}), 1, "XDP not enabled", "read-only xdp list");
+    const unsigned callsBefore = handler_.calls.load();
+    for (const auto& args : std::vector<std::vector<std::string>>{{"kill", "42"},
+                                                                  {"drain"},
+                                                                  {"reload"},
+                                                                  {"audit-rotate"},
+                                                                  {"xdp", "add", "192.0.2.0/24"},
+                                                                  {"xdp", "del", "192.0.2.0/24"}}) {
+        std::string what = "read-only";
+        for (const auto& arg : args) what += " " + arg;
+        auto result = asViewer(args);
+        expectOneLineError(result, 1, "permission denied", what);
+        EXPECT_NE(result.err.find("read-only access"), std::string::npos) << what << result.err;
+    }
+    EXPECT_EQ(handler_.calls.load(), callsBefore) << "a denied action reached the handler";
+    EXPECT_EQ(countOf("kill_connection", "permission_denied"), 1u);
+    EXPECT_EQ(countOf("drain", "permission_denied"), 1u);
+
+    // Neither group: the socket's mode and ACL keep the outsider out at connect().
+    std::vector<std::string> argv = {ctlBinary(), "--socket", path(), "status"};
+    auto outside = runProcess(outsider.as(argv), 15000ms);
+    expectOneLineError(outside, 3, "Permission denied", "outsider");
+    // Root keeps full access.
+    expectExit(ctl({"kill", "42"}), 0, "root kill 42");
+}
+
+// A hostile "daemon" announcing and streaming a 200 MiB response: splicegatectl refuses it from
+// the length prefix, with one line and exit 1, and never holds more than a small buffer of it.
+TEST_F(AdminCtlTest, HostileHugeResponseIsRefusedWithBoundedMemory) {
+    const std::string hostilePath = dir_.path() + "/hostile.sock";
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(listener.valid());
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, hostilePath.c_str(), sizeof(address.sun_path) - 1);
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ASSERT_EQ(::listen(listener.get(), 1), 0);
+    constexpr std::uint64_t kAnnounced = std::uint64_t{200} << 20;
+    std::atomic<std::uint64_t> streamed{0};
+    std::thread fake([&] {
+        UniqueFd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!peer) return;
+        setIoTimeout(peer.get(), 5000ms);
+        char request[256];
+        if (::recv(peer.get(), request, sizeof request, 0) <= 0) return;
+        const std::string prefix = varint64(kAnnounced);
+        if (::send(peer.get(), prefix.data(), prefix.size(), MSG_NOSIGNAL) <= 0) return;
+        const std::string chunk(256 * 1024, 'x');
+        while (streamed.load() < kAnnounced) {  // bounded: until the client hangs up or 200 MiB
+            ssize_t n = ::send(peer.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL);
+            if (n <= 0) break;
+            streamed += static_cast<std::uint64_t>(n);
+        }
+    });
+    auto result = runCtl(hostilePath, {"status"});
+    fake.join();
+    expectOneLineError(result, 1, "exceeds the limit of 1048576 bytes", "200 MiB response");
+    EXPECT_NE(result.err.find(std::to_string(kAnnounced)), std::string::npos) << result.err;
+    rusage usage{};
+    ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+    EXPECT_LT(usage.ru_maxrss, 64 * 1024) << "splicegatectl's peak RSS in KiB";
+    EXPECT_LT(streamed.load(), kAnnounced) << "the client read the whole hostile response";
+}
+
 TEST_F(AdminCtlTest, BashCompletion) {
+    // __FILE__ is relative to the build directory when ccache's base_dir rewrote it.
+    std::filesystem::path source(__FILE__);
+    if (source.is_relative()) {
+        source = std::filesystem::path(SPLICEGATE_BIN_DIR).parent_path() / source;
+    }
     const std::string completion =
-        (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() /
-         "packaging/bash-completion/splicegatectl")
+        (source.parent_path().parent_path().parent_path() / "packaging/bash-completion/splicegatectl")
+            .lexically_normal()
             .string();
     ASSERT_TRUE(std::filesystem::exists(completion)) << completion;
     // bash-completion's helpers, reduced to what the function uses.

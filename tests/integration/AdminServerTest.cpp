@@ -1,4 +1,4 @@
-// Integration tests of the admin socket server (relay/AdminServer.h) in-process with a fake
+// Integration tests of the admin socket server (admin/AdminServer.h) in-process with a fake
 // handler: socket file set-up, request/response, and hostile peers (garbage, oversized and
 // 64-bit length prefixes, malformed varints, truncated frames left open, peers that never read,
 // hundreds of peers at once, a buffer ring that runs dry) while a good client keeps getting
@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "common/Log.h"
 #include "tests/support/AdminTestSupport.h"
 
 namespace splicegate::test {
@@ -134,6 +136,102 @@ TEST_F(AdminServerTest, SocketFileModeOwnerAndRemoval) {
     EXPECT_EQ(st.st_gid, 65534u);
     server_.reset();
     EXPECT_NE(::lstat(path().c_str(), &st), 0) << "socket file left behind";
+}
+
+// The socket must never be reachable at its path with another mode or group than its final ones
+// (it used to be bound with the umask's mode, then chmod/chown'ed by path).
+TEST_F(AdminServerTest, SocketNeverAppearsWithWrongModeOrGroup) {
+    AdminServerOptions o = options();
+    o.group = "nogroup";
+    std::atomic<bool> done{false};
+    std::atomic<unsigned> seen{0};
+    std::atomic<unsigned> wrong{0};
+    std::string firstWrong;
+    std::thread watcher([&] {
+        while (!done.load()) {
+            struct stat st {};
+            if (::lstat(path().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+            ++seen;
+            if ((st.st_mode & 07777) != 0660 || st.st_uid != 0 || st.st_gid != 65534) {
+                if (wrong++ == 0) {
+                    firstWrong = concat("mode ", std::oct, st.st_mode & 07777, std::dec, " uid ",
+                                        st.st_uid, " gid ", st.st_gid);
+                }
+            }
+        }
+    });
+    for (int round = 0; round < 200; ++round) {
+        AdminServer server(o, handler_);
+        struct stat st {};
+        ASSERT_EQ(::lstat(path().c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, 0660u);
+    }
+    done = true;
+    watcher.join();
+    EXPECT_GT(seen.load(), 0u) << "the watcher never saw the socket";
+    EXPECT_EQ(wrong.load(), 0u) << "seen with " << firstWrong;
+    // No private directory is left behind.
+    EXPECT_EQ(runProcess({"/bin/sh", "-c", "ls -A " + dir_.path()}).out, "");
+}
+
+TEST_F(AdminServerTest, SymlinkAtThePathIsNotFollowed) {
+    const std::string target = dir_.path() + "/root-only";
+    { std::ofstream(target) << "secret"; }
+    ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+    ASSERT_EQ(::symlink(target.c_str(), path().c_str()), 0);
+    AdminServerOptions o = options();
+    o.group = "nogroup";
+    EXPECT_THROW(AdminServer(o, handler_), UsageError);
+    struct stat st {};
+    ASSERT_EQ(::stat(target.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(st.st_gid, 0u);
+    EXPECT_EQ(readFile(target), "secret");
+}
+
+// A racer swapping a symlink in at the path while servers start must never get the socket's
+// mode or group onto the symlink's target.
+TEST_F(AdminServerTest, SymlinkSwappedInDuringSetUpIsNotFollowed) {
+    const std::string target = dir_.path() + "/root-only";
+    { std::ofstream(target) << "secret"; }
+    ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+    AdminServerOptions o = options();
+    o.group = "nogroup";
+    std::atomic<bool> done{false};
+    std::atomic<unsigned> swaps{0};
+    std::thread racer([&] {
+        const std::string staging = dir_.path() + "/staging-link";
+        // As soon as a socket shows up at the path, swap the symlink in over it; after a moment
+        // clear the path so that the next set-up can begin.
+        while (!done.load()) {
+            struct stat st {};
+            if (::lstat(staging.c_str(), &st) != 0 &&
+                ::symlink(target.c_str(), staging.c_str()) != 0) {
+                continue;
+            }
+            if (::lstat(path().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+            if (::rename(staging.c_str(), path().c_str()) == 0) ++swaps;
+            std::this_thread::sleep_for(200us);
+            ::unlink(path().c_str());
+        }
+    });
+    unsigned started = 0;
+    for (int round = 0; round < 300; ++round) {
+        try {
+            AdminServer server(o, handler_);
+            ++started;
+        } catch (const std::exception&) {
+            // "not a socket" or "a file appeared at the path": refusing is right.
+        }
+    }
+    done = true;
+    racer.join();
+    struct stat st {};
+    ASSERT_EQ(::stat(target.c_str(), &st), 0);
+    EXPECT_GT(swaps.load(), 0u) << "the racer never got to swap";
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << "after " << started << " servers started";
+    EXPECT_EQ(st.st_gid, 0u);
+    EXPECT_EQ(readFile(target), "secret");
 }
 
 TEST_F(AdminServerTest, StaleSocketFileIsReplaced) {
@@ -397,7 +495,7 @@ TEST_F(AdminServerTest, FiveHundredPeersAtOnce) {
     }
 }
 
-TEST_F(AdminServerTest, TooManyPeersAreToldSo) {
+TEST_F(AdminServerTest, AtTheLimitTheLongestWaitingPeerMakesRoom) {
     AdminServerOptions o = options();
     o.maxPeers = 8;
     start(o);
@@ -407,24 +505,147 @@ TEST_F(AdminServerTest, TooManyPeersAreToldSo) {
         ASSERT_TRUE(peers.back()->connected());
         ASSERT_TRUE(peers.back()->call(statusRequest()).has_value()) << i;
     }
+    expectStatusAnswers();  // the ninth: the first peer, waiting longest, made room
+    auto notice = peers.front()->receive();
+    ASSERT_TRUE(notice.has_value());
+    EXPECT_NE(notice->error().message().find("make room"), std::string::npos)
+        << notice->error().message();
+    EXPECT_TRUE(peers.front()->waitClosed());
+    EXPECT_EQ(countOf("connect", "evicted"), 1u);
+    for (std::size_t i = 1; i < peers.size(); ++i) {
+        auto response = peers[i]->call(killRequest(42));
+        ASSERT_TRUE(response.has_value()) << i;
+        EXPECT_EQ(response->kill_connection().id(), 42u) << i;
+    }
+}
+
+TEST_F(AdminServerTest, BusyPeersAtTheLimitAreNotEvicted) {
+    AdminServerOptions o = options(10000);
+    o.maxPeers = 2;
+    start(o);
+    // Two peers that ask for megabytes of answers and never read: the server owes them output.
+    std::string bytes;
+    for (int i = 0; i < 20000; ++i) bytes += admin::encodeFrame(statusRequest());
+    std::vector<std::unique_ptr<AdminPeer>> busy;
+    for (int i = 0; i < 2; ++i) {
+        busy.push_back(std::make_unique<AdminPeer>(path()));
+        ASSERT_TRUE(busy.back()->connected());
+        busy.back()->sendBytes(bytes, 1000ms);  // the server stops reading once it owes 1 MiB
+    }
+    ASSERT_TRUE(waitCount("status", "ok", 2 * 1000));
     AdminPeer extra(path());
     ASSERT_TRUE(extra.connected());
     auto refusal = extra.receive();
     ASSERT_TRUE(refusal.has_value());
-    EXPECT_NE(refusal->error().message().find("too many admin connections"), std::string::npos);
+    EXPECT_NE(refusal->error().message().find("too many admin connections"), std::string::npos)
+        << refusal->error().message();
     EXPECT_TRUE(extra.waitClosed());
     EXPECT_EQ(countOf("connect", "too_many_peers"), 1u);
-    // A slot frees when a peer leaves.
-    peers.front()->close();
-    const Deadline deadline = deadlineIn(3000ms);
-    bool served = false;
-    while (!served && Clock::now() < deadline) {
-        AdminPeer again(path());
-        auto response = again.call(statusRequest(), 1000ms);
-        served = response.has_value() && response->error().code() == admin::ERROR_NONE;
-        if (!served) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(countOf("connect", "evicted"), 0u);
+}
+
+// At most 1024 peers, and idle ones must not lock out root.
+TEST_F(AdminServerTest, ElevenHundredIdlePeersDoNotLockOutRoot) {
+    start(options(5000));
+    constexpr int kPeers = 1100;
+    std::vector<std::unique_ptr<AdminPeer>> peers;
+    for (int i = 0; i < kPeers; ++i) {
+        peers.push_back(std::make_unique<AdminPeer>(path()));
+        ASSERT_TRUE(peers.back()->connected())
+            << i << ": " << errnoText(peers.back()->connectError());
     }
-    EXPECT_TRUE(served);
+    ASSERT_TRUE(waitCount("connect", "evicted", kPeers - 1024));
+    expectStatusAnswers();
+    // The newest 1024 - 1 idle peers are still connected and served.
+    auto response = peers.back()->call(statusRequest());
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->error().code(), admin::ERROR_NONE);
+    EXPECT_EQ(countOf("connect", "too_many_peers"), 0u);
+}
+
+// A peer that sends no complete request for 10 s is closed, authorized or not.
+TEST_F(AdminServerTest, IdlePeersAreClosedAfterTenSeconds) {
+    start(options(5000));  // the default idle timeout
+    AdminPeer silent(path());
+    ASSERT_TRUE(silent.connected());
+    const auto silentSince = Clock::now();
+    AdminPeer asked(path());
+    ASSERT_TRUE(asked.connected());
+    ASSERT_TRUE(asked.call(statusRequest()).has_value());
+    const auto askedSince = Clock::now();
+    for (AdminPeer* peer : {&silent, &asked}) {
+        auto notice = peer->receive(20000ms);
+        ASSERT_TRUE(notice.has_value()) << "no idle notice";
+        EXPECT_NE(notice->error().message().find("no complete request for 10000 ms"),
+                  std::string::npos)
+            << notice->error().message();
+        EXPECT_TRUE(peer->waitClosed(5000ms));
+    }
+    // The server cannot have closed them early (a lower bound, not a speed check).
+    EXPECT_GE(Clock::now() - silentSince, 10000ms);
+    EXPECT_GE(Clock::now() - askedSince, 10000ms);
+    EXPECT_EQ(countOf("connect", "idle"), 2u);
+    expectStatusAnswers();
+}
+
+std::uint64_t residentBytes() {
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t size = 0, resident = 0;
+    statm >> size >> resident;
+    return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Zero-length frames used to escape the input bound (RSS 9 -> 183 MB from 20 peers).
+TEST_F(AdminServerTest, ZeroLengthFramesFromTwentyPeersStayBounded) {
+    start(options(5000));
+    constexpr int kPeers = 20;
+    constexpr std::size_t kBytesPerPeer = 4u << 20;  // 4 Mi zero-length frames each
+    const std::uint64_t before = residentBytes();
+    std::vector<std::unique_ptr<AdminPeer>> peers;
+    for (int i = 0; i < kPeers; ++i) {
+        peers.push_back(std::make_unique<AdminPeer>(path()));
+        ASSERT_TRUE(peers.back()->connected());
+    }
+    const std::string chunk(64 * 1024, '\0');
+    std::vector<std::size_t> sent(kPeers, 0);
+    // Round-robin, each peer until its bytes are out or the server stopped taking them (it
+    // closed the peer, or stopped reading it); bounded in count and time.
+    const Deadline deadline = deadlineIn(20000ms);
+    bool progress = true;
+    while (progress && Clock::now() < deadline) {
+        progress = false;
+        for (int i = 0; i < kPeers; ++i) {
+            if (sent[i] >= kBytesPerPeer) continue;
+            ssize_t n =
+                ::send(peers[i]->fd(), chunk.data(), chunk.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n > 0) {
+                sent[i] += static_cast<std::size_t>(n);
+                progress = true;
+            }
+        }
+        if (!progress) {
+            std::this_thread::sleep_for(50ms);  // one more chance for a paused reader
+            for (int i = 0; i < kPeers && !progress; ++i) {
+                progress = sent[i]<kBytesPerPeer&& ::send(peers[i]->fd(), chunk.data(), 1,
+                                                          MSG_DONTWAIT | MSG_NOSIGNAL)> 0;
+            }
+        }
+    }
+    // Let the server take in what the kernel holds for it: until its answers stop growing.
+    std::uint64_t answered = countOf("unknown", "unknown_command");
+    for (int settle = 0; settle < 40; ++settle) {
+        std::this_thread::sleep_for(250ms);
+        const std::uint64_t now = countOf("unknown", "unknown_command");
+        if (now == answered) break;
+        answered = now;
+    }
+    EXPECT_GT(answered, 0u);
+    const std::uint64_t after = residentBytes();
+    // Per peer: ~1 MiB of output and up to ~2 MiB of queued frames until it is refused; with
+    // zero-length frames uncounted it grew by hundreds of MB.
+    EXPECT_LT(after, before + (std::uint64_t{kPeers} * 4 << 20))
+        << "RSS grew from " << before << " to " << after << " bytes";
+    expectStatusAnswers();
 }
 
 TEST_F(AdminServerTest, BufferRingRunningDryIsReplenishedAndRearmed) {

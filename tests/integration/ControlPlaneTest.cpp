@@ -1,5 +1,5 @@
-// End-to-end tests of the control plane against the real daemon (issue 4 "Tests"; SPEC.md "Admin
-// protocol", "splicegatectl", "Metrics"): build/bin/splicegate runs with `--admin-socket
+// End-to-end tests of the control plane against the real daemon (the admin protocol,
+// splicegatectl, the metrics): build/bin/splicegate runs with `--admin-socket
 // DIR/admin.sock --admin-group root --metrics-listen 127.0.0.1:<free port> --audit-dir DIR/audit`
 // in front of an in-process echo upstream, and every command is driven through the shipped
 // splicegatectl binary as a process, as a table and with --json:
@@ -267,8 +267,8 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
         EXPECT_FALSE(status.draining());
         EXPECT_EQ(status.connections_active(), 0u);
         EXPECT_EQ(status.connections_accepted(), 0u);
-        EXPECT_EQ(status.bytes_c2u(), 0u);
-        EXPECT_EQ(status.bytes_u2c(), 0u);
+        EXPECT_EQ(status.c2u_bytes(), 0u);
+        EXPECT_EQ(status.u2c_bytes(), 0u);
         ASSERT_EQ(status.routes_size(), 1);
         EXPECT_EQ(status.routes(0).name(), "default");
         EXPECT_EQ(status.routes(0).listen(), listen);
@@ -298,18 +298,18 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
     EXPECT_TRUE(eventually(
         [&] {
             status = statusJson();
-            return status.bytes_c2u() == totalBytes && status.bytes_u2c() == totalBytes;
+            return status.c2u_bytes() == totalBytes && status.u2c_bytes() == totalBytes;
         },
         3000ms))
-        << "status bytes " << status.bytes_c2u() << " c2u / " << status.bytes_u2c()
+        << "status bytes " << status.c2u_bytes() << " c2u / " << status.u2c_bytes()
         << " u2c, sent " << totalBytes << " each way";
     EXPECT_EQ(status.connections_active(), 3u);
     EXPECT_EQ(status.connections_accepted(), 3u);
     ASSERT_EQ(status.routes_size(), 1);
     EXPECT_EQ(status.routes(0).connections_active(), 3u);
     EXPECT_EQ(status.routes(0).connections_accepted(), 3u);
-    EXPECT_EQ(status.routes(0).bytes_c2u(), totalBytes);
-    EXPECT_EQ(status.routes(0).bytes_u2c(), totalBytes);
+    EXPECT_EQ(status.routes(0).c2u_bytes(), totalBytes);
+    EXPECT_EQ(status.routes(0).u2c_bytes(), totalBytes);
     EXPECT_TRUE(eventually([&] { return statusJson().audit().bytes() >= 2 * totalBytes; },
                            3000ms))
         << "status audit.bytes stays below the " << 2 * totalBytes << " bytes relayed";
@@ -353,9 +353,10 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
             match->id = c.id();
             EXPECT_EQ(c.route(), "default");
             EXPECT_EQ(c.upstream(), upstreamAddress);
-            EXPECT_EQ(c.bytes_c2u(), match->bytes) << c.client();
-            EXPECT_EQ(c.bytes_u2c(), match->bytes) << c.client();
-            EXPECT_EQ(c.state(), "relaying");
+            EXPECT_EQ(c.c2u_bytes(), match->bytes) << c.client();
+            EXPECT_EQ(c.u2c_bytes(), match->bytes) << c.client();
+            EXPECT_EQ(c.state(), "open");
+            EXPECT_EQ(c.opened().size(), std::string("2026-01-31T12:00:00.123Z").size()) << c.opened();
             EXPECT_LT(c.worker(), 2u);
             EXPECT_LT(c.age_ms(), 60000u);
         }
@@ -373,7 +374,7 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
             });
             ASSERT_NE(row, rows.end()) << "no row for id " << client.id << ":\n" << table.out;
             EXPECT_EQ(rows[0].find("CLIENT"), row->find(loopback(client.port))) << table.out;
-            EXPECT_NE(row->find("relaying"), std::string::npos) << *row;
+            EXPECT_NE(row->find(" open "), std::string::npos) << *row;
         }
     }
 
@@ -382,6 +383,12 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
     auto kill = ctl({"kill", std::to_string(victim.id)});
     expectOk(kill, "kill");
     EXPECT_EQ(kill.out, "connection " + std::to_string(victim.id) + " closed\n");
+    // The action is logged once, naming the peer (SO_PEERCRED).
+    {
+        const auto lines = grepLines(d().daemon().log(), ": kill " + std::to_string(victim.id) + ": done");
+        ASSERT_EQ(lines.size(), 1u) << d().why();
+        EXPECT_NE(lines[0].find("admin: uid 0 pid "), std::string::npos) << lines[0];
+    }
     {
         int error = 0;
         PeerClose how = waitPeerClose(victim.fd.get(), deadlineIn(3000ms), nullptr, &error);
@@ -411,8 +418,8 @@ TEST_F(ControlPlaneTest, StatusConnectionsKillAuditAndMetrics) {
             << list.DebugString();
         for (const auto& c : list.connections()) {
             const Client& client = c.id() == clients[0].id ? clients[0] : clients[2];
-            EXPECT_EQ(c.bytes_c2u(), client.bytes);
-            EXPECT_EQ(c.bytes_u2c(), client.bytes);
+            EXPECT_EQ(c.c2u_bytes(), client.bytes);
+            EXPECT_EQ(c.u2c_bytes(), client.bytes);
         }
     }
     // A second kill of the same id, and ids never given, are errors of one line, exit 1.

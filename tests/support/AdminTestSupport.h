@@ -7,6 +7,7 @@
 // - AdminPeer: a raw client connection to the admin socket with bounded I/O, to play hostile or
 //   well-behaved peers.
 // - ctlBinary() / runCtl(): the splicegatectl binary of this build.
+// - TemporaryAccount: a throw-away user and group for access-level tests.
 // - varint64(): a length prefix by protobuf's encoder, to forge prefixes (4 GiB, over the limit)
 //   that the framing under test would refuse to write.
 // Thread affinity: FakeAdminHandler is called on the admin thread; its counters are atomics.
@@ -26,11 +27,11 @@
 #include <thread>
 #include <vector>
 
+#include "admin/AdminFraming.h"
+#include "admin/AdminServer.h"
 #include "common/Error.h"
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
-#include "relay/AdminServer.h"
 #include "splicegate/admin.pb.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
@@ -66,8 +67,8 @@ class FakeAdminHandler : public AdminHandler {
                 status->set_splice_engine("inline");
                 status->set_connections_active(2);
                 status->set_connections_accepted(17);
-                status->set_bytes_c2u(123456789012ULL);
-                status->set_bytes_u2c(42);
+                status->set_c2u_bytes(123456789012ULL);
+                status->set_u2c_bytes(42);
                 auto* route = status->add_routes();
                 route->set_name("default");
                 route->set_listen("127.0.0.1:8443");
@@ -76,8 +77,8 @@ class FakeAdminHandler : public AdminHandler {
                 route->set_audit(true);
                 route->set_connections_active(2);
                 route->set_connections_accepted(17);
-                route->set_bytes_c2u(123456789012ULL);
-                route->set_bytes_u2c(42);
+                route->set_c2u_bytes(123456789012ULL);
+                route->set_u2c_bytes(42);
                 status->mutable_pipes()->set_in_use(1);
                 status->mutable_pipes()->set_idle(7);
                 status->mutable_pipes()->set_budget_bytes(64u << 20);
@@ -96,9 +97,10 @@ class FakeAdminHandler : public AdminHandler {
                     c->set_client("198.51.100.7:5" + std::to_string(id));
                     c->set_upstream("192.0.2.10:443");
                     c->set_age_ms(id * 1000);
-                    c->set_bytes_c2u(id * 10);
-                    c->set_bytes_u2c(id * 20);
-                    c->set_state("relaying");
+                    c->set_c2u_bytes(id * 10);
+                    c->set_u2c_bytes(id * 20);
+                    c->set_state("open");
+                    c->set_opened("2026-01-31T12:00:" + std::to_string(id) + ".000Z");
                     c->set_worker(static_cast<std::uint32_t>(id % 2));
                 }
                 break;
@@ -218,7 +220,51 @@ class AdminPeer {
 
     UniqueFd fd_;
     int error_ = 0;
-    admin::FrameAssembler frames_{admin::kMaxResponseFrameBytes, admin::kMaxResponseFrameBytes};
+    admin::FrameAssembler frames_{admin::kMaxFrameBytes, admin::kMaxFrameBytes};
+};
+
+// A system group and a user whose primary group it is, for access tests; both named after this
+// process (`prefix` + pid) and removed by name when this goes, whatever the test's outcome.
+class TemporaryAccount {
+  public:
+    explicit TemporaryAccount(const std::string& prefix)
+        : name_(prefix + std::to_string(::getpid())) {
+        remove();  // a leftover of a killed run of this pid
+        auto group = runProcess({"/usr/sbin/groupadd", "--system", name_});
+        auto user = runProcess({"/usr/sbin/useradd", "--system", "--no-create-home", "--gid", name_,
+                                "--shell", "/usr/sbin/nologin", name_});
+        if (!group.status || !group.status->isExit(0) || !user.status || !user.status->isExit(0)) {
+            remove();
+            throw std::runtime_error("cannot create the test account " + name_ + ": " + group.err +
+                                     user.err);
+        }
+        uid_ = static_cast<uid_t>(std::stoul(runProcess({"/usr/bin/id", "-u", name_}).out));
+        gid_ = static_cast<gid_t>(std::stoul(runProcess({"/usr/bin/id", "-g", name_}).out));
+    }
+    ~TemporaryAccount() { remove(); }
+    TemporaryAccount(const TemporaryAccount&) = delete;
+    TemporaryAccount& operator=(const TemporaryAccount&) = delete;
+
+    const std::string& name() const noexcept { return name_; }
+    uid_t uid() const noexcept { return uid_; }
+    gid_t gid() const noexcept { return gid_; }
+    // argv run as this account (its uid, its group, its supplementary groups).
+    std::vector<std::string> as(std::vector<std::string> argv) const {
+        std::vector<std::string> full = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid_),
+                                         "--regid=" + std::to_string(gid_), "--init-groups"};
+        full.insert(full.end(), argv.begin(), argv.end());
+        return full;
+    }
+
+  private:
+    void remove() {
+        runProcess({"/usr/sbin/userdel", name_});
+        runProcess({"/usr/sbin/groupdel", name_});
+    }
+
+    std::string name_;
+    uid_t uid_ = 0;
+    gid_t gid_ = 0;
 };
 
 inline std::string ctlBinary() {

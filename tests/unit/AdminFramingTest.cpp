@@ -1,4 +1,4 @@
-// Unit tests of the admin protocol's framing and dispatch (relay/AdminFraming.h): reassembly from
+// Unit tests of the admin protocol's framing and dispatch (admin/AdminFraming.h): reassembly from
 // arbitrary pieces, the 1 MiB limit enforced at the prefix, 64-bit and malformed varints,
 // truncation, bounded buffering, and the error rules of dispatchFrame().
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "admin/AdminFraming.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
 #include "tests/support/AdminTestSupport.h"
 
 namespace splicegate::admin {
@@ -259,19 +259,36 @@ TEST(AdminFraming, BodyGrowsWithWhatArrivedNotWithThePrefix) {
 }
 
 TEST(AdminFraming, UnpoppedFramesAreBounded) {
-    FrameAssembler assembler(100, 250);
+    // Each queued frame costs its body plus kQueuedFrameOverhead.
+    FrameAssembler assembler(100, 2 * (100 + kQueuedFrameOverhead) + 50);
     const std::string frame = varint64(100) + std::string(100, 'q');
     ASSERT_TRUE(assembler.feed(frame));
     ASSERT_TRUE(assembler.feed(frame));
-    EXPECT_FALSE(assembler.feed(frame));  // 300 bytes would wait: refused at the prefix
+    EXPECT_FALSE(assembler.feed(frame));  // a third would exceed the bound: refused at the prefix
     EXPECT_NE(assembler.error().find("unanswered"), std::string::npos) << assembler.error();
     EXPECT_EQ(assembler.queuedFrames(), 2u);
     // Popping frees the budget on a healthy assembler.
-    FrameAssembler popping(100, 250);
+    FrameAssembler popping(100, 2 * (100 + kQueuedFrameOverhead) + 50);
     for (int i = 0; i < 10; ++i) {
         ASSERT_TRUE(popping.feed(frame));
         popping.popFrame();
     }
+}
+
+// Zero-length frames used to be free: a peer that never reads could queue millions of them.
+TEST(AdminFraming, ZeroLengthFramesCountAgainstTheBound) {
+    FrameAssembler assembler(100, 10 * kQueuedFrameOverhead);
+    ASSERT_TRUE(assembler.feed(std::string(10, '\0')));
+    EXPECT_EQ(assembler.queuedFrames(), 10u);
+    EXPECT_EQ(assembler.bufferedBytes(), 10 * kQueuedFrameOverhead);
+    EXPECT_FALSE(assembler.feed(std::string(1, '\0')));
+    EXPECT_NE(assembler.error().find("unanswered"), std::string::npos) << assembler.error();
+    EXPECT_EQ(assembler.queuedFrames(), 10u);
+    // Whole-stream decoding takes any number of them.
+    std::deque<std::string> frames;
+    std::string error;
+    EXPECT_TRUE(decodeFrames(std::string(100000, '\0'), frames, error)) << error;
+    EXPECT_EQ(frames.size(), 100000u);
 }
 
 TEST(AdminFraming, Labels) {
@@ -365,6 +382,57 @@ TEST(AdminDispatch, HandlerExceptionIsFailed) {
     EXPECT_EQ(dispatch.response.error().code(), ERROR_FAILED);
     EXPECT_NE(dispatch.response.error().message().find("disk on fire"), std::string::npos);
     EXPECT_EQ(dispatch.response.protocol_version(), kProtocolVersion);
+}
+
+// --admin-readonly-group: read-only commands run, actions are denied before the handler.
+TEST(AdminDispatch, ReadOnlyAccessPerCommand) {
+    int calls = 0;
+    auto handler = [&](const Request&) {
+        ++calls;
+        return Response();
+    };
+    std::vector<std::pair<Request, bool>> cases;  // request, is an action
+    auto add = [&](auto set, bool action) {
+        Request request;
+        set(request);
+        cases.emplace_back(request, action);
+    };
+    add([](Request& r) { r.mutable_status(); }, false);
+    add([](Request& r) { r.mutable_list_connections(); }, false);
+    add([](Request& r) { r.mutable_version(); }, false);
+    add([](Request& r) { r.mutable_xdp_list(); }, false);
+    add([](Request& r) { r.mutable_kill_connection()->set_id(17); }, true);
+    add([](Request& r) { r.mutable_drain(); }, true);
+    add([](Request& r) { r.mutable_reload(); }, true);
+    add([](Request& r) { r.mutable_rotate_audit(); }, true);
+    add([](Request& r) { r.mutable_xdp_add()->set_cidr("192.0.2.0/24"); }, true);
+    add([](Request& r) { r.mutable_xdp_delete()->set_cidr("192.0.2.0/24"); }, true);
+    for (const auto& [request, action] : cases) {
+        const std::string frame = request.SerializeAsString();
+        const std::string name = describeCommand(request);
+        calls = 0;
+        Dispatch readOnly = dispatchFrame(frame, handler, Access::ReadOnly);
+        EXPECT_EQ(readOnly.action, action) << name;
+        EXPECT_EQ(readOnly.denied, action) << name;
+        EXPECT_EQ(calls, action ? 0 : 1) << name;
+        EXPECT_FALSE(readOnly.closeAfter) << name;
+        EXPECT_EQ(readOnly.description, name);
+        if (action) {
+            EXPECT_EQ(readOnly.response.error().code(), ERROR_PERMISSION_DENIED) << name;
+            EXPECT_NE(readOnly.response.error().message().find("'" + name + "'"), std::string::npos)
+                << readOnly.response.error().message();
+        }
+        Dispatch full = dispatchFrame(frame, handler, Access::Full);
+        EXPECT_FALSE(full.denied) << name;
+        EXPECT_EQ(full.response.error().code(), ERROR_NONE) << name;
+    }
+    EXPECT_EQ(describeCommand(cases[4].first), "kill 17");
+    EXPECT_EQ(describeCommand(cases[8].first), "xdp add 192.0.2.0/24");
+    Request hostile;
+    hostile.mutable_xdp_delete()->set_cidr(std::string("a\nb") + std::string(100, 'c'));
+    const std::string described = describeCommand(hostile);
+    EXPECT_EQ(described.find('\n'), std::string::npos) << described;
+    EXPECT_LT(described.size(), 80u) << described;
 }
 
 }  // namespace

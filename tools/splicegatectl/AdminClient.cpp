@@ -12,7 +12,7 @@
 #include "common/Error.h"
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
+#include "admin/AdminFraming.h"
 
 namespace splicegate::ctl {
 
@@ -95,7 +95,7 @@ admin::Response exchange(const std::string& socketPath, admin::Request request,
         break;
     }
 
-    admin::FrameAssembler frames(admin::kMaxResponseFrameBytes, admin::kMaxResponseFrameBytes);
+    admin::FrameAssembler frames(admin::kMaxFrameBytes, admin::kMaxFrameBytes);
     std::string buffer(64 * 1024, '\0');
     while (!frames.hasFrame()) {
         ssize_t n = ::recv(fd.get(), buffer.data(), buffer.size(), 0);

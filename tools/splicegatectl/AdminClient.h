@@ -1,6 +1,6 @@
 #pragma once
-// One request/response exchange with the daemon over its admin socket (SPEC.md "Admin
-// protocol"): connect, send the Request as one frame, read one Response frame.
+// One request/response exchange with the daemon over its admin socket
+// (proto/splicegate/admin.proto): connect, send the Request as one frame, read one Response frame.
 // Thread affinity: none. Error contract: throws Unreachable when the daemon cannot be reached or
 // does not answer within the timeout (splicegatectl exit 3), ProtocolFailure when it answers
 // with something that is not a Response (exit 1).

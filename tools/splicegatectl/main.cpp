@@ -1,4 +1,4 @@
-// splicegatectl: admin CLI of the splicegate daemon (SPEC.md "splicegatectl", "Admin protocol").
+// splicegatectl: admin CLI of the splicegate daemon (proto/splicegate/admin.proto).
 //   splicegatectl [--socket PATH] [--json] COMMAND [ARGS]
 // Exit status: 0 success, 1 the daemon answered with an error (or a runtime failure), 2 usage
 // error, 3 the daemon cannot be reached (no socket, refused, no answer within the timeout).
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "admin/AdminFraming.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
 #include "splicegate/admin.pb.h"
 #include "tools/splicegatectl/AdminClient.h"
 
@@ -57,8 +57,9 @@ const std::vector<CommandHelp>& commandHelp() {
          "connection and byte counts, one row per route, the pipe pool and the audit state.\n"},
         {"connections", "connections", "open connections, one row each",
          "One row per open connection: ID, ROUTE, CLIENT, UPSTREAM, AGE, C2U_BYTES (client to\n"
-         "upstream), U2C_BYTES (upstream to client), STATE (connecting|relaying|closing),\n"
-         "WORKER.\n"},
+         "upstream), U2C_BYTES (upstream to client), STATE (connecting|open|closing), WORKER.\n"
+         "With --json the fields are those of 'splicegate-audit list --json' (id, route, client,\n"
+         "upstream, opened, c2u_bytes, u2c_bytes, state) plus worker and age_ms.\n"},
         {"kill", "kill ID", "close connection ID (the audit records the reason)",
          "Closes the connection with this ID (see 'connections'). Exit 1 if no such\n"
          "connection is open.\n"},
@@ -66,8 +67,9 @@ const std::vector<CommandHelp>& commandHelp() {
          "Like SIGTERM: listeners close, open connections may finish up to the daemon's\n"
          "--drain-timeout-ms, the audit is made durable and the daemon exits 0.\n"},
         {"reload", "reload", "reload the config file (like SIGHUP)",
-         "Re-reads the daemon's --config file: routes are added, removed or changed; established\n"
-         "connections are not cut. Exit 1 with the daemon's message if the file is invalid.\n"},
+         "Re-reads the daemon's --config file and waits for the outcome: routes are added,\n"
+         "removed or changed; established connections are not cut. Exit 1 with the daemon's\n"
+         "message if the reload failed (the running configuration stays in force).\n"},
         {"audit-rotate", "audit-rotate", "start new audit segment files",
          "Closes and syncs the current audit segment files and starts new ones (exit 1 if audit\n"
          "is off).\n"},
@@ -288,7 +290,7 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
     facts.add({"connections", std::to_string(s.connections_active()) + " active, " +
                                   std::to_string(s.connections_accepted()) + " accepted"});
     facts.add({"bytes",
-               std::to_string(s.bytes_c2u()) + " c2u, " + std::to_string(s.bytes_u2c()) + " u2c"});
+               std::to_string(s.c2u_bytes()) + " c2u, " + std::to_string(s.u2c_bytes()) + " u2c"});
     const auto& p = s.pipes();
     facts.add({"pipes", std::to_string(p.in_use()) + " in use, " + std::to_string(p.idle()) +
                             " idle, " + std::to_string(p.overflow_in_use()) + " overflow"});
@@ -314,8 +316,8 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
     for (const auto& r : s.routes()) {
         routes.add({r.name(), orDash(r.listen()), orDash(join(r.upstreams())),
                     r.audit() ? "yes" : "no", std::to_string(r.connections_active()),
-                    std::to_string(r.connections_accepted()), std::to_string(r.bytes_c2u()),
-                    std::to_string(r.bytes_u2c())});
+                    std::to_string(r.connections_accepted()), std::to_string(r.c2u_bytes()),
+                    std::to_string(r.u2c_bytes())});
     }
     routes.print(out);
 }
@@ -325,10 +327,14 @@ void printConnections(const admin::ListConnectionsResponse& list, std::ostream& 
         {"ID", "ROUTE", "CLIENT", "UPSTREAM", "AGE", "C2U_BYTES", "U2C_BYTES", "STATE", "WORKER"});
     for (const auto& c : list.connections()) {
         table.add({std::to_string(c.id()), orDash(c.route()), orDash(c.client()),
-                   orDash(c.upstream()), duration(c.age_ms()), std::to_string(c.bytes_c2u()),
-                   std::to_string(c.bytes_u2c()), orDash(c.state()), std::to_string(c.worker())});
+                   orDash(c.upstream()), duration(c.age_ms()), std::to_string(c.c2u_bytes()),
+                   std::to_string(c.u2c_bytes()), orDash(c.state()), std::to_string(c.worker())});
     }
     table.print(out);
+    if (list.not_listed() > 0) {
+        std::cerr << kProgram << ": " << list.not_listed()
+                  << " more connections not listed (the daemon keeps a response within 1 MiB)\n";
+    }
 }
 
 void printHuman(const admin::Request& request, const admin::Response& response, std::ostream& out) {

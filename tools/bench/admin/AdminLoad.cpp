@@ -20,7 +20,7 @@
 
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
+#include "admin/AdminFraming.h"
 #include "splicegate/admin.pb.h"
 
 namespace po = boost::program_options;
@@ -87,7 +87,7 @@ void clientLoop(const std::string& path, Clock::time_point windowStart, Clock::t
     request.set_protocol_version(admin::kProtocolVersion);
     request.mutable_status();
     const std::string frame = admin::encodeFrame(request);
-    admin::FrameAssembler frames(admin::kMaxResponseFrameBytes, admin::kMaxResponseFrameBytes);
+    admin::FrameAssembler frames(admin::kMaxFrameBytes, admin::kMaxFrameBytes);
     std::string buffer(64 * 1024, '\0');
     for (;;) {
         const auto sentAt = Clock::now();

@@ -1,6 +1,6 @@
 #pragma once
-// Framing of the admin protocol (SPEC.md "Admin protocol"): every message on the admin socket is
-// a protobuf message preceded by its length as a varint (protobuf's delimited format).
+// Framing of the admin protocol (proto/splicegate/admin.proto): every message on the admin socket
+// is a protobuf message preceded by its length as a varint (protobuf's delimited format).
 // - FrameAssembler: reassembles one peer's frames from arbitrary byte pieces (a frame may span
 //   many pieces, a piece may hold many frames) with bounded memory. A length prefix above the
 //   frame limit (1 MiB) or a malformed varint is an error as soon as the prefix is complete,
@@ -17,22 +17,25 @@
 #include <string>
 #include <string_view>
 
+#include "admin/AdminCommands.h"
 #include "splicegate/admin.pb.h"
 
 namespace splicegate::admin {
 
-// Largest frame body either side accepts from the other by default (SPEC.md: over 1 MiB is an
-// error). Clients accept larger responses (a connection list can exceed it), see
-// kMaxResponseFrameBytes.
+// Largest frame body either side accepts from the other (over 1 MiB is an error). The
+// daemon keeps its responses within it (a long connection list says how many it left out), so
+// a client refuses a larger length prefix before buffering any of the body.
 inline constexpr std::size_t kMaxFrameBytes = std::size_t{1} << 20;
-inline constexpr std::size_t kMaxResponseFrameBytes = std::size_t{256} << 20;
 // A varint of a 64-bit value takes at most 10 bytes.
 inline constexpr std::size_t kMaxVarintBytes = 10;
+// What one queued frame costs beyond its body (its std::string and deque slot): charged against
+// the buffered-input bound so that a flood of zero-length frames is bounded like any other.
+inline constexpr std::size_t kQueuedFrameOverhead = 64;
 
 class FrameAssembler {
   public:
     // `maxFrameBytes`: the largest body accepted. `maxBufferedBytes`: bound on everything held
-    // (complete frames not yet popped + the partial one); at least maxFrameBytes.
+    // (complete frames not yet popped + the partial one); at least one frame of maxFrameBytes.
     explicit FrameAssembler(std::size_t maxFrameBytes = kMaxFrameBytes,
                             std::size_t maxBufferedBytes = 0);
 
@@ -49,6 +52,9 @@ class FrameAssembler {
     // The oldest complete frame's body (precondition: hasFrame()).
     std::string popFrame();
 
+    // Drops the complete frames not yet popped (a peer being closed gets no more answers).
+    void discardFrames() noexcept;
+
     bool failed() const noexcept { return !error_.empty(); }
     const std::string& error() const noexcept { return error_; }
 
@@ -61,7 +67,8 @@ class FrameAssembler {
     std::string truncation() const;
     // Frames completed since construction (popped or not).
     std::uint64_t framesCompleted() const noexcept { return framesCompleted_; }
-    // Bytes held: complete frames not yet popped plus the partial frame.
+    // Bytes held: complete frames not yet popped (each with kQueuedFrameOverhead) plus the
+    // partial frame.
     std::size_t bufferedBytes() const noexcept { return queuedBytes_ + body_.size(); }
 
   private:
@@ -102,14 +109,20 @@ struct Dispatch {
     Response response;        // protocol_version always set to kProtocolVersion
     std::string command;      // commandLabel(), or "frame" when the frame did not parse
     bool closeAfter = false;  // the frame was bad: send the response, then close the peer
+    bool action = false;      // a command that needs Access::Full (logged naming the peer)
+    bool denied = false;      // refused with ERROR_PERMISSION_DENIED: the peer's access is short
+    std::string description;  // describeCommand() of a parsed request, else empty
 };
 
 using RequestHandlerFn = std::function<Response(const Request&)>;
 
 // Parses `frame` as a Request and answers it. The handler is called only for a request that
-// parsed and names a command this build knows; a frame that does not parse gets ERROR_BAD_FRAME
-// (closeAfter), an empty or unknown command (a newer client) ERROR_UNKNOWN_COMMAND naming both
-// protocol versions, and a handler that throws ERROR_FAILED with the exception's text.
-Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle);
+// parsed, names a command this build knows and that `access` allows; a frame that does not parse
+// gets ERROR_BAD_FRAME (closeAfter), an empty or unknown command (a newer client)
+// ERROR_UNKNOWN_COMMAND naming both protocol versions, an action from a read-only peer
+// ERROR_PERMISSION_DENIED (the connection stays), and a handler that throws ERROR_FAILED with
+// the exception's text.
+Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle,
+                       Access access = Access::Full);
 
 }  // namespace splicegate::admin

@@ -1,4 +1,4 @@
-#include "relay/AdminServer.h"
+#include "admin/AdminServer.h"
 
 #include <grp.h>
 #include <liburing.h>
@@ -20,14 +20,18 @@
 #include <exception>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "admin/AdminFraming.h"
+#include "admin/AdminSocket.h"
+#include "common/CompletionTag.h"
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/Ring.h"
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
-#include "relay/AdminFraming.h"
 
 namespace splicegate {
 
@@ -36,10 +40,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr unsigned kRingEntries = 256;
-constexpr unsigned kCqEntries = 4096;
-// Provided buffer ring (NOTES.md 6): admin messages are small, so a few hundred pages serve
-// every peer; running dry only costs an -ENOBUFS and a re-arm.
+// Submission entries; common/Ring makes the completion queue four times larger, room for the
+// multishot receives of 1024 peers.
+constexpr unsigned kRingEntries = 1024;
+// Admin traffic is pollable socket I/O: io-wq threads are never needed for it.
+constexpr unsigned kMaxIoWorkers = 1;
+// Provided buffer ring (docs/kernel-notes.md §6): admin messages are small, so a few hundred pages
+// serve every peer; running dry only costs an -ENOBUFS and a re-arm.
 constexpr unsigned kBufferSize = 4096;
 constexpr std::uint16_t kBufferGroup = 0;
 // Output bound per peer: past the high-water mark its requests are not processed and its
@@ -48,23 +55,15 @@ constexpr std::size_t kOutputHighWater = std::size_t{1} << 20;
 constexpr std::size_t kOutputLowWater = std::size_t{256} << 10;
 // Input held per peer: complete frames waiting for a paused peer plus the partial one.
 constexpr std::size_t kMaxBufferedInput = 2 * admin::kMaxFrameBytes + 64 * 1024;
-constexpr std::uint32_t kMaxSlots = (1u << 24) - 1;
+constexpr std::uint32_t kMaxSlots = 1u << 20;
 constexpr unsigned kHostileLogLinesPerSecond = 20;
 
+// Completion tags (common/CompletionTag.h): op, slot and generation of the peer.
 enum class Op : std::uint8_t { Accept = 1, Recv = 2, Send = 3, Cancel = 4, Wake = 5 };
 
-constexpr std::uint64_t makeTag(Op op, std::uint32_t slot, std::uint32_t generation) noexcept {
-    return (static_cast<std::uint64_t>(op) << 56) | (static_cast<std::uint64_t>(slot) << 32) |
-           generation;
-}
-constexpr Op tagOp(std::uint64_t tag) noexcept {
-    return static_cast<Op>(tag >> 56);
-}
-constexpr std::uint32_t tagSlot(std::uint64_t tag) noexcept {
-    return static_cast<std::uint32_t>((tag >> 32) & kMaxSlots);
-}
-constexpr std::uint32_t tagGeneration(std::uint64_t tag) noexcept {
-    return static_cast<std::uint32_t>(tag);
+constexpr std::uint64_t tagOf(Op op, std::uint32_t slot = 0,
+                              std::uint16_t generation = 0) noexcept {
+    return CompletionTag::make(op, slot, generation).encode();
 }
 
 struct GroupInfo {
@@ -72,13 +71,10 @@ struct GroupInfo {
     std::string name;
 };
 
-// Resolves --admin-group by name (or a numeric gid). Empty: root only.
-GroupInfo resolveGroup(const std::string& name, const std::string& path) {
+// Resolves a group option (--admin-group, --admin-readonly-group) by name or numeric gid.
+GroupInfo resolveGroup(const std::string& name, const std::string& option,
+                       const std::string& path) {
     GroupInfo info;
-    if (name.empty()) {
-        info.name = "root";
-        return info;
-    }
     std::vector<char> buffer(16384);
     struct group grp {};
     struct group* found = nullptr;
@@ -97,7 +93,7 @@ GroupInfo resolveGroup(const std::string& name, const std::string& path) {
         }
     }
     if (found == nullptr) {
-        throw UsageError("--admin-group '" + name + "': no such group" +
+        throw UsageError(option + " '" + name + "': no such group" +
                          (rc != 0 ? " (" + errnoText(rc) + ")" : std::string()) +
                          " (the admin socket " + path +
                          " is shared with that group; create it or choose another)");
@@ -107,82 +103,42 @@ GroupInfo resolveGroup(const std::string& name, const std::string& path) {
     return info;
 }
 
-sockaddr_un unixAddress(const std::string& path) {
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (path.empty()) throw UsageError("admin socket path is empty");
-    if (path.size() >= sizeof(address.sun_path)) {
-        throw UsageError("admin socket path '" + path + "' is longer than " +
-                         std::to_string(sizeof(address.sun_path) - 1) + " bytes");
-    }
-    if (path.find('\0') != std::string::npos) {
-        throw UsageError("admin socket path contains a NUL byte");
-    }
-    std::memcpy(address.sun_path, path.data(), path.size());
-    return address;
-}
-
-// A socket file left behind by a dead daemon is removed; one somebody listens on, or anything
-// that is not a socket, is left alone and reported.
-void removeStaleSocket(const std::string& path, const sockaddr_un& address) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) {
-        if (errno == ENOENT) return;
-        throwErrno(errno, "admin socket " + path + ": lstat");
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        throw UsageError("admin socket " + path +
-                         " exists and is not a socket; refusing to replace it");
-    }
-    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    checkSys(probe.get(), "admin socket " + path + ": socket");
-    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ||
-        errno == EAGAIN || errno == EINPROGRESS) {
-        throwErrno(EADDRINUSE, "admin socket " + path +
-                                   ": another process is listening on it (is splicegate "
-                                   "already running?)");
-    }
-    if (errno != ECONNREFUSED) throwErrno(errno, "admin socket " + path + ": probing it");
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-        throwErrno(errno, "admin socket " + path + ": removing the stale socket file");
-    }
-    logInfo("admin socket ", path, ": removed a stale socket file");
-}
-
-// Is `uid` (with primary gid `gid` from SO_PEERCRED) root or a member of `allowed`?
-bool peerAllowed(uid_t uid, gid_t gid, gid_t allowed, bool rootOnly) {
-    if (uid == 0) return true;
-    if (rootOnly) return false;
-    if (gid == allowed) return true;
+// The groups of `uid` (SO_PEERCRED's primary gid `gid`, the passwd entry's gid and the group
+// database's supplementary groups).
+std::vector<gid_t> groupsOf(uid_t uid, gid_t gid) {
+    std::vector<gid_t> groups{gid};
     std::vector<char> buffer(16384);
     passwd pw{};
     passwd* found = nullptr;
     while (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) == ERANGE) {
         buffer.resize(buffer.size() * 2);
     }
-    if (found == nullptr) return false;
-    if (found->pw_gid == allowed) return true;
+    if (found == nullptr) return groups;
     int count = 64;
-    std::vector<gid_t> groups(static_cast<std::size_t>(count));
+    std::vector<gid_t> listed(static_cast<std::size_t>(count));
     for (int attempt = 0; attempt < 8; ++attempt) {
-        int wanted = static_cast<int>(groups.size());
-        if (getgrouplist(found->pw_name, found->pw_gid, groups.data(), &wanted) >= 0) {
-            groups.resize(static_cast<std::size_t>(wanted));
-            return std::find(groups.begin(), groups.end(), allowed) != groups.end();
+        int wanted = static_cast<int>(listed.size());
+        if (getgrouplist(found->pw_name, found->pw_gid, listed.data(), &wanted) >= 0) {
+            listed.resize(static_cast<std::size_t>(wanted));
+            groups.insert(groups.end(), listed.begin(), listed.end());
+            break;
         }
-        groups.resize(static_cast<std::size_t>(std::max(wanted, count * 2)));
-        count = static_cast<int>(groups.size());
+        listed.resize(static_cast<std::size_t>(std::max(wanted, count * 2)));
+        count = static_cast<int>(listed.size());
     }
-    return false;
+    groups.push_back(found->pw_gid);
+    return groups;
 }
 
 struct Peer {
     UniqueFd fd;
     std::uint32_t slot = 0;
-    std::uint32_t generation = 0;
+    std::uint16_t generation = 0;
     std::uint64_t id = 0;
     uid_t uid = 0;
     pid_t pid = 0;
+    admin::Access access = admin::Access::ReadOnly;
+    Clock::time_point lastRequest;  // accepted, or its last complete frame
     admin::FrameAssembler frames{admin::kMaxFrameBytes, kMaxBufferedInput};
 
     std::deque<std::string> output;  // encoded responses; the front one is being sent
@@ -205,6 +161,10 @@ struct Peer {
     Clock::time_point lastSendProgress;
 
     bool wantsInput() const noexcept { return !closing && !closeAfterFlush && !eof && !paused; }
+    // Waits for the peer and owes it nothing: may be closed for idling or to make room.
+    bool waiting() const noexcept {
+        return !closing && !closeAfterFlush && output.empty() && !frames.hasFrame();
+    }
     bool idle() const noexcept { return !recvArmed && !sendInFlight; }
 };
 
@@ -230,40 +190,13 @@ struct BufferRing {
     }
 };
 
-struct RingOwner {
-    io_uring ring{};
-    bool initialized = false;
-    RingOwner() = default;
-    RingOwner(const RingOwner&) = delete;
-    RingOwner& operator=(const RingOwner&) = delete;
-    ~RingOwner() {
-        if (initialized) io_uring_queue_exit(&ring);
-    }
-};
-
-// The bound socket file; removed on destruction only if it is still the one we created.
-struct SocketFile {
-    std::string path;
-    dev_t device = 0;
-    ino_t inode = 0;
-    bool owned = false;
-    SocketFile() = default;
-    SocketFile(const SocketFile&) = delete;
-    SocketFile& operator=(const SocketFile&) = delete;
-    ~SocketFile() {
-        struct stat st {};
-        if (owned && ::lstat(path.c_str(), &st) == 0 && st.st_dev == device && st.st_ino == inode) {
-            ::unlink(path.c_str());
-        }
-    }
-};
-
 }  // namespace
 
 struct AdminServer::Impl {
     Impl(AdminServerOptions opts, AdminHandler& h);
 
-    void run() noexcept;
+    void setUpRing();
+    void run(std::promise<void>& ready) noexcept;
     void loop();
     io_uring_sqe* sqe();
     void armAccept();
@@ -276,18 +209,23 @@ struct AdminServer::Impl {
     void onRecv(Peer* peer, const io_uring_cqe& cqe);
     void onSend(Peer& peer, int result);
     void acceptPeer(int fd);
+    std::optional<admin::Access> accessOf(const ucred& credentials) const;
+    bool evictLongestWaiting();
+    void closeWithNotice(Peer& peer, const std::string& result, const std::string& why);
+    void logAction(const Peer& peer, const admin::Dispatch& dispatch);
     void refuseNow(int fd, admin::ErrorCode code, const std::string& message);
 
     void feed(Peer& peer, const char* data, std::size_t size);
-    void processFrames(Peer& peer, bool ignoreHighWater);
+    void processFrames(Peer& peer);
     void queueOutput(Peer& peer, std::string bytes);
     void failPeer(Peer& peer, const std::string& result, const std::string& problem);
     void stopReading(Peer& peer);
     void finishIfDone(Peer& peer);
     void beginClose(Peer& peer);
     void reap();
-    Peer* peerFor(std::uint64_t tag) noexcept;
+    Peer* peerFor(const CompletionTag& tag) noexcept;
     int checkTimers(Clock::time_point now);
+    void dispatch(const io_uring_cqe& cqe);
 
     void count(const std::string& command, const std::string& result);
     bool allowHostileLog();
@@ -298,18 +236,18 @@ struct AdminServer::Impl {
     admin::RequestHandlerFn handle;
     GroupInfo group;
     bool rootOnly = false;
+    std::optional<GroupInfo> readonlyGroup;
 
-    SocketFile socketFile;
-    UniqueFd listenFd;
-    BufferRing buffers;  // unmapped after the ring is gone
-    RingOwner ring;
+    std::optional<AdminSocket> socket;
+    BufferRing buffers;        // unmapped after the ring is gone
+    std::optional<Ring> ring;  // made on the admin thread: the ring's single issuer
     UniqueFd wakeFd;
     std::uint64_t wakeValue = 0;
 
     std::vector<std::unique_ptr<Peer>> slots;
-    std::vector<std::uint32_t> generations;
+    std::vector<std::uint16_t> generations;
     std::vector<std::uint32_t> freeSlots;
-    std::size_t peerCount = 0;
+    std::size_t peerCount = 0;  // closing ones included until reaped
     std::uint64_t nextPeerId = 1;
     std::vector<Peer*> rearm;
     std::vector<Peer*> closing;
@@ -336,38 +274,30 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     const std::string& path = options.socketPath;
     options.maxPeers = std::clamp(options.maxPeers, 1u, kMaxSlots);
     if (options.stallTimeoutMs == 0) options.stallTimeoutMs = 1;
-    sockaddr_un address = unixAddress(path);
-    group = resolveGroup(options.group, path);
+    if (options.idleTimeoutMs == 0) options.idleTimeoutMs = 1;
     rootOnly = options.group.empty();
-
-    removeStaleSocket(path, address);
-    listenFd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    checkSys(listenFd.get(), "admin socket " + path + ": socket");
-    checkSys(::bind(listenFd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
-             "admin socket " + path + ": bind");
-    socketFile.path = path;
-    socketFile.owned = true;
-    struct stat st {};
-    checkSys(::lstat(path.c_str(), &st), "admin socket " + path + ": lstat after bind");
-    socketFile.device = st.st_dev;
-    socketFile.inode = st.st_ino;
-    checkSys(::chmod(path.c_str(), 0660), "admin socket " + path + ": chmod 0660");
-    // As root: root:group. As an unprivileged daemon user: keep the owner, set the group (the
-    // user must be a member of it).
-    const uid_t owner = ::geteuid() == 0 ? 0 : static_cast<uid_t>(-1);
-    if (::chown(path.c_str(), owner, group.gid) != 0) {
-        throwErrno(errno, "admin socket " + path + ": chown to group '" + group.name +
-                              "' (--admin-group)");
+    group = rootOnly ? GroupInfo{0, "root"} : resolveGroup(options.group, "--admin-group", path);
+    if (!options.readonlyGroup.empty()) {
+        readonlyGroup = resolveGroup(options.readonlyGroup, "--admin-readonly-group", path);
     }
-    checkSys(::listen(listenFd.get(), static_cast<int>(std::min(options.maxPeers, 4096u))),
-             "admin socket " + path + ": listen");
+    AdminSocketAccess access;
+    access.group = group.gid;
+    access.groupName = group.name;
+    if (readonlyGroup) {
+        access.readonlyGroup = readonlyGroup->gid;
+        access.readonlyGroupName = readonlyGroup->name;
+    }
+    socket.emplace(path, access, static_cast<int>(std::min(options.maxPeers, 4096u)));
 
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
-    params.cq_entries = kCqEntries;
-    checkNeg(io_uring_queue_init_params(kRingEntries, &ring.ring, &params),
-             "admin socket " + path + ": io_uring_queue_init");
-    ring.initialized = true;
+    wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
+}
+
+// On the admin thread: with IORING_SETUP_SINGLE_ISSUER (common/Ring, 6.0) only the thread that
+// made the ring may submit to it or register buffers with it.
+void AdminServer::Impl::setUpRing() {
+    const std::string& path = options.socketPath;
+    ring.emplace(kRingEntries, kMaxIoWorkers, kMaxIoWorkers);
 
     // Buffer ring in our own page-aligned mapping: liburing 2.3 has no io_uring_setup_buf_ring.
     unsigned count = 1;
@@ -383,7 +313,7 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     registration.ring_addr = reinterpret_cast<std::uint64_t>(mapping);
     registration.ring_entries = count;
     registration.bgid = kBufferGroup;
-    checkNeg(io_uring_register_buf_ring(&ring.ring, &registration, 0),
+    checkNeg(io_uring_register_buf_ring(ring->raw(), &registration, 0),
              "admin socket " + path + ": io_uring_register_buf_ring (provided buffers, 5.19)");
     io_uring_buf_ring_init(buffers.ring);
     for (unsigned id = 0; id < count; ++id) {
@@ -392,9 +322,6 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
                               static_cast<int>(id));
     }
     io_uring_buf_ring_advance(buffers.ring, static_cast<int>(count));
-
-    wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
 }
 
 void AdminServer::Impl::count(const std::string& command, const std::string& result) {
@@ -426,28 +353,21 @@ void AdminServer::Impl::flushHostileLog(Clock::time_point now) {
 }
 
 io_uring_sqe* AdminServer::Impl::sqe() {
-    io_uring_sqe* entry = io_uring_get_sqe(&ring.ring);
-    if (entry == nullptr) {
-        int rc = io_uring_submit(&ring.ring);
-        if (rc < 0 && rc != -EBUSY && rc != -EAGAIN) checkNeg(rc, "io_uring_submit");
-        entry = io_uring_get_sqe(&ring.ring);
-        if (entry == nullptr) throwErrno(EBUSY, "io_uring_get_sqe: submission queue full");
-    }
-    return entry;
+    return ring->sqe();
 }
 
 void AdminServer::Impl::armAccept() {
     io_uring_sqe* entry = sqe();
-    io_uring_prep_multishot_accept(entry, listenFd.get(), nullptr, nullptr,
+    io_uring_prep_multishot_accept(entry, socket->fd(), nullptr, nullptr,
                                    SOCK_CLOEXEC | SOCK_NONBLOCK);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Accept, 0, 0));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Accept));
     acceptArmed = true;
 }
 
 void AdminServer::Impl::armWake() {
     io_uring_sqe* entry = sqe();
     io_uring_prep_read(entry, wakeFd.get(), &wakeValue, sizeof(wakeValue), 0);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Wake, 0, 0));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Wake));
 }
 
 void AdminServer::Impl::armRecv(Peer& peer) {
@@ -455,7 +375,7 @@ void AdminServer::Impl::armRecv(Peer& peer) {
     io_uring_prep_recv_multishot(entry, peer.fd.get(), nullptr, 0, 0);
     entry->flags |= IOSQE_BUFFER_SELECT;
     entry->buf_group = kBufferGroup;
-    io_uring_sqe_set_data64(entry, makeTag(Op::Recv, peer.slot, peer.generation));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Recv, peer.slot, peer.generation));
     peer.recvArmed = true;
     peer.cancelledRecv = false;
 }
@@ -465,23 +385,23 @@ void AdminServer::Impl::submitSend(Peer& peer) {
     io_uring_sqe* entry = sqe();
     io_uring_prep_send(entry, peer.fd.get(), front.data() + peer.outputOffset,
                        front.size() - peer.outputOffset, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Send, peer.slot, peer.generation));
+    io_uring_sqe_set_data64(entry, tagOf(Op::Send, peer.slot, peer.generation));
     peer.sendInFlight = true;
     peer.cancelledSend = false;
 }
 
 void AdminServer::Impl::cancelOp(Op op, const Peer& peer) {
     io_uring_sqe* entry = sqe();
-    io_uring_prep_cancel64(entry, makeTag(op, peer.slot, peer.generation), 0);
-    io_uring_sqe_set_data64(entry, makeTag(Op::Cancel, 0, 0));
+    io_uring_prep_cancel64(entry, tagOf(op, peer.slot, peer.generation), 0);
+    io_uring_sqe_set_data64(entry, tagOf(Op::Cancel));
 }
 
-Peer* AdminServer::Impl::peerFor(std::uint64_t tag) noexcept {
-    const std::uint32_t slot = tagSlot(tag);
-    if (slot >= slots.size() || !slots[slot] || generations[slot] != tagGeneration(tag)) {
+// The live peer a completion belongs to; null when its slot was freed or reused since.
+Peer* AdminServer::Impl::peerFor(const CompletionTag& tag) noexcept {
+    if (tag.slot >= slots.size() || !slots[tag.slot] || generations[tag.slot] != tag.generation) {
         return nullptr;
     }
-    return slots[slot].get();
+    return slots[tag.slot].get();
 }
 
 void AdminServer::Impl::refuseNow(int fd, admin::ErrorCode code, const std::string& message) {
@@ -521,26 +441,30 @@ void AdminServer::Impl::acceptPeer(int rawFd) {
         count("connect", "refused");
         return;
     }
-    if (!peerAllowed(credentials.uid, credentials.gid, group.gid, rootOnly)) {
+    const std::optional<admin::Access> access = accessOf(credentials);
+    if (!access) {
         count("connect", "refused");
+        const std::string groups =
+            (rootOnly ? std::string() : " and not a member of group '" + group.name + "'") +
+            (readonlyGroup ? " or '" + readonlyGroup->name + "'" : std::string());
         if (allowHostileLog()) {
             logWarn("admin socket ", options.socketPath, ": refused peer uid ", credentials.uid,
-                    " gid ", credentials.gid, " pid ", credentials.pid, ": not root",
-                    rootOnly ? std::string() : " and not in group '" + group.name + "'");
+                    " gid ", credentials.gid, " pid ", credentials.pid, ": not root", groups);
         }
         refuseNow(
             fd.release(), admin::ERROR_PERMISSION_DENIED,
-            "permission denied: uid " + std::to_string(credentials.uid) + " is not root" +
-                (rootOnly ? std::string() : " and not a member of group '" + group.name + "'") +
-                " (--admin-group)");
+            "permission denied: uid " + std::to_string(credentials.uid) + " is not root" + groups +
+                (readonlyGroup ? " (--admin-group, --admin-readonly-group)" : " (--admin-group)"));
         return;
     }
-    if (peerCount >= options.maxPeers) {
+    // Full: the peer that waited longest makes room (idle peers must not lock out root). Only when
+    // every peer is owed a response is the newcomer refused.
+    if (peerCount - closing.size() >= options.maxPeers && !evictLongestWaiting()) {
         count("connect", "too_many_peers");
         if (allowHostileLog()) {
             logWarn("admin socket ", options.socketPath, ": ", peerCount,
-                    " admin peers already connected; refused uid ", credentials.uid, " pid ",
-                    credentials.pid);
+                    " admin peers connected and all of them busy; refused uid ", credentials.uid,
+                    " pid ", credentials.pid);
         }
         refuseNow(fd.release(), admin::ERROR_FAILED,
                   "too many admin connections (" + std::to_string(options.maxPeers) +
@@ -563,11 +487,74 @@ void AdminServer::Impl::acceptPeer(int rawFd) {
     peer->id = nextPeerId++;
     peer->uid = credentials.uid;
     peer->pid = credentials.pid;
+    peer->access = *access;
+    peer->lastRequest = Clock::now();
     Peer& ref = *peer;
     slots[slot] = std::move(peer);
     ++peerCount;
     logDebug("admin socket: peer ", ref.id, " uid ", ref.uid, " pid ", ref.pid, " connected");
     armRecv(ref);
+}
+
+// Full access for root and --admin-group, read-only for --admin-readonly-group, else none.
+std::optional<admin::Access> AdminServer::Impl::accessOf(const ucred& credentials) const {
+    if (credentials.uid == 0) return admin::Access::Full;
+    if (rootOnly && !readonlyGroup) return std::nullopt;
+    const std::vector<gid_t> groups = groupsOf(credentials.uid, credentials.gid);
+    auto member = [&groups](gid_t gid) {
+        return std::find(groups.begin(), groups.end(), gid) != groups.end();
+    };
+    if (!rootOnly && member(group.gid)) return admin::Access::Full;
+    if (readonlyGroup && member(readonlyGroup->gid)) return admin::Access::ReadOnly;
+    return std::nullopt;
+}
+
+// Closes the peer that has waited longest for its next request; false when every peer is
+// owed a response (or is already closing).
+bool AdminServer::Impl::evictLongestWaiting() {
+    Peer* oldest = nullptr;
+    for (auto& slot : slots) {
+        if (slot && slot->waiting() &&
+            (oldest == nullptr || slot->lastRequest < oldest->lastRequest)) {
+            oldest = slot.get();
+        }
+    }
+    if (oldest == nullptr) return false;
+    closeWithNotice(*oldest, "evicted",
+                    "closed to make room: the admin socket has " +
+                        std::to_string(options.maxPeers) +
+                        " peers and this one waited longest for a request");
+    return true;
+}
+
+// Tells the peer why in one error response and closes it once that is sent (or its send
+// stalls).
+void AdminServer::Impl::closeWithNotice(Peer& peer, const std::string& result,
+                                        const std::string& why) {
+    if (peer.closing || peer.closeAfterFlush) return;
+    count("connect", result);
+    logDebug("admin socket: peer ", peer.id, " uid ", peer.uid, " pid ", peer.pid, ": ", why);
+    peer.frameTimer = false;
+    peer.frames.discardFrames();
+    queueOutput(peer, admin::encodeFrame(admin::errorResponse(admin::ERROR_FAILED, why)));
+    peer.closeAfterFlush = true;
+    stopReading(peer);
+    finishIfDone(peer);
+}
+
+// One line per action naming the peer (uid, pid from SO_PEERCRED), and per denied one.
+void AdminServer::Impl::logAction(const Peer& peer, const admin::Dispatch& dispatch) {
+    if (!dispatch.action) return;
+    const std::string who = "admin: uid " + std::to_string(peer.uid) + " pid " +
+                            std::to_string(peer.pid) + ": " + dispatch.description;
+    const admin::Error& error = dispatch.response.error();
+    if (dispatch.denied) {
+        if (allowHostileLog()) logWarn(who, ": denied (read-only access)");
+    } else if (error.code() == admin::ERROR_NONE) {
+        logInfo(who, ": done");
+    } else {
+        logWarn(who, ": failed: ", error.message());
+    }
 }
 
 void AdminServer::Impl::onRecv(Peer* peer, const io_uring_cqe& cqe) {
@@ -617,19 +604,24 @@ void AdminServer::Impl::feed(Peer& peer, const char* data, std::size_t size) {
     }
     peer.framesSeen = completed;
     if (!ok) {
-        processFrames(peer, /*ignoreHighWater=*/true);  // answer what came before, in order
+        // Answer what came before, in order, as far as the output bound allows: a peer that
+        // queued thousands of frames without reading gets no more than that (it is closed).
+        processFrames(peer);
         failPeer(peer, "bad_frame", peer.frames.error());
         return;
     }
-    processFrames(peer, false);
+    processFrames(peer);
 }
 
-void AdminServer::Impl::processFrames(Peer& peer, bool ignoreHighWater) {
+void AdminServer::Impl::processFrames(Peer& peer) {
     while (!peer.closing && !peer.closeAfterFlush && peer.frames.hasFrame() &&
-           (ignoreHighWater || peer.outputBytes < kOutputHighWater)) {
+           peer.outputBytes < kOutputHighWater) {
         const std::string frame = peer.frames.popFrame();
-        admin::Dispatch dispatch = admin::dispatchFrame(frame, handle);
+        peer.lastRequest = Clock::now();
+        admin::Dispatch dispatch = admin::dispatchFrame(frame, handle, peer.access);
+        peer.lastRequest = Clock::now();  // the handler may have taken a while
         count(dispatch.command, admin::resultLabel(dispatch.response.error().code()));
+        logAction(peer, dispatch);
         if (dispatch.closeAfter && allowHostileLog()) {
             logWarn("admin socket: closing peer ", peer.id, " uid ", peer.uid, " pid ", peer.pid,
                     ": ", dispatch.response.error().message());
@@ -669,6 +661,7 @@ void AdminServer::Impl::failPeer(Peer& peer, const std::string& result,
                 problem);
     }
     peer.frameTimer = false;
+    peer.frames.discardFrames();
     queueOutput(peer, admin::encodeFrame(admin::errorResponse(admin::ERROR_BAD_FRAME, problem)));
     peer.closeAfterFlush = true;
     stopReading(peer);
@@ -703,7 +696,7 @@ void AdminServer::Impl::onSend(Peer& peer, int result) {
     }
     if (peer.paused && peer.outputBytes < kOutputLowWater) {
         peer.paused = false;
-        processFrames(peer, false);
+        processFrames(peer);
         if (peer.wantsInput() && !peer.recvArmed && !peer.rearmQueued) {
             peer.rearmQueued = true;
             rearm.push_back(&peer);
@@ -748,13 +741,23 @@ void AdminServer::Impl::reap() {
     closing.erase(done, closing.end());
 }
 
-// Stalled frames and peers that stopped reading; returns ms until the next deadline.
+// Stalled frames, idle peers and peers that stopped reading; returns ms until the next deadline.
 int AdminServer::Impl::checkTimers(Clock::time_point now) {
     const auto stall = milliseconds(options.stallTimeoutMs);
+    const auto idle = milliseconds(options.idleTimeoutMs);
     auto next = now + milliseconds(1000);
     for (auto& slot : slots) {
         if (!slot || slot->closing) continue;
         Peer& peer = *slot;
+        if (peer.waiting()) {
+            if (now - peer.lastRequest >= idle) {
+                closeWithNotice(peer, "idle",
+                                "closed: no complete request for " +
+                                    std::to_string(options.idleTimeoutMs) + " ms");
+                continue;
+            }
+            next = std::min(next, peer.lastRequest + idle);
+        }
         if (peer.frameTimer && !peer.closeAfterFlush) {
             if (now - peer.frameStarted >= stall) {
                 failPeer(peer, "stalled",
@@ -785,49 +788,42 @@ int AdminServer::Impl::checkTimers(Clock::time_point now) {
     return static_cast<int>(std::clamp<long long>(wait + 1, 1, 1000));
 }
 
+void AdminServer::Impl::dispatch(const io_uring_cqe& cqe) {
+    const CompletionTag tag = CompletionTag::decode(io_uring_cqe_get_data64(&cqe));
+    switch (tag.opAs<Op>()) {
+        case Op::Accept:
+            onAccept(cqe);
+            break;
+        case Op::Recv:
+            onRecv(peerFor(tag), cqe);
+            break;
+        case Op::Send:
+            if (Peer* peer = peerFor(tag)) onSend(*peer, cqe.res);
+            break;
+        case Op::Wake:
+            if (!stopping.load(std::memory_order_acquire)) armWake();
+            break;
+        case Op::Cancel:
+            break;
+        default:
+            if ((cqe.flags & IORING_CQE_F_BUFFER) != 0 &&
+                (cqe.flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
+                buffers.recycle(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+            }
+            break;
+    }
+}
+
 void AdminServer::Impl::loop() {
     armAccept();
     armWake();
     int waitMs = 1000;
     while (!stopping.load(std::memory_order_acquire)) {
-        __kernel_timespec timeout{};
-        timeout.tv_sec = waitMs / 1000;
-        timeout.tv_nsec = static_cast<long long>(waitMs % 1000) * 1000000;
-        io_uring_cqe* first = nullptr;
-        int rc = io_uring_submit_and_wait_timeout(&ring.ring, &first, 1, &timeout, nullptr);
+        const int rc = ring->submitAndWait(static_cast<unsigned>(waitMs));
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) {
             checkNeg(rc, "io_uring_submit_and_wait_timeout");
         }
-        unsigned head;
-        unsigned seen = 0;
-        io_uring_cqe* cqe;
-        io_uring_for_each_cqe(&ring.ring, head, cqe) {
-            ++seen;
-            const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
-            switch (tagOp(tag)) {
-                case Op::Accept:
-                    onAccept(*cqe);
-                    break;
-                case Op::Recv:
-                    onRecv(peerFor(tag), *cqe);
-                    break;
-                case Op::Send:
-                    if (Peer* peer = peerFor(tag)) onSend(*peer, cqe->res);
-                    break;
-                case Op::Wake:
-                    if (!stopping.load(std::memory_order_acquire)) armWake();
-                    break;
-                case Op::Cancel:
-                    break;
-                default:
-                    if ((cqe->flags & IORING_CQE_F_BUFFER) != 0 &&
-                        (cqe->flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
-                        buffers.recycle(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-                    }
-                    break;
-            }
-        }
-        io_uring_cq_advance(&ring.ring, seen);
+        ring->drainCompletions([this](const io_uring_cqe& cqe) { dispatch(cqe); });
 
         // Buffers are back in the ring now: re-arm receives that ran dry (-ENOBUFS) or ended.
         for (Peer* peer : rearm) {
@@ -849,7 +845,14 @@ void AdminServer::Impl::loop() {
     }
 }
 
-void AdminServer::Impl::run() noexcept {
+void AdminServer::Impl::run(std::promise<void>& ready) noexcept {
+    try {
+        setUpRing();
+    } catch (...) {
+        ready.set_exception(std::current_exception());
+        return;
+    }
+    ready.set_value();
     try {
         loop();
     } catch (const std::exception& error) {
@@ -868,7 +871,15 @@ AdminServer::~AdminServer() {
 void AdminServer::start() {
     if (impl_->started) return;
     impl_->started = true;
-    impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+    std::promise<void> ready;
+    std::future<void> setUp = ready.get_future();
+    impl_->thread = std::thread([impl = impl_.get(), &ready] { impl->run(ready); });
+    try {
+        setUp.get();
+    } catch (...) {
+        impl_->thread.join();  // it returns right after reporting
+        throw;
+    }
 }
 
 void AdminServer::stop() {

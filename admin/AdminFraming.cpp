@@ -1,4 +1,4 @@
-#include "relay/AdminFraming.h"
+#include "admin/AdminFraming.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -20,7 +20,8 @@ constexpr unsigned char kContinuation = 0x80;
 }  // namespace
 
 FrameAssembler::FrameAssembler(std::size_t maxFrameBytes, std::size_t maxBufferedBytes)
-    : maxFrameBytes_(maxFrameBytes), maxBufferedBytes_(std::max(maxBufferedBytes, maxFrameBytes)) {}
+    : maxFrameBytes_(maxFrameBytes),
+      maxBufferedBytes_(std::max(maxBufferedBytes, maxFrameBytes + kQueuedFrameOverhead)) {}
 
 bool FrameAssembler::fail(std::string message) {
     error_ = std::move(message);
@@ -66,7 +67,7 @@ bool FrameAssembler::feed(std::string_view piece) {
                 return fail("frame of " + std::to_string(length) + " bytes exceeds the limit of " +
                             std::to_string(maxFrameBytes_) + " bytes");
             }
-            if (queuedBytes_ + length > maxBufferedBytes_) {
+            if (queuedBytes_ + length + kQueuedFrameOverhead > maxBufferedBytes_) {
                 return fail("too much unanswered input: " + std::to_string(frames_.size()) +
                             " frames (" + std::to_string(queuedBytes_) +
                             " bytes) wait for processing");
@@ -74,6 +75,7 @@ bool FrameAssembler::feed(std::string_view piece) {
             bodyLength_ = static_cast<std::size_t>(length);
             if (bodyLength_ == 0) {
                 frames_.emplace_back();
+                queuedBytes_ += kQueuedFrameOverhead;
                 ++framesCompleted_;
                 continue;
             }
@@ -86,7 +88,7 @@ bool FrameAssembler::feed(std::string_view piece) {
         body_.append(piece.data(), take);
         piece.remove_prefix(take);
         if (body_.size() == bodyLength_) {
-            queuedBytes_ += body_.size();
+            queuedBytes_ += body_.size() + kQueuedFrameOverhead;
             frames_.push_back(std::move(body_));
             ++framesCompleted_;
             body_ = std::string();
@@ -100,8 +102,13 @@ bool FrameAssembler::feed(std::string_view piece) {
 std::string FrameAssembler::popFrame() {
     std::string frame = std::move(frames_.front());
     frames_.pop_front();
-    queuedBytes_ -= frame.size();
+    queuedBytes_ -= frame.size() + kQueuedFrameOverhead;
     return frame;
+}
+
+void FrameAssembler::discardFrames() noexcept {
+    frames_.clear();  // libstdc++ frees every block but one
+    queuedBytes_ = 0;
 }
 
 std::string FrameAssembler::partialFrame() const {
@@ -122,8 +129,10 @@ std::string FrameAssembler::truncation() const {
 
 bool decodeFrames(std::string_view bytes, std::deque<std::string>& frames, std::string& error,
                   std::size_t maxFrameBytes, bool allowTrailing) {
-    // Whole input at once: buffering is bounded by the input itself.
-    FrameAssembler assembler(maxFrameBytes, std::max(bytes.size(), maxFrameBytes));
+    // Whole input at once: buffering is bounded by the input itself (every frame takes at least
+    // one byte of it and is charged kQueuedFrameOverhead more).
+    FrameAssembler assembler(maxFrameBytes,
+                             bytes.size() * (1 + kQueuedFrameOverhead) + maxFrameBytes);
     if (!assembler.feed(bytes)) {
         error = assembler.error();
         return false;
@@ -170,7 +179,7 @@ Response errorResponse(ErrorCode code, std::string message) {
     return response;
 }
 
-Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle) {
+Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle, Access access) {
     Dispatch result;
     Request request;
     if (!request.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
@@ -193,6 +202,17 @@ Dispatch dispatchFrame(std::string_view frame, const RequestHandlerFn& handle) {
             what + " from a client speaking admin protocol version " +
                 std::to_string(request.protocol_version()) + "; this daemon speaks version " +
                 std::to_string(kProtocolVersion) + " (use a splicegatectl as old as the daemon)");
+        return result;
+    }
+    result.description = describeCommand(request);
+    result.action = requiredAccess(request) == Access::Full;
+    if (result.action && access != Access::Full) {
+        result.denied = true;
+        result.response = errorResponse(
+            ERROR_PERMISSION_DENIED,
+            "permission denied: '" + result.description +
+                "' needs root or the admin group (--admin-group); this peer has read-only "
+                "access (--admin-readonly-group): status, connections, version, xdp list");
         return result;
     }
     try {
