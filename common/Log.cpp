@@ -185,10 +185,4 @@ void WarningLimiter::flush() {
         logWarn(kind, ": ", count, " similar warnings suppressed");
 }
 
-void logAdminAction(std::string_view action, unsigned uid, int pid, bool succeeded,
-                    std::string_view outcome) {
-    logAt(succeeded ? LogLevel::Info : LogLevel::Warn, "admin: ", action, " by uid=", uid,
-          " pid=", pid, ": ", outcome);
-}
-
 }  // namespace splicegate

@@ -87,10 +87,4 @@ inline void flushSuppressedWarnings() {
     WarningLimiter::flush();
 }
 
-// An admin command that changes the daemon (kill, drain, reload), with who asked:
-// "admin: reload by uid=0 pid=4242: <outcome>". The admin server calls it with SO_PEERCRED's
-// values. Failed actions are logged at warn.
-void logAdminAction(std::string_view action, unsigned uid, int pid, bool succeeded,
-                    std::string_view outcome);
-
 }  // namespace splicegate

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -364,20 +364,23 @@ TEST(OperatorLimitsTest, PerSourceLimitCountsEachClientAddress) {
     EXPECT_TRUE(served) << daemon.why();
 }
 
-// Restores RLIMIT_NOFILE on every exit path.
-class ScopedFdLimit {
+// The daemon binary behind a shell that lowers RLIMIT_NOFILE (soft and hard) first, so the test
+// process keeps its own limit. Daemon reads SPLICEGATE_BIN when it is constructed.
+class LimitedDaemonBinary {
   public:
-    explicit ScopedFdLimit(rlim_t limit) {
-        ::getrlimit(RLIMIT_NOFILE, &saved_);
-        rlimit small{limit, limit};
-        ok_ = ::setrlimit(RLIMIT_NOFILE, &small) == 0;
+    LimitedDaemonBinary(const TempDir& dir, unsigned fdLimit) : real_(daemonBinary()) {
+        auto script =
+            dir.write("splicegate-limited", "#!/bin/sh\nulimit -n " + std::to_string(fdLimit) +
+                                                "\nexec " + real_ + " \"$@\"\n");
+        ::chmod(script.c_str(), 0755);
+        ::setenv("SPLICEGATE_BIN", script.c_str(), 1);
     }
-    ~ScopedFdLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
-    bool ok() const noexcept { return ok_; }
+    ~LimitedDaemonBinary() { ::unsetenv("SPLICEGATE_BIN"); }
+    LimitedDaemonBinary(const LimitedDaemonBinary&) = delete;
+    LimitedDaemonBinary& operator=(const LimitedDaemonBinary&) = delete;
 
   private:
-    rlimit saved_{};
-    bool ok_ = false;
+    std::string real_;
 };
 
 TEST(OperatorLimitsTest, SmallFdLimitGivesRefusalsNotAuditErrors) {
@@ -386,11 +389,9 @@ TEST(OperatorLimitsTest, SmallFdLimitGivesRefusalsNotAuditErrors) {
     TempDir state;
     std::unique_ptr<Daemon> daemon;
     {
-        // Inherited by the daemon at fork; the test's own limit comes back at once.
-        ScopedFdLimit limit(200);
-        if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE (needs CAP_SYS_RESOURCE)";
+        LimitedDaemonBinary limited(state, 200);
         daemon = std::make_unique<Daemon>(
-            relayArgs(port, {echo.address()}, {"--audit-dir", state.path() + "/audit"}, 1), true);
+            relayArgs(port, {echo.address()}, {"--audit-dir", state.path() + "/audit"}, 1));
     }
     ASSERT_TRUE(daemon->waitReady(port)) << daemon->why();
     auto budgetLine = grepLines(daemon->log(), "connections will be accepted");
