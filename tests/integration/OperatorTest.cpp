@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <thread>
@@ -329,6 +330,47 @@ TEST(OperatorUpstreamTest, UnresolvableNameAtStartKeepsTheDaemonUp) {
         EXPECT_TRUE(echoRoundTrip(client.get(), 4, 1000, milliseconds(10000))) << daemon.why();
     }
     EXPECT_TRUE(daemon.running());
+}
+
+// ---- capabilities --------------------------------------------------------------------------
+
+// The capability sets of every thread of `pid`: "CapEff"/"CapPrm" values, one per thread.
+std::vector<std::uint64_t> threadCapabilities(pid_t pid, const std::string& field) {
+    std::vector<std::uint64_t> sets;
+    std::error_code ignored;
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ignored)) {
+        for (const auto& line : textLines(readFile(task.path().string() + "/status")))
+            if (line.starts_with(field + ":"))
+                sets.push_back(std::stoull(line.substr(field.size() + 1), nullptr, 16));
+    }
+    return sets;
+}
+
+constexpr std::uint64_t bit(unsigned capability) {
+    return std::uint64_t{1} << capability;
+}
+
+TEST(OperatorCapabilitiesTest, WithoutXdpTheEdgeFilterCapabilitiesAreDropped) {
+    // CAP_NET_ADMIN 12, CAP_PERFMON 38, CAP_BPF 39; CAP_NET_BIND_SERVICE 10 stays.
+    const std::uint64_t edge = bit(12) | bit(38) | bit(39);
+    auto ours = threadCapabilities(::getpid(), "CapEff");
+    ASSERT_FALSE(ours.empty());
+    if ((ours.front() & edge) != edge)
+        GTEST_SKIP() << "the test does not hold CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON itself";
+    TestServer echo(echoUpstream(milliseconds(30000)));
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {echo.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    for (const char* field : {"CapEff", "CapPrm"}) {
+        auto sets = threadCapabilities(daemon.pid(), field);
+        ASSERT_GE(sets.size(), 3u) << "main thread and two workers";
+        for (auto set : sets) {
+            EXPECT_EQ(set & edge, 0u) << field << " " << std::hex << set;
+            EXPECT_NE(set & bit(10), 0u) << field << " lost CAP_NET_BIND_SERVICE";
+        }
+    }
+    EXPECT_TRUE(waitLogged(daemon, "dropped CAP_NET_ADMIN")) << daemon.why();
 }
 
 // ---- limits --------------------------------------------------------------------------------
