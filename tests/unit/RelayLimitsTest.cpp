@@ -50,6 +50,13 @@ TEST(FdBudgetTest, SmallLimitGivesFewerConnectionsThatFitEntirely) {
     EXPECT_GT(budget.reserved + (budget.connections + 1) * budget.perConnection, 200u);
 }
 
+TEST(FdBudgetTest, ControlPlanePeersAreReserved) {
+    auto without = FdBudget::plan(20000, 65536, 2, 1, 16);
+    auto with = FdBudget::plan(20000, 65536, 2, 1, 16, 1024 + 64);
+    EXPECT_EQ(with.reserved, without.reserved + 1024 + 64);
+    EXPECT_LT(with.connections, without.connections);
+}
+
 TEST(FdBudgetTest, LimitBelowTheReserveFitsNothing) {
     EXPECT_EQ(FdBudget::plan(50, 10, 1, 1, 16).connections, 0u);
 }
