@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "common/Error.h"
@@ -65,6 +66,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
 Relay::~Relay() { stop(); }
 
 void Relay::reload(const Config& config) {
+    if (draining()) throw std::runtime_error("draining: the configuration is no longer reloaded");
     auto running = context_->routes();
     auto table = buildRouteTable(config, context_->routeIndex, running.get());
     // Bound before anything changes: a failure here leaves the running set as it was. Workers
@@ -78,6 +80,9 @@ void Relay::reload(const Config& config) {
 
 void Relay::drain() {
     draining_.store(true, std::memory_order_relaxed);
+    // The workers close their duplicates; the relay's own sockets must go too, or the kernel
+    // would go on completing handshakes that nobody accepts.
+    context_->setListenerSockets(std::make_shared<const ListenerSockets>());
     for (auto& worker : workers_) worker->requestDrain();
 }
 
