@@ -237,6 +237,7 @@ int runDaemon(int argc, const char* const* argv) {
     const Config& config = commandLine.config;
     detectJournal(std::getenv("JOURNAL_STREAM"));
     setLogLevel(config.logLevel);
+    if (auto loose = looseConfigFile(config.configFile)) logWarn(*loose);
     std::vector<std::string> args(argv + 1, argv + argc);
     auto notifier = ServiceNotifier::fromEnvironment();
     try {

@@ -127,6 +127,17 @@ TEST(OperatorCheckConfigTest, UnresolvableNameIsAWarningNotAFailure) {
     EXPECT_NE(result.err.find("backend.invalid:80"), std::string::npos) << result.err;
 }
 
+TEST(OperatorCheckConfigTest, WorldWritableConfigFileIsWarnedAbout) {
+    TempDir dir;
+    auto config = dir.write("loose.conf",
+                            "listen = 127.0.0.1:8443\nupstream = 127.0.0.1:9\n"
+                            "audit-dir =\nadmin-socket =\nmetrics-listen =\n");
+    ASSERT_EQ(::chmod(config.c_str(), 0666), 0);
+    auto result = runDaemonCommand({"--check-config", "--config", config});
+    ASSERT_TRUE(result.status && result.status->isExit(0)) << result.err;
+    EXPECT_NE(result.err.find("writable by every user"), std::string::npos) << result.err;
+}
+
 TEST(OperatorCheckConfigTest, UpstreamThatIsAnOwnListenerIsRefused) {
     uint16_t port = pickFreePort();
     for (const auto& listen : {loopback(port), "0.0.0.0:" + std::to_string(port)}) {
