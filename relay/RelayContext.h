@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/Ring.h"
+#include "datapath/ChainMover.h"
+#include "datapath/InlineMover.h"
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
@@ -23,6 +26,9 @@ struct RelaySettings {
     std::uint64_t maxConnections = 65536;
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
+    // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
+    // while traffic flows, one more busy thread per worker (--sqpoll).
+    bool sqpoll = false;
     // Audit: empty directory = off.
     std::string auditDir;
     AuditDurability auditDurability = AuditDurability::Batch;
@@ -33,12 +39,17 @@ struct RelaySettings {
     Lane lane = Lane::Auto;
     std::uint32_t bufferRingEntries = 4096;
     std::uint32_t bufferSize = 16384;
-    bool sqpoll = false;
     AuditWriterKind auditWriter = AuditWriterKind::Direct;
     std::uint64_t auditBufferBytes = 67108864;
     bool accessLog = true;
     std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
 };
+
+// The one place the splice engine is chosen: the mover a worker moves its bytes with.
+inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
+    if (engine == SpliceEngine::Chain) return std::make_unique<ChainMover>(ring);
+    return std::make_unique<InlineMover>(ring);
+}
 
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
@@ -46,7 +57,7 @@ struct AuditStart {
 };
 
 class RelayContext {
-public:
+  public:
     RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
         : settings(relaySettings), pipeBudget(pipeBudgetBytes) {}
 
@@ -77,7 +88,7 @@ public:
         routes_ = std::move(table);
     }
 
-private:
+  private:
     mutable std::mutex routesMutex_;
     std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
     std::shared_ptr<const ListenerSockets> listenerSockets_;
