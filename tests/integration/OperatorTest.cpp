@@ -328,6 +328,28 @@ TEST(OperatorUpstreamTest, RefusingUpstreamIsSkippedAndComesBack) {
         << daemon.why();
 }
 
+TEST(OperatorUpstreamTest, ActiveChecksFindADownUpstreamWithoutClients) {
+    TestServer echo(echoUpstream(milliseconds(30000)));
+    uint16_t refusing = pickFreePort();
+    uint16_t port = pickFreePort();
+    TempDir dir;
+    auto config = dir.write("checks.conf", "[route.checked]\nlisten = " + loopback(port) +
+                                               "\nupstream = " + loopback(refusing) +
+                                               "\nupstream = " + echo.address() +
+                                               "\nhealth-check-interval-ms = 100\n");
+    Daemon daemon({"--config", config, "--workers", "1"});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    EXPECT_TRUE(waitLogged(daemon, "upstream " + loopback(refusing) + " is down")) << daemon.why();
+    uint16_t back = refusing;
+    UniqueFd revived = listenTcp(back);
+    ASSERT_EQ(back, refusing);
+    EXPECT_TRUE(waitLogged(daemon, "upstream " + loopback(refusing) + " is up again", 1,
+                           milliseconds(15000)))
+        << daemon.why();
+    EXPECT_TRUE(grepLines(daemon.log(), "access route=").empty())
+        << "no client connected, yet a connection was relayed";
+}
+
 TEST(OperatorUpstreamTest, UnresolvableNameAtStartKeepsTheDaemonUp) {
     TestServer echo(echoUpstream(milliseconds(30000)));
     uint16_t port = pickFreePort();
