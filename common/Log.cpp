@@ -147,8 +147,7 @@ void logLine(LogLevel level, std::string_view message) noexcept {
     }
 }
 
-bool WarningLimiter::admit(std::string_view kind, std::uint64_t& report) {
-    auto now = std::chrono::steady_clock::now();
+bool WarningLimiter::admit(std::string_view kind, std::uint64_t& report, Clock::time_point now) {
     std::lock_guard lock(warningMutex);
     auto found = warningWindows.find(kind);
     if (found == warningWindows.end()) {
@@ -166,28 +165,24 @@ bool WarningLimiter::admit(std::string_view kind, std::uint64_t& report) {
     return true;
 }
 
-void WarningLimiter::flush() {
-    auto now = std::chrono::steady_clock::now();
-    std::map<std::string, std::uint64_t> ended;
-    {
-        std::lock_guard lock(warningMutex);
-        for (auto it = warningWindows.begin(); it != warningWindows.end();) {
-            if (now - it->second.started < kWindow) {
-                ++it;
-                continue;
-            }
-            if (it->second.suppressed > 0) ended.emplace(it->first, it->second.suppressed);
-            it = warningWindows.erase(it);  // a quiet kind starts over with its next warning
+std::vector<std::pair<std::string, std::uint64_t>> WarningLimiter::takeEnded(
+    Clock::time_point now) {
+    std::vector<std::pair<std::string, std::uint64_t>> ended;
+    std::lock_guard lock(warningMutex);
+    for (auto it = warningWindows.begin(); it != warningWindows.end();) {
+        if (now - it->second.started < kWindow) {
+            ++it;
+            continue;
         }
+        if (it->second.suppressed > 0) ended.emplace_back(it->first, it->second.suppressed);
+        it = warningWindows.erase(it);  // a quiet kind starts over with its next warning
     }
-    for (const auto& [kind, count] : ended)
-        logWarn(kind, ": ", count, " similar warnings suppressed");
+    return ended;
 }
 
-void logAdminAction(std::string_view action, unsigned uid, int pid, bool succeeded,
-                    std::string_view outcome) {
-    logAt(succeeded ? LogLevel::Info : LogLevel::Warn, "admin: ", action, " by uid=", uid,
-          " pid=", pid, ": ", outcome);
+void WarningLimiter::flush() {
+    for (const auto& [kind, count] : takeEnded(Clock::now()))
+        logWarn(kind, ": ", count, " similar warnings suppressed");
 }
 
 }  // namespace splicegate

@@ -5,9 +5,12 @@
 // different workers never interleave. GCC 12 lacks <format>, so messages are built by streaming
 // the arguments: logInfo("listening on ", address).
 #include <chrono>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace splicegate {
 
@@ -60,11 +63,14 @@ void logError(Args&&... args) {
 // on the warning path).
 class WarningLimiter {
   public:
+    using Clock = std::chrono::steady_clock;
     static constexpr auto kWindow = std::chrono::seconds(5);
     // True when a warning of `kind` may be logged now; otherwise counts it as suppressed.
     // `report` receives the suppressed count of the window just ended, 0 if none.
-    static bool admit(std::string_view kind, std::uint64_t& report);
-    // Logs "suppressed N warnings of kind K" for every kind whose window has ended.
+    static bool admit(std::string_view kind, std::uint64_t& report, Clock::time_point now);
+    // Kinds whose window has ended with warnings suppressed, and how many; they start over.
+    static std::vector<std::pair<std::string, std::uint64_t>> takeEnded(Clock::time_point now);
+    // Logs "K: N similar warnings suppressed" for every kind takeEnded() gives.
     static void flush();
 };
 
@@ -72,7 +78,7 @@ template <typename... Args>
 void logWarnLimited(std::string_view kind, Args&&... args) {
     if (LogLevel::Warn < logLevel()) return;
     std::uint64_t suppressed = 0;
-    if (!WarningLimiter::admit(kind, suppressed)) return;
+    if (!WarningLimiter::admit(kind, suppressed, WarningLimiter::Clock::now())) return;
     if (suppressed > 0) logWarn(kind, ": ", suppressed, " similar warnings suppressed");
     logWarn(std::forward<Args>(args)...);
 }
@@ -80,11 +86,5 @@ void logWarnLimited(std::string_view kind, Args&&... args) {
 inline void flushSuppressedWarnings() {
     WarningLimiter::flush();
 }
-
-// An admin command that changes the daemon (kill, drain, reload), with who asked:
-// "admin: reload by uid=0 pid=4242: <outcome>". The admin server calls it with SO_PEERCRED's
-// values. Failed actions are logged at warn.
-void logAdminAction(std::string_view action, unsigned uid, int pid, bool succeeded,
-                    std::string_view outcome);
 
 }  // namespace splicegate

@@ -120,6 +120,18 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
         addCounter(bytes, {{"direction", "c2u"}, {"route", route.name}}, route.bytesC2u);
         addCounter(bytes, {{"direction", "u2c"}, {"route", route.name}}, route.bytesU2c);
     }
+    // Per upstream: the same failures counter with an upstream label, and its health.
+    auto upstreamUp = family("splicegate_upstream_up",
+                             "Whether the upstream is in use (1) or down (0: failing connects, "
+                             "or its name does not resolve yet), by route and upstream.",
+                             MetricType::Gauge);
+    for (const auto& upstream : s.upstreams) {
+        addCounter(connectFailures, {{"route", upstream.route}, {"upstream", upstream.upstream}},
+                   upstream.connectFailures);
+        addGauge(upstreamUp, {{"route", upstream.route}, {"upstream", upstream.upstream}},
+                 upstream.up ? 1.0 : 0.0);
+    }
+    out.push_back(std::move(upstreamUp));
     out.push_back(std::move(accepted));
     out.push_back(std::move(active));
     out.push_back(std::move(closed));
@@ -239,9 +251,7 @@ class MetricsCollector {
             std::lock_guard<std::mutex> lock(mutex_);
             if (source_) {
                 try {
-                    auto snapshot = source_();
-                    families = buildFamilies(snapshot);
-                    addReloadFamilies(families, snapshot);
+                    families = buildFamilies(source_());
                     scrapes_.fetch_add(1, std::memory_order_relaxed);
                 } catch (const std::exception& e) {
                     logWarn("metrics scrape: reading the statistics failed: ", e.what());
@@ -270,6 +280,8 @@ class MetricsCollector {
     }
 
     std::atomic<std::int64_t> connectionsMax{-1};  // -1: not set
+    std::atomic<bool> lastReloadSuccessful{true};
+    std::atomic<double> lastReloadSuccessSeconds{nowSeconds()};
     std::uint64_t scrapes() const noexcept { return scrapes_.load(std::memory_order_relaxed); }
 
   private:
@@ -279,19 +291,13 @@ class MetricsCollector {
             addOptionalGauge(out, "splicegate_connections_max",
                              "Open client connections beyond which new ones are refused.",
                              std::optional<std::int64_t>(max));
-    }
-
-    // The relay keeps the reload outcome (RelayContext::reloadStatus); the snapshot carries it.
-    static void addReloadFamilies(std::vector<MetricFamily>& out, const StatsSnapshot& s) {
         addOptionalGauge(out, "splicegate_config_last_reload_successful",
                          "Whether the last configuration reload succeeded (1) or failed (0).",
-                         std::optional<int>(s.lastReloadSuccessful ? 1 : 0));
-        if (s.lastReloadSuccessUnixSeconds > 0)
-            addOptionalGauge(out, "splicegate_config_last_reload_success_timestamp_seconds",
-                             "Time of the last successful configuration load or reload, since "
-                             "the Unix epoch.",
-                             std::optional<double>(
-                                 static_cast<double>(s.lastReloadSuccessUnixSeconds)));
+                         std::optional<int>(lastReloadSuccessful.load() ? 1 : 0));
+        addOptionalGauge(out, "splicegate_config_last_reload_success_timestamp_seconds",
+                         "Time of the last successful configuration load or reload, since the "
+                         "Unix epoch.",
+                         std::optional<double>(lastReloadSuccessSeconds.load()));
     }
 
     std::mutex mutex_;  // serialises scrapes: the source never runs concurrently with itself
@@ -345,6 +351,11 @@ void MetricsExposer::setReady(bool ready) noexcept {
 void MetricsExposer::setConnectionsMax(std::uint64_t max) noexcept {
     auto clamped = std::min<std::uint64_t>(max, std::numeric_limits<std::int64_t>::max());
     collector_->connectionsMax.store(static_cast<std::int64_t>(clamped));
+}
+
+void MetricsExposer::recordReload(bool successful) noexcept {
+    collector_->lastReloadSuccessful.store(successful);
+    if (successful) collector_->lastReloadSuccessSeconds.store(nowSeconds());
 }
 
 std::uint64_t MetricsExposer::scrapes() const noexcept {

@@ -65,7 +65,7 @@ class MetricsExposer {
     void setConnectionsMax(std::uint64_t max) noexcept;
     // splicegate_config_last_reload_successful, and on success
     // splicegate_config_last_reload_success_timestamp_seconds = now.
-
+    void recordReload(bool successful) noexcept;
 
     // The port actually bound.
     unsigned port() const noexcept { return port_; }

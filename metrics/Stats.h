@@ -112,8 +112,6 @@ struct StatsSnapshot {
     std::map<std::pair<std::string, std::string>, std::uint64_t> xdpPackets;
     std::map<std::pair<std::string, std::string>, std::uint64_t> adminRequests;
     std::vector<UpstreamSnapshot> upstreams;
-    bool lastReloadSuccessful = true;
-    std::int64_t lastReloadSuccessUnixSeconds = 0;
 };
 
 // Route name <-> stable counter index, shared by all workers. Indexes are never reused for

@@ -92,9 +92,18 @@ void checkGroup(const char* option, const std::string& name, std::vector<std::st
 
 }  // namespace
 
+std::optional<std::string> looseConfigFile(const std::string& path) {
+    struct stat status {};
+    if (path.empty() || ::stat(path.c_str(), &status) != 0 || (status.st_mode & S_IWOTH) == 0)
+        return std::nullopt;
+    return "--config " + path + ": writable by every user (mode " + octalMode(status.st_mode) +
+           "): anyone could change the routes at the next reload";
+}
+
 ConfigCheckReport checkConfiguration(const Config& config) {
     ConfigCheckReport report;
     auto& problems = report.problems;
+    if (auto loose = looseConfigFile(config.configFile)) report.warnings.push_back(*loose);
     if (!config.auditDir.empty()) checkAuditDir(config.auditDir, problems);
     if (!config.auditHmacKeyFile.empty()) checkKeyFile(config.auditHmacKeyFile, problems);
     if (!config.adminSocket.empty()) checkGroup("--admin-group", config.adminGroup, problems);

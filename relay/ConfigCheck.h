@@ -3,6 +3,7 @@
 // the audit directory is usable, the key file readable, the groups and the XDP interface exist,
 // upstream names resolve. Read-only: it binds nothing and creates or changes no file (a running
 // daemon may hold the audit directory).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,8 @@ struct ConfigCheckReport {
 };
 
 ConfigCheckReport checkConfiguration(const Config& config);
+
+// A warning when the config file at `path` is writable by every user; nullopt otherwise.
+std::optional<std::string> looseConfigFile(const std::string& path);
 
 }  // namespace splicegate

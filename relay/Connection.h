@@ -21,7 +21,7 @@ struct Connection {
     std::shared_ptr<const Route> route;
     SocketAddress clientAddress;
     SocketAddress upstreamAddress;
-    std::uint32_t upstreamIndex = 0;  // into route->upstreams, round robin start + attempts
+    std::uint32_t upstreamIndex = 0;  // the route pool's upstream of the current attempt
     std::uint32_t connectAttempts = 0;
     std::uint32_t connectOps = 0;  // connect and its linked timeout, while in flight
     std::chrono::steady_clock::time_point opened;

@@ -21,6 +21,7 @@
 #include "audit/AuditWriter.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
+#include "metrics/HttpServer.h"
 #include "metrics/MetricsExposer.h"
 #include "admin/AdminServer.h"
 #include "relay/Capabilities.h"
@@ -40,7 +41,8 @@ namespace {
 constexpr std::uint64_t kIdlePipesPerWorker = 16;
 // Raises the soft fd limit to the hard one and returns how many connections fit in it, counting
 // every fd a connection can hold (FdBudget); logged once.
-std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes) {
+std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes,
+                           std::uint64_t controlFds) {
     rlimit limit{};
     checkSys(::getrlimit(RLIMIT_NOFILE, &limit), "getrlimit(RLIMIT_NOFILE)");
     if (limit.rlim_cur < limit.rlim_max) {
@@ -50,7 +52,7 @@ std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, st
         logInfo("raised the open-file limit from ", previous, " to ", limit.rlim_cur);
     }
     auto budget = FdBudget::plan(limit.rlim_cur, wantedConnections, workers, routes,
-                                 kIdlePipesPerWorker);
+                                 kIdlePipesPerWorker, controlFds);
     if (budget.connections == 0)
         throw std::runtime_error(concat("the open-file limit ", limit.rlim_cur,
                                         " leaves no room for a connection (", budget.reserved,
@@ -238,6 +240,7 @@ int runDaemon(int argc, const char* const* argv) {
     const Config& config = commandLine.config;
     detectJournal(std::getenv("JOURNAL_STREAM"));
     setLogLevel(config.logLevel);
+    if (auto loose = looseConfigFile(config.configFile)) logWarn(*loose);
     std::vector<std::string> args(argv + 1, argv + argc);
     auto notifier = ServiceNotifier::fromEnvironment();
     try {
@@ -262,7 +265,13 @@ int runDaemon(int argc, const char* const* argv) {
         if (!config.metricsListen.empty())
             metrics = std::make_unique<MetricsExposer>(config.metricsListen, StatsSource{},
                                                        config.auditDir);
-        auto maxConnections = raiseFdLimit(config.maxConnections, workers, config.routes.size());
+        // The control plane's peers count too: an admin or scrape flood must not make a
+        // connection's pipe() fail.
+        std::uint64_t controlFds =
+            (config.adminSocket.empty() ? 0 : AdminServerOptions{}.maxPeers) +
+            (config.metricsListen.empty() ? 0 : HttpServerLimits{}.maxConnections);
+        auto maxConnections =
+            raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds);
         if (metrics) metrics->setConnectionsMax(maxConnections);
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
@@ -281,7 +290,7 @@ int runDaemon(int argc, const char* const* argv) {
                 " B, pipe budget ", budget == 0 ? std::string("unlimited")
                                                 : std::to_string(budget) + " B");
         EdgeControl edge(config);
-        Reloader reloader(relay, edge, args, config);
+        Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
         if (!config.adminSocket.empty()) {

@@ -22,9 +22,11 @@ struct FdBudget {
     std::uint64_t connections = 0;    // what fits, at most the wanted count
 
     // `idlePipesPerWorker`: pipes a worker keeps for reuse; `routes`: listen addresses, each
-    // held twice per worker (the relay's socket and the worker's duplicate).
+    // held twice per worker (the relay's socket and the worker's duplicate); `controlFds`: what
+    // the admin socket's peers and the metrics listener's connections may hold at most.
     static FdBudget plan(std::uint64_t fdLimit, std::uint64_t wantedConnections, unsigned workers,
-                         std::uint64_t routes, std::uint64_t idlePipesPerWorker) noexcept;
+                         std::uint64_t routes, std::uint64_t idlePipesPerWorker,
+                         std::uint64_t controlFds = 0) noexcept;
 };
 
 }  // namespace splicegate

@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "common/Error.h"
@@ -9,12 +10,6 @@
 namespace splicegate {
 
 namespace {
-std::int64_t unixSeconds() noexcept {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-}
-
 bool sameUpstreams(const RouteConfig& a, const RouteConfig& b) {
     if (a.upstreams.size() != b.upstreams.size() ||
         a.healthCheckIntervalMs != b.healthCheckIntervalMs)
@@ -54,7 +49,6 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
-    context_->reloadStatus.lastSuccessUnixSeconds.store(unixSeconds());
     auto table = buildRouteTable(config, context_->routeIndex);
     context_->setListenerSockets(ListenerSockets::bind(*table, workerCount, nullptr));
     context_->setRoutes(table);
@@ -72,6 +66,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
 Relay::~Relay() { stop(); }
 
 void Relay::reload(const Config& config) {
+    if (draining()) throw std::runtime_error("draining: the configuration is no longer reloaded");
     auto running = context_->routes();
     auto table = buildRouteTable(config, context_->routeIndex, running.get());
     // Bound before anything changes: a failure here leaves the running set as it was. Workers
@@ -83,13 +78,11 @@ void Relay::reload(const Config& config) {
     for (auto& worker : workers_) worker->requestReload();
 }
 
-void Relay::recordReload(bool succeeded) noexcept {
-    context_->reloadStatus.lastSuccessful.store(succeeded);
-    if (succeeded) context_->reloadStatus.lastSuccessUnixSeconds.store(unixSeconds());
-}
-
 void Relay::drain() {
     draining_.store(true, std::memory_order_relaxed);
+    // The workers close their duplicates; the relay's own sockets must go too, or the kernel
+    // would go on completing handshakes that nobody accepts.
+    context_->setListenerSockets(std::make_shared<const ListenerSockets>());
     for (auto& worker : workers_) worker->requestDrain();
 }
 
@@ -112,8 +105,6 @@ StatsSnapshot Relay::snapshot() const {
     sumWorkerStats(stats, context_->routeIndex, out);
     out.pipeBudgetBytes = context_->pipeBudget.limit();
     out.pipeBudgetUsedBytes = context_->pipeBudget.used();
-    out.lastReloadSuccessful = context_->reloadStatus.lastSuccessful.load();
-    out.lastReloadSuccessUnixSeconds = context_->reloadStatus.lastSuccessUnixSeconds.load();
     if (auto routes = context_->routes())
         for (const auto& route : *routes)
             for (auto& state : route->pool->snapshot()) out.upstreams.push_back(std::move(state));

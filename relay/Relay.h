@@ -26,8 +26,6 @@ public:
     // bound first; when one fails this throws (naming route, address and error) and the running
     // routes and listeners stay as they were. Established connections keep their routes.
     void reload(const Config& config);
-    // Records a reload's outcome for the metrics (success also stamps the time).
-    void recordReload(bool succeeded) noexcept;
     // Stops accepting; connections finish on their own.
     void drain();
     // Waits until every worker has finished or `timeout` has passed; true when all finished.

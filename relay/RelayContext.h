@@ -45,14 +45,6 @@ struct RelaySettings {
     std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
 };
 
-// The outcome of the last reload (SIGHUP or admin), for the metrics
-// splicegate_config_last_reload_successful and ..._success_timestamp_seconds.
-struct ReloadStatus {
-    std::atomic<bool> lastSuccessful{true};
-    // Unix time of the last successful load; the start counts as one.
-    std::atomic<std::int64_t> lastSuccessUnixSeconds{0};
-};
-
 // The one place the splice engine is chosen: the mover a worker moves its bytes with.
 inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
     if (engine == SpliceEngine::Chain) return std::make_unique<ChainMover>(ring);
@@ -76,7 +68,6 @@ class RelayContext {
     AuditStart auditStart;
     RouteIndex routeIndex;
     SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
-    ReloadStatus reloadStatus;
 
     // The listening sockets of the route table in force (set before the routes that use them).
     std::shared_ptr<const ListenerSockets> listenerSockets() const {

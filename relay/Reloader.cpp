@@ -32,7 +32,7 @@ ReloadResult Reloader::reload(std::string_view requester) {
         running_.xdpAllow = std::move(allow);
         running_.xdpSynRate = synRate;
         running_.xdpSynBurst = synBurst;
-        relay_.recordReload(true);
+        if (metrics_) metrics_->recordReload(true);
         logInfo("configuration reloaded (", requester, ") from ", result.config.configFile, ": ",
                 result.config.routes.size(), " routes",
                 result.restartNeeded.empty()
@@ -40,7 +40,7 @@ ReloadResult Reloader::reload(std::string_view requester) {
                     : "; takes effect at the next start: " + joinNames(result.restartNeeded));
         return result;
     } catch (const std::exception& error) {
-        relay_.recordReload(false);
+        if (metrics_) metrics_->recordReload(false);
         logError("reload (", requester,
                  ") failed, keeping the running configuration: ", error.what());
         throw;

@@ -11,8 +11,6 @@ UpstreamHealthPolicy healthPolicyOf(const RouteConfig& route) {
 Route::Route(RouteConfig routeConfig, std::size_t statsSlot,
              std::shared_ptr<UpstreamPool> upstreamPool)
     : config(std::move(routeConfig)), statsIndex(statsSlot), pool(std::move(upstreamPool)) {
-    for (const auto& upstream : config.upstreams)
-        upstreams.insert(upstreams.end(), upstream.addresses.begin(), upstream.addresses.end());
     if (!pool)
         pool =
             std::make_shared<UpstreamPool>(config.name, config.upstreams, healthPolicyOf(config));

@@ -3,7 +3,6 @@
 // workers (shared_ptr<const>), replaced as a whole on reload so established connections keep the
 // snapshot they started with. Its UpstreamPool (health, current addresses) is shared with the
 // route that replaces it when the upstreams stay the same.
-#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -18,11 +17,9 @@ struct Route {
           std::shared_ptr<UpstreamPool> upstreamPool = nullptr);
 
     RouteConfig config;
-    std::vector<SocketAddress> upstreams;  // every resolved address of every upstream, in order
-    std::size_t statsIndex;                // into WorkerStats::routes (RouteIndex)
-    // Shared by all workers: one relaxed increment per connection, not per byte.
-    mutable std::atomic<std::uint64_t> nextUpstream{0};
-    // Which upstream a connect goes to, and what connects told of each (thread-safe).
+    std::size_t statsIndex;  // into WorkerStats::routes (RouteIndex)
+    // Which upstream a connect goes to (round robin over the healthy ones), its current
+    // addresses, and what connects told of each. Thread-safe; shared by all workers.
     std::shared_ptr<UpstreamPool> pool;
 };
 

@@ -13,6 +13,7 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "datapath/SegmentAuditLog.h"
+#include "relay/AccessLog.h"
 
 namespace splicegate {
 namespace {
@@ -360,6 +361,17 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
         }
         return;  // closing the accepted socket is the refusal
     }
+    // Released in releaseConnection().
+    if (!context_.sourceLimiter.tryAcquire(peer)) {
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        stats_->routes[listener.route->statsIndex]
+            .refused[static_cast<std::size_t>(RefuseReason::MaxConnectionsPerSource)]
+            .add(1);
+        logWarnLimited("per-source refusals", "route ", listener.route->config.name,
+                       ": refusing ", peer, ": ", context_.sourceLimiter.limit(),
+                       " connections open from it (--max-connections-per-source)");
+        return;  // closing the accepted socket is the refusal
+    }
     Connection* c = allocateConnection();
     c->io.id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
     c->route = listener.route;
@@ -369,9 +381,6 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
     c->io.client = std::move(client);  // TCP_NODELAY inherited from the listener
     c->clientAddress = peer;
     c->opened = c->io.lastActivity = now_;
-    c->upstreamIndex =
-        static_cast<std::uint32_t>(c->route->nextUpstream.fetch_add(1, std::memory_order_relaxed) %
-                                   c->route->upstreams.size());
     startConnect(*c);
 }
 
@@ -403,8 +412,17 @@ Connection* Worker::lookup(std::uint32_t slot, std::uint16_t generation) noexcep
 }
 
 void Worker::startConnect(Connection& c) {
-    const auto& upstreams = c.route->upstreams;
-    c.upstreamAddress = upstreams[c.upstreamIndex % upstreams.size()];
+    // The route's pool picks: round robin over healthy upstreams, probes of down ones.
+    auto pick = c.route->pool->pick();
+    if (!pick) {
+        logWarnLimited("no upstream address on route " + c.route->config.name, "route ",
+                       c.route->config.name, ": no upstream has an address yet (connection ",
+                       c.id(), " closed)");
+        closeConnection(c, CloseReason::UpstreamUnreachable, false);
+        return;
+    }
+    c.upstreamIndex = pick->upstream;
+    c.upstreamAddress = pick->address;
     int fd = ::socket(c.upstreamAddress.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         logWarn("route ", c.route->config.name, ": socket for ", c.upstreamAddress, ": ",
@@ -429,22 +447,24 @@ void Worker::startConnect(Connection& c) {
 
 void Worker::onConnect(Connection& c, int result) {
     if (c.state != ConnectionState::Connecting) return;
+    c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
         startRelaying(c);
         return;
     }
     const char* why = result == -ECANCELED ? "timed out" : nullptr;
-    logWarn("route ", c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
-            why ? why : errnoText(result).c_str(), " (connection ", c.id(), ")");
+    logWarnLimited("connect failures on route " + c.route->config.name, "route ",
+                   c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
+                   why ? why : errnoText(result).c_str(), " (connection ", c.id(), ")");
     c.io.upstream.reset();  // the linked timeout's completion may still come; it names no fd
     routeStats(c).connectFailures.add(1);
-    if (c.connectAttempts < c.route->upstreams.size()) {
-        ++c.upstreamIndex;
+    if (c.connectAttempts < c.route->pool->addressCount()) {
         startConnect(c);
         return;
     }
-    logWarn("route ", c.route->config.name, ": no upstream reachable for connection ", c.id(),
-            " from ", c.clientAddress);
+    logWarnLimited("unreachable on route " + c.route->config.name, "route ",
+                   c.route->config.name, ": no upstream reachable for connection ", c.id(),
+                   " from ", c.clientAddress);
     closeConnection(c, CloseReason::UpstreamUnreachable, false);
 }
 
@@ -513,6 +533,13 @@ void Worker::releaseConnection(Connection& c) {
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", c.io.flow(Direction::ClientToUpstream).bytesForwarded(),
              " B, u2c ", c.io.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+    if (context_.settings.accessLog)
+        logInfo(formatAccessLine({c.route->config.name, c.id(), c.clientAddress,
+                                  c.upstreamAddress,
+                                  c.io.flow(Direction::ClientToUpstream).bytesForwarded(),
+                                  c.io.flow(Direction::UpstreamToClient).bytesForwarded(),
+                                  static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
+    context_.sourceLimiter.release(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     c.io.id = 0;

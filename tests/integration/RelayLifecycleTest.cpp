@@ -36,18 +36,23 @@ long elapsedMs(Clock::time_point since) {
         std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
 }
 
-// 3,000 idle connections (client connected, upstream accepted, no data) with --workers 2: the
-// daemon's threads stay within workers + 8, memory stays modest, idle connections hold no pipes;
-// they still forward when used; closing them all is clean (EOF upstream, fds released).
+// Thousands of idle connections (client connected, upstream accepted, no data) with --workers 2:
+// the daemon's threads stay within workers + 8, memory stays modest, idle connections hold no
+// pipes; they still forward when used; closing them all is clean (EOF upstream, fds released).
 class RelayIdleTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(RelayIdleTest, ThreeThousandIdleConnectionsCostNoThreads) {
-    constexpr std::size_t kConnections = 3000;
+TEST_P(RelayIdleTest, ThousandsOfIdleConnectionsCostNoThreads) {
+    // The daemon budgets 10 fds per connection (FdBudget: 2 sockets and up to 4 pipes while
+    // bytes are in flight) and refuses what does not fit, so the count follows RLIMIT_NOFILE:
+    // 3,000 where it allows, never fewer than 1,500.
+    const auto fdLimit = raiseFdLimit();
+    const std::size_t kConnections =
+        fdLimit > 1000 ? std::min<std::size_t>(3000, (fdLimit - 1000) / 10) : 0;
+    ASSERT_GE(kConnections, 1500u) << "RLIMIT_NOFILE too low for this test";
     constexpr unsigned kWorkers = 2;
     constexpr long kThreadBound = kWorkers + 8;
     constexpr long kRssBoundKiB = 256 * 1024;
     constexpr long kPipeFdBound = 256;  // a few pooled pipes, never 2 per connection
-    ASSERT_GE(raiseFdLimit(), 2 * kConnections + 200) << "RLIMIT_NOFILE too low for this test";
 
     TestServer upstream(nullptr);  // hold mode: accept and keep, no thread per connection
     uint16_t port = pickFreePort();

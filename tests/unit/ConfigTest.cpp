@@ -270,6 +270,26 @@ TEST(ConfigTest, BufferRingEntriesAtTheirLimits) {
               32768u);
 }
 
+TEST(ConfigTest, AnUnresolvableNameIsNotAConfigurationError) {
+    // .invalid never resolves (RFC 6761): the daemon starts and retries the name.
+    auto config = parseConfig({"--listen", "127.0.0.1:8443", "--upstream", "backend.invalid:80"});
+    const auto& upstream = config.routes.at(0).upstreams.at(0);
+    EXPECT_EQ(upstream.text, "backend.invalid:80");
+    EXPECT_TRUE(upstream.addresses.empty());
+    EXPECT_FALSE(upstream.resolveError.empty());
+}
+
+TEST(ConfigTest, SettingsNeedingRestartAreNamed) {
+    auto running = parseConfig(withDefaultRoute());
+    auto next = parseConfig(
+        withDefaultRoute({"--workers", "3", "--idle-timeout-ms", "5", "--log-level", "debug",
+                          "--xdp-deny", "10.0.0.0/8", "--audit-durability", "strict"}));
+    next.routes.at(0).audit = false;  // routes are applied by a reload
+    EXPECT_EQ(settingsNeedingRestart(running, next),
+              (std::vector<std::string>{"workers", "audit-durability", "idle-timeout-ms"}));
+    EXPECT_TRUE(settingsNeedingRestart(running, running).empty());
+}
+
 // ---- Upstreams that loop back into the daemon ------------------------------------------------
 
 TEST(ListenerMatcherTest, ExactAndWildcardListenersAreReached) {
@@ -481,6 +501,15 @@ TEST_F(ConfigFileTest, FileUpstreamsKeepTheirOrder) {
                            "upstream = 127.0.0.1:9001\nupstream = 127.0.0.1:9002\n");
     EXPECT_EQ(upstreamTexts(parseConfig({"--config", file}).routes.at(0)),
               (std::vector<std::string>{"127.0.0.1:9003", "127.0.0.1:9001", "127.0.0.1:9002"}));
+}
+
+TEST_F(ConfigFileTest, RouteHealthCheckInterval) {
+    auto file = dir_.write("health.conf",
+                           "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\n"
+                           "health-check-interval-ms = 2000\n");
+    auto config = parseConfig({"--config", file});
+    EXPECT_EQ(config.routes.at(0).healthCheckIntervalMs, 2000u);
+    EXPECT_EQ(parseConfig(withDefaultRoute()).routes.at(0).healthCheckIntervalMs, 0u);
 }
 
 TEST_F(ConfigFileTest, RouteSectionsFollowTheDefaultRouteInFileOrder) {
@@ -812,6 +841,11 @@ const BadInput kBadInputs[] = {
      kRoute,
      "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:8443\n",
      {"@FILE@", "route 'web'", "127.0.0.1:8443", "route 'default'"}},
+    {"RouteHealthCheckNotANumber",
+     {},
+     "[route.web]\nlisten = 127.0.0.1:8080\nupstream = 127.0.0.1:80\nhealth-check-interval-ms = "
+     "often\n",
+     {"@FILE@", "route 'web'", "health-check-interval-ms", "often"}},
     {"UpstreamNameIsOwnListener",
      {"--listen", "127.0.0.1:8443", "--upstream", "localhost:8443"},
      nullptr,

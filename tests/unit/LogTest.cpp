@@ -1,0 +1,110 @@
+// Log lines: journald priorities instead of time stamps when stderr is the journal, the
+// suppression of repeated warnings, and the access line's fields.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <regex>
+#include <string>
+
+#include "common/Log.h"
+#include "relay/AccessLog.h"
+
+namespace splicegate {
+namespace {
+
+SocketAddress numeric(const char* text) {
+    auto address = SocketAddress::parseNumeric(text);
+    EXPECT_TRUE(address.has_value()) << text;
+    return address.value_or(SocketAddress{});
+}
+
+TEST(LogTest, JournalLinesCarryThePriorityAndNoTimestamp) {
+    EXPECT_EQ(formatLogLine(LogLevel::Error, "disk gone", true), "<3>error disk gone");
+    EXPECT_EQ(formatLogLine(LogLevel::Warn, "slow", true), "<4>warn slow");
+    EXPECT_EQ(formatLogLine(LogLevel::Info, "started", true), "<6>info started");
+    EXPECT_EQ(formatLogLine(LogLevel::Debug, "tick", true), "<7>debug tick");
+}
+
+TEST(LogTest, TerminalLinesStartWithAnUtcTimestamp) {
+    auto line = formatLogLine(LogLevel::Warn, "slow", false);
+    EXPECT_TRUE(
+        std::regex_match(line, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warn slow)")))
+        << line;
+}
+
+TEST(LogTest, NewlinesInAMessageCannotForgeALine) {
+    EXPECT_EQ(formatLogLine(LogLevel::Info, "a\nerror forged\r", true), "<6>info a error forged ");
+}
+
+TEST(LogTest, JournalIsDetectedOnlyWhenTheStreamIsStderr) {
+    struct stat status {};
+    ASSERT_EQ(::fstat(STDERR_FILENO, &status), 0);
+    auto matching = std::to_string(status.st_dev) + ":" + std::to_string(status.st_ino);
+    detectJournal(matching.c_str());
+    EXPECT_TRUE(logsToJournal());
+    auto other = std::to_string(status.st_dev) + ":" + std::to_string(status.st_ino + 1);
+    detectJournal(other.c_str());
+    EXPECT_FALSE(logsToJournal());
+    detectJournal("garbage");
+    EXPECT_FALSE(logsToJournal());
+    detectJournal(nullptr);
+    EXPECT_FALSE(logsToJournal());
+}
+
+TEST(LogTest, RepeatedWarningsOfOneKindAreCountedNotLogged) {
+    using Clock = WarningLimiter::Clock;
+    auto start = Clock::now();
+    std::uint64_t report = 99;
+    EXPECT_TRUE(WarningLimiter::admit("test kind A", report, start));
+    EXPECT_EQ(report, 0u);
+    for (int i = 0; i < 5; ++i)
+        EXPECT_FALSE(WarningLimiter::admit("test kind A", report, start + std::chrono::seconds(1)));
+    // Another kind has its own window.
+    EXPECT_TRUE(WarningLimiter::admit("test kind B", report, start));
+    // The window is over: the next one is logged with the count of the suppressed ones.
+    auto later = start + WarningLimiter::kWindow;
+    EXPECT_TRUE(WarningLimiter::admit("test kind A", report, later));
+    EXPECT_EQ(report, 5u);
+}
+
+TEST(LogTest, SuppressedCountsAreReportedWhenTheWindowEnds) {
+    using Clock = WarningLimiter::Clock;
+    auto start = Clock::now();
+    std::uint64_t report = 0;
+    EXPECT_TRUE(WarningLimiter::admit("test kind C", report, start));
+    EXPECT_FALSE(WarningLimiter::admit("test kind C", report, start));
+    EXPECT_FALSE(WarningLimiter::admit("test kind C", report, start));
+    auto early = WarningLimiter::takeEnded(start + std::chrono::seconds(1));
+    for (const auto& [kind, count] : early) EXPECT_NE(kind, "test kind C");
+    auto ended = WarningLimiter::takeEnded(start + WarningLimiter::kWindow);
+    bool found = false;
+    for (const auto& [kind, count] : ended)
+        if (kind == "test kind C") {
+            found = true;
+            EXPECT_EQ(count, 2u);
+        }
+    EXPECT_TRUE(found);
+    // Reported once: the kind starts over and its next warning is logged at once.
+    EXPECT_TRUE(WarningLimiter::admit("test kind C", report, start + WarningLimiter::kWindow));
+    EXPECT_EQ(report, 0u);
+}
+
+TEST(AccessLogTest, LineHasEveryFieldInOrder) {
+    AccessRecord record{"web", 42,   numeric("127.0.0.2:40000"), numeric("[::1]:8080"), 1000,
+                        20,    1234, CloseReason::IdleTimeout};
+    EXPECT_EQ(formatAccessLine(record),
+              "access route=web id=42 client=127.0.0.2:40000 upstream=[::1]:8080 c2u=1000 u2c=20 "
+              "duration_ms=1234 reason=idle-timeout");
+}
+
+TEST(AccessLogTest, NoUpstreamReadsDash) {
+    AccessRecord record{"db", 7, numeric("10.0.0.1:5"),           SocketAddress{}, 0,
+                        0,    3, CloseReason::UpstreamUnreachable};
+    EXPECT_EQ(formatAccessLine(record),
+              "access route=db id=7 client=10.0.0.1:5 upstream=- c2u=0 u2c=0 duration_ms=3 "
+              "reason=upstream-unreachable");
+}
+
+}  // namespace
+}  // namespace splicegate

@@ -1,0 +1,65 @@
+// Connection limits decided before a connection exists: per source address and the fd budget.
+#include <gtest/gtest.h>
+
+#include "relay/FdBudget.h"
+#include "relay/SourceLimiter.h"
+
+namespace splicegate {
+namespace {
+
+SocketAddress numeric(const char* text) {
+    auto address = SocketAddress::parseNumeric(text);
+    EXPECT_TRUE(address.has_value()) << text;
+    return address.value_or(SocketAddress{});
+}
+
+TEST(SourceLimiterTest, CountsPerAddressNotPerPort) {
+    SourceLimiter limiter(2);
+    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1000")));
+    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1001")));
+    EXPECT_FALSE(limiter.tryAcquire(numeric("127.0.0.2:1002")));
+    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.3:1000")));  // another source
+    EXPECT_EQ(limiter.openFrom(numeric("127.0.0.2:9")), 2u);
+    limiter.release(numeric("127.0.0.2:1000"));
+    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1003")));
+}
+
+TEST(SourceLimiterTest, MappedIPv6CountsAsItsIPv4Address) {
+    SourceLimiter limiter(1);
+    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1000")));
+    EXPECT_FALSE(limiter.tryAcquire(numeric("[::ffff:127.0.0.2]:1000")));
+    EXPECT_TRUE(limiter.tryAcquire(numeric("[::1]:1000")));
+}
+
+TEST(SourceLimiterTest, ZeroMeansNoLimit) {
+    SourceLimiter limiter(0);
+    for (int i = 0; i < 1000; ++i) EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1")));
+    EXPECT_EQ(limiter.openFrom(numeric("127.0.0.2:1")), 0u);
+}
+
+TEST(FdBudgetTest, CountsSocketsPipesAndAuditPipes) {
+    auto budget = FdBudget::plan(1048576, 65536, 4, 2, 16);
+    EXPECT_EQ(budget.perConnection, 10u);  // 2 sockets + 2 directions x 2 pipes x 2 fds
+    EXPECT_EQ(budget.connections, 65536u);
+}
+
+TEST(FdBudgetTest, SmallLimitGivesFewerConnectionsThatFitEntirely) {
+    auto budget = FdBudget::plan(200, 65536, 1, 1, 16);
+    EXPECT_GT(budget.connections, 0u);
+    EXPECT_LE(budget.reserved + budget.connections * budget.perConnection, 200u);
+    EXPECT_GT(budget.reserved + (budget.connections + 1) * budget.perConnection, 200u);
+}
+
+TEST(FdBudgetTest, ControlPlanePeersAreReserved) {
+    auto without = FdBudget::plan(20000, 65536, 2, 1, 16);
+    auto with = FdBudget::plan(20000, 65536, 2, 1, 16, 1024 + 64);
+    EXPECT_EQ(with.reserved, without.reserved + 1024 + 64);
+    EXPECT_LT(with.connections, without.connections);
+}
+
+TEST(FdBudgetTest, LimitBelowTheReserveFitsNothing) {
+    EXPECT_EQ(FdBudget::plan(50, 10, 1, 1, 16).connections, 0u);
+}
+
+}  // namespace
+}  // namespace splicegate
