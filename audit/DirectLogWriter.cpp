@@ -73,9 +73,11 @@ int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
         }
     }
     if (options_.preallocateBytes > 0) {
+        // Allocated and inside the file's size, the writes are not extending ones, which ext4
+        // serialises (it waits for each under the inode lock); io_uring keeps several in flight.
         // Only an optimisation: a disk that is full shows in the writes themselves.
-        [[maybe_unused]] int rc = ::fallocate(own.get(), FALLOC_FL_KEEP_SIZE, 0,
-                                              static_cast<off_t>(options_.preallocateBytes));
+        [[maybe_unused]] int rc =
+            ::fallocate(own.get(), 0, 0, static_cast<off_t>(options_.preallocateBytes));
     }
     try {
         files_.emplace_back();
@@ -377,8 +379,16 @@ void DirectLogWriter::release(unsigned index) noexcept {
 
 void DirectLogWriter::closeFinishedFiles() noexcept {
     std::erase_if(files_, [this](const File& file) {
-        return !file.current && file.writesInFlight == 0 && !file.syncing &&
-               (file.failed || file.durable >= fileEnd(file));
+        bool done = !file.current && file.writesInFlight == 0 && !file.syncing &&
+                    (file.failed || file.durable >= fileEnd(file));
+        // Cut the preallocation and the padding: the file ends with its last byte. The owner's
+        // final fdatasync at sealing makes the new size durable; until then a longer file only
+        // holds zeros after the last indexed byte, which readers and recovery ignore.
+        if (done && !file.failed && (options_.preallocateBytes > 0 || file.direct) &&
+            ::ftruncate(file.fd.get(), static_cast<off_t>(file.nextOffset)) != 0)
+            logWarn(options_.label, ": cannot cut audit data file ", file.id, " to its ",
+                    file.nextOffset, " bytes (", errnoText(errno), "); it ends in zeros");
+        return done;
     });
 }
 

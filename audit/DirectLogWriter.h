@@ -47,8 +47,9 @@ struct DirectLogOptions {
     // RWF_DSYNC on every write: a write's bytes are durable when it completes, no fdatasync of
     // the data file. Otherwise durability comes from an fdatasync after the writes.
     bool dsyncWrites = false;
-    // fallocate(FALLOC_FL_KEEP_SIZE) this much of each new file, so block allocation does not
-    // happen write by write; 0 = none. An error here is not one (the writes will tell).
+    // fallocate this much of each new file (its size too), so no write extends the file; once
+    // the writer is done with a file it truncates it to the bytes appended. 0 = none. An error
+    // here is not one (the writes will tell).
     std::uint64_t preallocateBytes = 0;
     // Test only: every write starts this late (a hard-linked IORING_OP_TIMEOUT before it), a
     // disk that falls behind without any thread sleeping.
