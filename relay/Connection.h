@@ -10,7 +10,7 @@
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
 #include "metrics/Stats.h"
-#include "relay/Flow.h"
+#include "datapath/Flow.h"
 #include "relay/Route.h"
 
 namespace splicegate {

@@ -24,9 +24,9 @@
 #include "relay/Config.h"
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
-#include "relay/Failpoints.h"
+#include "datapath/Failpoints.h"
 #include "relay/Relay.h"
-#include "relay/Ring.h"
+#include "common/Ring.h"
 
 namespace splicegate {
 namespace {

@@ -10,9 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/CompletionTag.h"
 #include "common/Error.h"
 #include "common/Log.h"
-#include "relay/Failpoints.h"
+#include "datapath/Failpoints.h"
 
 namespace splicegate {
 namespace {
@@ -58,8 +59,7 @@ CloseReason sinkResetReason(Direction d) noexcept {
 }  // namespace
 
 std::uint64_t Worker::pack(Op op, Direction d, std::uint32_t slot, std::uint16_t gen) noexcept {
-    return static_cast<std::uint64_t>(op) << 56 | static_cast<std::uint64_t>(d) << 48 |
-           static_cast<std::uint64_t>(gen) << 32 | slot;
+    return CompletionTag::make(op, slot, gen, static_cast<std::uint8_t>(d)).encode();
 }
 
 Worker::Worker(unsigned index, RelayContext& context)
@@ -144,10 +144,11 @@ void Worker::loop() {
 }
 
 void Worker::handleCompletion(const io_uring_cqe& cqe) {
-    auto op = static_cast<Op>(cqe.user_data >> 56);
-    auto direction = static_cast<Direction>((cqe.user_data >> 48) & 0xff);
-    auto generation = static_cast<std::uint16_t>(cqe.user_data >> 32);
-    auto slot = static_cast<std::uint32_t>(cqe.user_data);
+    auto tag = CompletionTag::decode(cqe.user_data);
+    auto op = tag.opAs<Op>();
+    auto direction = static_cast<Direction>(tag.direction);
+    auto generation = tag.generation;
+    auto slot = tag.slot;
     switch (op) {
         case Op::Ignore:
             return;

@@ -23,7 +23,7 @@
 #include "pipes/PipePool.h"
 #include "relay/Connection.h"
 #include "relay/RelayContext.h"
-#include "relay/Ring.h"
+#include "common/Ring.h"
 
 namespace splicegate {
 

@@ -1,5 +1,5 @@
 // Audit under injected faults (issue 3, "Tests"), with the test-only `splicegate-failpoints`
-// daemon (relay/Failpoints.h: SPLICEGATE_FAILPOINTS="site:action:first[:count]"):
+// daemon (datapath/Failpoints.h: SPLICEGATE_FAILPOINTS="site:action:first[:count]"):
 // - audit-write EIO at hit 5, fail-closed: that connection closes (audit-error), the others are
 //   byte-exact, verify exits 0;
 // - audit-sync EIO in strict mode: the waiting connections close (audit-sync-error), the segment

@@ -1,4 +1,4 @@
-#include "relay/Flow.h"
+#include "datapath/Flow.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "relay/Failpoints.h"
+#include "datapath/Failpoints.h"
 
 #ifdef SPLICEGATE_FAILPOINTS
 #include <array>

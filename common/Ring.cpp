@@ -1,4 +1,4 @@
-#include "relay/Ring.h"
+#include "common/Ring.h"
 
 #include <memory>
 

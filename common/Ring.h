@@ -12,7 +12,7 @@ namespace splicegate {
 
 class Ring {
 public:
-    // `maxUnboundWorkers` caps io-wq's threads for socket work (NOTES.md 1): a blocked splice
+    // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked splice
     // must not be able to spawn a thread per connection.
     Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers);
     ~Ring();
