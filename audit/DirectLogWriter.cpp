@@ -27,8 +27,7 @@ std::size_t alignUp(std::size_t value) noexcept {
 
 }  // namespace
 
-DirectLogWriter::DirectLogWriter(io_uring& ring, const DirectLogOptions& options,
-                                 std::uint64_t tagBase)
+DirectLogWriter::DirectLogWriter(Ring& ring, const DirectLogOptions& options, std::uint64_t tagBase)
     : ring_(ring),
       options_(options),
       tagBase_(tagBase),
@@ -37,7 +36,7 @@ DirectLogWriter::DirectLogWriter(io_uring& ring, const DirectLogOptions& options
         throw std::invalid_argument("audit: maxWritesInFlight must be at least 1");
     if ((tagBase_ & 0xffffffffu) != 0)
         throw std::invalid_argument("audit: the writer's completion tags need the low 32 bits");
-    if (int rc = buffer_.registerWith(ring_); rc < 0)
+    if (int rc = buffer_.registerWith(*ring_.raw()); rc < 0)
         logWarn(options_.label, ": cannot register the ", buffer_.totalBytes(),
                 "-byte audit buffer with io_uring (", errnoText(rc),
                 rc == -ENOMEM ? "; RLIMIT_MEMLOCK is below it" : "",
@@ -214,11 +213,11 @@ void DirectLogWriter::pump() noexcept {
 
 io_uring_sqe* DirectLogWriter::sqe(unsigned needed) noexcept {
     // A hard-linked pair must go into one submission, so make room for both first.
-    if (io_uring_sq_space_left(&ring_) < needed) io_uring_submit(&ring_);
-    io_uring_sqe* entry = io_uring_get_sqe(&ring_);
+    if (io_uring_sq_space_left(ring_.raw()) < needed) ring_.submit();
+    io_uring_sqe* entry = io_uring_get_sqe(ring_.raw());
     while (entry == nullptr) {
-        io_uring_submit(&ring_);
-        entry = io_uring_get_sqe(&ring_);
+        ring_.submit();
+        entry = io_uring_get_sqe(ring_.raw());
     }
     return entry;
 }
@@ -245,7 +244,7 @@ void DirectLogWriter::submitWrite(unsigned index) noexcept {
         io_uring_sqe_set_data64(entry, tagBase_ | static_cast<std::uint32_t>(TagKind::Delay)
                                                       << kKindShift);
         ++inFlight_;
-        entry = io_uring_get_sqe(&ring_);
+        entry = io_uring_get_sqe(ring_.raw());
     }
     auto length = static_cast<unsigned>(end - start);
     auto offset = slot.fileOffset + start;

@@ -26,8 +26,6 @@
 // Thread affinity: the ring's thread. Error contract: the constructor throws (std::system_error,
 // std::invalid_argument); everything else is noexcept and returns -errno. Lifetime: destroy it
 // only once idle(), or after the ring is gone (the kernel may still read its buffers).
-#include <liburing.h>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +34,7 @@
 #include <vector>
 
 #include "audit/LogBuffer.h"
+#include "common/Ring.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::audit {
@@ -82,7 +81,7 @@ struct DirectLogStats {
 class DirectLogWriter {
   public:
     // Maps and registers the buffer (registration refused: plain writes, one log line).
-    DirectLogWriter(io_uring& ring, const DirectLogOptions& options, std::uint64_t tagBase);
+    DirectLogWriter(Ring& ring, const DirectLogOptions& options, std::uint64_t tagBase);
     ~DirectLogWriter();
     DirectLogWriter(const DirectLogWriter&) = delete;
     DirectLogWriter& operator=(const DirectLogWriter&) = delete;
@@ -163,7 +162,7 @@ class DirectLogWriter {
     std::uint64_t fileEnd(const File& file) const noexcept;
     io_uring_sqe* sqe(unsigned needed) noexcept;
 
-    io_uring& ring_;
+    Ring& ring_;
     const DirectLogOptions options_;
     const std::uint64_t tagBase_;
     LogBuffer buffer_;

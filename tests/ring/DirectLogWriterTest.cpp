@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "audit/DirectLogWriter.h"
+#include "common/Ring.h"
 #include "common/UniqueFd.h"
-#include "relay/Ring.h"
 
 namespace splicegate::audit {
 namespace {
@@ -129,7 +129,7 @@ class DirectLogWriterTest : public ::testing::Test {
 };
 
 TEST_F(DirectLogWriterTest, BytesFromMemoryAndPipeReadBackExactly) {
-    DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
     auto path = dir_.file("a.data");
     auto fd = createFile(path);
     ASSERT_TRUE(fd);
@@ -177,7 +177,7 @@ TEST_F(DirectLogWriterTest, BytesFromMemoryAndPipeReadBackExactly) {
 }
 
 TEST_F(DirectLogWriterTest, PartialTailBlockIsWrittenPaddedThenRewritten) {
-    DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
     auto path = dir_.file("tail.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 7), 0);
@@ -210,7 +210,7 @@ TEST_F(DirectLogWriterTest, PartialTailBlockIsWrittenPaddedThenRewritten) {
 
 TEST_F(DirectLogWriterTest, FullBufferCutsAppendsShortWithoutBlocking) {
     auto options = smallOptions();
-    DirectLogWriter writer(*ring_.raw(), options, kTagBase);
+    DirectLogWriter writer(ring_, options, kTagBase);
     auto path = dir_.file("full.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -250,7 +250,7 @@ TEST_F(DirectLogWriterTest, FullBufferCutsAppendsShortWithoutBlocking) {
 TEST_F(DirectLogWriterTest, DelayedWritesHoldTheBufferFullUntilTheyComplete) {
     auto options = smallOptions();
     options.writeDelay = std::chrono::milliseconds(300);
-    DirectLogWriter writer(*ring_.raw(), options, kTagBase);
+    DirectLogWriter writer(ring_, options, kTagBase);
     auto path = dir_.file("delay.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -265,7 +265,7 @@ TEST_F(DirectLogWriterTest, DelayedWritesHoldTheBufferFullUntilTheyComplete) {
 }
 
 TEST_F(DirectLogWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSyncedWithoutACommit) {
-    DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
     auto pathA = dir_.file("a.data"), pathB = dir_.file("b.data");
     auto fdA = createFile(pathA), fdB = createFile(pathB);
     ASSERT_EQ(writer.startFile(fdA.get(), 1), 0);
@@ -288,7 +288,7 @@ TEST_F(DirectLogWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSynce
 TEST_F(DirectLogWriterTest, DsyncWritesNeedNoFdatasync) {
     auto options = smallOptions();
     options.dsyncWrites = true;
-    DirectLogWriter writer(*ring_.raw(), options, kTagBase);
+    DirectLogWriter writer(ring_, options, kTagBase);
     auto path = dir_.file("dsync.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -304,7 +304,7 @@ TEST_F(DirectLogWriterTest, RingWithFixedBuffersAlreadyFallsBackToPlainWrites) {
     iovec vector{other.data(), other.size()};
     ASSERT_EQ(io_uring_register_buffers(ring_.raw(), &vector, 1), 0);
     {
-        DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+        DirectLogWriter writer(ring_, smallOptions(), kTagBase);
         EXPECT_FALSE(writer.fixedBuffers());
         auto path = dir_.file("plain.data");
         auto fd = createFile(path);
@@ -318,7 +318,7 @@ TEST_F(DirectLogWriterTest, RingWithFixedBuffersAlreadyFallsBackToPlainWrites) {
 }
 
 TEST_F(DirectLogWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile) {
-    DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
     UniqueFd full(::open("/dev/full", O_WRONLY | O_CLOEXEC));
     ASSERT_TRUE(full) << "/dev/full: " << std::strerror(errno);
     ASSERT_EQ(writer.startFile(full.get(), 41), 0);
@@ -350,7 +350,7 @@ TEST_F(DirectLogWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile)
 
 TEST_F(DirectLogWriterTest, WriteErrorOnARealFileWithWritesInFlightFreesEveryBuffer) {
     auto options = smallOptions();
-    DirectLogWriter writer(*ring_.raw(), options, kTagBase);
+    DirectLogWriter writer(ring_, options, kTagBase);
     auto path = dir_.file("ro.data");
     { auto created = createFile(path); }
     UniqueFd readOnly(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -369,7 +369,7 @@ TEST_F(DirectLogWriterTest, WriteErrorOnARealFileWithWritesInFlightFreesEveryBuf
 }
 
 TEST_F(DirectLogWriterTest, FdatasyncErrorIsNeverRetried) {
-    DirectLogWriter writer(*ring_.raw(), smallOptions(), kTagBase);
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
     // /dev/null takes every write and refuses fdatasync (EINVAL): the sync fails, not the write.
     UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
     ASSERT_EQ(writer.startFile(null.get(), 9), 0);
@@ -422,7 +422,7 @@ int bufferedScenario(int logPipe) {
         } else {
             try {
                 Ring ring(64, 2, 2);
-                DirectLogWriter writer(*ring.raw(), smallOptions(), kTagBase);
+                DirectLogWriter writer(ring, smallOptions(), kTagBase);
                 auto fd = createFile(path);
                 auto second = createFile(path + ".2");
                 auto bytes = pattern(200003, 16);

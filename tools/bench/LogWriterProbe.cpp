@@ -35,14 +35,12 @@ double processCpuSeconds() {
 class Probe {
   public:
     Probe(const std::string& dir, const audit::DirectLogOptions& options, std::uint64_t fileBytes)
-        : dir_(dir), fileBytes_(fileBytes) {
-        checkSys(-io_uring_queue_init(256, &ring_, 0), "io_uring_queue_init");
+        : dir_(dir), fileBytes_(fileBytes), ring_(256, 2, 2) {
         writer_ = std::make_unique<audit::DirectLogWriter>(ring_, options, kTagBase);
         nextFile();
     }
     ~Probe() {
         writer_.reset();
-        io_uring_queue_exit(&ring_);
         for (const auto& path : paths_) ::unlink(path.c_str());
     }
 
@@ -56,16 +54,13 @@ class Probe {
     }
     // Submits, waits for one completion at most `waitMs`, routes what came back.
     void turn(unsigned waitMs) {
-        __kernel_timespec timeout{0, static_cast<long long>(waitMs) * 1000000};
-        io_uring_cqe* cqe = nullptr;
-        io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &timeout, nullptr);
-        unsigned head;
-        unsigned count = 0;
-        io_uring_for_each_cqe(&ring_, head, cqe) {
-            writer_->onCompletion(static_cast<std::uint32_t>(cqe->user_data), cqe->res);
-            ++count;
-        }
-        io_uring_cq_advance(&ring_, count);
+        if (waitMs > 0)
+            ring_.submitAndWait(waitMs);
+        else
+            ring_.submit();
+        ring_.drainCompletions([this](const io_uring_cqe& cqe) {
+            writer_->onCompletion(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+        });
         auto failures = writer_->takeFailures();
         if (!failures.empty()) throwErrno(-failures.front().error, "audit write in " + dir_);
     }
@@ -93,7 +88,7 @@ class Probe {
 
     std::string dir_;
     std::uint64_t fileBytes_;
-    io_uring ring_{};
+    Ring ring_;
     std::unique_ptr<audit::DirectLogWriter> writer_;
     std::vector<std::string> paths_;
     std::uint64_t fileOffset_ = 0;
