@@ -125,45 +125,94 @@ int DirectLogWriter::appendSlot(File& file) noexcept {
     return static_cast<int>(index);
 }
 
+int DirectLogWriter::reserve(std::size_t length, LogReservation& out) noexcept {
+    out = LogReservation{};
+    out.lsn = appendedLsn_;
+    if (files_.empty() || !files_.back().current) return -EBADF;
+    File& file = files_.back();
+    if (file.failed) return -EIO;  // the owner must start a new file: nothing more goes to this one
+    out.fileOffset = file.nextOffset;
+    if (length == 0) return 0;
+    int index = appendSlot(file);
+    if (index < 0) {
+        ++stats_.fullAppends;
+        return 0;
+    }
+    try {
+        pending_.push_back({appendedLsn_, false});
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
+    Slot& slot = slots_[static_cast<unsigned>(index)];
+    std::size_t take = std::min(length, buffer_.bufferBytes() - slot.fill);
+    out.memory = {buffer_.buffer(static_cast<unsigned>(index)) + slot.fill, take};
+    out.slot = static_cast<std::uint32_t>(index);
+    slot.fill += take;
+    ++slot.reservations;
+    file.nextOffset += take;
+    appendedLsn_ += take;
+    if (slot.fill == buffer_.bufferBytes()) slot.sealed = true;
+    return 0;
+}
+
+void DirectLogWriter::complete(LogReservation& reservation, std::size_t filled) noexcept {
+    if (reservation.memory.empty()) return;
+    const unsigned index = reservation.slot;
+    Slot& slot = slots_[index];
+    const std::size_t size = reservation.memory.size();
+    filled = std::min(filled, size);
+    if (std::size_t unused = size - filled; unused > 0) {
+        // Given back only from the end of the current file's last buffer: nothing follows it.
+        bool last = reservation.lsn + size == appendedLsn_ && !slot.discard &&
+                    active_.back() == index && files_.back().current &&
+                    files_.back().serial == slot.file;
+        if (last) {
+            slot.fill -= unused;
+            slot.sealed = false;  // it could only have been sealed for being full
+            files_.back().nextOffset -= unused;
+            appendedLsn_ -= unused;
+        } else {
+            std::memset(reservation.memory.data() + filled, 0, unused);
+        }
+    }
+    for (auto& pending : pending_) {
+        if (pending.lsn == reservation.lsn && !pending.done) {
+            pending.done = true;
+            break;
+        }
+    }
+    while (!pending_.empty() && pending_.front().done) pending_.pop_front();
+    --slot.reservations;
+    stats_.appendedBytes += filled;
+    reservation.memory = {};
+    if (slot.discard && !slot.writing && slot.reservations == 0) release(index);
+    pump();
+}
+
 template <typename Copy>
 LogAppend DirectLogWriter::appendWith(std::size_t length, Copy&& copy) noexcept {
     LogAppend out;
     out.lsn = appendedLsn_;
-    if (files_.empty() || !files_.back().current) {
-        out.bytes = -EBADF;
-        return out;
-    }
-    File& file = files_.back();
-    if (file.failed) {  // the owner must start a new file: nothing more is trusted to this one
-        out.bytes = -EIO;
-        return out;
-    }
-    out.fileOffset = file.nextOffset;
     std::size_t done = 0;
     while (done < length) {
-        int index = appendSlot(file);
-        if (index < 0) {
-            ++stats_.fullAppends;
+        LogReservation space;
+        int rc = reserve(length - done, space);
+        if (done == 0) out.fileOffset = space.fileOffset;
+        if (rc < 0) {
+            if (done == 0) out.bytes = rc;
             break;
         }
-        Slot& slot = slots_[static_cast<unsigned>(index)];
-        std::size_t want = std::min(length - done, buffer_.bufferBytes() - slot.fill);
-        long got = copy(buffer_.buffer(static_cast<unsigned>(index)) + slot.fill, want, done);
+        if (space.memory.empty()) break;  // full
+        long got = copy(space.memory.data(), space.memory.size(), done);
+        complete(space, got > 0 ? static_cast<std::size_t>(got) : 0);
         if (got <= 0) {
             if (done == 0) out.bytes = got;
             break;
         }
-        auto moved = static_cast<std::size_t>(got);
-        slot.fill += moved;
-        file.nextOffset += moved;
-        appendedLsn_ += moved;
-        done += moved;
-        if (slot.fill == buffer_.bufferBytes()) slot.sealed = true;
-        if (moved < want) break;  // the pipe is empty
+        done += static_cast<std::size_t>(got);
+        if (static_cast<std::size_t>(got) < space.memory.size()) break;  // the pipe is empty
     }
     if (done > 0) out.bytes = static_cast<long>(done);
-    stats_.appendedBytes += done;
-    pump();
     return out;
 }
 
@@ -204,8 +253,10 @@ void DirectLogWriter::pump() noexcept {
     for (unsigned index : active_) {
         if (writesInFlight_ >= options_.maxWritesInFlight) break;
         const Slot& slot = slots_[index];
-        if (slot.writing || slot.discard || slot.written >= slot.fill) continue;
-        if (slot.sealed || slot.lsn + slot.written < commitTarget_) submitWrite(index);
+        std::size_t ready = readyBytes(slot);
+        if (slot.writing || slot.discard || slot.written >= ready) continue;
+        if ((slot.sealed && ready == slot.fill) || slot.lsn + slot.written < commitTarget_)
+            submitWrite(index);
     }
     startSyncs();
     closeFinishedFiles();
@@ -226,15 +277,16 @@ void DirectLogWriter::submitWrite(unsigned index) noexcept {
     Slot& slot = slots_[index];
     File* file = findFile(slot.file);
     std::byte* memory = buffer_.buffer(index);
+    const std::size_t ready = readyBytes(slot);
     std::size_t start = slot.written;
-    std::size_t end = slot.fill;
+    std::size_t end = ready;
     if (file->direct) {
         // O_DIRECT writes whole blocks: the block holding `written` is written again, and the
-        // last one is padded with zeros (bytes appended meanwhile land after `fill`, in padding
-        // that the next write of this buffer replaces).
+        // last one is padded with zeros past `fill` (bytes appended meanwhile, or reserved ones
+        // being filled, land in padding that the next write of this buffer replaces).
         start = alignDown(start);
         end = alignUp(end);
-        std::memset(memory + slot.fill, 0, end - slot.fill);
+        if (end > slot.fill) std::memset(memory + slot.fill, 0, end - slot.fill);
     }
     bool delayed = options_.writeDelay.count() > 0;
     io_uring_sqe* entry = sqe(delayed ? 2 : 1);
@@ -257,7 +309,7 @@ void DirectLogWriter::submitWrite(unsigned index) noexcept {
     io_uring_sqe_set_data64(entry, tagBase_ | index);
     slot.writing = true;
     slot.submitStart = start;
-    slot.submitFill = slot.fill;
+    slot.submitFill = ready;
     ++file->writesInFlight;
     ++writesInFlight_;
     ++inFlight_;
@@ -305,7 +357,7 @@ void DirectLogWriter::onWrite(unsigned index, int result) noexcept {
     File* file = findFile(slot.file);
     if (file != nullptr) --file->writesInFlight;
     if (slot.discard || file == nullptr) {
-        release(index);
+        if (slot.reservations == 0) release(index);
         return;
     }
     if (result <= 0) {  // nothing written of a non-empty write: treat as an I/O error, no loop
@@ -360,7 +412,7 @@ void DirectLogWriter::fail(File& file, int error) noexcept {
         Slot& slot = slots_[index];
         if (slot.file != file.serial) continue;
         slot.discard = true;
-        if (!slot.writing) idle.push_back(index);
+        if (!slot.writing && slot.reservations == 0) idle.push_back(index);
     }
     for (unsigned index : idle) release(index);
 }
@@ -399,6 +451,16 @@ DirectLogWriter::File* DirectLogWriter::findFile(std::uint32_t serial) noexcept 
 
 std::uint64_t DirectLogWriter::fileEnd(const File& file) const noexcept {
     return file.current ? appendedLsn_ : file.lsnEnd;
+}
+
+std::uint64_t DirectLogWriter::readyLsn() const noexcept {
+    return pending_.empty() ? appendedLsn_ : pending_.front().lsn;
+}
+
+std::size_t DirectLogWriter::readyBytes(const Slot& slot) const noexcept {
+    std::uint64_t ready = readyLsn();
+    if (ready <= slot.lsn) return 0;
+    return static_cast<std::size_t>(std::min<std::uint64_t>(ready - slot.lsn, slot.fill));
 }
 
 std::uint64_t DirectLogWriter::writtenLsn() const noexcept {

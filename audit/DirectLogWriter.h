@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,15 @@ struct LogAppend {
     std::uint64_t fileOffset = 0;  // of the first byte appended, in the current file
 };
 
+// Space in the log for bytes that are filled later (a read of the audit pipe through io_uring,
+// say): `memory` is the writer's until complete() gives it back.
+struct LogReservation {
+    std::span<std::byte> memory;  // empty: the buffer is full
+    std::uint64_t lsn = 0;
+    std::uint64_t fileOffset = 0;
+    std::uint32_t slot = 0;
+};
+
 struct LogFailure {
     std::uint64_t fileId = 0;
     int error = 0;               // -errno of the write or fdatasync
@@ -91,6 +101,14 @@ class DirectLogWriter {
     // tail written and synced without waiting for a commit. O_DIRECT is switched on here.
     int startFile(int fd, std::uint64_t fileId) noexcept;
 
+    // Up to `length` bytes of log space, contiguous (less where a buffer ends; none when the
+    // buffer is full). Returns 0, -EBADF before startFile(), -EIO when the current file failed.
+    // Every reservation must be completed; nothing after it is written before it is.
+    int reserve(std::size_t length, LogReservation& out) noexcept;
+    // `filled` bytes of the reservation hold data. An unfilled rest is given back when nothing was
+    // reserved after it, otherwise zeroed: a gap that no index record names.
+    void complete(LogReservation& reservation, std::size_t filled) noexcept;
+
     // Reads up to `length` bytes from a non-blocking pipe (a tee'd audit copy) into the log.
     LogAppend appendFromPipe(int pipeFd, std::size_t length) noexcept;
     // Copies up to `length` bytes of user memory (the buffer lane's bytes) into the log.
@@ -99,8 +117,8 @@ class DirectLogWriter {
     std::size_t room() const noexcept;
     bool full() const noexcept { return room() == 0; }
 
-    // Makes every byte appended so far durable (group commit: call it once per loop turn, not
-    // per chunk). Progress shows in durableLsn().
+    // Makes every byte appended so far (and completed, for reservations) durable. Group commit:
+    // call it once per loop turn, not per chunk. Progress shows in durableLsn().
     void commit() noexcept;
     void onCompletion(std::uint32_t tag, int result) noexcept;
     std::vector<LogFailure> takeFailures() noexcept;
@@ -121,8 +139,9 @@ class DirectLogWriter {
         std::uint32_t file = 0;  // File::serial
         std::uint64_t lsn = 0;
         std::uint64_t fileOffset = 0;
-        std::size_t fill = 0;     // appended
-        std::size_t written = 0;  // reached the file
+        std::size_t fill = 0;       // appended or reserved
+        unsigned reservations = 0;  // not completed yet: the memory is someone else's meanwhile
+        std::size_t written = 0;    // reached the file
         std::size_t submitStart = 0;
         std::size_t submitFill = 0;  // `fill` when the write in flight was submitted
         bool writing = false;
@@ -147,8 +166,14 @@ class DirectLogWriter {
     enum class TagKind : std::uint32_t { Write = 0, Sync = 1, Delay = 2 };
     static constexpr std::uint32_t kKindShift = 30;
 
+    struct Pending {
+        std::uint64_t lsn = 0;
+        bool done = false;
+    };
     template <typename Copy>
     LogAppend appendWith(std::size_t length, Copy&& copy) noexcept;
+    std::uint64_t readyLsn() const noexcept;
+    std::size_t readyBytes(const Slot& slot) const noexcept;
     int appendSlot(File& file) noexcept;  // slot index, or -1 when the buffer is full
     void pump() noexcept;
     void submitWrite(unsigned index) noexcept;
@@ -172,6 +197,7 @@ class DirectLogWriter {
     std::vector<unsigned> active_;  // slots in use, in LSN order (capacity: every slot)
     std::deque<File> files_;        // oldest first; the last is current
     std::vector<LogFailure> failures_;
+    std::deque<Pending> pending_;  // reservations in LSN order, until the oldest completes
     std::uint32_t nextSerial_ = 1;
     std::uint64_t appendedLsn_ = 0;
     std::uint64_t commitTarget_ = 0;

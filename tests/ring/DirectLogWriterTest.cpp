@@ -285,6 +285,58 @@ TEST_F(DirectLogWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSynce
     EXPECT_EQ(writer.stats().syncs, 2u);
 }
 
+TEST_F(DirectLogWriterTest, ReservationFilledLateHoldsBackWhatFollowsIt) {
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+    auto path = dir_.file("reserve.data");
+    auto fd = createFile(path);
+    ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
+    auto a = pattern(1000, 20), b = pattern(2000, 21);
+    LogReservation first, second;
+    ASSERT_EQ(writer.reserve(a.size(), first), 0);
+    ASSERT_EQ(writer.reserve(b.size(), second), 0);
+    ASSERT_EQ(first.memory.size(), a.size());
+    ASSERT_EQ(second.memory.size(), b.size());
+    EXPECT_EQ(second.fileOffset, a.size());
+    std::memcpy(second.memory.data(), b.data(), b.size());
+    writer.complete(second, b.size());
+    writer.commit();
+    ASSERT_TRUE(driveUntil(ring_, writer, [&] { return writer.idle(); }));
+    EXPECT_EQ(writer.durableLsn(), 0u) << "nothing after an open reservation is durable";
+
+    std::memcpy(first.memory.data(), a.data(), a.size());
+    writer.complete(first, a.size());
+    ASSERT_TRUE(commitAndWait(ring_, writer));
+    EXPECT_EQ(readAll(path).substr(0, 3000), a + b);
+}
+
+TEST_F(DirectLogWriterTest, ShortFilledReservationIsGivenBackAtTheEndOrZeroedInside) {
+    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+    auto path = dir_.file("short.data");
+    auto fd = createFile(path);
+    ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
+    auto bytes = pattern(3000, 22);
+    LogReservation only;
+    ASSERT_EQ(writer.reserve(1000, only), 0);
+    std::memcpy(only.memory.data(), bytes.data(), 400);
+    writer.complete(only, 400);
+    EXPECT_EQ(writer.appendedLsn(), 400u) << "the last reservation's rest goes back";
+
+    LogReservation x, y;
+    ASSERT_EQ(writer.reserve(1000, x), 0);
+    ASSERT_EQ(writer.reserve(1000, y), 0);
+    std::memset(x.memory.data(), 'x', x.memory.size());  // stale bytes that must not stay
+    std::memcpy(x.memory.data(), bytes.data() + 400, 300);
+    writer.complete(x, 300);
+    std::memcpy(y.memory.data(), bytes.data() + 700, 1000);
+    writer.complete(y, 1000);
+    EXPECT_EQ(writer.appendedLsn(), 2400u);
+    ASSERT_TRUE(commitAndWait(ring_, writer));
+    auto content = readAll(path);
+    EXPECT_EQ(content.substr(0, 700), bytes.substr(0, 700));
+    EXPECT_EQ(content.substr(700, 700), std::string(700, '\0')) << "a gap no record names";
+    EXPECT_EQ(content.substr(1400, 1000), bytes.substr(700, 1000));
+}
+
 TEST_F(DirectLogWriterTest, DsyncWritesNeedNoFdatasync) {
     auto options = smallOptions();
     options.dsyncWrites = true;
