@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "audit/AuditDirectory.h"
+#include "audit/Crc32c.h"
 #include "common/Error.h"
 
 namespace splicegate::audit {
@@ -37,9 +39,46 @@ std::uint64_t fileSize(int fd, const std::string& path) {
 }
 
 UniqueFd openRead(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) throwErrno(errno, "cannot open " + path);
     return fd;
+}
+
+UniqueFd openDirectory(const std::string& dir) {
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) throwErrno(errno, "cannot open audit directory " + dir);
+    return fd;
+}
+
+// A segment file, opened in the directory without following a symlink.
+UniqueFd openIn(int dirFd, const SegmentFiles& files, bool index) {
+    auto dir = files.indexPath.substr(0, files.indexPath.size() - files.indexName.size());
+    return openInDirectoryOrThrow(dirFd, dir, index ? files.indexName : files.dataName, O_RDONLY);
+}
+
+// CRC-32C of `length` bytes at `offset` of `fd`; false when the file ends first.
+bool payloadCrc(int fd, std::uint64_t offset, std::uint64_t length, std::uint32_t& crc,
+                const std::string& what) {
+    static thread_local std::vector<std::uint8_t> buffer(1 << 20);
+    std::uint32_t value = 0;
+    while (length > 0) {
+        auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(length, buffer.size()));
+        ssize_t n = ::pread(fd, buffer.data(), piece, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throwErrno(errno, "read " + what);
+        if (n == 0) return false;
+        value = crc32c(value, buffer.data(), static_cast<std::size_t>(n));
+        offset += static_cast<std::uint64_t>(n);
+        length -= static_cast<std::uint64_t>(n);
+    }
+    crc = value;
+    return true;
+}
+
+std::string hex32(std::uint32_t value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%08x", value);
+    return text;
 }
 
 // The segment after which worker `worker` has no index file: its current (or last) segment.
@@ -185,6 +224,8 @@ IndexReader::Status IndexReader::next(Record& record) {
         return Status::Torn;
     }
     if (status == DecodeStatus::Corrupt) return Status::Corrupt;
+    recordData_ = buffer_.data() + pos_;
+    recordSize_ = consumed;
     pos_ += consumed;
     goodEnd_ = position();
     return Status::Record;
@@ -245,10 +286,11 @@ const char* connectionStateName(ConnectionState state) noexcept {
 namespace {
 
 // Adds the connections of one index file to `result`.
-void listSegment(const SegmentFiles& files, ListResult& result,
+void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
                  std::unordered_map<std::uint64_t, std::size_t>& byId) {
     Record record;
-    IndexReader reader(files.indexPath);
+    UniqueFd fd = openIn(dirFd, files, true);
+    IndexReader reader(fd.get(), files.indexPath);
     bool first = true;
     for (bool more = true; more;) {
         switch (reader.next(record)) {
@@ -318,6 +360,7 @@ void listSegment(const SegmentFiles& files, ListResult& result,
             }
             case RecordType::SegmentStart:
             case RecordType::SegmentSealed:
+            case RecordType::SegmentsDeleted:
                 break;
         }
     }
@@ -326,13 +369,17 @@ void listSegment(const SegmentFiles& files, ListResult& result,
 }  // namespace
 
 ListResult listConnections(const std::string& dir) {
-    auto segments = listSegments(dir);
+    UniqueFd dirFd = openDirectory(dir);
+    auto segments = listSegments(dirFd.get(), dir);
     ListResult result;
     std::unordered_map<std::uint64_t, std::size_t> byId;
     for (const auto& files : segments) {
+        if (files.unsafe)
+            result.problems.push_back(
+                placeText(files.indexPath, 0, "a segment file that is not a regular file (not followed)"));
         if (!files.hasIndex) continue;
         try {
-            listSegment(files, result, byId);
+            listSegment(dirFd.get(), files, result, byId);
         } catch (const std::system_error& error) {
             // An unreadable file is one problem; the other segments are still listed.
             result.problems.push_back(placeText(files.indexPath, 0, error.what()));
@@ -388,7 +435,14 @@ class PendingCopy {
 
 ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
                                 const std::function<int()>& openOutput) {
-    auto segments = listSegments(dir);
+    return extractConnection(dir, id, direction, openOutput, ExtractOptions{});
+}
+
+ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
+                                const std::function<int()>& openOutput,
+                                const ExtractOptions& options) {
+    UniqueFd dirFd = openDirectory(dir);
+    auto segments = listSegments(dirFd.get(), dir);
     auto last = lastIndexedSegments(segments);
     ExtractResult result;
     unsigned worker = 0;
@@ -404,7 +458,8 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
     for (const auto& files : segments) {
         if (done || (result.found && files.worker != worker)) break;
         if (!files.hasIndex) continue;
-        IndexReader reader(files.indexPath);
+        UniqueFd indexFd = openIn(dirFd.get(), files, true);
+        IndexReader reader(indexFd.get(), files.indexPath);
         UniqueFd data;
         std::uint64_t dataSize = 0;
         bool isLast = last[files.worker] == files.segment;
@@ -429,7 +484,8 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 continue;
             }
             if (record.id != id || record.type == RecordType::SegmentStart ||
-                record.type == RecordType::SegmentSealed)
+                record.type == RecordType::SegmentSealed ||
+                record.type == RecordType::SegmentsDeleted)
                 continue;
             if (record.type == RecordType::Open) {
                 if (result.found) continue;
@@ -445,7 +501,7 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                         fail(placeText(files.indexPath, reader.recordOffset(),
                                        chunkText(record) + ": the data file " +
                                            baseName(files.dataPath) + " is missing"));
-                    data = openRead(files.dataPath);
+                    data = openIn(dirFd.get(), files, false);
                     dataSize = fileSize(data.get(), files.dataPath);
                 }
                 if (record.chunkEnd() > dataSize)
@@ -453,6 +509,21 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                                    chunkText(record) + " lies beyond the end of " +
                                        baseName(files.dataPath) + " (" + std::to_string(dataSize) +
                                        " bytes)"));
+                std::uint32_t crc = 0;
+                if (record.hasCrc &&
+                    (!payloadCrc(data.get(), record.offset, record.length, crc, files.dataPath) ||
+                     crc != record.crc)) {
+                    auto what = placeText(
+                        files.indexPath, reader.recordOffset(),
+                        "payload of connection " + std::to_string(id) + " " +
+                            directionName(direction) + " at stream offset " +
+                            std::to_string(result.bytes) + " (" + std::to_string(record.length) +
+                            " bytes at data offset " + std::to_string(record.offset) + " of " +
+                            baseName(files.dataPath) + ") fails its CRC-32C (recorded " +
+                            hex32(record.crc) + ", computed " + hex32(crc) + ")");
+                    if (!options.force) fail(what + "; use --force to extract it anyway");
+                    if (options.onDamage) options.onDamage(what);
+                }
                 output->add(data.get(), files.dataPath, record.offset, record.length);
                 result.bytes += record.length;
                 ++result.chunks;
@@ -527,26 +598,59 @@ struct ConnectionCheck {
     std::uint64_t bytes[2] = {0, 0};
 };
 
+// What verify knows of one worker's chain while it walks the worker's segments.
+struct WorkerChain {
+    bool seen = false;           // a segment of this worker was read
+    bool known = false;          // `digest` is the previous segment's seal digest
+    std::uint64_t segment = 0;   // the previous segment's number
+    std::string indexPath;       // and its index file
+    Digest digest{};
+};
+
+// One entry of the retention log.
+struct DeletedSegments {
+    std::uint64_t first = 0;
+    std::uint64_t last = 0;
+    Digest lastDigest{};
+};
+
+std::string shortHex(const Digest& digest) {
+    return hexText(digest.data(), 8) + "...";
+}
+
 class Verifier {
   public:
-    Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem)
-        : dir_(dir), onProblem_(onProblem) {}
+    Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem,
+             const ChainKey* key)
+        : dir_(dir), onProblem_(onProblem), key_(key) {}
 
     VerifySummary run() {
-        auto segments = listSegments(dir_);
+        UniqueFd dirFd = openDirectory(dir_);
+        dirFd_ = dirFd.get();
+        retentionLog();
+        auto segments = listSegments(dirFd_, dir_);
+        std::size_t indexed = 0;
         for (const auto& files : segments) {
             ++summary_.segments;
+            if (files.unsafe)
+                report(files.indexPath, 0,
+                       "a file with this segment's name is not a regular file (a symlink?); it "
+                       "is not followed");
             if (!files.hasIndex) {
-                report(files.dataPath, 0, "data file without an index file");
+                if (files.hasData) report(files.dataPath, 0, "data file without an index file");
                 continue;
             }
+            ++indexed;
             try {
                 segment(files);
             } catch (const std::system_error& error) {
                 // An unreadable file is one problem; the other segments are still checked.
                 report(files.indexPath, 0, error.what());
+                chains_[files.worker] = WorkerChain{true, false, files.segment, files.indexPath, {}};
             }
         }
+        if (indexed == 0)
+            report(dir_, 0, "no audit log here (no segment index file)");
         summary_.connections = connections_.size();
         return summary_;
     }
@@ -557,28 +661,146 @@ class Verifier {
         onProblem_(placeText(file, offset, what));
     }
 
+    // Says what is wrong with a chained record's key, or empty when it matches --key-file.
+    std::string keyProblem(const Record& record) const {
+        if (record.chainKind == kChainHmacSha256 && key_ == nullptr)
+            return "sealed with an HMAC key (key id " +
+                   hexText(record.keyId.data(), record.keyId.size()) +
+                   "): verify it with --key-file";
+        if (record.chainKind == kChainSha256 && key_ != nullptr)
+            return "sealed without a key, but --key-file was given: whoever wrote it did not "
+                   "have the key";
+        if (key_ != nullptr && record.keyId != key_->id())
+            return "sealed with another key (key id " +
+                   hexText(record.keyId.data(), record.keyId.size()) + ", --key-file's is " +
+                   hexText(key_->id().data(), key_->id().size()) + "): wrong key";
+        return {};
+    }
+
+    // The retention log: which segments retention deleted, each entry chained to the previous.
+    void retentionLog() {
+        std::string path = (dir_.back() == '/' ? dir_ : dir_ + "/") + kRetentionLogName;
+        int fd = openInDirectory(dirFd_, kRetentionLogName, O_RDONLY);
+        if (fd == -ENOENT) return;
+        if (fd < 0) {
+            report(path, 0,
+                   fd == -ELOOP ? std::string("is a symlink (not followed)") : errnoText(-fd));
+            return;
+        }
+        UniqueFd owned(fd);
+        IndexReader reader(fd, path);
+        Record record;
+        Digest previous{};
+        for (;;) {
+            auto status = reader.next(record);
+            if (status == IndexReader::Status::End) return;
+            if (status != IndexReader::Status::Record) {
+                report(path, status == IndexReader::Status::Torn ? reader.goodEnd()
+                                                                : reader.recordOffset(),
+                       reader.problem());
+                return;  // later entries cannot be trusted without the chain
+            }
+            auto offset = reader.recordOffset();
+            if (record.type != RecordType::SegmentsDeleted) {
+                report(path, offset,
+                       std::string(recordTypeName(record.type)) + " record in the retention log");
+                return;
+            }
+            if (auto problem = keyProblem(record); !problem.empty()) {
+                report(path, offset, "retention entry " + problem);
+                return;
+            }
+            ChainHasher hasher(key_);
+            hasher.update(reader.recordData() + kRecordHeaderSize,
+                          reader.recordSize() - kRecordHeaderSize - Digest{}.size());
+            if (hasher.finish() != record.entryMac || record.prevDigest != previous) {
+                report(path, offset,
+                       "retention entry for worker " + std::to_string(record.worker) +
+                           " segments " + std::to_string(record.firstSegment) + ".." +
+                           std::to_string(record.lastSegment) +
+                           " does not match its chain: the retention log was altered");
+                return;
+            }
+            previous = record.entryMac;
+            summary_.deletedByRetention += record.lastSegment - record.firstSegment + 1;
+            deleted_[record.worker].push_back(
+                {record.firstSegment, record.lastSegment, record.digest});
+        }
+    }
+
+    // Whether the retention log records deleting segments up to one whose digest is `digest`,
+    // below segment `before` of `worker`.
+    bool deletedByRetention(unsigned worker, std::uint64_t before, const Digest& digest) const {
+        auto it = deleted_.find(worker);
+        if (it == deleted_.end()) return false;
+        for (const auto& entry : it->second)
+            if (entry.last < before && entry.lastDigest == digest) return true;
+        return false;
+    }
+
+    void checkLink(const SegmentFiles& files, std::uint64_t offset, const Record& seal) {
+        auto& chain = chains_[files.worker];
+        bool linked = false;
+        std::string expected;
+        if (chain.seen && chain.known) {
+            linked = seal.prevDigest == chain.digest;
+            expected = "the previous segment " + baseName(chain.indexPath) + " ends with " +
+                       shortHex(chain.digest);
+        } else if (chain.seen) {
+            return;  // the previous segment is damaged, unsealed or older than the chain
+        } else {
+            linked = seal.prevDigest == Digest{};
+            expected = "there is no earlier segment of worker " + std::to_string(files.worker);
+        }
+        if (linked || deletedByRetention(files.worker, files.segment, seal.prevDigest)) return;
+        report(files.indexPath, offset,
+               "hash chain broken before this segment: its seal names predecessor digest " +
+                   shortHex(seal.prevDigest) + ", but " + expected +
+                   " and the retention log records no such deletion (a segment was removed, "
+                   "replaced or reordered)");
+    }
+
     void segment(const SegmentFiles& files) {
         const std::string& index = files.indexPath;
         std::uint64_t dataSize = 0;
+        UniqueFd data;
         if (files.hasData) {
-            UniqueFd data = openRead(files.dataPath);
+            data = openIn(dirFd_, files, false);
             dataSize = fileSize(data.get(), files.dataPath);
         } else {
             report(index, 0, "the data file " + baseName(files.dataPath) + " is missing");
         }
-        IndexReader reader(index);
+        UniqueFd indexFd = openIn(dirFd_, files, true);
+        IndexReader reader(indexFd.get(), index);
         CoveredRanges covered;
         Record record;
         bool first = true;
         bool sealed = false;
+        bool damaged = false;
+        std::uint32_t version = 0;
+        // Both chain kinds are computed: which one applies is known only at the seal.
+        ChainHasher plain(nullptr);
+        std::optional<ChainHasher> keyed;
+        if (key_ != nullptr) keyed.emplace(key_);
+        auto& chain = chains_[files.worker];
+        auto finishChain = [&](bool known, const Digest& digest) {
+            chain = WorkerChain{true, known, files.segment, index, digest};
+        };
         for (;;) {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) {
                 if (first) report(index, 0, "empty index file (no SegmentStart record)");
+                if (!sealed && !first && !damaged && version >= kFirstChainedVersion)
+                    report(index, reader.goodEnd(),
+                           "the segment is not sealed: its records are not covered by the hash "
+                           "chain (the running daemon's current segment, or a crash not yet "
+                           "recovered)");
+                if (!sealed) finishChain(false, {});
                 return;
             }
             if (status == IndexReader::Status::Torn) {
                 report(index, reader.goodEnd(), reader.problem());
+                if (!sealed) finishChain(false, {});
                 return;
             }
             if (status == IndexReader::Status::Corrupt) {
@@ -590,7 +812,11 @@ class Verifier {
                                 : " (no valid record follows)";
                 report(index, offset, problem);
                 first = false;
-                if (!more) return;
+                damaged = true;
+                if (!more) {
+                    finishChain(false, {});
+                    return;
+                }
                 continue;
             }
             ++summary_.records;
@@ -602,26 +828,40 @@ class Verifier {
             if (sealed)
                 report(index, offset,
                        std::string(recordTypeName(record.type)) + " record after SegmentSealed");
+            if (record.type != RecordType::SegmentSealed) {
+                plain.update(reader.recordData(), reader.recordSize());
+                if (keyed) keyed->update(reader.recordData(), reader.recordSize());
+            }
             switch (record.type) {
                 case RecordType::SegmentStart:
-                    if (!first)
+                    if (!first) {
                         report(index, offset, "SegmentStart record that is not the first record");
-                    else if (record.worker != files.worker || record.segment != files.segment)
+                    } else if (record.worker != files.worker || record.segment != files.segment) {
                         report(index, offset,
                                "SegmentStart names worker " + std::to_string(record.worker) +
                                    " segment " + std::to_string(record.segment) +
                                    " but the file name says worker " +
                                    std::to_string(files.worker) + " segment " +
-                                   std::to_string(files.segment));
+                                   std::to_string(files.segment) +
+                                   " (a segment file was renamed or moved)");
+                        damaged = true;
+                    } else {
+                        version = record.version;
+                    }
                     break;
                 case RecordType::SegmentSealed:
+                    if (!sealed) seal(files, offset, record, reader, damaged, plain, keyed,
+                                      finishChain);
                     sealed = true;
+                    break;
+                case RecordType::SegmentsDeleted:
+                    report(index, offset, "SegmentsDeleted record in a segment index");
                     break;
                 case RecordType::Open:
                     open(files, offset, record);
                     break;
                 case RecordType::Chunk:
-                    chunk(files, offset, record, dataSize, covered);
+                    chunk(files, offset, record, dataSize, covered, data.get());
                     break;
                 case RecordType::Close:
                 case RecordType::Truncated:
@@ -630,6 +870,31 @@ class Verifier {
             }
             first = false;
         }
+    }
+
+    template <typename Finish>
+    void seal(const SegmentFiles& files, std::uint64_t offset, const Record& record,
+              const IndexReader& reader, bool damaged, ChainHasher& plain,
+              std::optional<ChainHasher>& keyed, Finish& finishChain) {
+        if (!record.chained) {
+            finishChain(true, Digest{});  // an old segment: a later chain starts from zero
+            return;
+        }
+        ++summary_.sealedSegments;
+        const std::uint8_t* body = reader.recordData() + kRecordHeaderSize;
+        if (auto problem = keyProblem(record); !problem.empty()) {
+            report(files.indexPath, offset, "segment " + problem);
+            finishChain(true, record.digest);
+            return;
+        }
+        ChainHasher& hasher = record.chainKind == kChainHmacSha256 ? *keyed : plain;
+        hasher.update(body, kSealDigestedBodyBytes);
+        if (!damaged && hasher.finish() != record.digest)
+            report(files.indexPath, offset,
+                   "the seal's digest does not match the segment's records: a record was "
+                   "altered, removed, inserted or reordered");
+        checkLink(files, offset, record);
+        finishChain(true, record.digest);
     }
 
     void open(const SegmentFiles& files, std::uint64_t offset, const Record& record) {
@@ -677,12 +942,32 @@ class Verifier {
     }
 
     void chunk(const SegmentFiles& files, std::uint64_t offset, const Record& record,
-               std::uint64_t dataSize, CoveredRanges& covered) {
+               std::uint64_t dataSize, CoveredRanges& covered, int dataFd) {
         summary_.chunkBytes = addSaturating(summary_.chunkBytes, record.length);
-        if (files.hasData && record.chunkEnd() > dataSize)
+        bool inside = files.hasData && record.chunkEnd() <= dataSize;
+        if (files.hasData && !inside)
             report(files.indexPath, offset,
                    chunkText(record) + " lies beyond the end of " + baseName(files.dataPath) +
                        " (" + std::to_string(dataSize) + " bytes)");
+        if (!record.hasCrc) {
+            ++summary_.uncheckedChunks;
+        } else if (inside) {
+            std::uint32_t crc = 0;
+            payloadCrc(dataFd, record.offset, record.length, crc, files.dataPath);
+            summary_.checkedPayloadBytes += record.length;
+            if (crc != record.crc) {
+                auto it = connections_.find(record.id);
+                std::uint64_t streamOffset =
+                    it == connections_.end() ? 0 : it->second.bytes[record.direction];
+                report(files.indexPath, offset,
+                       "payload of connection " + std::to_string(record.id) + " " +
+                           directionName(record.direction) + " at stream offset " +
+                           std::to_string(streamOffset) + " (" + std::to_string(record.length) +
+                           " bytes at data offset " + std::to_string(record.offset) + " of " +
+                           baseName(files.dataPath) + ") fails its CRC-32C (recorded " +
+                           hex32(record.crc) + ", computed " + hex32(crc) + ")");
+            }
+        }
         std::uint64_t overlapBegin = 0, overlapEnd = 0;
         if (!covered.add(record.offset, record.chunkEnd(), overlapBegin, overlapEnd))
             report(files.indexPath, offset,
@@ -713,15 +998,20 @@ class Verifier {
 
     const std::string& dir_;
     const std::function<void(const std::string&)>& onProblem_;
+    const ChainKey* key_;
+    int dirFd_ = -1;
     VerifySummary summary_;
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
+    std::map<unsigned, WorkerChain> chains_;
+    std::map<unsigned, std::vector<DeletedSegments>> deleted_;
 };
 
 }  // namespace
 
 VerifySummary verifyDirectory(const std::string& dir,
-                              const std::function<void(const std::string&)>& onProblem) {
-    return Verifier(dir, onProblem).run();
+                              const std::function<void(const std::string&)>& onProblem,
+                              const ChainKey* key) {
+    return Verifier(dir, onProblem, key).run();
 }
 
 std::vector<std::string> verifyDirectory(const std::string& dir) {

@@ -49,6 +49,9 @@ class IndexReader {
     std::uint64_t position() const noexcept { return bufferStart_ + pos_; }
     const std::string& problem() const noexcept { return problem_; }
     const std::string& path() const noexcept { return path_; }
+    // The bytes of the record next() returned last (valid until the next call).
+    const std::uint8_t* recordData() const noexcept { return recordData_; }
+    std::size_t recordSize() const noexcept { return recordSize_; }
 
     static constexpr std::size_t kDefaultBufferSize = 1 << 20;
 
@@ -68,6 +71,8 @@ class IndexReader {
     std::uint64_t recordOffset_ = 0;
     std::uint64_t goodEnd_ = 0;
     std::string problem_;
+    const std::uint8_t* recordData_ = nullptr;
+    std::size_t recordSize_ = 0;
 };
 
 // "FILE:OFFSET: what" as printed by verify and the other commands.
@@ -123,6 +128,19 @@ struct ExtractResult {
 ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
                                 const std::function<int()>& openOutput);
 
+struct ExtractOptions {
+    // Copy a chunk whose payload CRC-32C does not match its record instead of refusing it;
+    // each such chunk is passed to onDamage ("FILE:OFFSET: what", naming connection, direction
+    // and stream offset).
+    bool force = false;
+    std::function<void(const std::string&)> onDamage;
+};
+// As above; a chunk whose payload fails its CRC throws std::runtime_error naming it unless
+// options.force.
+ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
+                                const std::function<int()>& openOutput,
+                                const ExtractOptions& options);
+
 // Copies `length` bytes at `offset` of `inFd` to the current position of `outFd` in bounded
 // pieces, in the kernel when possible. Throws std::system_error naming `what`; a file shorter
 // than offset + length is an error.
@@ -133,6 +151,10 @@ void copyFileRange(int inFd, std::uint64_t offset, std::uint64_t length, int out
 
 struct VerifySummary {
     std::uint64_t problems = 0;
+    std::uint64_t sealedSegments = 0;   // chained seals checked
+    std::uint64_t checkedPayloadBytes = 0;  // payload bytes whose CRC-32C was checked
+    std::uint64_t uncheckedChunks = 0;  // chunks without a payload CRC (splice writer, old logs)
+    std::uint64_t deletedByRetention = 0;  // segments the retention log records as deleted
     std::uint64_t segments = 0;
     std::uint64_t records = 0;
     std::uint64_t connections = 0;
@@ -140,9 +162,11 @@ struct VerifySummary {
 };
 
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"
-// line per problem (in file order). Throws std::system_error when `dir` cannot be read.
+// line per problem (in file order). `key`: --key-file (null: the log must be unkeyed). Throws
+// std::system_error when `dir` cannot be read.
 VerifySummary verifyDirectory(const std::string& dir,
-                              const std::function<void(const std::string&)>& onProblem);
+                              const std::function<void(const std::string&)>& onProblem,
+                              const ChainKey* key = nullptr);
 // Convenience: the problem lines.
 std::vector<std::string> verifyDirectory(const std::string& dir);
 

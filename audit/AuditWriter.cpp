@@ -8,6 +8,9 @@
 #include <ctime>
 #include <new>
 
+#include "audit/AuditDirectory.h"
+#include "audit/AuditReader.h"
+#include "audit/Crc32c.h"
 #include "audit/Records.h"
 #include "common/Error.h"
 #include "common/Log.h"
@@ -20,14 +23,49 @@ std::int64_t wallClockNs() noexcept {
     return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
+namespace {
+
+// The digest in the seal of `worker`'s newest indexed segment below `first` (zero when there is
+// none, or it is unsealed or older than the chain).
+Digest lastSealDigest(int dirFd, const std::string& dir, std::uint32_t worker,
+                      std::uint64_t first) {
+    const SegmentFiles* newest = nullptr;
+    auto segments = listSegments(dirFd, dir);
+    for (const auto& files : segments)
+        if (files.worker == worker && files.segment < first && files.hasIndex) newest = &files;
+    Digest digest{};
+    if (newest == nullptr) return digest;
+    UniqueFd fd = openInDirectoryOrThrow(dirFd, dir, newest->indexName, O_RDONLY);
+    IndexReader reader(fd.get(), newest->indexPath);
+    Record record;
+    for (;;) {
+        auto status = reader.next(record);
+        if (status == IndexReader::Status::Corrupt) {
+            if (!reader.resync()) break;
+            continue;
+        }
+        if (status != IndexReader::Status::Record) break;
+        if (record.type == RecordType::SegmentSealed)
+            digest = record.chained ? record.digest : Digest{};
+    }
+    return digest;
+}
+
+}  // namespace
+
 AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
                          std::uint64_t segmentBytes,
-                         const std::atomic<std::uint64_t>* nextConnectionId)
+                         const std::atomic<std::uint64_t>* nextConnectionId,
+                         std::shared_ptr<const ChainKey> chainKey)
     : dir_(std::move(dir)),
+      dirFd_(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
+      chainKey_(std::move(chainKey)),
       worker_(worker),
       segmentBytes_(segmentBytes),
       nextConnectionId_(nextConnectionId),
       nextSegment_(firstSegment) {
+    if (!dirFd_) throwErrno(errno, "audit: cannot open directory " + dir_);
+    prevDigest_ = lastSealDigest(dirFd_.get(), dir_, worker_, firstSegment);
     int rc = openSegment(nextSegment_);
     if (rc < 0)
         throwErrno(-rc, "audit: cannot create segment " + dir_ + "/" +
@@ -37,38 +75,66 @@ AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t fi
 
 AuditWriter::~AuditWriter() {
     if (current_) retire(current_, false);
-    auto remaining = retired_;
-    for (auto& segment : remaining) {
+    for (auto& segment : retired_) {
         // Writes still in flight cannot complete after the ring is gone: seal what we have.
         segment->writesInFlight = 0;
         segment->syncing = false;
-        sealIfDone(*segment);
     }
+    sealReady();
+}
+
+template <typename Encode>
+int AuditWriter::append(Segment& segment, Encode encode) noexcept {
+    auto before = segment.pendingRecords.size();
+    try {
+        encode(segment.pendingRecords);
+    } catch (const std::bad_alloc&) {
+        segment.pendingRecords.resize(before);
+        return -ENOMEM;
+    }
+    if (segment.chain)
+        segment.chain->update(segment.pendingRecords.data() + before,
+                              segment.pendingRecords.size() - before);
+    return 0;
 }
 
 int AuditWriter::openSegment(std::uint64_t number) noexcept {
-    auto segment = std::make_shared<Segment>();
+    std::shared_ptr<Segment> segment;
+    try {
+        segment = std::make_shared<Segment>();
+        segment->chain.emplace(chainKey_.get());
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
     segment->worker = worker_;
     segment->number = number;
-    auto base = dir_ + "/" + segmentBaseName(worker_, number);
-    segment->dataPath = base + ".data";
-    constexpr int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
-    segment->data.reset(::open(segment->dataPath.c_str(), flags, 0640));
-    if (!segment->data) return -errno;
-    auto indexPath = base + ".index";
-    segment->index.reset(::open(indexPath.c_str(), flags, 0640));
-    int rc = segment->index ? 0 : -errno;
+    auto base = segmentBaseName(worker_, number);
+    segment->dataPath = dir_ + "/" + base + ".data";
+    // O_EXCL: never reuse or follow an existing name; the data file is readable for
+    // payloadCrcFromFile().
+    int fd = openInDirectory(dirFd_.get(), base + ".data", O_RDWR | O_CREAT | O_EXCL, 0640);
+    if (fd < 0) return fd;
+    segment->data.reset(fd);
+    fd = openInDirectory(dirFd_.get(), base + ".index", O_WRONLY | O_CREAT | O_EXCL, 0640);
+    int rc = fd < 0 ? fd : 0;
+    if (fd >= 0) segment->index.reset(fd);
     if (rc == 0) {
         // Relaxed is enough: the floor must exceed the ids this worker recorded in its earlier
         // segments, and this thread fetched those from the counter itself.
         std::uint64_t idFloor =
             nextConnectionId_ ? nextConnectionId_->load(std::memory_order_relaxed) : 0;
-        encodeSegmentStart(segment->pendingRecords, worker_, number, wallClockNs(), idFloor);
-        rc = writePending(*segment);
+        rc = append(*segment, [&](std::string& out) {
+            encodeSegmentStart(out, worker_, number, wallClockNs(), idFloor);
+        });
+        if (rc == 0) rc = writePending(*segment);
     }
+    // The new names must survive a power loss before any chunk in them is counted durable: the
+    // group commit syncs the files' contents, not the directory entries. Rolls are rare (one
+    // per segment size), so this runs synchronously.
+    if (rc == 0) rc = syncDirectory(dirFd_.get());
     if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number
-        ::unlink(segment->dataPath.c_str());
-        if (segment->index) ::unlink(indexPath.c_str());
+        ::unlinkat(dirFd_.get(), (base + ".data").c_str(), 0);
+        if (segment->index) ::unlinkat(dirFd_.get(), (base + ".index").c_str(), 0);
         return rc;
     }
     current_ = std::move(segment);
@@ -109,51 +175,66 @@ int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
 }
 
 int AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
-                             std::uint8_t direction, std::uint32_t written,
-                             std::int64_t timeNs) noexcept {
+                             std::uint8_t direction, std::uint32_t written, std::int64_t timeNs,
+                             std::optional<std::uint32_t> payloadCrc) noexcept {
     auto& segment = *reservation.segment;
-    int rc = 0;
-    try {
-        encodeChunk(segment.pendingRecords, connection, direction, written, reservation.offset,
-                    timeNs);
-        dirty_ = true;
-    } catch (const std::bad_alloc&) {
-        rc = -ENOMEM;  // the payload stays unindexed: a hole the reader never serves
-    }
+    // On -ENOMEM the payload stays unindexed: a hole the reader never serves.
+    int rc = append(segment, [&](std::string& out) {
+        encodeChunk(out, connection, direction, written, reservation.offset, timeNs, payloadCrc);
+    });
+    if (rc == 0) dirty_ = true;
     abandon(reservation);
     return rc;
+}
+
+int AuditWriter::payloadCrcFromFile(const Reservation& reservation, std::uint32_t written,
+                                    std::uint32_t& crc) noexcept {
+    if (!reservation.segment || !reservation.segment->data) return -EBADF;
+    constexpr std::size_t kPiece = 64 * 1024;
+    alignas(64) static thread_local std::uint8_t buffer[kPiece];
+    std::uint32_t value = 0;
+    std::uint64_t offset = reservation.offset;
+    std::uint32_t left = written;
+    while (left > 0) {
+        ssize_t n = ::pread(reservation.segment->data.get(), buffer,
+                            std::min<std::size_t>(left, kPiece), static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) return -EIO;
+        value = crc32c(value, buffer, static_cast<std::size_t>(n));
+        offset += static_cast<std::uint64_t>(n);
+        left -= static_cast<std::uint32_t>(n);
+    }
+    crc = value;
+    return 0;
 }
 
 void AuditWriter::abandon(Reservation& reservation) noexcept {
     if (!reservation.segment) return;
     auto segment = std::move(reservation.segment);
     --segment->writesInFlight;
-    if (segment->retired) sealIfDone(*segment);
+    if (segment->retired) sealReady();
 }
 
 int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
                             std::string_view client, std::string_view upstream) noexcept {
     if (!current_) return 0;
-    try {
-        encodeOpen(current_->pendingRecords, connection, openedNs, route, client, upstream);
-    } catch (const std::bad_alloc&) {
-        return -ENOMEM;
-    }
-    dirty_ = true;
-    return 0;
+    int rc = append(*current_, [&](std::string& out) {
+        encodeOpen(out, connection, openedNs, route, client, upstream);
+    });
+    if (rc == 0) dirty_ = true;
+    return rc;
 }
 
 int AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
                              std::uint64_t c2uBytes, std::uint64_t u2cBytes,
                              std::string_view reason) noexcept {
     if (!current_) return 0;
-    try {
-        encodeClose(current_->pendingRecords, connection, closedNs, c2uBytes, u2cBytes, reason);
-    } catch (const std::bad_alloc&) {
-        return -ENOMEM;
-    }
-    dirty_ = true;
-    return 0;
+    int rc = append(*current_, [&](std::string& out) {
+        encodeClose(out, connection, closedNs, c2uBytes, u2cBytes, reason);
+    });
+    if (rc == 0) dirty_ = true;
+    return rc;
 }
 
 std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
@@ -177,7 +258,7 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     segment->syncing = false;
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
-        sealIfDone(*segment);  // it may have rolled while the sync ran
+        sealReady();  // it may have rolled while the sync ran
         return;
     }
     ++failedSyncs_;
@@ -185,7 +266,7 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
              "; sealing it as failed and starting a new segment");
     if (segment != current_) {
         segment->failed = true;
-        sealIfDone(*segment);
+        sealReady();
     } else {
         retire(current_, true);
         current_.reset();
@@ -217,20 +298,37 @@ void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) n
     segment->retired = true;
     segment->failed = segment->failed || failed;
     retired_.push_back(segment);
-    sealIfDone(*segment);
+    sealReady();
 }
 
 // A retired segment is sealed once its last payload write and its group commit are in: the
-// ring resolves the fds of a queued fdatasync only when it runs. Rolls are rare (one per segment
-// size), so the final fdatasync here runs synchronously.
-void AuditWriter::sealIfDone(Segment& segment) noexcept {
-    if (!segment.retired || segment.writesInFlight > 0 || segment.syncing || !segment.index) return;
-    try {
-        encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes, segment.failed ? 1 : 0);
-    } catch (const std::bad_alloc&) {
-        // Still consistent: an unsealed segment is what recovery expects after a crash.
-        logError("audit: sealing ", segment.dataPath,
-                 ": out of memory for its SegmentSealed record; it stays unsealed");
+// ring resolves the fds of a queued fdatasync only when it runs. Segments are retired in
+// creation order, and a seal needs its predecessor's digest, so only the oldest retired segment
+// may seal; a later one that finished first waits for it.
+void AuditWriter::sealReady() noexcept {
+    while (!retired_.empty()) {
+        auto& oldest = *retired_.front();
+        if (oldest.writesInFlight > 0 || oldest.syncing) return;
+        auto keep = retired_.front();  // seal() erases it from retired_
+        seal(oldest);
+    }
+}
+
+// Rolls are rare (one per segment size), so the final fdatasync here runs synchronously.
+void AuditWriter::seal(Segment& segment) noexcept {
+    if (segment.index && segment.chain) {
+        try {
+            prevDigest_ = encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes,
+                                              segment.failed ? kSealFailed : kSealClean,
+                                              chainKey_.get(), prevDigest_, *segment.chain);
+        } catch (const std::bad_alloc&) {
+            // Still consistent: an unsealed segment is what recovery expects after a crash
+            // (recovery seals it and continues the chain; the next seal here would not match,
+            // which verify then reports).
+            logError("audit: sealing ", segment.dataPath,
+                     ": out of memory for its SegmentSealed record; it stays unsealed");
+        }
+        segment.chain.reset();
     }
     if (writePending(segment) == 0 && !segment.failed) {
         int rc = ::fdatasync(segment.data.get()) == 0 && ::fdatasync(segment.index.get()) == 0

@@ -1,18 +1,24 @@
 #pragma once
 // The runtime side of the audit log: one writer per worker (not thread-safe), appending to that
 // worker's segments (FORMAT.md). Payload reaches the data file by splice from the worker's ring
-// at offsets reserved here; index records are buffered here and written with pwrite before each
-// sync. The worker submits the fdatasyncs (group commit) and reports their results back.
+// (or by a writer that has the bytes in user memory) at offsets reserved here; index records are
+// buffered here and written with pwrite before each sync. The worker submits the fdatasyncs
+// (group commit) and reports their results back. Files are created relative to the directory's
+// fd without following symlinks, and the directory is fsynced once both files of a new segment
+// exist. Segments are sealed in order, each seal chaining to its predecessor's (FORMAT.md "Hash
+// chain").
 //
 // Error contract: set-up throws std::system_error naming the file; run-time calls are noexcept
 // and return -errno.
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "audit/SealChain.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::audit {
@@ -26,6 +32,7 @@ struct Segment {
     std::uint64_t reservedBytes = 0;  // next free data offset
     std::uint64_t indexBytes = 0;     // written to the index file
     std::string pendingRecords;       // encoded, not yet written
+    std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
     bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
     bool retired = false;
@@ -43,9 +50,12 @@ class AuditWriter {
     // Opens segment `firstSegment` of `worker` in `dir` (creating both files). Throws naming the
     // file on failure. `nextConnectionId` is the daemon's id counter, read as the connection id
     // floor of every segment this writer opens; null writes floor 0. It must outlive the writer.
+    // `chainKey`: --audit-hmac-key-file (null: unkeyed SHA-256 chain). The chain continues from
+    // the seal of the worker's newest segment below `firstSegment` (recovery sealed it).
     AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
                 std::uint64_t segmentBytes,
-                const std::atomic<std::uint64_t>* nextConnectionId = nullptr);
+                const std::atomic<std::uint64_t>* nextConnectionId = nullptr,
+                std::shared_ptr<const ChainKey> chainKey = nullptr);
     ~AuditWriter();
     AuditWriter(const AuditWriter&) = delete;
     AuditWriter& operator=(const AuditWriter&) = delete;
@@ -57,9 +67,19 @@ class AuditWriter {
     // reservation is released either way. The record* calls return 0, or -ENOMEM when the
     // record could not be buffered: the caller treats that as an audit write error (an unindexed
     // chunk is not in the log, and a connection without its Open record cannot be extracted).
+    // `payloadCrc`: crc32c(0, payload) of the `written` bytes (audit/Crc32c.h). A writer whose
+    // bytes pass through user memory computes it on the way; the splice writer may get it from
+    // payloadCrcFromFile(). Without it the Chunk record says "no CRC" and verify cannot check
+    // that chunk's payload (FORMAT.md).
     [[nodiscard]] int recordChunk(Reservation& reservation, std::uint64_t connection,
                                   std::uint8_t direction, std::uint32_t written,
-                                  std::int64_t timeNs) noexcept;
+                                  std::int64_t timeNs,
+                                  std::optional<std::uint32_t> payloadCrc = std::nullopt) noexcept;
+    // Reads back the `written` bytes that landed at `reservation`'s offset (page cache, just
+    // written) and computes their CRC-32C. For the splice writer, whose bytes never are in user
+    // memory. Returns 0 or -errno (a short file is -EIO).
+    static int payloadCrcFromFile(const Reservation& reservation, std::uint32_t written,
+                                  std::uint32_t& crc) noexcept;
     // The payload write failed or was abandoned: the reservation is released, nothing recorded.
     void abandon(Reservation& reservation) noexcept;
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
@@ -94,9 +114,17 @@ class AuditWriter {
     int openSegment(std::uint64_t number) noexcept;
     int writePending(Segment& segment) noexcept;
     void retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept;
-    void sealIfDone(Segment& segment) noexcept;
+    // Seals retired segments in order, oldest first, as long as the oldest one is done (its
+    // writes and its sync are in): each seal needs its predecessor's digest.
+    void sealReady() noexcept;
+    void seal(Segment& segment) noexcept;
+    template <typename Encode>
+    int append(Segment& segment, Encode encode) noexcept;
 
     const std::string dir_;
+    UniqueFd dirFd_;
+    const std::shared_ptr<const ChainKey> chainKey_;
+    Digest prevDigest_{};  // the digest of this worker's last sealed segment
     const std::uint32_t worker_;
     const std::uint64_t segmentBytes_;
     const std::atomic<std::uint64_t>* const nextConnectionId_;

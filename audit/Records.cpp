@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <array>
 #include <map>
 #include <utility>
 
@@ -125,7 +126,15 @@ class Reader {
         pos_ += length;
         return true;
     }
+    template <std::size_t N>
+    bool bytes(std::array<std::uint8_t, N>& value) noexcept {
+        if (size_ - pos_ < N) return false;
+        std::memcpy(value.data(), data_ + pos_, N);
+        pos_ += N;
+        return true;
+    }
     bool atEnd() const noexcept { return pos_ == size_; }
+    std::size_t remaining() const noexcept { return size_ - pos_; }
 
   private:
     bool little(std::size_t bytes, std::uint64_t& value) noexcept {
@@ -179,14 +188,22 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
                 return bad + "string lengths do not match the record length";
             return {};
         case RecordType::Chunk: {
-            std::uint8_t pad[3] = {};
-            if (!body.u64(out.id) || !body.u8(out.direction) || !body.u8(pad[0]) ||
-                !body.u8(pad[1]) || !body.u8(pad[2]) || !body.u32(out.length) ||
-                !body.u64(out.offset) || !body.i64(out.timeNs) || !body.atEnd())
+            std::uint8_t flags = 0;
+            std::uint8_t pad[2] = {};
+            if (!body.u64(out.id) || !body.u8(out.direction) || !body.u8(flags) ||
+                !body.u8(pad[0]) || !body.u8(pad[1]) || !body.u32(out.length) ||
+                !body.u64(out.offset) || !body.i64(out.timeNs))
                 return bad + "wrong length";
+            out.crc = 0;
+            // Version 3 appends the payload CRC; a version-2 record ends here (flags zero).
+            if (!body.atEnd() && (!body.u32(out.crc) || !body.atEnd()))
+                return bad + "wrong length";
+            out.hasCrc = (flags & kChunkHasCrc) != 0;
             if (out.direction > kDirectionU2C)
                 return bad + "direction " + std::to_string(out.direction) + " is neither 0 nor 1";
-            if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0) return bad + "padding is not zero";
+            if ((flags & ~kChunkHasCrc) != 0 || pad[0] != 0 || pad[1] != 0)
+                return bad + "padding is not zero";
+            if (out.hasCrc == false && out.crc != 0) return bad + "CRC without its flag";
             return {};
         }
         case RecordType::Close:
@@ -199,20 +216,39 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
                 return bad + "wrong length";
             return {};
         case RecordType::SegmentSealed:
-            if (!body.u64(out.dataBytes) || !body.u8(out.status) || !body.atEnd())
+            if (!body.u64(out.dataBytes) || !body.u8(out.status)) return bad + "wrong length";
+            out.chained = !body.atEnd();  // version 3 carries the chain
+            if (out.chained &&
+                (!body.u8(out.chainKind) || !body.bytes(out.keyId) ||
+                 !body.bytes(out.prevDigest) || !body.bytes(out.digest) || !body.atEnd()))
                 return bad + "wrong length";
             if (out.status > kSealFailed)
                 return bad + "status " + std::to_string(out.status) + " is neither 0 nor 1";
+            if (out.chained && out.chainKind > kChainHmacSha256)
+                return bad + "unknown chain kind " + std::to_string(out.chainKind);
             return {};
+        case RecordType::SegmentsDeleted: {
+            std::uint32_t worker = 0;
+            if (!body.u32(worker) || !body.u64(out.firstSegment) || !body.u64(out.lastSegment) ||
+                !body.i64(out.timeNs) || !body.u8(out.chainKind) || !body.bytes(out.keyId) ||
+                !body.bytes(out.digest) || !body.bytes(out.prevDigest) ||
+                !body.bytes(out.entryMac) || !body.atEnd())
+                return bad + "wrong length";
+            out.worker = worker;
+            if (out.chainKind > kChainHmacSha256)
+                return bad + "unknown chain kind " + std::to_string(out.chainKind);
+            if (out.firstSegment > out.lastSegment) return bad + "first segment after the last";
+            return {};
+        }
     }
     return "unknown record type";
 }
 
+// Never follows a symlink: a link named like a segment file is not a segment file.
 bool isRegular(int dirFd, const struct dirent& entry) {
-    if (entry.d_type == DT_REG) return true;
-    if (entry.d_type != DT_UNKNOWN && entry.d_type != DT_LNK) return false;
+    if (entry.d_type != DT_UNKNOWN) return entry.d_type == DT_REG;
     struct stat st {};
-    if (::fstatat(dirFd, entry.d_name, &st, 0) != 0) return false;
+    if (::fstatat(dirFd, entry.d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
     return S_ISREG(st.st_mode);
 }
 
@@ -246,16 +282,17 @@ void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::
 }
 
 void encodeChunk(std::string& out, std::uint64_t id, std::uint8_t direction, std::uint32_t length,
-                 std::uint64_t offset, std::int64_t timeNs) {
+                 std::uint64_t offset, std::int64_t timeNs, std::optional<std::uint32_t> crc) {
     auto start = begin(out, RecordType::Chunk);
     putU64(out, id);
     putU8(out, direction);
-    putU8(out, 0);
+    putU8(out, crc ? kChunkHasCrc : 0);
     putU8(out, 0);
     putU8(out, 0);
     putU32(out, length);
     putU64(out, offset);
     putI64(out, timeNs);
+    putU32(out, crc.value_or(0));
     finish(out, start);
 }
 
@@ -277,11 +314,50 @@ void encodeTruncated(std::string& out, std::uint64_t id, std::int64_t timeNs) {
     finish(out, start);
 }
 
-void encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8_t status) {
+void encodeSegmentSealedV2(std::string& out, std::uint64_t dataBytes, std::uint8_t status) {
     auto start = begin(out, RecordType::SegmentSealed);
     putU64(out, dataBytes);
     putU8(out, status);
     finish(out, start);
+}
+
+Digest encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8_t status,
+                           const ChainKey* key, const Digest& prevDigest, ChainHasher& indexHash) {
+    auto start = begin(out, RecordType::SegmentSealed);
+    auto body = out.size();
+    putU64(out, dataBytes);
+    putU8(out, status);
+    putU8(out, key ? kChainHmacSha256 : kChainSha256);
+    out.append(reinterpret_cast<const char*>(key ? key->id().data() : KeyId{}.data()),
+               KeyId{}.size());
+    out.append(reinterpret_cast<const char*>(prevDigest.data()), prevDigest.size());
+    indexHash.update(out.data() + body, out.size() - body);
+    Digest digest = indexHash.finish();
+    out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+    finish(out, start);
+    return digest;
+}
+
+Digest encodeSegmentsDeleted(std::string& out, std::uint32_t worker, std::uint64_t first,
+                             std::uint64_t last, std::int64_t timeNs, const ChainKey* key,
+                             const Digest& lastDigest, const Digest& prevEntryMac) {
+    auto start = begin(out, RecordType::SegmentsDeleted);
+    auto body = out.size();
+    putU32(out, worker);
+    putU64(out, first);
+    putU64(out, last);
+    putI64(out, timeNs);
+    putU8(out, key ? kChainHmacSha256 : kChainSha256);
+    out.append(reinterpret_cast<const char*>(key ? key->id().data() : KeyId{}.data()),
+               KeyId{}.size());
+    out.append(reinterpret_cast<const char*>(lastDigest.data()), lastDigest.size());
+    out.append(reinterpret_cast<const char*>(prevEntryMac.data()), prevEntryMac.size());
+    ChainHasher hasher(key);
+    hasher.update(out.data() + body, out.size() - body);
+    Digest mac = hasher.finish();
+    out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+    finish(out, start);
+    return mac;
 }
 
 DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& out,
@@ -325,7 +401,7 @@ DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& ou
         return DecodeStatus::Corrupt;
     }
     if (typeValue < static_cast<std::uint16_t>(RecordType::SegmentStart) ||
-        typeValue > static_cast<std::uint16_t>(RecordType::SegmentSealed)) {
+        typeValue > static_cast<std::uint16_t>(RecordType::SegmentsDeleted)) {
         problem = "unknown record type " + std::to_string(typeValue);
         return DecodeStatus::Corrupt;
     }
@@ -355,6 +431,8 @@ const char* recordTypeName(RecordType type) noexcept {
             return "Truncated";
         case RecordType::SegmentSealed:
             return "SegmentSealed";
+        case RecordType::SegmentsDeleted:
+            return "SegmentsDeleted";
     }
     return "unknown";
 }
@@ -400,7 +478,13 @@ bool parseSegmentBaseName(std::string_view name, unsigned& worker, std::uint64_t
 std::vector<SegmentFiles> listSegments(const std::string& dir) {
     UniqueFd dirFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dirFd) throwErrno(errno, "cannot open audit directory " + dir);
-    int dupFd = checkSys(::dup(dirFd.get()), "dup(" + dir + ")");
+    return listSegments(dirFd.get(), dir);
+}
+
+std::vector<SegmentFiles> listSegments(int dirFd, const std::string& dir) {
+    // fdopendir takes the fd over and rewinds it: read a duplicate opened afresh at the start.
+    int dupFd = ::openat(dirFd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dupFd < 0) throwErrno(errno, "cannot open audit directory " + dir);
     DIR* stream = ::fdopendir(dupFd);
     if (stream == nullptr) {
         int err = errno;
@@ -425,16 +509,19 @@ std::vector<SegmentFiles> listSegments(const std::string& dir) {
         unsigned worker = 0;
         std::uint64_t segment = 0;
         if (!parseSegmentBaseName(base, worker, segment)) continue;
-        if (!isRegular(dirFd.get(), *entry)) continue;
         auto& files = found[{worker, segment}];
         if (files.dataPath.empty()) {
             files.worker = worker;
             files.segment = segment;
-            std::string path = prefix + std::string(base);
-            files.dataPath = path + ".data";
-            files.indexPath = path + ".index";
+            files.dataName = std::string(base) + ".data";
+            files.indexName = std::string(base) + ".index";
+            files.dataPath = prefix + files.dataName;
+            files.indexPath = prefix + files.indexName;
         }
-        (isData ? files.hasData : files.hasIndex) = true;
+        if (!isRegular(dirFd, *entry))
+            files.unsafe = true;
+        else
+            (isData ? files.hasData : files.hasIndex) = true;
     }
     ::closedir(stream);
     if (err != 0) throwErrno(err, "cannot read audit directory " + dir);

@@ -1,6 +1,6 @@
 #pragma once
-// Audit index records and segment file names (audit/FORMAT.md, format version 2; version-1
-// SegmentStart records are still read).
+// Audit index records and segment file names (audit/FORMAT.md, format version 3; the records of
+// versions 1 and 2 are still read).
 // - encode*(): append one complete record (16-byte header, body, CRC-32 filled) to `out`.
 //   Strings longer than kMaxStringBytes are cut (at a UTF-8 character boundary) so that every
 //   record fits the u16 length field.
@@ -12,8 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "audit/SealChain.h"
 
 namespace splicegate::audit {
 
@@ -23,15 +26,18 @@ enum class RecordType : std::uint16_t {
     Chunk,
     Close,
     Truncated,
-    SegmentSealed
+    SegmentSealed,
+    SegmentsDeleted  // only in the retention log (kRetentionLogName), never in a segment index
 };
 
 constexpr std::uint32_t kRecordMagic = 0x58494753;  // "SGIX" little-endian
 constexpr std::size_t kRecordHeaderSize = 16;
 constexpr std::size_t kMaxRecordSize = 65535;
-// Written in new SegmentStart records. Readers also accept kOldestFormatVersion, whose
-// SegmentStart has no connection id floor, so that logs written before it stay readable.
-constexpr std::uint32_t kFormatVersion = 2;
+// Written in new SegmentStart records. Readers also accept versions down to kOldestFormatVersion
+// (version 1: SegmentStart has no connection id floor; versions 1 and 2: Chunk has no payload
+// CRC and SegmentSealed no chain digest), so that logs written before stay readable.
+constexpr std::uint32_t kFormatVersion = 3;
+constexpr std::uint32_t kFirstChainedVersion = 3;
 constexpr std::uint32_t kOldestFormatVersion = 1;
 // Longest string an encoder writes; three of them plus the Open body still fit kMaxRecordSize.
 constexpr std::size_t kMaxStringBytes = 16384;
@@ -40,25 +46,51 @@ constexpr std::uint8_t kDirectionC2U = 0;
 constexpr std::uint8_t kDirectionU2C = 1;
 constexpr std::uint8_t kSealClean = 0;
 constexpr std::uint8_t kSealFailed = 1;
+// Chunk flags (version 3).
+constexpr std::uint8_t kChunkHasCrc = 1;  // `crc` is the CRC-32C of the payload
+
+// The retention log: SegmentsDeleted records, one per deleted group of segments (FORMAT.md).
+constexpr const char* kRetentionLogName = "retention.log";
 
 // Total sizes of the fixed-size records (header included).
 constexpr std::size_t kSegmentStartRecordSize = kRecordHeaderSize + 32;
 constexpr std::size_t kSegmentStartV1RecordSize = kRecordHeaderSize + 24;
-constexpr std::size_t kChunkRecordSize = kRecordHeaderSize + 32;
+constexpr std::size_t kChunkRecordSize = kRecordHeaderSize + 36;
+constexpr std::size_t kChunkV2RecordSize = kRecordHeaderSize + 32;
 constexpr std::size_t kTruncatedRecordSize = kRecordHeaderSize + 16;
-constexpr std::size_t kSegmentSealedRecordSize = kRecordHeaderSize + 9;
+constexpr std::size_t kSegmentSealedRecordSize = kRecordHeaderSize + 82;
+constexpr std::size_t kSegmentSealedV2RecordSize = kRecordHeaderSize + 9;
+constexpr std::size_t kSegmentsDeletedRecordSize = kRecordHeaderSize + 133;
+// Bytes of a version-3 SegmentSealed body that its digest covers (all but the digest itself).
+constexpr std::size_t kSealDigestedBodyBytes = 82 - 32;
 
 // `idFloor`: the next connection id the daemon hands out (FORMAT.md "Records").
 void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t segment,
                         std::int64_t createdNs, std::uint64_t idFloor);
 void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::string_view route,
                 std::string_view client, std::string_view upstream);
+// `crc`: the CRC-32C of the payload (crc32c(0, payload)); absent when the writer never had the
+// bytes in user memory and did not read them back (flag kChunkHasCrc clear).
 void encodeChunk(std::string& out, std::uint64_t id, std::uint8_t direction, std::uint32_t length,
-                 std::uint64_t offset, std::int64_t timeNs);
+                 std::uint64_t offset, std::int64_t timeNs,
+                 std::optional<std::uint32_t> crc = std::nullopt);
 void encodeClose(std::string& out, std::uint64_t id, std::int64_t closedNs, std::uint64_t c2uBytes,
                  std::uint64_t u2cBytes, std::string_view reason);
 void encodeTruncated(std::string& out, std::uint64_t id, std::int64_t timeNs);
-void encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8_t status);
+// Version 3: `indexHash` has been fed every index byte before this record (SegmentStart
+// included); the record's own fields up to the digest are fed too, and the digest is
+// indexHash's result (FORMAT.md "Hash chain"). Returns the digest (the next segment's
+// `prevDigest`). `key` null: unkeyed SHA-256 chain.
+Digest encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8_t status,
+                           const ChainKey* key, const Digest& prevDigest, ChainHasher& indexHash);
+// The version-2 record (no chain), for tests of old logs.
+void encodeSegmentSealedV2(std::string& out, std::uint64_t dataBytes, std::uint8_t status);
+// A retention log entry: segments [first, last] of `worker` were deleted; `lastDigest` is the
+// digest in segment `last`'s seal; `prevEntryMac` the previous entry's mac (zero for the
+// first). Returns this entry's mac.
+Digest encodeSegmentsDeleted(std::string& out, std::uint32_t worker, std::uint64_t first,
+                             std::uint64_t last, std::int64_t timeNs, const ChainKey* key,
+                             const Digest& lastDigest, const Digest& prevEntryMac);
 
 // One decoded record. Only the fields of `type` are meaningful (the others keep whatever they
 // held, so a Record can be reused across decodeRecord calls without reallocating its strings).
@@ -81,6 +113,8 @@ struct Record {
     std::uint8_t direction = 0;
     std::uint32_t length = 0;
     std::uint64_t offset = 0;
+    bool hasCrc = false;  // version 3 and the writer computed it
+    std::uint32_t crc = 0;
     // Close
     std::uint64_t c2uBytes = 0;
     std::uint64_t u2cBytes = 0;
@@ -88,6 +122,16 @@ struct Record {
     // SegmentSealed
     std::uint64_t dataBytes = 0;
     std::uint8_t status = 0;
+    // SegmentSealed (version 3: chained = true) and SegmentsDeleted
+    bool chained = false;
+    std::uint8_t chainKind = kChainSha256;
+    KeyId keyId{};
+    Digest prevDigest{};  // SegmentSealed: predecessor's digest; SegmentsDeleted: previous mac
+    Digest digest{};      // SegmentSealed: this segment's; SegmentsDeleted: the last deleted one's
+    // SegmentsDeleted (worker in `worker`)
+    std::uint64_t firstSegment = 0;
+    std::uint64_t lastSegment = 0;
+    Digest entryMac{};
 
     // Chunk: end of its range in the data file (offset + length, saturating).
     std::uint64_t chunkEnd() const noexcept;
@@ -119,10 +163,18 @@ struct SegmentFiles {
     std::string indexPath;  // DIR/wWW-SSSSSSSSSS.index (whether or not it exists)
     bool hasData = false;   // the data file exists (a regular file)
     bool hasIndex = false;  // the index file exists (a regular file)
+    std::string dataName;   // wWW-SSSSSSSSSS.data, relative to the directory
+    std::string indexName;  // wWW-SSSSSSSSSS.index
+    // A file with this segment's name that is not a regular file (a symlink, a directory...):
+    // never opened; recovery refuses the directory, verify reports it.
+    bool unsafe = false;
 };
 
-// Every segment of which at least one file exists, sorted by (worker, segment). Files whose
+// Every segment of which at least one file exists (a symlink or other non-regular file with a
+// segment name is reported in `unsafe`, not followed), sorted by (worker, segment). Files whose
 // names are not canonical segment names, and anything that is not a regular file, are ignored.
 std::vector<SegmentFiles> listSegments(const std::string& dir);
+// The same, for a directory already open as `dirFd` (`dir` only names it in paths and errors).
+std::vector<SegmentFiles> listSegments(int dirFd, const std::string& dir);
 
 }  // namespace splicegate::audit

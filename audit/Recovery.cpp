@@ -11,8 +11,10 @@
 #include <set>
 #include <utility>
 
+#include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
+#include "audit/Retention.h"
 #include "common/Error.h"
 #include "common/UniqueFd.h"
 
@@ -54,10 +56,18 @@ void truncateTo(int fd, std::uint64_t size, const std::string& path) {
     checkSys(::ftruncate(fd, static_cast<off_t>(size)), "truncate " + path);
 }
 
-UniqueFd openFile(const std::string& path, int flags) {
-    UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, 0640));
-    if (!fd) throwErrno(errno, "cannot open " + path);
-    return fd;
+std::string readAll(int fd, std::uint64_t size, const std::string& path) {
+    std::string bytes(static_cast<std::size_t>(size), '\0');
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throwErrno(errno, "read " + path);
+        if (n == 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    bytes.resize(done);
+    return bytes;
 }
 
 // mkdir -p with mode 0750 for the components it creates.
@@ -72,23 +82,30 @@ void makeDirectories(const std::string& dir) {
     }
 }
 
-// Whether the index ends with a valid SegmentSealed record: the segment was completed (and made
-// durable) before the crash, so damage inside it is not a torn write.
-bool endsWithSeal(int fd, std::uint64_t size, const std::string& path) {
-    if (size < kSegmentSealedRecordSize) return false;
-    std::uint8_t tail[kSegmentSealedRecordSize];
-    auto offset = static_cast<off_t>(size - kSegmentSealedRecordSize);
-    ssize_t n = 0;
-    do {
-        n = ::pread(fd, tail, sizeof tail, offset);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) throwErrno(errno, "read " + path);
-    if (static_cast<std::size_t>(n) != sizeof tail) return false;
-    Record record;
-    std::size_t consumed = 0;
-    std::string problem;
-    return decodeRecord(tail, sizeof tail, record, consumed, problem) == DecodeStatus::Ok &&
-           record.type == RecordType::SegmentSealed && consumed == sizeof tail;
+// Whether the index ends with a valid SegmentSealed record (either version's size): the segment
+// was completed (and made durable) before the crash, so damage inside it is not a torn write.
+// `digest` receives its chain digest (zero for a version-2 seal).
+bool endsWithSeal(int fd, std::uint64_t size, const std::string& path, Digest& digest) {
+    for (std::size_t length : {kSegmentSealedRecordSize, kSegmentSealedV2RecordSize}) {
+        if (size < length) continue;
+        std::uint8_t tail[kSegmentSealedRecordSize];
+        auto offset = static_cast<off_t>(size - length);
+        ssize_t n = 0;
+        do {
+            n = ::pread(fd, tail, length, offset);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) throwErrno(errno, "read " + path);
+        if (static_cast<std::size_t>(n) != length) continue;
+        Record record;
+        std::size_t consumed = 0;
+        std::string problem;
+        if (decodeRecord(tail, length, record, consumed, problem) == DecodeStatus::Ok &&
+            record.type == RecordType::SegmentSealed && consumed == length) {
+            digest = record.chained ? record.digest : Digest{};
+            return true;
+        }
+    }
+    return false;
 }
 
 // One segment after steps 1 and 2, its files still open for steps 3 and 4.
@@ -101,15 +118,25 @@ struct RepairedSegment {
     bool sealed = false;
     bool indexChanged = false;
     bool dataChanged = false;
+    Digest digest{};  // its seal's chain digest, once sealed
 };
 
 class Recovery {
   public:
-    explicit Recovery(const std::string& dir) : dir_(dir), now_(nowNs()) {}
+    Recovery(int dirFd, const std::string& dir, const ChainKey* key)
+        : dirFd_(dirFd), dir_(dir), key_(key), now_(nowNs()) {}
 
     RecoveryReport run() {
-        makeDirectories(dir_);
-        auto segments = listSegments(dir_);
+        auto segments = listSegments(dirFd_, dir_);
+        for (const auto& files : segments)
+            if (files.unsafe)
+                throw std::system_error(
+                    ELOOP, std::system_category(),
+                    "audit directory " + dir_ + ": a file named " + files.indexName + " or " +
+                        files.dataName +
+                        " is not a regular file (a symlink?); it is never followed: remove it");
+        retention_ = repairRetentionLog(dirFd_, dir_);
+        if (!retention_.cut.empty()) act(retention_.cut);
         for (std::size_t begin = 0; begin < segments.size();) {
             std::size_t end = begin;
             while (end < segments.size() && segments[end].worker == segments[begin].worker) ++end;
@@ -132,6 +159,11 @@ class Recovery {
         }
         std::set<std::uint64_t> open;  // connections with an Open but no Close or Truncated
         std::optional<RepairedSegment> last;
+        // The chain continues from the newest segment retention deleted, when there was one.
+        prevDigest_ = Digest{};
+        for (const auto& entry : retention_.entries)
+            if (entry.worker == worker && entry.last < segments[begin].segment)
+                prevDigest_ = entry.lastDigest;
         for (auto i = begin; i < end; ++i) {
             const auto& files = segments[i];
             if (!files.hasIndex) {
@@ -143,12 +175,14 @@ class Recovery {
                 last = std::move(segment);
             } else {
                 if (!segment.sealed) seal(segment);
+                prevDigest_ = segment.digest;
                 sync(segment);
             }
         }
         if (!last) return;
         if (!open.empty()) {
             if (last->sealed) {
+                prevDigest_ = last->digest;
                 truncateInNewSegment(worker, open);
             } else {
                 std::string records;
@@ -166,15 +200,16 @@ class Recovery {
         RepairedSegment segment;
         segment.files = files;
         const std::string indexName = baseName(files.indexPath);
-        segment.index = openFile(files.indexPath, O_RDWR);
-        segment.data = openFile(files.dataPath, O_RDWR | O_CREAT);
+        segment.index = openInDirectoryOrThrow(dirFd_, dir_, files.indexName, O_RDWR);
+        segment.data = openInDirectoryOrThrow(dirFd_, dir_, files.dataName, O_RDWR | O_CREAT);
         if (!files.hasData) {
             dirChanged_ = true;
             act(baseName(files.dataPath) + ": created the missing data file");
         }
         auto indexSize = fileSize(segment.index.get(), files.indexPath);
         segment.dataSize = fileSize(segment.data.get(), files.dataPath);
-        bool sealed = endsWithSeal(segment.index.get(), indexSize, files.indexPath);
+        bool sealed =
+            endsWithSeal(segment.index.get(), indexSize, files.indexPath, segment.digest);
 
         IndexReader reader(segment.index.get(), files.indexPath);
         Record record;
@@ -255,9 +290,12 @@ class Recovery {
                     report_.maxIdFloor = std::max(report_.maxIdFloor, record.idFloor);
                     break;
                 case RecordType::SegmentSealed:
+                case RecordType::SegmentsDeleted:
                     break;
             }
-            if (record.type != RecordType::SegmentStart && record.type != RecordType::SegmentSealed)
+            if (record.type != RecordType::SegmentStart &&
+                record.type != RecordType::SegmentSealed &&
+                record.type != RecordType::SegmentsDeleted)
                 report_.maxConnectionId = std::max(report_.maxConnectionId, record.id);
         }
 
@@ -306,8 +344,10 @@ class Recovery {
     void removeLoneData(const SegmentFiles& files) {
         struct stat st {};
         std::uint64_t size =
-            ::stat(files.dataPath.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-        if (::unlink(files.dataPath.c_str()) != 0 && errno != ENOENT)
+            ::fstatat(dirFd_, files.dataName.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0
+                ? static_cast<std::uint64_t>(st.st_size)
+                : 0;
+        if (::unlinkat(dirFd_, files.dataName.c_str(), 0) != 0 && errno != ENOENT)
             throwErrno(errno, "cannot remove " + files.dataPath);
         dirChanged_ = true;
         act(baseName(files.dataPath) + ": removed a data file without an index (" +
@@ -320,9 +360,14 @@ class Recovery {
         segment.indexChanged = true;
     }
 
+    // Seals over the index as it now is, chained to the worker's previous segment.
     void seal(RepairedSegment& segment) {
+        ChainHasher hasher(key_);
+        auto bytes = readAll(segment.index.get(), segment.indexEnd, segment.files.indexPath);
+        hasher.update(bytes.data(), bytes.size());
         std::string record;
-        encodeSegmentSealed(record, segment.dataSize, kSealClean);
+        segment.digest =
+            encodeSegmentSealed(record, segment.dataSize, kSealClean, key_, prevDigest_, hasher);
         append(segment, record);
         segment.sealed = true;
         act(baseName(segment.files.indexPath) + ": sealed (" + std::to_string(segment.dataSize) +
@@ -345,16 +390,22 @@ class Recovery {
         RepairedSegment segment;
         segment.files.worker = worker;
         segment.files.segment = number;
-        segment.files.dataPath = prefix + segmentBaseName(worker, number) + ".data";
-        segment.files.indexPath = prefix + segmentBaseName(worker, number) + ".index";
-        segment.data = openFile(segment.files.dataPath, O_RDWR | O_CREAT | O_EXCL);
-        segment.index = openFile(segment.files.indexPath, O_RDWR | O_CREAT | O_EXCL);
+        segment.files.dataName = segmentBaseName(worker, number) + ".data";
+        segment.files.indexName = segmentBaseName(worker, number) + ".index";
+        segment.files.dataPath = prefix + segment.files.dataName;
+        segment.files.indexPath = prefix + segment.files.indexName;
+        segment.data = openInDirectoryOrThrow(dirFd_, dir_, segment.files.dataName,
+                                              O_RDWR | O_CREAT | O_EXCL);
+        segment.index = openInDirectoryOrThrow(dirFd_, dir_, segment.files.indexName,
+                                               O_RDWR | O_CREAT | O_EXCL);
         dirChanged_ = true;
         report_.lastSegment[worker] = number;
         std::string records;
         encodeSegmentStart(records, worker, number, now_, nextIdFloor());
         for (auto id : open) encodeTruncated(records, id, now_);
-        encodeSegmentSealed(records, 0, kSealClean);
+        ChainHasher hasher(key_);
+        hasher.update(records.data(), records.size());
+        encodeSegmentSealed(records, 0, kSealClean, key_, prevDigest_, hasher);
         append(segment, records);
         segment.dataChanged = true;
         sync(segment);
@@ -378,12 +429,14 @@ class Recovery {
     }
 
     void syncDirectory() {
-        UniqueFd fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        if (!fd) throwErrno(errno, "cannot open audit directory " + dir_);
-        checkSys(::fsync(fd.get()), "fsync " + dir_);
+        checkSys(::fsync(dirFd_), "fsync " + dir_);
     }
 
+    int dirFd_;
     std::string dir_;
+    const ChainKey* key_;
+    RetentionLogRepair retention_;
+    Digest prevDigest_{};  // the chain digest of the worker's previous segment
     std::int64_t now_;
     bool dirChanged_ = false;
     RecoveryReport report_;
@@ -391,8 +444,15 @@ class Recovery {
 
 }  // namespace
 
-RecoveryReport recoverAuditDirectory(const std::string& dir) {
-    return Recovery(dir).run();
+RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key) {
+    return Recovery(dir.fd(), dir.path(), key).run();
+}
+
+RecoveryReport recoverAuditDirectory(const std::string& dir, const ChainKey* key) {
+    makeDirectories(dir);
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) throwErrno(errno, "cannot open audit directory " + dir);
+    return Recovery(fd.get(), dir, key).run();
 }
 
 }  // namespace splicegate::audit

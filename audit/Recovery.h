@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "audit/SealChain.h"
+
 namespace splicegate::audit {
 
 struct RecoveryReport {
@@ -27,7 +29,15 @@ struct RecoveryReport {
     std::uint64_t truncatedConnections = 0;  // Truncated records appended by this run
 };
 
-// Creates `dir` (and missing parents, mode 0750) when it does not exist.
-RecoveryReport recoverAuditDirectory(const std::string& dir);
+class AuditDirectory;
+
+// The daemon's form: `dir` is held (locked) by this process. `key`: --audit-hmac-key-file, used
+// for the seals recovery writes (null: unkeyed chain). A file with a segment's name that is not
+// a regular file (a symlink) makes it throw std::system_error (ELOOP) naming the file: it is
+// never followed nor changed.
+RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key);
+// For tools and tests: opens (and creates, with missing parents, mode 0750) `dir` itself,
+// without the lock.
+RecoveryReport recoverAuditDirectory(const std::string& dir, const ChainKey* key = nullptr);
 
 }  // namespace splicegate::audit

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "common/Error.h"
@@ -46,11 +47,12 @@ FileIdentity identityOf(const struct stat& st) {
     return id;
 }
 
-// 0, or the errno of stat(); a missing file is not an error (exists = false).
-int statFile(const std::string& path, FileIdentity& out) {
+// 0, or the errno of fstatat(); a missing file is not an error (exists = false). Never follows
+// a symlink.
+int statFile(int dirFd, const std::string& name, FileIdentity& out) {
     out = FileIdentity{};
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
+    if (::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
         out = identityOf(st);
         return 0;
     }
@@ -74,6 +76,7 @@ struct SegmentSummary {
     std::int64_t startNs = std::numeric_limits<std::int64_t>::min();
     std::int64_t newestNs = std::numeric_limits<std::int64_t>::min();
     std::vector<CrossingConnection> connections;  // sorted by id
+    Digest sealDigest{};  // the chain digest in its seal (zero: version 2)
 
     bool deletable() const noexcept { return readable && sealed && !damaged; }
 };
@@ -87,7 +90,7 @@ struct RetentionPlanner::Cache {
 namespace {
 
 // Reads the index of one segment (already open as `fd`) into a summary.
-void scanIndex(int fd, const SegmentFiles& files, SegmentSummary& summary) {
+void scanIndex(int dirFd, int fd, const SegmentFiles& files, SegmentSummary& summary) {
     IndexReader reader(fd, files.indexPath);
     Record record;
     std::unordered_map<std::uint64_t, std::uint8_t> seen;  // id -> kOpen | kEnd
@@ -143,7 +146,13 @@ void scanIndex(int fd, const SegmentFiles& files, SegmentSummary& summary) {
                 break;
             case RecordType::Close:
             case RecordType::Truncated: seen[record.id] |= kEnd; break;
-            case RecordType::SegmentSealed: summary.sealed = true; break;
+            case RecordType::SegmentSealed:
+                summary.sealed = true;
+                summary.sealDigest = record.chained ? record.digest : Digest{};
+                break;
+            case RecordType::SegmentsDeleted:
+                damage(offset, "SegmentsDeleted record in a segment index");
+                break;
         }
         if (record.type != RecordType::SegmentSealed)
             summary.newestNs = std::max(summary.newestNs, record.timeNs);
@@ -156,7 +165,7 @@ void scanIndex(int fd, const SegmentFiles& files, SegmentSummary& summary) {
 
     // The data file is measured after the index was read: a chunk's payload lands before its
     // record is written, so every chunk read above lies inside the file unless it is damaged.
-    if (int err = statFile(files.dataPath, summary.data); err != 0) {
+    if (int err = statFile(dirFd, files.dataName, summary.data); err != 0) {
         summary.readable = false;
         summary.problem = "cannot stat " + files.dataPath + ": " + errnoText(err);
     } else if (!summary.data.exists) {
@@ -191,8 +200,44 @@ struct Group {
 
 }  // namespace
 
-RetentionPlanner::RetentionPlanner(std::string dir)
-    : dir_(std::move(dir)), cache_(std::make_unique<Cache>()) {}
+RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool repair) {
+    RetentionLogRepair result;
+    std::string path = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + kRetentionLogName;
+    int fd = openInDirectory(dirFd, kRetentionLogName, repair ? O_RDWR : O_RDONLY);
+    if (fd == -ENOENT) return result;
+    if (fd < 0) openInDirectoryOrThrow(dirFd, dir, kRetentionLogName, O_RDONLY);  // throws
+    UniqueFd owned(fd);
+    IndexReader reader(fd, path);
+    Record record;
+    for (;;) {
+        auto status = reader.next(record);
+        if (status == IndexReader::Status::End) break;
+        bool bad = status != IndexReader::Status::Record ||
+                   record.type != RecordType::SegmentsDeleted;
+        if (bad) {
+            auto at = status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset();
+            result.cut = std::string(kRetentionLogName) + ": cut at offset " + std::to_string(at) +
+                         ": " +
+                         (status == IndexReader::Status::Record
+                              ? std::string(recordTypeName(record.type)) + " record"
+                              : reader.problem());
+            if (repair) {
+                checkSys(::ftruncate(fd, static_cast<off_t>(at)), "truncate " + path);
+                checkSys(::fdatasync(fd), "fdatasync " + path);
+            }
+            result.goodEnd = at;
+            return result;
+        }
+        result.entries.push_back(
+            {record.worker, record.firstSegment, record.lastSegment, record.digest});
+        result.lastMac = record.entryMac;
+        result.goodEnd = reader.goodEnd();
+    }
+    return result;
+}
+
+RetentionPlanner::RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey)
+    : dir_(std::move(dir)), chainKey_(std::move(chainKey)), cache_(std::make_unique<Cache>()) {}
 RetentionPlanner::~RetentionPlanner() = default;
 RetentionPlanner::RetentionPlanner(RetentionPlanner&&) noexcept = default;
 RetentionPlanner& RetentionPlanner::operator=(RetentionPlanner&&) noexcept = default;
@@ -200,7 +245,9 @@ RetentionPlanner& RetentionPlanner::operator=(RetentionPlanner&&) noexcept = def
 RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int64_t nowNs) {
     RetentionResult result;
     const bool limited = policy.maxBytes > 0 || policy.maxAgeHours > 0;
-    auto segments = listSegments(dir_);  // throws when the directory cannot be read
+    UniqueFd dirFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dirFd) throwErrno(errno, "cannot open audit directory " + dir_);
+    auto segments = listSegments(dirFd.get(), dir_);  // throws when the directory cannot be read
 
     // ---- measure and summarise every segment
     std::vector<Entry> entries;
@@ -212,8 +259,8 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         const auto& f = entry.files;
         auto key = std::make_pair(f.worker, f.segment);
         FileIdentity index, data;
-        int err = f.hasIndex ? statFile(f.indexPath, index) : 0;
-        if (err == 0 && f.hasData) err = statFile(f.dataPath, data);
+        int err = f.hasIndex ? statFile(dirFd.get(), f.indexName, index) : 0;
+        if (err == 0 && f.hasData) err = statFile(dirFd.get(), f.dataName, data);
         entry.bytes = index.size + data.size;
         total += entry.bytes;
         if (!f.hasIndex) {
@@ -229,19 +276,23 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         }
         if (cached != cache_->sealed.end()) cache_->sealed.erase(cached);
         auto summary = std::make_shared<SegmentSummary>();
-        if (err != 0 || !index.exists) {
+        if (f.unsafe) {
+            summary->readable = false;
+            summary->problem = f.indexPath + ": a file of this segment is not a regular file "
+                                             "(a symlink?); it is not followed nor deleted";
+        } else if (err != 0 || !index.exists) {
             summary->readable = false;
             summary->problem = "cannot stat " + (index.exists ? f.dataPath : f.indexPath) + ": " +
                                errnoText(err != 0 ? err : ENOENT);
         } else {
             try {
-                UniqueFd fd(::open(f.indexPath.c_str(), O_RDONLY | O_CLOEXEC));
-                if (!fd) throwErrno(errno, "cannot open " + f.indexPath);
+                UniqueFd fd =
+                    openInDirectoryOrThrow(dirFd.get(), dir_, f.indexName, O_RDONLY);
                 struct stat st {};
                 checkSys(::fstat(fd.get(), &st), "fstat " + f.indexPath);
                 summary->index = identityOf(st);
                 ++indexScans_;
-                scanIndex(fd.get(), f, *summary);
+                scanIndex(dirFd.get(), fd.get(), f, *summary);
             } catch (const std::system_error& e) {
                 summary->readable = false;
                 summary->problem = e.what();
@@ -393,7 +444,9 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
 
     // ---- delete
     auto unlinkFile = [&](const std::string& path, std::uint64_t bytes) {
-        if (::unlink(path.c_str()) != 0) {
+        auto slash = path.rfind('/');
+        std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+        if (::unlinkat(dirFd.get(), name.c_str(), 0) != 0) {
             int err = errno;
             if (err == ENOENT) return true;  // already gone
             result.problems.push_back("cannot delete " + path + ": " + errnoText(err));
@@ -407,6 +460,17 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
     std::map<unsigned, bool> failed;
     for (const auto& g : chosen) {
         if (failed[g.worker]) continue;  // keep the worker's remaining log a contiguous suffix
+        // Announce the deletion first (synced): the chain's first remaining link then points
+        // at a digest the log records, even if the deletion below is interrupted.
+        const auto& newest = *indexed[g.worker][g.last];
+        try {
+            appendRetentionEntry(dirFd.get(), g.worker, indexed[g.worker][g.first]->files.segment,
+                                 newest.files.segment, newest.summary->sealDigest, nowNs);
+        } catch (const std::exception& error) {
+            result.problems.push_back(std::string("not deleting: ") + error.what());
+            failed[g.worker] = true;
+            continue;
+        }
         // Newest first, index before data: see Retention.h "Deletion order".
         for (auto pos = g.last + 1; pos-- > g.first;) {
             const auto& entry = *indexed[g.worker][pos];
@@ -422,8 +486,7 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         }
     }
     if (!result.deleted.empty()) {
-        UniqueFd dirFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        if (!dirFd || ::fsync(dirFd.get()) != 0) {
+        if (::fsync(dirFd.get()) != 0) {
             int err = errno;
             result.problems.push_back("cannot fsync audit directory " + dir_ + ": " +
                                       errnoText(err));
@@ -433,6 +496,30 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
     }
     result.totalBytesAfter = total - result.freedBytes;
     return result;
+}
+
+void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first,
+                                            std::uint64_t last, const Digest& lastDigest,
+                                            std::int64_t nowNs) {
+    auto log = repairRetentionLog(dirFd, dir_, false);
+    std::string path = dir_ + "/" + kRetentionLogName;
+    std::string record;
+    encodeSegmentsDeleted(record, worker, first, last, nowNs, chainKey_.get(), lastDigest,
+                          log.lastMac);
+    bool existed = ::faccessat(dirFd, kRetentionLogName, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    UniqueFd fd = openInDirectoryOrThrow(dirFd, dir_, kRetentionLogName, O_WRONLY | O_CREAT, 0640);
+    std::size_t done = 0;
+    while (done < record.size()) {
+        ssize_t n = ::pwrite(fd.get(), record.data() + done, record.size() - done,
+                             static_cast<off_t>(log.goodEnd + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throwErrno(errno, "write " + path);
+        done += static_cast<std::size_t>(n);
+    }
+    checkSys(::ftruncate(fd.get(), static_cast<off_t>(log.goodEnd + record.size())),
+             "truncate " + path);
+    checkSys(::fdatasync(fd.get()), "fdatasync " + path);
+    if (!existed) checkSys(::fsync(dirFd), "fsync " + dir_);
 }
 
 }  // namespace splicegate::audit

@@ -48,7 +48,33 @@
 #include <string>
 #include <vector>
 
+#include "audit/SealChain.h"
+
 namespace splicegate::audit {
+
+// The retention log (kRetentionLogName, FORMAT.md "Hash chain"): before deleting a group of
+// segments, retention appends (and syncs) one SegmentsDeleted entry naming them and the chain
+// digest of the newest one, so that verify accepts the chain starting after them. Entries are
+// chained to each other by their macs.
+struct RetentionLogEntry {
+    unsigned worker = 0;
+    std::uint64_t first = 0;
+    std::uint64_t last = 0;
+    Digest lastDigest{};
+};
+
+struct RetentionLogRepair {
+    std::vector<RetentionLogEntry> entries;  // the valid entries, in order
+    Digest lastMac{};                        // the last valid entry's mac (zero: none)
+    std::uint64_t goodEnd = 0;
+    std::string cut;  // non-empty: what recovery cut (a torn or damaged tail)
+};
+
+// Reads the retention log of the directory open as `dirFd` and, when `repair`, cuts a torn or
+// damaged tail (a crash while appending: the deletion it announced never started). Macs are
+// not checked here (verify does). Throws std::system_error naming the file on I/O errors and
+// when it is a symlink.
+RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool repair = true);
 
 struct RetentionPolicy {
     std::uint64_t maxBytes = 0;     // 0 = no size limit
@@ -65,7 +91,8 @@ struct RetentionResult {
 
 class RetentionPlanner {
 public:
-    explicit RetentionPlanner(std::string dir);
+    // `chainKey`: --audit-hmac-key-file, for the retention log's entries (null: unkeyed).
+    explicit RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey = nullptr);
     ~RetentionPlanner();
     RetentionPlanner(RetentionPlanner&&) noexcept;
     RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
@@ -81,7 +108,12 @@ public:
 private:
     struct Cache;  // summaries of sealed segments (Retention.cpp)
 
+    // Appends one SegmentsDeleted entry (after the log's last valid entry) and syncs it.
+    void appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first,
+                              std::uint64_t last, const Digest& lastDigest, std::int64_t nowNs);
+
     std::string dir_;
+    std::shared_ptr<const ChainKey> chainKey_;
     std::unique_ptr<Cache> cache_;
     std::uint64_t indexScans_ = 0;
 };

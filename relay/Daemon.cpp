@@ -16,6 +16,7 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/ServiceNotifier.h"
+#include "audit/AuditDirectory.h"
 #include "audit/AuditWriter.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
@@ -89,12 +90,14 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
 
 
 // Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
-AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId) {
+// `held`: the directory, locked by this process (null when audit is off).
+AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId,
+                        const audit::AuditDirectory* held) {
     AuditStart start;
     start.firstSegment.assign(workers, 1);
     firstConnectionId = 1;
-    if (config.auditDir.empty()) return start;
-    auto report = audit::recoverAuditDirectory(config.auditDir);
+    if (held == nullptr) return start;
+    auto report = audit::recoverAuditDirectory(*held, nullptr);
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
@@ -216,8 +219,14 @@ int runDaemon(int argc, const char* const* argv) {
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
-        if (!config.auditDir.empty()) notifier.status("recovering the audit log");
-        auto auditStart = recoverAudit(config, workers, firstConnectionId);
+        // Locked before recovery and held until exit: a second daemon changes nothing here.
+        std::optional<audit::AuditDirectory> auditDirectory;
+        if (!config.auditDir.empty()) {
+            auditDirectory.emplace(audit::AuditDirectory::open(config.auditDir));
+            notifier.status("recovering the audit log");
+        }
+        auto auditStart = recoverAudit(config, workers, firstConnectionId,
+                                       auditDirectory ? &*auditDirectory : nullptr);
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,

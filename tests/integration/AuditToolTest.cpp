@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/Crc32c.h"
 #include "audit/Records.h"
 #include "common/UniqueFd.h"
 #include "tests/support/Daemon.h"
@@ -75,7 +76,7 @@ struct SampleLog {
         encodeOpen(index, 2, kT0 + 2'000'000, "db", "[2001:db8::7]:5000", "192.0.2.2:5432");
         chunk(index, data, 1, kDirectionC2U, c2u.substr(0, 70000));
         chunk(index, data, 2, kDirectionU2C, "partial");
-        encodeSegmentSealed(index, data.size(), kSealClean);
+        seal(index, data);
         save(0, 1, index, data);
         index.clear();
         data.clear();
@@ -90,14 +91,21 @@ struct SampleLog {
         encodeOpen(index, 3, kT0 + 3, "web", "198.51.100.3:4000", "192.0.2.1:443");
         chunk(index, data, 3, kDirectionC2U, "xyz");
         encodeTruncated(index, 3, kT0 + 10);
-        encodeSegmentSealed(index, data.size(), kSealClean);
+        seal(index, data);
         save(1, 1, index, data);
+    }
+
+    // Each worker has one segment: the chain starts from zero.
+    static void seal(std::string& index, const std::string& data) {
+        ChainHasher hasher(nullptr);
+        hasher.update(index.data(), index.size());
+        encodeSegmentSealed(index, data.size(), kSealClean, nullptr, Digest{}, hasher);
     }
 
     static void chunk(std::string& index, std::string& data, std::uint64_t id,
                       std::uint8_t direction, const std::string& payload) {
         encodeChunk(index, id, direction, static_cast<std::uint32_t>(payload.size()), data.size(),
-                    kT0 + 5);
+                    kT0 + 5, crc32c(0, payload.data(), payload.size()));
         data += payload;
     }
     void save(unsigned worker, std::uint64_t segment, const std::string& index,

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "audit/AuditReader.h"
+#include "audit/Crc32c.h"
 #include "audit/Records.h"
 #include "common/UniqueFd.h"
 
@@ -19,7 +21,10 @@ constexpr std::int64_t kT0 = kCraftedLogStartNs;
 
 SegmentBuilder::SegmentBuilder(std::string dir, unsigned worker, std::uint64_t segment,
                                std::uint64_t idFloor)
-    : dir_(std::move(dir)), base_(audit::segmentBaseName(worker, segment)) {
+    : dir_(std::move(dir)),
+      worker_(worker),
+      segment_(segment),
+      base_(audit::segmentBaseName(worker, segment)) {
     audit::encodeSegmentStart(index_, worker, segment, kT0, idFloor);
 }
 
@@ -34,7 +39,11 @@ std::uint64_t SegmentBuilder::chunk(std::uint64_t id, std::uint8_t direction,
                                     const std::string& payload) {
     auto offset = data_.size();
     data_ += payload;
-    return chunkAt(id, direction, static_cast<std::uint32_t>(payload.size()), offset);
+    auto crc = audit::crc32c(0, payload.data(), payload.size());
+    return add([&] {
+        audit::encodeChunk(index_, id, direction, static_cast<std::uint32_t>(payload.size()),
+                           offset, kT0 + 5, crc);
+    });
 }
 
 std::uint64_t SegmentBuilder::chunkAt(std::uint64_t id, std::uint8_t direction,
@@ -51,8 +60,30 @@ std::uint64_t SegmentBuilder::truncated(std::uint64_t id) {
     return add([&] { audit::encodeTruncated(index_, id, kT0 + 10); });
 }
 
-std::uint64_t SegmentBuilder::seal() {
-    return add([&] { audit::encodeSegmentSealed(index_, data_.size(), 0); });
+std::uint64_t SegmentBuilder::seal(const audit::ChainKey* key) {
+    return add([&] { digest_ = sealChained(index_, data_.size(), dir_, worker_, segment_, key); });
+}
+
+audit::Digest sealChained(std::string& index, std::uint64_t dataBytes, const std::string& dir,
+                          unsigned worker, std::uint64_t segment, const audit::ChainKey* key,
+                          std::uint8_t status) {
+    audit::Digest prev{};
+    std::uint64_t best = 0;
+    for (const auto& files : audit::listSegments(dir)) {
+        if (files.worker != worker || files.segment >= segment || !files.hasIndex ||
+            files.segment < best)
+            continue;
+        best = files.segment;
+        prev = audit::Digest{};
+        audit::IndexReader reader(files.indexPath);
+        audit::Record record;
+        while (reader.next(record) == audit::IndexReader::Status::Record)
+            if (record.type == audit::RecordType::SegmentSealed && record.chained)
+                prev = record.digest;
+    }
+    audit::ChainHasher hasher(key);
+    hasher.update(index.data(), index.size());
+    return audit::encodeSegmentSealed(index, dataBytes, status, key, prev, hasher);
 }
 
 void SegmentBuilder::write() const {

@@ -46,7 +46,8 @@ std::vector<std::string> sampleRecords() {
     encodeChunk(records[2], 7, kDirectionU2C, 65536, 1ull << 33, 1'700'000'002'000'000'000);
     encodeClose(records[3], 7, 1'700'000'003'000'000'000, 123, 65536, "client closed");
     encodeTruncated(records[4], 8, -5);
-    encodeSegmentSealed(records[5], 1ull << 30, kSealFailed);
+    ChainHasher hasher(nullptr);
+    encodeSegmentSealed(records[5], 1ull << 30, kSealFailed, nullptr, Digest{}, hasher);
     return records;
 }
 

@@ -19,6 +19,7 @@
 #include "audit/Records.h"
 #include "audit/Retention.h"
 #include "common/UniqueFd.h"
+#include "tests/support/AuditSegmentBuilder.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
@@ -54,7 +55,8 @@ std::string joined(const std::vector<std::string>& lines) {
 class Seg {
 public:
     Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
-        : base_(dir + "/" + segmentBaseName(worker, segment)) {
+        : dir_(dir), worker_(worker), segment_(segment),
+          base_(dir + "/" + segmentBaseName(worker, segment)) {
         encodeSegmentStart(index_, worker, segment, startNs, 0);
     }
     Seg& open(std::uint64_t id, std::int64_t t) {
@@ -84,7 +86,7 @@ public:
             .close(id, 5, 6, t);
     }
     Seg& seal() {
-        encodeSegmentSealed(index_, data_.size(), kSealClean);
+        splicegate::test::sealChained(index_, data_.size(), dir_, worker_, segment_);
         return *this;
     }
     const Seg& write() const {
@@ -98,6 +100,9 @@ public:
     std::string& index() { return index_; }
 
 private:
+    std::string dir_;
+    unsigned worker_;
+    std::uint64_t segment_;
     std::string base_, index_, data_;
 };
 

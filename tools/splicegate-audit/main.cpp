@@ -1,8 +1,8 @@
 // splicegate-audit: offline reader and verifier of splicegate audit logs (SPEC.md "Audit logs and
 // splicegate-audit", audit/FORMAT.md).
 //   splicegate-audit list DIR [--json]
-//   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE]
-//   splicegate-audit verify DIR
+//   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]
+//   splicegate-audit verify DIR [--key-file FILE]
 // Exit status: 0 success, 1 runtime failure (verify: problems found), 2 usage error. Errors are
 // one line each on stderr.
 #include <fcntl.h>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
+#include "audit/SealChain.h"
 #include "common/Error.h"
 
 namespace po = boost::program_options;
@@ -38,11 +39,13 @@ constexpr const char* kMainHelp =
     "  list DIR [--json]         one row per connection: id, route, client, upstream, opened,\n"
     "                            closed, c2u_bytes, u2c_bytes, state (open|closed|truncated),\n"
     "                            reason; --json prints a JSON array of objects\n"
-    "  extract DIR --connection ID --direction c2u|u2c [-o FILE]\n"
+    "  extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]\n"
     "                            the exact bytes of one direction of a connection (stdout by\n"
-    "                            default)\n"
-    "  verify DIR                check every record; exit 1 with one line per problem,\n"
-    "                            FILE:OFFSET: what is wrong\n"
+    "                            default); a chunk failing its payload CRC is refused unless\n"
+    "                            --force\n"
+    "  verify DIR [--key-file FILE]\n"
+    "                            check every record, payload CRC and the hash chain; exit 1\n"
+    "                            with one line per problem, FILE:OFFSET: what is wrong\n"
     "\n"
     "Options:\n"
     "  -h [ --help ]             print this help (or a command's: COMMAND --help) and exit\n"
@@ -243,22 +246,30 @@ Command makeCommand(const std::string& name) {
         command.options.add_options()
             ("json", "print a JSON array of objects instead of a table");
     } else if (name == "extract") {
-        command.usage =
-            "usage: splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE]";
-        command.about = "Writes the exact bytes of one direction of a connection, in order.";
+        command.usage = "usage: splicegate-audit extract DIR --connection ID --direction c2u|u2c "
+                        "[-o FILE] [--force]";
+        command.about =
+            "Writes the exact bytes of one direction of a connection, in order. A chunk whose\n"
+            "payload fails its CRC-32C is refused (exit 1, naming it) unless --force.";
         command.options.add_options()
             ("connection", po::value<std::string>()->value_name("ID"), "connection id (required)")
             ("direction", po::value<std::string>()->value_name("c2u|u2c"),
              "c2u: client to upstream, u2c: upstream to client (required)")
             ("output,o", po::value<std::string>()->value_name("FILE"),
-             "write to FILE instead of stdout ('-' = stdout)");
+             "write to FILE instead of stdout ('-' = stdout)")
+            ("force", "extract chunks whose payload CRC fails too (each one named on stderr)");
     } else if (name == "verify") {
-        command.usage = "usage: splicegate-audit verify DIR";
+        command.usage = "usage: splicegate-audit verify DIR [--key-file FILE]";
         command.about =
             "Checks every record (magic, length, CRC), that every segment starts with\n"
             "SegmentStart, that chunks lie inside their data file without overlapping, follow\n"
-            "their connection's Open, and add up to its Close byte counts. Exit 0 when all is\n"
-            "consistent, else 1 with one line per problem: FILE:OFFSET: what is wrong.";
+            "their connection's Open, and add up to its Close byte counts; every payload\n"
+            "against its CRC-32C; and the hash chain of the segments' seals (HMAC-SHA256 with\n"
+            "--key-file, the daemon's --audit-hmac-key-file). Exit 0 when all is consistent,\n"
+            "else 1 with one line per problem: FILE:OFFSET: what is wrong.";
+        command.options.add_options()
+            ("key-file", po::value<std::string>()->value_name("FILE"),
+             "the key the log was sealed with (--audit-hmac-key-file)");
     }
     command.options.add_options()
         ("help,h", "print this help and exit")
@@ -306,7 +317,7 @@ int runList(const std::string& dir, bool json) {
 }
 
 int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
-               const std::string& output) {
+               const std::string& output, bool force) {
     bool toStdout = output.empty() || output == "-";
     bool created = false;
     UniqueFd file;
@@ -319,7 +330,12 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
         return file.get();
     };
     try {
-        auto result = extractConnection(dir, id, direction, open);
+        ExtractOptions options;
+        options.force = force;
+        options.onDamage = [](const std::string& what) {
+            std::cerr << kProgram << ": warning: " << what << " (extracted anyway: --force)\n";
+        };
+        auto result = extractConnection(dir, id, direction, open, options);
         if (!result.found) {
             std::cerr << kProgram << ": no connection " << id << " in " << dir << "\n";
             return 1;
@@ -333,8 +349,11 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
     }
 }
 
-int runVerify(const std::string& dir) {
-    auto summary = verifyDirectory(dir, [](const std::string& line) { std::cout << line << "\n"; });
+int runVerify(const std::string& dir, const std::string& keyFile) {
+    std::shared_ptr<const ChainKey> key;
+    if (!keyFile.empty()) key = ChainKey::fromFile(keyFile);
+    auto summary = verifyDirectory(
+        dir, [](const std::string& line) { std::cout << line << "\n"; }, key.get());
     std::cout.flush();
     if (summary.problems > 0) {
         std::cerr << kProgram << ": " << dir << ": " << summary.problems
@@ -343,7 +362,11 @@ int runVerify(const std::string& dir) {
     }
     std::cout << dir << ": consistent (" << summary.segments << " segments, " << summary.connections
               << " connections, " << summary.records << " records, " << summary.chunkBytes
-              << " chunk bytes)\n";
+              << " chunk bytes, " << summary.sealedSegments << " chained seals"
+              << (key ? " (HMAC-SHA256)" : " (SHA-256)") << ", " << summary.checkedPayloadBytes
+              << " payload bytes checked, " << summary.uncheckedChunks
+              << " chunks without payload CRC, " << summary.deletedByRetention
+              << " segments deleted by retention)\n";
     return 0;
 }
 
@@ -397,14 +420,19 @@ int run(const std::vector<std::string>& args) {
     auto dir = values["dir"].as<std::string>();
     if (dir.empty()) throw UsageError("the audit directory DIR is empty" + hint);
     if (name == "list") return runList(dir, values.count("json") != 0);
-    if (name == "verify") return runVerify(dir);
+    if (name == "verify") {
+        std::string keyFile = values.count("key-file") ? values["key-file"].as<std::string>() : "";
+        if (values.count("key-file") && keyFile.empty())
+            throw UsageError("--key-file: empty file name" + hint);
+        return runVerify(dir, keyFile);
+    }
     if (!values.count("connection")) throw UsageError("missing --connection ID" + hint);
     if (!values.count("direction")) throw UsageError("missing --direction c2u|u2c" + hint);
     auto id = parseId(values["connection"].as<std::string>());
     auto direction = parseDirection(values["direction"].as<std::string>());
     std::string output = values.count("output") ? values["output"].as<std::string>() : "";
     if (values.count("output") && output.empty()) throw UsageError("-o: empty file name" + hint);
-    return runExtract(dir, id, direction, output);
+    return runExtract(dir, id, direction, output, values.count("force") != 0);
 }
 
 }  // namespace

@@ -1,0 +1,185 @@
+#include "audit/AuditDirectory.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/Error.h"
+
+namespace splicegate::audit {
+namespace {
+
+std::string octal(mode_t mode) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+    return text;
+}
+
+// What makes a directory unsafe to hold the audit log, or empty.
+std::string looseness(const std::string& path, const struct stat& st) {
+    if (!S_ISDIR(st.st_mode)) return "audit directory " + path + " is not a directory";
+    if (st.st_uid != ::geteuid())
+        return "audit directory " + path + " is owned by uid " + std::to_string(st.st_uid) +
+               ", not by the daemon's user (uid " + std::to_string(::geteuid()) +
+               "): refusing it, its owner could replace the audit files";
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        return "audit directory " + path + " is writable by its group or others (mode " +
+               octal(st.st_mode) + "): refusing it; chmod 0750 " + path;
+    return {};
+}
+
+// The pid written in the lock file (0 when none can be read).
+long lockHolder(int lockFd) {
+    char text[32] = {};
+    ssize_t n = ::pread(lockFd, text, sizeof text - 1, 0);
+    if (n <= 0) return 0;
+    return std::strtol(text, nullptr, 10);
+}
+
+std::string heldText(const std::string& path, long pid) {
+    return "audit directory " + path + " is held by another splicegate process" +
+           (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) +
+           "; only one daemon may write an audit directory";
+}
+
+void makeParents(const std::string& path) {
+    for (std::size_t slash = path.find('/', 1); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+        std::string part = path.substr(0, slash);
+        if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+            throwErrno(errno, "cannot create directory " + part);
+    }
+}
+
+}  // namespace
+
+int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode) noexcept {
+    if (name.empty() || name.find('/') != std::string::npos) return -EINVAL;
+    flags |= O_CLOEXEC | O_NOFOLLOW;
+    static bool haveOpenat2 = true;  // a benign race: both values lead to a correct open
+    int fd = -1;
+    if (haveOpenat2) {
+        open_how how{};
+        how.flags = static_cast<std::uint64_t>(flags);
+        how.mode = (flags & O_CREAT) ? mode : 0;
+        how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
+        fd = static_cast<int>(::syscall(SYS_openat2, dirFd, name.c_str(), &how, sizeof how));
+        if (fd < 0 && errno == ENOSYS) haveOpenat2 = false;
+    }
+    if (!haveOpenat2) fd = ::openat(dirFd, name.c_str(), flags, mode);
+    if (fd < 0) return -errno;
+    if ((flags & O_CREAT) != 0) {
+        // The umask must not narrow what --audit-group may read; only a file we just created
+        // or our own file is changed.
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) != mode &&
+            st.st_uid == ::geteuid())
+            ::fchmod(fd, mode);
+    }
+    return fd;
+}
+
+UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
+                                int flags, mode_t mode) {
+    int fd = openInDirectory(dirFd, name, flags, mode);
+    if (fd < 0) {
+        std::string path = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
+        if (fd == -ELOOP)
+            throwErrno(ELOOP, "refusing to open " + path + ": it is a symlink (not followed)");
+        throwErrno(-fd, "cannot open " + path);
+    }
+    return UniqueFd(fd);
+}
+
+int syncDirectory(int dirFd) noexcept {
+    return ::fsync(dirFd) == 0 ? 0 : -errno;
+}
+
+AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t> group) {
+    if (path.empty())
+        throw std::system_error(ENOENT, std::system_category(), "empty audit directory");
+    makeParents(path);
+    bool created = ::mkdir(path.c_str(), 0750) == 0;
+    if (!created && errno != EEXIST) throwErrno(errno, "cannot create audit directory " + path);
+    AuditDirectory dir;
+    dir.path_ = path;
+    dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.dir_) throwErrno(errno, "cannot open audit directory " + path);
+    struct stat st {};
+    checkSys(::fstat(dir.fd(), &st), "fstat " + path);
+    if (auto problem = looseness(path, st); !problem.empty())
+        throw std::system_error(EPERM, std::system_category(), problem);
+
+    // Lock before anything is changed: a second daemon must leave the holder's files alone.
+    dir.lock_ = openInDirectoryOrThrow(dir.fd(), path, kLockFileName, O_RDWR | O_CREAT, 0640);
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    if (::fcntl(dir.lock_.get(), F_OFD_SETLK, &lock) != 0) {
+        int err = errno;
+        if (err == EAGAIN || err == EACCES) {
+            long pid = lockHolder(dir.lock_.get());
+            throw AuditDirectoryHeld(heldText(path, pid), pid);
+        }
+        throwErrno(err, "cannot lock " + path + "/" + kLockFileName);
+    }
+    std::string pid = std::to_string(::getpid()) + "\n";
+    checkSys(::ftruncate(dir.lock_.get(), 0), "truncate " + path + "/" + kLockFileName);
+    if (::pwrite(dir.lock_.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+        throwErrno(errno, "write " + path + "/" + kLockFileName);
+
+    if (group && st.st_gid != *group)
+        checkSys(::fchown(dir.fd(), static_cast<uid_t>(-1), *group),
+                 "--audit-group: cannot give " + path + " to group " + std::to_string(*group));
+    // Set-group-id: segment files created later inherit the directory's group.
+    mode_t wanted = (st.st_mode & 0750) | S_ISGID;
+    if (created) wanted = 0750 | S_ISGID;
+    if ((st.st_mode & 07777) != wanted || created)
+        checkSys(::fchmod(dir.fd(), wanted), "chmod " + path);
+    return dir;
+}
+
+AuditDirectoryCheck checkAuditDirectory(const std::string& path, std::optional<gid_t> group) {
+    AuditDirectoryCheck check;
+    if (path.empty()) {
+        check.problems.push_back("--audit-dir is empty");
+        return check;
+    }
+    UniqueFd dirFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dirFd) {
+        if (errno != ENOENT)
+            check.problems.push_back("cannot open audit directory " + path + ": " +
+                                     errnoText(errno));
+        return check;  // a missing directory is created at start
+    }
+    struct stat st {};
+    if (::fstat(dirFd.get(), &st) != 0) {
+        check.problems.push_back("fstat " + path + ": " + errnoText(errno));
+        return check;
+    }
+    if (auto problem = looseness(path, st); !problem.empty()) check.problems.push_back(problem);
+    if (group && st.st_gid != *group && st.st_uid != ::geteuid())
+        check.problems.push_back("--audit-group: " + path + " belongs to group " +
+                                 std::to_string(st.st_gid) + " and cannot be changed");
+    int lockFd = openInDirectory(dirFd.get(), kLockFileName, O_RDONLY);
+    if (lockFd == -ELOOP) {
+        check.problems.push_back(path + "/" + kLockFileName + " is a symlink");
+    } else if (lockFd >= 0) {
+        UniqueFd lockFile(lockFd);
+        struct flock query {};
+        query.l_type = F_WRLCK;
+        query.l_whence = SEEK_SET;
+        // F_OFD_GETLK only asks: it takes nothing, so a daemon starting now is not disturbed.
+        if (::fcntl(lockFile.get(), F_OFD_GETLK, &query) == 0 && query.l_type != F_UNLCK)
+            check.holderPid = lockHolder(lockFile.get());
+    }
+    return check;
+}
+
+}  // namespace splicegate::audit

@@ -1,0 +1,75 @@
+#pragma once
+// The audit directory as the daemon holds it (audit/FORMAT.md "Directory"): opened once, checked
+// like PostgreSQL checks its data directory (owned by the daemon's user, not writable by its
+// group or others), and locked for the daemon's whole life with an open-file-description lock on
+// `splicegate.lock` (holder pid written in it), taken BEFORE recovery so that a second daemon
+// never changes a directory another one writes. Every audit file is opened relative to the
+// directory fd without following symlinks (openInDirectory).
+// Thread affinity: none; the object is shared read-only after open. Error contract: open()
+// throws std::system_error naming the directory or file (AuditDirectoryHeld when another process
+// holds the lock); checkAuditDirectory() never throws for what it finds, it lists it.
+#include <sys/types.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/UniqueFd.h"
+
+namespace splicegate::audit {
+
+constexpr const char* kLockFileName = "splicegate.lock";
+
+// Opens `name` (no '/') in `dirFd` without following a symlink (openat2 RESOLVE_NO_SYMLINKS |
+// RESOLVE_BENEATH where the kernel has it (5.6), else openat with O_NOFOLLOW). With O_CREAT the
+// file gets mode `mode` whatever the umask. Returns the fd or -errno (ELOOP for a symlink).
+int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode = 0640) noexcept;
+// Throwing form, naming dir/name.
+UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
+                                int flags, mode_t mode = 0640);
+// fsync of the directory itself (entries created, renamed or removed in it).
+int syncDirectory(int dirFd) noexcept;
+
+class AuditDirectoryHeld : public std::runtime_error {
+  public:
+    AuditDirectoryHeld(const std::string& what, long holderPid)
+        : std::runtime_error(what), holderPid_(holderPid) {}
+    long holderPid() const noexcept { return holderPid_; }  // 0 when the lock file names none
+
+  private:
+    long holderPid_;
+};
+
+class AuditDirectory {
+  public:
+    // Creates `path` when missing (mode 02750: files created in it inherit its group), checks it
+    // and locks it. `group`: --audit-group; the directory's group is set to it (new files
+    // inherit it). Throws AuditDirectoryHeld ("audit directory DIR is held by another splicegate
+    // process (pid N)") when locked, std::system_error otherwise.
+    static AuditDirectory open(const std::string& path, std::optional<gid_t> group = std::nullopt);
+
+    AuditDirectory(AuditDirectory&&) noexcept = default;
+    AuditDirectory& operator=(AuditDirectory&&) noexcept = default;
+
+    int fd() const noexcept { return dir_.get(); }
+    const std::string& path() const noexcept { return path_; }
+
+  private:
+    AuditDirectory() = default;
+    std::string path_;
+    UniqueFd dir_;
+    UniqueFd lock_;  // holds the lock while open
+};
+
+struct AuditDirectoryCheck {
+    std::vector<std::string> problems;  // one line each, naming the directory
+    std::optional<long> holderPid;      // a running daemon holds it (not a problem in itself)
+};
+
+// For --check-config: the same checks as AuditDirectory::open, read-only (creates, changes and
+// locks nothing, so it never disturbs a daemon that holds the directory or is starting).
+AuditDirectoryCheck checkAuditDirectory(const std::string& path,
+                                        std::optional<gid_t> group = std::nullopt);
+
+}  // namespace splicegate::audit

@@ -1,0 +1,445 @@
+// Tamper evidence and safe file handling of the audit log (audit/FORMAT.md "Hash chain",
+// "Directory"): each case first shows the damage an attacker or accident makes, then that
+// verify exits non-clean naming the place; retention's own deletions stay clean; symlinks in
+// the directory are never followed; a held directory is not touched by a second holder.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "audit/AuditDirectory.h"
+#include "audit/AuditReader.h"
+#include "audit/AuditWriter.h"
+#include "audit/Crc32c.h"
+#include "audit/Records.h"
+#include "audit/Recovery.h"
+#include "audit/Retention.h"
+#include "audit/SealChain.h"
+#include "tests/support/AuditSegmentBuilder.h"
+#include "tests/support/Daemon.h"
+
+namespace splicegate::audit {
+namespace {
+
+using test::joined;
+using test::SegmentBuilder;
+using test::TempDir;
+
+std::string readFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool anyContains(const std::vector<std::string>& lines, const std::string& what) {
+    for (const auto& line : lines)
+        if (line.find(what) != std::string::npos) return true;
+    return false;
+}
+
+std::vector<std::string> verify(const std::string& dir, const ChainKey* key = nullptr) {
+    std::vector<std::string> problems;
+    verifyDirectory(dir, [&](const std::string& line) { problems.push_back(line); }, key);
+    return problems;
+}
+
+// Three sealed segments of worker 0, one closed connection each (ids 1, 2, 3).
+std::vector<std::string> writeThreeSegments(const std::string& dir,
+                                            const ChainKey* key = nullptr) {
+    std::vector<std::string> indexes;
+    for (std::uint64_t n = 1; n <= 3; ++n) {
+        SegmentBuilder segment(dir, 0, n, n);
+        segment.open(n);
+        segment.chunk(n, kDirectionC2U, "hello from connection " + std::to_string(n));
+        segment.chunk(n, kDirectionU2C, "answer");
+        segment.close(n, 22 + (n >= 10 ? 1 : 0), 6);
+        segment.seal(key);
+        segment.write();
+        indexes.push_back(segment.indexPath());
+    }
+    return indexes;
+}
+
+// Rewrites the record at `offset` of `index` with `edit` applied and its record CRC fixed.
+void editRecord(std::string& index, std::size_t offset, const std::function<void(Record&)>& edit) {
+    Record record;
+    std::size_t consumed = 0;
+    std::string problem;
+    ASSERT_EQ(decodeRecord(reinterpret_cast<const std::uint8_t*>(index.data()) + offset,
+                           index.size() - offset, record, consumed, problem),
+              DecodeStatus::Ok)
+        << problem;
+    edit(record);
+    ASSERT_EQ(record.type, RecordType::Chunk) << "only chunks are edited here";
+    std::string replacement;
+    encodeChunk(replacement, record.id, record.direction, record.length, record.offset,
+                record.timeNs, record.hasCrc ? std::optional(record.crc) : std::nullopt);
+    index.replace(offset, consumed, replacement);
+}
+
+TEST(AuditIntegrityTest, CleanChainedLogVerifies) {
+    TempDir dir;
+    writeThreeSegments(dir.path());
+    auto problems = verify(dir.path());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
+TEST(AuditIntegrityTest, ChangedPayloadByteFailsItsCrcNamingConnectionDirectionOffset) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(7);
+    segment.chunk(7, kDirectionC2U, "GET / HTTP/1.1\r\n");
+    segment.chunk(7, kDirectionC2U, "Host: example\r\n");
+    segment.close(7, 31, 0);
+    segment.seal();
+    segment.data()[20] = 'X';  // inside the second chunk (stream offset 16)
+    segment.write();
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("w00-0000000001.index:"), std::string::npos) << problems[0];
+    EXPECT_NE(problems[0].find("connection 7 c2u at stream offset 16"), std::string::npos)
+        << problems[0];
+    EXPECT_NE(problems[0].find("CRC-32C"), std::string::npos) << problems[0];
+}
+
+TEST(AuditIntegrityTest, PayloadChangedWithItsCrcRecomputedBreaksTheSeal) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(7);
+    auto chunkAt = segment.chunk(7, kDirectionC2U, "transfer 100 EUR");
+    segment.close(7, 16, 0);
+    segment.seal();
+    std::string forged = "HACKED!!!!!!!!!!";
+    segment.data().replace(0, forged.size(), forged);
+    editRecord(segment.index(), chunkAt,
+               [&](Record& r) { r.crc = crc32c(0, forged.data(), forged.size()); });
+    segment.write();
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("seal's digest does not match"), std::string::npos)
+        << problems[0];
+}
+
+TEST(AuditIntegrityTest, RemovedRecordsOfAConnectionBreakTheSeal) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(1);
+    segment.chunk(1, kDirectionC2U, "kept");
+    segment.close(1, 4, 0);
+    auto removedFrom = segment.open(2);
+    segment.chunk(2, kDirectionC2U, "incriminating");
+    auto removedTo = segment.close(2, 13, 0);
+    removedTo += segment.index().size() - removedTo;  // close is the last record so far
+    segment.seal();
+    // Every record of connection 2 goes; each remaining record's own CRC is intact.
+    segment.index().erase(removedFrom, removedTo - removedFrom);
+    segment.write();
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("w00-0000000001.index:"), std::string::npos);
+    EXPECT_NE(problems[0].find("removed"), std::string::npos) << problems[0];
+}
+
+TEST(AuditIntegrityTest, RemovedMiddleSegmentBreaksTheChain) {
+    TempDir dir;
+    auto indexes = writeThreeSegments(dir.path());
+    ASSERT_TRUE(verify(dir.path()).empty());
+    std::filesystem::remove(indexes[1]);
+    std::filesystem::remove(dir.path() + "/w00-0000000002.data");
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("w00-0000000003.index:"), std::string::npos) << problems[0];
+    EXPECT_NE(problems[0].find("hash chain broken"), std::string::npos) << problems[0];
+}
+
+TEST(AuditIntegrityTest, ReorderedSegmentsAreFound) {
+    TempDir dir;
+    writeThreeSegments(dir.path());
+    auto base = dir.path() + "/w00-000000000";
+    for (const char* ext : {".index", ".data"}) {
+        std::filesystem::rename(base + "2" + ext, base + "9" + ext);
+        std::filesystem::rename(base + "3" + ext, base + "2" + ext);
+        std::filesystem::rename(base + "9" + ext, base + "3" + ext);
+    }
+    auto problems = verify(dir.path());
+    ASSERT_FALSE(problems.empty());
+    EXPECT_TRUE(anyContains(problems, "w00-0000000002.index:0: SegmentStart names worker 0 "
+                                      "segment 3"))
+        << joined(problems);
+    EXPECT_TRUE(anyContains(problems, "hash chain broken")) << joined(problems);
+}
+
+TEST(AuditIntegrityTest, KeyedChainNeedsTheRightKey) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    auto wrong = ChainKey::fromBytes("fedcba9876543210fedcba9876543210");
+    writeThreeSegments(dir.path(), key.get());
+    auto good = verify(dir.path(), key.get());
+    EXPECT_TRUE(good.empty()) << joined(good);
+
+    auto withWrongKey = verify(dir.path(), wrong.get());
+    ASSERT_EQ(withWrongKey.size(), 3u) << joined(withWrongKey);
+    EXPECT_NE(withWrongKey[0].find("w00-0000000001.index:"), std::string::npos);
+    EXPECT_NE(withWrongKey[0].find("wrong key"), std::string::npos) << withWrongKey[0];
+
+    auto withoutKey = verify(dir.path());
+    ASSERT_EQ(withoutKey.size(), 3u) << joined(withoutKey);
+    EXPECT_NE(withoutKey[0].find("--key-file"), std::string::npos) << withoutKey[0];
+}
+
+TEST(AuditIntegrityTest, UnkeyedChainIsRefusedWhenAKeyIsExpected) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    writeThreeSegments(dir.path());  // an attacker without the key recomputed a plain chain
+    auto problems = verify(dir.path(), key.get());
+    ASSERT_EQ(problems.size(), 3u) << joined(problems);
+    EXPECT_NE(problems[0].find("sealed without a key"), std::string::npos) << problems[0];
+}
+
+TEST(AuditIntegrityTest, RetentionDeletionsVerifyButNotWithoutTheirRecord) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    writeThreeSegments(dir.path(), key.get());
+    RetentionPlanner planner(dir.path(), key);
+    auto result = planner.apply({1, 0}, wallClockNs());  // keep as little as possible
+    ASSERT_EQ(result.deleted.size(), 4u) << joined(result.deleted) << joined(result.problems);
+    auto problems = verify(dir.path(), key.get());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
+
+    // Without the retention log the deletion looks like what it would be otherwise: removal.
+    auto log = readFile(dir.path() + "/" + kRetentionLogName);
+    std::filesystem::remove(dir.path() + "/" + kRetentionLogName);
+    problems = verify(dir.path(), key.get());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("hash chain broken"), std::string::npos) << problems[0];
+
+    // A forged entry (the attacker lacks the key, so signs with another one) is refused.
+    Record entry;
+    std::size_t consumed = 0;
+    std::string why;
+    ASSERT_EQ(decodeRecord(reinterpret_cast<const std::uint8_t*>(log.data()), log.size(), entry,
+                           consumed, why),
+              DecodeStatus::Ok)
+        << why;
+    auto forger = ChainKey::fromBytes("attacker's key, not the daemon's");
+    std::string forged;
+    encodeSegmentsDeleted(forged, 0, 1, 2, entry.timeNs, forger.get(), entry.digest, Digest{});
+    SegmentBuilder::writeFile(dir.path() + "/" + kRetentionLogName, forged);
+    problems = verify(dir.path(), key.get());
+    EXPECT_TRUE(anyContains(problems, std::string(kRetentionLogName) + ":0: retention entry "
+                                                                       "sealed with another key"))
+        << joined(problems);
+    EXPECT_TRUE(anyContains(problems, "hash chain broken")) << joined(problems);
+}
+
+TEST(AuditIntegrityTest, ADirectoryWithoutAuditLogDoesNotVerify) {
+    TempDir dir;
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_NE(problems[0].find("no audit log"), std::string::npos) << problems[0];
+}
+
+TEST(AuditIntegrityTest, ExtractRefusesADamagedChunkUnlessForced) {
+    TempDir dir;
+    SegmentBuilder segment(dir.path(), 0, 1);
+    segment.open(4);
+    segment.chunk(4, kDirectionU2C, "first");
+    segment.chunk(4, kDirectionU2C, "second");
+    segment.close(4, 0, 11);
+    segment.seal();
+    segment.data()[6] = '!';
+    segment.write();
+    std::string out = dir.path() + "/out";
+    auto openOut = [&] { return ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600); };
+    try {
+        extractConnection(dir.path(), 4, kDirectionU2C, openOut);
+        FAIL() << "a damaged chunk was extracted";
+    } catch (const std::runtime_error& error) {
+        std::string what = error.what();
+        EXPECT_NE(what.find("connection 4 u2c at stream offset 5"), std::string::npos) << what;
+        EXPECT_NE(what.find("--force"), std::string::npos) << what;
+    }
+    std::vector<std::string> warnings;
+    ExtractOptions force;
+    force.force = true;
+    force.onDamage = [&](const std::string& line) { warnings.push_back(line); };
+    auto result = extractConnection(dir.path(), 4, kDirectionU2C, openOut, force);
+    EXPECT_EQ(result.bytes, 11u);
+    EXPECT_EQ(readFile(out), "firsts!cond");
+    EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    {
+        AuditWriter writer(dir.path(), 0, 1, 8192, nullptr, key);
+        ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "r", "c", "u"), 0);
+        std::uint64_t total = 0;
+        for (int i = 0; i < 6; ++i) {  // rolls twice
+            std::string payload(3000, static_cast<char>('a' + i));
+            Reservation slot;
+            ASSERT_EQ(writer.reserve(static_cast<std::uint32_t>(payload.size()), slot), 0);
+            ASSERT_EQ(::pwrite(slot.segment->data.get(), payload.data(), payload.size(),
+                               static_cast<off_t>(slot.offset)),
+                      static_cast<ssize_t>(payload.size()));
+            std::uint32_t crc = 0;
+            if (i % 2 == 0) {
+                crc = crc32c(0, payload.data(), payload.size());  // the direct writer's way
+            } else {
+                ASSERT_EQ(AuditWriter::payloadCrcFromFile(slot, 3000, crc), 0);  // splice's
+            }
+            ASSERT_EQ(writer.recordChunk(slot, 1, 0, 3000, wallClockNs(), crc), 0);
+            total += payload.size();
+        }
+        ASSERT_EQ(writer.recordClose(1, wallClockNs(), total, 0, "done"), 0);
+    }
+    auto problems = verify(dir.path(), key.get());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
+    VerifySummary summary = verifyDirectory(dir.path(), [](const std::string&) {}, key.get());
+    EXPECT_EQ(summary.sealedSegments, 3u);
+    EXPECT_EQ(summary.checkedPayloadBytes, 18000u);
+    EXPECT_EQ(summary.uncheckedChunks, 0u);
+}
+
+TEST(AuditIntegrityTest, RecoveryExtendsTheChainOverTornTails) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    // Two unsealed segments (the older one had writes in flight at the crash) with torn tails.
+    for (std::uint64_t n = 1; n <= 2; ++n) {
+        SegmentBuilder segment(dir.path(), 0, n, n);
+        segment.open(n);
+        segment.chunk(n, kDirectionC2U, "payload");
+        segment.index() += std::string("SGIX\x03\x00", 6);  // torn
+        segment.write();
+    }
+    auto report = recoverAuditDirectory(dir.path(), key.get());
+    EXPECT_EQ(report.truncatedConnections, 2u) << joined(report.actions);
+    auto problems = verify(dir.path(), key.get());
+    EXPECT_TRUE(problems.empty()) << joined(problems) << joined(report.actions);
+    // A writer continuing after recovery extends the same chain.
+    {
+        AuditWriter writer(dir.path(), 0, report.lastSegment[0] + 1, 1 << 20, nullptr, key);
+        ASSERT_EQ(writer.recordOpen(9, wallClockNs(), "r", "c", "u"), 0);
+        ASSERT_EQ(writer.recordClose(9, wallClockNs(), 0, 0, "done"), 0);
+    }
+    problems = verify(dir.path(), key.get());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
+TEST(AuditIntegrityTest, SymlinkedSegmentFilesAreNeverFollowedNorChanged) {
+    for (const char* ext : {".index", ".data"}) {
+        TempDir dir, elsewhere;
+        std::string target = elsewhere.path() + "/precious";
+        const std::string content = "root's file, not an audit index";
+        SegmentBuilder::writeFile(target, content);
+        SegmentBuilder segment(dir.path(), 0, 1);
+        segment.open(1);
+        segment.write();  // unsealed: recovery would cut, seal and append here
+        std::string link = dir.path() + "/w00-0000000002" + ext;
+        ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+        try {
+            recoverAuditDirectory(dir.path());
+            FAIL() << "recovery accepted a symlinked " << ext;
+        } catch (const std::system_error& error) {
+            EXPECT_NE(std::string(error.what()).find("w00-0000000002"), std::string::npos)
+                << error.what();
+        }
+        EXPECT_EQ(readFile(target), content);
+        struct stat st {};
+        ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+        EXPECT_TRUE(S_ISLNK(st.st_mode));
+        auto problems = verify(dir.path());
+        EXPECT_TRUE(anyContains(problems, "not a regular file")) << joined(problems);
+        RetentionPlanner planner(dir.path());
+        planner.apply({1, 0}, wallClockNs());
+        EXPECT_EQ(readFile(target), content);
+        EXPECT_EQ(::lstat(link.c_str(), &st), 0);
+    }
+}
+
+TEST(AuditIntegrityTest, WriterNeverCreatesThroughASymlink) {
+    TempDir dir, elsewhere;
+    std::string target = elsewhere.path() + "/precious";
+    SegmentBuilder::writeFile(target, "keep");
+    ASSERT_EQ(::symlink(target.c_str(), (dir.path() + "/w00-0000000001.index").c_str()), 0);
+    EXPECT_THROW(AuditWriter(dir.path(), 0, 1, 1 << 20), std::system_error);
+    EXPECT_EQ(readFile(target), "keep");
+}
+
+// The directory listing with each file's size and content, to show nothing changed.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        files[entry.path().filename()] = readFile(entry.path());
+    return files;
+}
+
+TEST(AuditIntegrityTest, ASecondHolderIsRefusedNamingTheFirstAndChangesNothing) {
+    TempDir parent;
+    std::string path = parent.path() + "/audit";
+    auto held = AuditDirectory::open(path);
+    SegmentBuilder live(path, 0, 1);
+    live.open(1);  // a live, unsealed segment that recovery would seal and truncate
+    live.write();
+    auto before = snapshot(path);
+    try {
+        AuditDirectory::open(path);
+        FAIL() << "a second holder got the directory";
+    } catch (const AuditDirectoryHeld& error) {
+        EXPECT_EQ(error.holderPid(), ::getpid());
+        EXPECT_NE(std::string(error.what()).find("pid " + std::to_string(::getpid())),
+                  std::string::npos)
+            << error.what();
+    }
+    auto check = checkAuditDirectory(path);
+    EXPECT_TRUE(check.problems.empty()) << joined(check.problems);
+    ASSERT_TRUE(check.holderPid.has_value());
+    EXPECT_EQ(*check.holderPid, ::getpid());
+    EXPECT_EQ(snapshot(path), before);
+}
+
+TEST(AuditIntegrityTest, LooseDirectoryPermissionsAreRefused) {
+    TempDir parent;
+    std::string path = parent.path() + "/audit";
+    ASSERT_EQ(::mkdir(path.c_str(), 0750), 0);
+    for (mode_t loose : {0770, 0757, 0777}) {
+        ASSERT_EQ(::chmod(path.c_str(), loose), 0);
+        try {
+            AuditDirectory::open(path);
+            FAIL() << "mode " << std::oct << loose << " accepted";
+        } catch (const std::system_error& error) {
+            EXPECT_NE(std::string(error.what()).find("writable by its group or others"),
+                      std::string::npos)
+                << error.what();
+        }
+        EXPECT_EQ(checkAuditDirectory(path).problems.size(), 1u);
+        EXPECT_FALSE(std::filesystem::exists(path + "/" + kLockFileName));
+    }
+    ASSERT_EQ(::chmod(path.c_str(), 0750), 0);
+    auto dir = AuditDirectory::open(path);
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 02750u);
+}
+
+TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WhateverTheUmask) {
+    TempDir dir;
+    mode_t old = ::umask(077);
+    { AuditWriter writer(dir.path(), 0, 1, 1 << 20); }
+    ::umask(old);
+    struct stat st {};
+    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.index").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.data").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
+}  // namespace
+}  // namespace splicegate::audit
