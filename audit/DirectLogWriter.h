@@ -21,7 +21,8 @@
 //                  fdatasync error the kernel may have dropped the dirty state, so the file is
 //                  done for (the owner seals the segment as failed and starts a new one).
 // Completions: every SQE it submits carries `tagBase | tag`, tag in the low 32 bits; the owner
-// routes each completion whose upper bits equal tagBase to onCompletion(tag, result).
+// routes each completion whose upper bits equal tagBase to onCompletion(tag, result). Tags with
+// both top bits set (0xc0000000 and up) are never the writer's: they are left to its owner.
 //
 // Thread affinity: the ring's thread. Error contract: the constructor throws (std::system_error,
 // std::invalid_argument); everything else is noexcept and returns -errno. Lifetime: destroy it
