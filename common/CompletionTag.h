@@ -30,10 +30,9 @@ struct CompletionTag {
     }
 
     static constexpr CompletionTag decode(std::uint64_t userData) noexcept {
-        return CompletionTag{static_cast<std::uint8_t>(userData >> 56),
-                             static_cast<std::uint8_t>(userData >> 48),
-                             static_cast<std::uint16_t>(userData >> 32),
-                             static_cast<std::uint32_t>(userData)};
+        return CompletionTag{
+            static_cast<std::uint8_t>(userData >> 56), static_cast<std::uint8_t>(userData >> 48),
+            static_cast<std::uint16_t>(userData >> 32), static_cast<std::uint32_t>(userData)};
     }
 
     template <typename Op>

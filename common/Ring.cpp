@@ -6,20 +6,36 @@
 
 namespace splicegate {
 
-Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers) {
+namespace {
+int initRing(unsigned entries, unsigned hints, const RingOptions& options, io_uring& ring) {
     io_uring_params params{};
-    // One thread submits; completions are reaped by the same thread.
-    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_CLAMP;
-    params.flags |= IORING_SETUP_CQSIZE;
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | hints;
     params.cq_entries = entries * 4;
-    int rc = io_uring_queue_init_params(entries, &ring_, &params);
-    if (rc == -EINVAL) {  // kernels before 6.0 lack SINGLE_ISSUER: retry without the hints
-        params = {};
-        params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
-        params.cq_entries = entries * 4;
-        rc = io_uring_queue_init_params(entries, &ring_, &params);
+    if (options.sqpoll) {
+        params.flags |= IORING_SETUP_SQPOLL;
+        params.sq_thread_idle = options.sqThreadIdleMs;
     }
-    checkNeg(rc, "io_uring_queue_init(" + std::to_string(entries) + " entries)");
+    return io_uring_queue_init_params(entries, &ring, &params);
+}
+}  // namespace
+
+Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers,
+           RingOptions options) {
+    // One thread submits; completions are reaped by the same thread. The hints go from the most
+    // to the least a kernel may know: DEFER_TASKRUN 6.1, SINGLE_ISSUER 6.0; older kernels
+    // refuse unknown flags with EINVAL.
+    std::vector<unsigned> hints;
+    if (options.deferTaskrun && !options.sqpoll)
+        hints.push_back(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+    hints.push_back(IORING_SETUP_SINGLE_ISSUER);
+    hints.push_back(0);
+    int rc = -EINVAL;
+    for (unsigned hint : hints) {
+        rc = initRing(entries, hint, options, ring_);
+        if (rc != -EINVAL) break;
+    }
+    checkNeg(rc, "io_uring_queue_init(" + std::to_string(entries) + " entries" +
+                     (options.sqpoll ? ", SQPOLL" : "") + ")");
     unsigned limits[2] = {maxBoundWorkers, maxUnboundWorkers};
     rc = io_uring_register_iowq_max_workers(&ring_, limits);
     if (rc < 0) {
@@ -28,7 +44,9 @@ Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorker
     }
 }
 
-Ring::~Ring() { io_uring_queue_exit(&ring_); }
+Ring::~Ring() {
+    io_uring_queue_exit(&ring_);
+}
 
 io_uring_sqe* Ring::sqe() noexcept {
     io_uring_sqe* entry = io_uring_get_sqe(&ring_);
@@ -39,7 +57,13 @@ io_uring_sqe* Ring::sqe() noexcept {
     return entry;
 }
 
-int Ring::submit() noexcept { return io_uring_submit(&ring_); }
+int Ring::submit() noexcept {
+    return io_uring_submit(&ring_);
+}
+
+int Ring::submitAndPeek() noexcept {
+    return io_uring_submit_and_get_events(&ring_);
+}
 
 int Ring::submitAndWait(unsigned timeoutMs) noexcept {
     __kernel_timespec timeout{};
@@ -70,7 +94,7 @@ const std::vector<RequiredOpcode>& requiredOpcodes() {
 
 std::vector<std::string> missingOpcodes() {
     std::unique_ptr<io_uring_probe, decltype(&io_uring_free_probe)> probe(io_uring_get_probe(),
-                                                                         io_uring_free_probe);
+                                                                          io_uring_free_probe);
     if (!probe) throwErrno(ENOSYS, "io_uring_get_probe (is io_uring disabled by sysctl?)");
     std::vector<std::string> missing;
     for (const auto& required : requiredOpcodes()) {

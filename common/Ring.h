@@ -10,11 +10,25 @@
 
 namespace splicegate {
 
+// How a ring is set up. The defaults suit a worker: one thread submits and reaps.
+struct RingOptions {
+    // IORING_SETUP_DEFER_TASKRUN (6.1+, with SINGLE_ISSUER): completion work runs only when the
+    // owner enters the kernel to reap, in one batch, instead of interrupting it at any time.
+    // Kernels without it fall back to SINGLE_ISSUER alone, then to neither.
+    bool deferTaskrun = true;
+    // IORING_SETUP_SQPOLL: a kernel thread polls the submission queue, so submitting costs no
+    // system call while it is awake (it sleeps after `sqThreadIdleMs` without work). One more
+    // thread per ring, busy while traffic flows; excludes deferTaskrun.
+    bool sqpoll = false;
+    unsigned sqThreadIdleMs = 50;
+};
+
 class Ring {
-public:
-    // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked splice
-    // must not be able to spawn a thread per connection.
-    Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers);
+  public:
+    // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked
+    // splice must not be able to spawn a thread per connection.
+    Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorkers,
+         RingOptions options = {});
     ~Ring();
     Ring(const Ring&) = delete;
     Ring& operator=(const Ring&) = delete;
@@ -25,6 +39,11 @@ public:
     // Returns -errno (-ETIME and -EINTR are normal).
     int submitAndWait(unsigned timeoutMs) noexcept;
     int submit() noexcept;
+    // Submits pending SQEs and reaps what completed without waiting (with DEFER_TASKRUN a plain
+    // submit would leave finished work unposted).
+    int submitAndPeek() noexcept;
+    // The setup flags the kernel accepted (IORING_SETUP_*).
+    unsigned flags() const noexcept { return ring_.flags; }
 
     // Calls `handle(const io_uring_cqe&)` for every ready completion and marks them seen.
     template <typename Handler>
@@ -42,7 +61,7 @@ public:
 
     io_uring* raw() noexcept { return &ring_; }
 
-private:
+  private:
     io_uring ring_{};
 };
 

@@ -75,7 +75,8 @@ void loadFailpoints() {
         std::string field;
         while (std::getline(fields, field, ':')) parts.push_back(field);
         if (parts.size() < 3 || parts.size() > 4)
-            throw UsageError("SPLICEGATE_FAILPOINTS: '" + entry + "' is not site:action:first[:count]");
+            throw UsageError("SPLICEGATE_FAILPOINTS: '" + entry +
+                             "' is not site:action:first[:count]");
         Failpoint point;
         point.shorten = parts[1] == "short";
         if (!point.shorten) point.error = parseErrno(parts[1]);

@@ -24,12 +24,18 @@ int failpointResult(FailSite site, int result) noexcept;
 std::size_t failpointLength(FailSite site, std::size_t length) noexcept;
 #else
 inline void loadFailpoints() {}
-inline int failpointResult(FailSite, int result) noexcept { return result; }
-inline std::size_t failpointLength(FailSite, std::size_t length) noexcept { return length; }
+inline int failpointResult(FailSite, int result) noexcept {
+    return result;
+}
+inline std::size_t failpointLength(FailSite, std::size_t length) noexcept {
+    return length;
+}
 #endif
 
 // Consumes one hit of `site`: the errno to inject before the kernel acts, or 0 (the real
 // operation runs). Movers call it where they start an operation (datapath/Mover.h).
-inline int injectedErrno(FailSite site) noexcept { return -failpointResult(site, 0); }
+inline int injectedErrno(FailSite site) noexcept {
+    return -failpointResult(site, 0);
+}
 
 }  // namespace splicegate

@@ -36,9 +36,14 @@ MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
             sourceBlocked_ = moved < requested && moved < drainedBelow_;
             break;
         }
-        case MoveOutcome::EndOfStream: sourceEof_ = true; break;
-        case MoveOutcome::WouldBlock: sourceBlocked_ = true; break;
-        case MoveOutcome::Failed: break;
+        case MoveOutcome::EndOfStream:
+            sourceEof_ = true;
+            break;
+        case MoveOutcome::WouldBlock:
+            sourceBlocked_ = true;
+            break;
+        case MoveOutcome::Failed:
+            break;
     }
     return outcome;
 }

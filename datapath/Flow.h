@@ -42,7 +42,7 @@ MoveOutcome classifyFill(ssize_t result) noexcept;
 MoveOutcome classifyForward(ssize_t result) noexcept;
 
 class Flow {
-public:
+  public:
     Pipe pipe;       // lent while bytes are in flight
     Pipe auditPipe;  // lent while an audit copy is in flight
 
@@ -88,7 +88,7 @@ public:
     bool auditPipeReturnable() const noexcept { return inAuditPipe_ == 0; }
     bool finished() const noexcept { return sinkShut_; }
 
-private:
+  private:
     std::size_t inPipe_ = 0;             // filled, not yet forwarded
     std::size_t teed_ = 0;               // front of the pipe already copied, not yet forwarded
     std::size_t inAuditPipe_ = 0;        // teed, not yet written to the log

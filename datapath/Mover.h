@@ -76,8 +76,9 @@ struct MoveEnds {
 };
 
 // One step. `first` runs with `length`; for an audit chain (first == Tee or AuditWrite), the
-// stages behind it run only when the one before moved exactly `length` (soft link): a mover that
-// cannot link runs them one after another itself under the same rule.
+// stages behind it run only when the one before moved its whole length (soft link). A mover may
+// stop earlier than the plan (the inline mover runs tee -> write and leaves the forward to the
+// next step, after the write is booked); the driver takes each step from Flow::next() anyway.
 struct MovePlan {
     MoveStage first = MoveStage::Fill;
     std::size_t length = 0;
@@ -154,7 +155,8 @@ struct MoveInFlight {
     }
     MoveReport report() const noexcept {
         MoveReport out;
-        for (std::uint8_t i = 0; i < stageCount; ++i) out.add(gathered[i].stage, gathered[i].result);
+        for (std::uint8_t i = 0; i < stageCount; ++i)
+            out.add(gathered[i].stage, gathered[i].result);
         return out;
     }
 

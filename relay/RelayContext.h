@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/Ring.h"
+#include "datapath/ChainMover.h"
+#include "datapath/InlineMover.h"
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 #include "relay/Config.h"
@@ -21,6 +24,9 @@ struct RelaySettings {
     std::uint64_t maxConnections = 65536;
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
+    // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
+    // while traffic flows, one more busy thread per worker (--sqpoll).
+    bool sqpoll = false;
     // Audit: empty directory = off.
     std::string auditDir;
     AuditDurability auditDurability = AuditDurability::Batch;
@@ -29,13 +35,19 @@ struct RelaySettings {
     std::uint64_t auditSegmentBytes = 1ull << 30;
 };
 
+// The one place the splice engine is chosen: the mover a worker moves its bytes with.
+inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
+    if (engine == SpliceEngine::Chain) return std::make_unique<ChainMover>(ring);
+    return std::make_unique<InlineMover>(ring);
+}
+
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
     std::vector<std::uint64_t> firstSegment;  // per worker
 };
 
 class RelayContext {
-public:
+  public:
     RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
         : settings(relaySettings), pipeBudget(pipeBudgetBytes) {}
 
@@ -55,7 +67,7 @@ public:
         routes_ = std::move(table);
     }
 
-private:
+  private:
     mutable std::mutex routesMutex_;
     std::shared_ptr<const RouteTable> routes_ = std::make_shared<RouteTable>();
 };

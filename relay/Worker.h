@@ -3,10 +3,12 @@
 // connections it accepted. Other threads talk to it only through requestReload(),
 // requestDrain() and requestStop(), which set a flag and wake it through an eventfd.
 //
-// Data path (NOTES.md 1, 2, 11): io_uring waits for what can wait (accept, connect, readiness);
-// the moves themselves are either direct non-blocking splice() calls made by this thread
-// (SpliceEngine::Inline) or IORING_OP_SPLICE SQEs (SpliceEngine::Chain). Both engines drive the
-// same Flow bookkeeping.
+// The worker owns the thread, the ring, the listeners and the connection table, and routes each
+// completion to its owner by op: its own (accept, connect, control, timer), the audit tap's
+// (group commit) or the mover's (data path, through the FlowDriver, whose Verdict it acts on).
+// Which engine moves the bytes is decided once, where the mover is made (RelayContext.h).
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -18,12 +20,15 @@
 #include <thread>
 #include <vector>
 
-#include "audit/AuditWriter.h"
+#include "common/CompletionTag.h"
+#include "common/Ring.h"
 #include "common/UniqueFd.h"
+#include "datapath/AuditTap.h"
+#include "datapath/FlowDriver.h"
+#include "datapath/Mover.h"
 #include "pipes/PipePool.h"
 #include "relay/Connection.h"
 #include "relay/RelayContext.h"
-#include "common/Ring.h"
 
 namespace splicegate {
 
@@ -68,54 +73,44 @@ class Worker {
 
   private:
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
-    enum class Op : std::uint8_t {
-        Ignore,
-        Control,
-        Timer,
-        Accept,
-        Connect,
-        ConnectTimeout,
-        Poll,
-        Fill,
-        Tee,
-        AuditWrite,
-        Forward,
-        SyncData,
-        SyncIndex
+    // The worker's own io_uring ops (below 0x20: the audit tap's and the movers' ops are theirs,
+    // datapath/AuditTap.h, datapath/Mover.h).
+    enum class Op : std::uint8_t { Ignore, Control, Timer, Accept, Connect, ConnectTimeout };
+    // An accept armed on a listener, with where the kernel writes the peer's address: single
+    // shot, so each connection's address comes with it (no getpeername per connection).
+    struct AcceptSlot {
+        sockaddr_storage address{};
+        socklen_t length = 0;
+        bool armed = false;
     };
+    static constexpr std::uint8_t kAcceptsPerListener = 16;
     struct Listener {
         std::shared_ptr<const Route> route;
         UniqueFd fd;
         std::uint16_t generation = 0;
-        bool active = false;
+        // Heap-held: the kernel writes into them while the listener vector may grow.
+        std::unique_ptr<AcceptSlot[]> accepts = std::make_unique<AcceptSlot[]>(kAcceptsPerListener);
     };
-    struct FlowRef {
-        std::uint32_t slot;
-        std::uint16_t generation;
-        Direction direction;
-    };
-    struct DurabilityWaiter {
-        FlowRef flow;
-        std::uint64_t syncSequence;
-    };
-
-    static std::uint64_t pack(Op op, Direction d, std::uint32_t slot, std::uint16_t gen) noexcept;
 
     void signal(std::uint32_t request) noexcept;
     void run(std::promise<void>& started);
+    void setUp();
     void loop();
     void handleCompletion(const io_uring_cqe& cqe);
     void handleControl();
     void armControl();
     void armTimer();
     void onTimer();
+    void runTasks();
+    void runDeferred();
 
     // Listeners
     void applyRoutes(bool failOnError);
     void openListener(const std::shared_ptr<const Route>& route);
     void closeListener(std::uint32_t index);
-    void armAccept(std::uint32_t index);
-    void onAccept(std::uint32_t index, const io_uring_cqe& cqe);
+    void armAccepts(std::uint32_t index);
+    void armAccept(std::uint32_t index, std::uint8_t which);
+    void onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cqe& cqe);
 
     // Connections
     Connection* allocateConnection();
@@ -124,40 +119,14 @@ class Worker {
     void onConnect(Connection& c, int result);
     void startRelaying(Connection& c);
     void closeConnection(Connection& c, CloseReason reason, bool resetPeers);
-    void completeOperation(Connection& c);
     void releaseConnection(Connection& c);
     RouteCounters& routeStats(const Connection& c) noexcept {
         return stats_->routes[c.route->statsIndex];
     }
-    void countForwarded(Connection& c, Direction d, int result) noexcept;
-    void updatePipeGauges() noexcept;
-    void runTasks();
 
-    // Data path
-    void pump(Connection& c, Direction d);
-    bool pumpStep(Connection& c, Direction d);
-    void submitMove(Connection& c, Direction d, Op op, int in, int out, std::size_t bytes,
-                    std::int64_t outOffset = -1, bool linkNext = false);
-    bool teeStep(Connection& c, Direction d);
-    bool auditWriteStep(Connection& c, Direction d, std::size_t length, bool linkForward);
-    void applyChain(Connection& c, Direction d);
-    bool applyAuditWrite(Connection& c, Direction d, int result);
-    void onAuditWrite(Connection& c, Direction d, int result);
-    int bookAuditWrite(Connection& c, Direction d, int result);
-    static int injectedRecordFailure() noexcept;
-    void onAuditFailure(Connection& c, Direction d, int result);
-    void waitDurable(Connection& c, Direction d);
-    void startWantedSync();
-    void startSync();
-    void onSync(int result);
-    void openAudit(Connection& c);
-    void closeAudit(Connection& c);
-    void armPoll(Connection& c, Direction d, int fd, unsigned events);
-    void onPoll(Connection& c, Direction d, int result);
-    void onMove(Connection& c, Direction d, Op op, int result);
-    bool afterMove(Connection& c, Direction d, MoveOutcome outcome, int result);
-    void returnPipes(Flow& flow) noexcept;
-    void runDeferred();
+    // What the data path decided for a connection.
+    void act(Connection& c, Direction d, const Verdict& verdict);
+    void applySync(const SyncOutcome& outcome);
 
     const unsigned index_;
     RelayContext& context_;
@@ -165,7 +134,6 @@ class Worker {
     std::unique_ptr<WorkerStats> stats_ = std::make_unique<WorkerStats>();
     std::mutex tasksMutex_;
     std::vector<std::function<void()>> tasks_;
-    std::chrono::steady_clock::time_point syncStarted_;
     PipePool pipePool_;
     UniqueFd controlFd_;
     std::uint64_t controlValue_ = 0;
@@ -174,18 +142,18 @@ class Worker {
     bool draining_ = false;
     bool stopping_ = false;
     __kernel_timespec timerInterval_{};
+    __kernel_timespec connectTimeout_{};
     std::chrono::steady_clock::time_point now_;
     std::shared_ptr<const RouteTable> appliedRoutes_;
     std::vector<Listener> listeners_;
     std::vector<std::unique_ptr<Connection>> connections_;
     std::vector<std::uint32_t> freeSlots_;
     std::size_t liveConnections_ = 0;
-    std::vector<FlowRef> deferred_;
-    std::unique_ptr<audit::AuditWriter> audit_;
-    std::shared_ptr<audit::Segment> syncingSegment_;
-    int syncDataResult_ = 0;
-    bool syncWanted_ = false;  // strict mode: a chunk waits for a group commit (startWantedSync)
-    std::vector<DurabilityWaiter> durabilityWaiters_;
+    std::vector<CompletionTag> deferred_;  // flows that yielded: driven again next turn
+    // The data path, made once in setUp(): mover (the engine), audit tap, flow driver.
+    std::unique_ptr<Mover> mover_;
+    std::unique_ptr<AuditTap> audit_;
+    std::unique_ptr<FlowDriver> driver_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};
     std::thread thread_;
 };

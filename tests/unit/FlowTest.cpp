@@ -1,16 +1,15 @@
-#include "datapath/Flow.h"
-
 #include <gtest/gtest.h>
 
 #include <cerrno>
 
+#include "datapath/Flow.h"
 #include "pipes/PipePool.h"
 
 namespace splicegate {
 namespace {
 
 class FlowTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override { ASSERT_EQ(Pipe::create(65536, flow.pipe), 0); }
     Flow flow;
 };
@@ -103,4 +102,117 @@ TEST(MoveOutcome, ClassifiesResults) {
 }
 
 }  // namespace
+// ---- audit stages: the rules that make the audit fail-closed --------------------------------
+
+class AuditedFlowTest : public FlowTest {
+  protected:
+    void SetUp() override {
+        FlowTest::SetUp();
+        flow.configureAudit(true, false);
+    }
+};
+
+TEST_F(AuditedFlowTest, NothingIsForwardedBeforeItIsTeedAndWritten) {
+    flow.recordFill(1000, 65536);
+    EXPECT_EQ(flow.next(), FlowStep::Tee);
+    EXPECT_EQ(flow.forwardRequest(), 0u);
+    EXPECT_EQ(flow.teeRequest(), 1000u);
+    EXPECT_TRUE(flow.recordTee(1000));
+    EXPECT_EQ(flow.next(), FlowStep::AuditWrite);
+    EXPECT_EQ(flow.auditWriteRequest(), 1000u);
+    EXPECT_EQ(flow.forwardRequest(), 0u) << "teed but not written: nothing released";
+    EXPECT_TRUE(flow.recordAuditWrite(1000));
+    EXPECT_EQ(flow.next(), FlowStep::Forward);
+    EXPECT_EQ(flow.forwardRequest(), 1000u);
+    EXPECT_EQ(flow.recordForward(1000), MoveOutcome::Moved);
+    EXPECT_TRUE(flow.pipeReturnable());
+    EXPECT_TRUE(flow.auditPipeReturnable());
+}
+
+TEST_F(AuditedFlowTest, ShortTeeWritesWhatWasCopiedAndTeesTheRestOnlyAfterItIsForwarded) {
+    flow.recordFill(1000, 65536);
+    EXPECT_TRUE(flow.recordTee(400));
+    EXPECT_EQ(flow.auditWriteRequest(), 400u);
+    EXPECT_TRUE(flow.recordAuditWrite(400));
+    EXPECT_EQ(flow.forwardRequest(), 400u) << "only the audited front is released";
+    flow.recordForward(400);
+    // tee copies from the pipe's front: the rest is teed once the teed front has gone.
+    EXPECT_EQ(flow.next(), FlowStep::Tee);
+    EXPECT_EQ(flow.teeRequest(), 600u);
+    EXPECT_TRUE(flow.recordTee(600));
+    EXPECT_TRUE(flow.recordAuditWrite(600));
+    EXPECT_EQ(flow.forwardRequest(), 600u);
+}
+
+TEST_F(AuditedFlowTest, ShortAuditWriteReleasesOnlyWhatReachedTheLog) {
+    flow.recordFill(1000, 65536);
+    flow.recordTee(1000);
+    EXPECT_TRUE(flow.recordAuditWrite(300));
+    EXPECT_EQ(flow.forwardRequest(), 300u);
+    EXPECT_EQ(flow.bytesInAuditPipe(), 700u);
+    // What was released goes first; the rest of the audit pipe is written before more is teed.
+    EXPECT_EQ(flow.next(), FlowStep::Forward);
+    flow.recordForward(300);
+    EXPECT_EQ(flow.next(), FlowStep::AuditWrite);
+    EXPECT_EQ(flow.auditWriteRequest(), 700u);
+}
+
+TEST_F(AuditedFlowTest, CancelledOrInterruptedStagesChangeNothingAndAreRetried) {
+    flow.recordFill(1000, 65536);
+    EXPECT_TRUE(flow.recordTee(-ECANCELED));
+    EXPECT_TRUE(flow.recordTee(-EAGAIN));
+    EXPECT_EQ(flow.next(), FlowStep::Tee);
+    EXPECT_TRUE(flow.recordTee(1000));
+    EXPECT_TRUE(flow.recordAuditWrite(-ECANCELED));
+    EXPECT_TRUE(flow.recordAuditWrite(-EINTR));
+    EXPECT_EQ(flow.next(), FlowStep::AuditWrite);
+    EXPECT_EQ(flow.forwardRequest(), 0u);
+}
+
+TEST_F(AuditedFlowTest, FailedStagesAreAuditFailures) {
+    flow.recordFill(1000, 65536);
+    EXPECT_FALSE(flow.recordTee(-EIO));
+    EXPECT_TRUE(flow.recordTee(1000));
+    EXPECT_FALSE(flow.recordAuditWrite(-EIO));
+    EXPECT_FALSE(flow.recordAuditWrite(-ENOSPC));
+    EXPECT_FALSE(flow.recordAuditWrite(0)) << "a log file that takes nothing is full";
+    EXPECT_EQ(flow.forwardRequest(), 0u) << "a failed write releases nothing";
+}
+
+TEST_F(AuditedFlowTest, StrictReleasesOnlyWhenDurable) {
+    flow.configureAudit(true, true);
+    flow.recordFill(1000, 65536);
+    flow.recordTee(1000);
+    flow.recordAuditWrite(1000);
+    EXPECT_EQ(flow.next(), FlowStep::WaitDurable);
+    EXPECT_EQ(flow.forwardRequest(), 0u);
+    flow.recordDurable();
+    EXPECT_EQ(flow.next(), FlowStep::Forward);
+    EXPECT_EQ(flow.forwardRequest(), 1000u);
+    flow.recordDurable();  // nothing more written: nothing more released
+    EXPECT_EQ(flow.forwardRequest(), 1000u);
+}
+
+TEST_F(AuditedFlowTest, AbandonAuditReleasesEverythingAndCountsWhatWasNotAudited) {
+    flow.recordFill(1000, 65536);
+    flow.recordTee(600);
+    flow.recordAuditWrite(200);  // 200 audited and released, 400 teed unwritten, 400 unteed
+    EXPECT_EQ(flow.abandonAudit(), 800u);
+    EXPECT_EQ(flow.forwardRequest(), 1000u);
+    EXPECT_EQ(flow.bytesInAuditPipe(), 0u);
+    EXPECT_TRUE(flow.auditPipeReturnable());
+    flow.recordForward(1000);
+    EXPECT_TRUE(flow.pipeReturnable());
+}
+
+TEST_F(AuditedFlowTest, AbandonAuditInStrictModeCountsWrittenButNotDurableBytesAsAudited) {
+    flow.configureAudit(true, true);
+    flow.recordFill(1000, 65536);
+    flow.recordTee(1000);
+    flow.recordAuditWrite(700);  // written, waiting for durability
+    EXPECT_EQ(flow.abandonAudit(), 300u) << "the written 700 are in the log";
+    EXPECT_EQ(flow.forwardRequest(), 1000u);
+    EXPECT_EQ(flow.next(), FlowStep::Forward);
+}
+
 }  // namespace splicegate

@@ -1,0 +1,162 @@
+#include "datapath/AuditTap.h"
+
+#include <cerrno>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "datapath/Failpoints.h"
+
+namespace splicegate {
+namespace {
+// Test builds only: an allocation failure injected before an index record is buffered, so the
+// record is really missing, as it would be. 0 otherwise.
+int injectedRecordFailure() noexcept {
+    return failpointResult(FailSite::AuditRecord, 0);
+}
+}  // namespace
+
+AuditTap::AuditTap(std::unique_ptr<AuditLog> log, AuditPolicy policy, WorkerStats& stats) noexcept
+    : log_(std::move(log)), policy_(policy), stats_(stats) {}
+
+AuditAction AuditTap::open(ConnectionIo& io, std::string_view route, std::string_view client,
+                           std::string_view upstream) noexcept {
+    io.audited = true;
+    for (auto& flow : io.flows) flow.flow.configureAudit(true, policy_.strict);
+    int rc = injectedRecordFailure();
+    if (rc == 0) rc = log_->recordOpen(io.id, route, client, upstream);
+    if (rc == 0) return AuditAction::Proceed;
+    // Chunks of a connection without its Open record could never be extracted, and a Close
+    // record without it would be a problem for verify: the connection is not in the log at all.
+    stats_.auditWriteErrors.add(1);
+    io.audited = false;
+    for (auto& flow : io.flows) flow.flow.configureAudit(false, false);
+    if (policy_.failClosed) {
+        logWarn("connection ", io.id, ": its audit Open record failed (", errnoText(rc),
+                "): closing it, fail-closed");
+        return AuditAction::Close;
+    }
+    io.auditLost = true;
+    logWarn("connection ", io.id, ": its audit Open record failed (", errnoText(rc),
+            "): relaying it unaudited, fail-open");
+    return AuditAction::ForwardUnaudited;
+}
+
+void AuditTap::close(ConnectionIo& io, std::string_view reason) noexcept {
+    for (auto& flow : io.flows) log_->abandon(flow.auditSlot);
+    if (!io.audited) return;
+    int rc = injectedRecordFailure();
+    if (rc == 0)
+        rc = log_->recordClose(io.id, io.flows[0].auditedBytes, io.flows[1].auditedBytes, reason);
+    if (rc < 0) {
+        stats_.auditWriteErrors.add(1);
+        logWarn("connection ", io.id, ": its audit Close record was lost (", errnoText(rc),
+                "): the log shows it open, and recovery will mark it truncated");
+    }
+}
+
+int AuditTap::reserve(FlowIo& flow, std::size_t length) noexcept {
+    log_->abandon(flow.auditSlot);  // a slot left by a cancelled write
+    return log_->reserve(static_cast<std::uint32_t>(length), flow.auditSlot);
+}
+
+int AuditTap::book(ConnectionIo& io, Direction d, int result) noexcept {
+    auto& flow = io.at(d);
+    if (result <= 0 || !flow.auditSlot.reserved()) {
+        log_->abandon(flow.auditSlot);
+        return result;
+    }
+    int rc = injectedRecordFailure();
+    if (rc < 0)
+        log_->abandon(flow.auditSlot);
+    else
+        rc = log_->recordChunk(flow.auditSlot, io.id, static_cast<std::uint8_t>(d),
+                               static_cast<std::uint32_t>(result), policy_.strict);
+    if (rc < 0) return rc;
+    // Counted whatever the connection's state: the bytes are in the log, and the Close record's
+    // counts must match the chunks.
+    stats_.auditBytes.add(static_cast<std::uint64_t>(result));
+    flow.auditedBytes += static_cast<std::uint64_t>(result);
+    io.auditSyncTarget = log_->nextSyncSequence();
+    if (policy_.strict) syncWanted_ = true;
+    return result;
+}
+
+AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept {
+    stats_.auditWriteErrors.add(1);
+    if (policy_.failClosed) {
+        logWarn("connection ", io.id, ": audit write failed (", errnoText(error),
+                "): closing it, fail-closed");
+        return AuditAction::Close;
+    }
+    auto& flow = io.at(d);
+    log_->abandon(flow.auditSlot);
+    auto lost = flow.flow.abandonAudit();
+    stats_.auditLostBytes.add(lost);
+    logWarn("connection ", io.id, ": audit write failed (", errnoText(error), "): ", lost,
+            " bytes forwarded unaudited, fail-open");
+    return AuditAction::ForwardUnaudited;
+}
+
+void AuditTap::waitDurable(const ConnectionIo& io, Direction d) noexcept {
+    waiters_.push_back({io.tag(d), io.auditSyncTarget});
+    syncWanted_ = true;
+}
+
+// Group commit: a sync starts once the completions of a loop turn have been handled, so every
+// chunk written in that turn shares it. A sync in flight re-asks when it ends.
+std::optional<SyncOutcome> AuditTap::afterTurn() noexcept {
+    if (!syncWanted_) return std::nullopt;
+    syncWanted_ = false;
+    if (log_->syncInFlight()) return std::nullopt;
+    return startSync();
+}
+
+std::optional<SyncOutcome> AuditTap::tick() noexcept {
+    // Index records reach the page cache every tick even while an fdatasync is still running,
+    // so a crash of the daemon loses at most one interval of them.
+    if (!policy_.groupCommit || log_->syncInFlight()) {
+        log_->flush();
+        return std::nullopt;
+    }
+    return startSync();
+}
+
+std::optional<SyncOutcome> AuditTap::startSync() noexcept {
+    syncStarted_ = std::chrono::steady_clock::now();
+    int rc = log_->startSync(CompletionTag::make(kSyncOp));
+    if (rc < 0) return finishSync(rc);
+    return std::nullopt;
+}
+
+std::optional<SyncOutcome> AuditTap::complete(CompletionTag tag, int result) noexcept {
+    auto done = log_->syncCompleted(tag, result);
+    if (!done) return std::nullopt;
+    auto took = std::chrono::steady_clock::now() - syncStarted_;
+    stats_.observeFsync(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
+    return finishSync(*done);
+}
+
+SyncOutcome AuditTap::finishSync(int result) noexcept {
+    SyncOutcome outcome;
+    outcome.result = result;
+    if (result < 0) {
+        stats_.auditSyncErrors.add(1);
+        // Chunks written since the last good sync may be gone: their connections close.
+        outcome.closeUndurable = policy_.failClosed;
+    }
+    auto waiters = std::move(waiters_);
+    waiters_.clear();
+    for (const auto& waiter : waiters) {
+        if (result >= 0 && waiter.syncSequence > log_->durableSequence())
+            waiters_.push_back(waiter);  // needs the next sync
+        else
+            outcome.resume.push_back(waiter.flow);
+    }
+    // After a failure the next sync waits for the timer: retrying at once on a full or broken
+    // disk would spin through new segments.
+    if (result >= 0 && (!waiters_.empty() || (log_->dirty() && policy_.strict))) syncWanted_ = true;
+    return outcome;
+}
+
+}  // namespace splicegate

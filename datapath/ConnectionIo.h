@@ -1,0 +1,59 @@
+#pragma once
+// The data-path half of a relayed connection: both sockets, one flow per direction with its
+// mover state and audit reservation, and the counters the data path keeps. The connection layer
+// (relay/Connection.h) adds routing, addresses and lifecycle around it. Owned by one worker;
+// never touched by another thread.
+#include <chrono>
+#include <cstdint>
+
+#include "common/CompletionTag.h"
+#include "common/UniqueFd.h"
+#include "datapath/AuditLog.h"
+#include "datapath/Flow.h"
+#include "datapath/Mover.h"
+#include "metrics/Stats.h"
+
+namespace splicegate {
+
+struct FlowIo {
+    Flow flow;
+    MoveInFlight move;               // the mover's step in flight
+    std::size_t stepLength = 0;      // what the step asked for (a short fill means drained)
+    AuditSlot auditSlot;             // log space of the audit write in flight
+    std::uint64_t auditedBytes = 0;  // recorded in the index
+};
+
+struct ConnectionIo {
+    std::uint64_t id = 0;
+    std::uint32_t slot = 0;
+    std::uint16_t generation = 0;
+    bool relaying = false;  // set by the connection layer; results after it are only booked
+    UniqueFd client;
+    UniqueFd upstream;
+    FlowIo flows[2];
+    bool audited = false;
+    bool auditLost = false;  // fail-open after its Open record was lost: every byte counts lost
+    std::uint64_t auditSyncTarget = 0;  // sync sequence that makes its last chunk durable
+    RouteCounters* counters = nullptr;
+    std::chrono::steady_clock::time_point lastActivity;
+
+    FlowIo& at(Direction d) noexcept { return flows[static_cast<int>(d)]; }
+    Flow& flow(Direction d) noexcept { return at(d).flow; }
+    const Flow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow; }
+    int sourceFd(Direction d) const noexcept {
+        return d == Direction::ClientToUpstream ? client.get() : upstream.get();
+    }
+    int sinkFd(Direction d) const noexcept {
+        return d == Direction::ClientToUpstream ? upstream.get() : client.get();
+    }
+    // The flow's identity in completion tags (the op is the mover's).
+    CompletionTag tag(Direction d) const noexcept {
+        return CompletionTag{0, static_cast<std::uint8_t>(d), generation, slot};
+    }
+    // Data-path operations whose completion is still due.
+    unsigned movesInFlight() const noexcept {
+        return flows[0].move.outstanding + flows[1].move.outstanding;
+    }
+};
+
+}  // namespace splicegate

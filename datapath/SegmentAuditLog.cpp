@@ -1,0 +1,97 @@
+#include "datapath/SegmentAuditLog.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/Ring.h"
+#include "datapath/Failpoints.h"
+
+namespace splicegate {
+namespace {
+enum SyncStep : std::uint32_t { kSyncData = 0, kSyncIndex = 1 };
+}
+
+audit::Reservation SegmentAuditLog::toReservation(AuditSlot& slot) noexcept {
+    audit::Reservation reservation;
+    reservation.segment = std::static_pointer_cast<audit::Segment>(std::move(slot.owner));
+    reservation.offset = slot.destination.offset;
+    reservation.length = slot.length;
+    slot = AuditSlot{};
+    return reservation;
+}
+
+int SegmentAuditLog::reserve(std::uint32_t length, AuditSlot& out) noexcept {
+    audit::Reservation reservation;
+    if (int rc = writer_->reserve(length, reservation); rc < 0) return rc;
+    out.destination = AuditDestination{reservation.segment->data.get(), reservation.offset, {}};
+    out.length = reservation.length;
+    out.owner = std::move(reservation.segment);
+    return 0;
+}
+
+int SegmentAuditLog::recordChunk(AuditSlot& slot, std::uint64_t connection, std::uint8_t direction,
+                                 std::uint32_t written, bool startWriteback) noexcept {
+    if (startWriteback) {
+        // Advisory: an error here shows up in the group commit's fdatasync.
+        ::sync_file_range(slot.destination.fd, static_cast<off64_t>(slot.destination.offset),
+                          written, SYNC_FILE_RANGE_WRITE);
+    }
+    auto reservation = toReservation(slot);
+    return writer_->recordChunk(reservation, connection, direction, written, audit::wallClockNs());
+}
+
+void SegmentAuditLog::abandon(AuditSlot& slot) noexcept {
+    if (!slot.reserved()) return;
+    auto reservation = toReservation(slot);
+    writer_->abandon(reservation);
+}
+
+int SegmentAuditLog::recordOpen(std::uint64_t connection, std::string_view route,
+                                std::string_view client, std::string_view upstream) noexcept {
+    return writer_->recordOpen(connection, audit::wallClockNs(), route, client, upstream);
+}
+
+int SegmentAuditLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
+                                 std::uint64_t u2cBytes, std::string_view reason) noexcept {
+    return writer_->recordClose(connection, audit::wallClockNs(), c2uBytes, u2cBytes, reason);
+}
+
+int SegmentAuditLog::startSync(CompletionTag tag) noexcept {
+    auto failuresBefore = writer_->failedSyncs();
+    auto segment = writer_->beginSync();
+    if (!segment) return writer_->failedSyncs() != failuresBefore ? -EIO : 0;  // index write
+    syncing_ = segment;
+    syncDataResult_ = 0;
+    auto* sqe = ring_.sqe();
+    io_uring_prep_fsync(sqe, segment->data.get(), IORING_FSYNC_DATASYNC);
+    tag.slot = kSyncData;
+    io_uring_sqe_set_data64(sqe, tag.encode());
+    sqe->flags |= IOSQE_IO_LINK;  // data first, then the index that points into it
+    sqe = ring_.sqe();
+    io_uring_prep_fsync(sqe, segment->index.get(), IORING_FSYNC_DATASYNC);
+    tag.slot = kSyncIndex;
+    io_uring_sqe_set_data64(sqe, tag.encode());
+    return 1;
+}
+
+std::optional<int> SegmentAuditLog::syncCompleted(CompletionTag tag, int result) noexcept {
+    if (tag.slot == kSyncData) {
+        syncDataResult_ = result;
+        return std::nullopt;
+    }
+    result = failpointResult(FailSite::AuditSync, syncDataResult_ < 0 ? syncDataResult_ : result);
+    if (auto segment = std::move(syncing_)) writer_->endSync(segment, result);
+    return result;
+}
+
+void SegmentAuditLog::syncNow() noexcept {
+    if (auto segment = writer_->beginSync()) {
+        int rc = ::fdatasync(segment->data.get());
+        if (rc == 0) rc = ::fdatasync(segment->index.get());
+        writer_->endSync(segment, rc < 0 ? -errno : 0);
+    }
+}
+
+}  // namespace splicegate
