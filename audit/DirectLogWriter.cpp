@@ -83,19 +83,7 @@ int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
     } catch (const std::bad_alloc&) {
         return -ENOMEM;
     }
-    if (files_.size() > 1) {
-        File& previous = files_[files_.size() - 2];
-        previous.current = false;
-        previous.lsnEnd = appendedLsn_;
-        if (!active_.empty()) {
-            unsigned last = active_.back();
-            Slot& slot = slots_[last];
-            if (slot.file == previous.serial && !slot.sealed) {
-                slot.sealed = true;  // its partial tail is written now, padded
-                if (slot.fill == 0) release(last);
-            }
-        }
-    }
+    if (files_.size() > 1) retire(files_[files_.size() - 2]);
     File& file = files_.back();
     file.fd = std::move(own);
     file.id = fileId;
@@ -104,6 +92,25 @@ int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
     file.lsnBegin = file.durable = file.syncTarget = appendedLsn_;
     pump();
     return 0;
+}
+
+void DirectLogWriter::retire(File& file) noexcept {
+    if (!file.current) return;
+    file.current = false;
+    file.lsnEnd = appendedLsn_;
+    if (active_.empty()) return;
+    unsigned last = active_.back();
+    Slot& slot = slots_[last];
+    if (slot.file == file.serial && !slot.sealed) {
+        slot.sealed = true;  // its partial tail is written now, padded
+        if (slot.fill == 0 && slot.reservations == 0) release(last);
+    }
+}
+
+void DirectLogWriter::closeFile() noexcept {
+    if (files_.empty()) return;
+    retire(files_.back());
+    pump();
 }
 
 int DirectLogWriter::appendSlot(File& file) noexcept {

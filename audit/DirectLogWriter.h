@@ -110,6 +110,10 @@ class DirectLogWriter {
     // reserved after it, otherwise zeroed: a gap that no index record names.
     void complete(LogReservation& reservation, std::size_t filled) noexcept;
 
+    // No more appends to the current file: its tail is written and synced, and the file cut to
+    // its last byte, without waiting for a commit (shutdown). Appends fail until startFile().
+    void closeFile() noexcept;
+
     // Reads up to `length` bytes from a non-blocking pipe (a tee'd audit copy) into the log.
     LogAppend appendFromPipe(int pipeFd, std::size_t length) noexcept;
     // Copies up to `length` bytes of user memory (the buffer lane's bytes) into the log.
@@ -175,7 +179,8 @@ class DirectLogWriter {
     LogAppend appendWith(std::size_t length, Copy&& copy) noexcept;
     std::uint64_t readyLsn() const noexcept;
     std::size_t readyBytes(const Slot& slot) const noexcept;
-    int appendSlot(File& file) noexcept;  // slot index, or -1 when the buffer is full
+    int appendSlot(File& file) noexcept;
+    void retire(File& file) noexcept;  // slot index, or -1 when the buffer is full
     void pump() noexcept;
     void submitWrite(unsigned index) noexcept;
     void startSyncs() noexcept;

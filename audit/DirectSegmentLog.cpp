@@ -116,8 +116,19 @@ int DirectSegmentLog::recordOpen(std::uint64_t connection, std::string_view rout
     return segments_->recordOpen(connection, wallClockNs(), route, client, upstream);
 }
 
+std::vector<LostChunk> DirectSegmentLog::takeLost() noexcept {
+    std::vector<LostChunk> taken;
+    taken.swap(lost_);
+    return taken;
+}
+
 int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
                                   std::uint64_t u2cBytes, std::string_view reason) noexcept {
+    if (auto found = lostBytes_.find(connection); found != lostBytes_.end() && waiting_.empty()) {
+        c2uBytes -= std::min(c2uBytes, found->second[0]);
+        u2cBytes -= std::min(u2cBytes, found->second[1]);
+        lostBytes_.erase(found);
+    }
     // After every chunk of the connection: those still waiting for their data go first.
     if (waiting_.empty())
         return segments_->recordClose(connection, wallClockNs(), c2uBytes, u2cBytes, reason);
@@ -195,7 +206,16 @@ void DirectSegmentLog::handleFailures() noexcept {
         std::erase_if(waiting_, [&](Waiting& waiting) {
             bool lost = !waiting.close && waiting.lsnBegin < failure.lostTo &&
                         waiting.lsnEnd > failure.lostFrom;
-            if (lost) segments_->abandon(waiting.segment);
+            if (lost) {
+                segments_->abandon(waiting.segment);
+                try {
+                    lost_.push_back(
+                        {waiting.connection, waiting.direction, waiting.length, failure.error});
+                    lostBytes_[waiting.connection][waiting.direction & 1] += waiting.length;
+                } catch (const std::bad_alloc&) {
+                    // Only the report is lost: the sync still fails for these chunks.
+                }
+            }
             return lost;
         });
         for (const auto& segment : recent_) {
@@ -211,6 +231,14 @@ void DirectSegmentLog::bookDurable() noexcept {
     const std::uint64_t durable = writer_.durableLsn();
     while (!waiting_.empty() && waiting_.front().lsnEnd <= durable) {
         Waiting& waiting = waiting_.front();
+        if (waiting.close) {
+            // The Close record counts what the log holds: chunks lost to a write error are out.
+            if (auto found = lostBytes_.find(waiting.connection); found != lostBytes_.end()) {
+                waiting.c2uBytes -= std::min(waiting.c2uBytes, found->second[0]);
+                waiting.u2cBytes -= std::min(waiting.u2cBytes, found->second[1]);
+                lostBytes_.erase(found);
+            }
+        }
         int rc =
             waiting.close
                 ? segments_->recordClose(waiting.connection, waiting.timeNs, waiting.c2uBytes,
@@ -258,6 +286,20 @@ void DirectSegmentLog::syncNow() noexcept {
         if (ended && *ended < 0) return;  // failed: what could be sealed is sealed
     }
     logError("audit: the audit log did not become durable within a minute at shutdown");
+}
+
+void DirectSegmentLog::finishFile() noexcept {
+    syncNow();
+    // The data file is cut to its last byte once written and synced (no padding, no
+    // preallocation left); the segment's seal then makes that durable.
+    writer_.closeFile();
+    for (int round = 0; round < 600 && !writer_.idle(); ++round) {
+        ring_.submitAndWait(100);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            if ((cqe.user_data & ~std::uint64_t{0xffffffff}) == tagBase_)
+                complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+        });
+    }
 }
 
 }  // namespace splicegate::audit

@@ -15,18 +15,29 @@
 // caller stops reading its source and tries again after completions (room()).
 //
 // Thread affinity: the owning worker. Run-time calls are noexcept and return -errno.
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "audit/AuditWriter.h"
 #include "audit/DirectLogWriter.h"
 
 namespace splicegate::audit {
+
+// Payload bytes a data write or fdatasync error took before they were durable (never booked).
+struct LostChunk {
+    std::uint64_t connection = 0;
+    std::uint8_t direction = 0;
+    std::uint32_t bytes = 0;
+    int error = 0;
+};
 
 // A chunk's space: fill `memory` (up to its size), then recordChunk() or abandon().
 struct DirectChunk {
@@ -63,6 +74,11 @@ class DirectSegmentLog {
     std::optional<int> complete(std::uint32_t tag, int result) noexcept;
     // Durable, blocking: the worker's exit (routes completions itself until done).
     void syncNow() noexcept;
+    // syncNow(), then the current data file is let go: its tail written and synced, the file cut
+    // to its last byte. Nothing can be appended afterwards (the worker is exiting).
+    void finishFile() noexcept;
+    // Chunks lost since the last call; their connections' Close records count without them.
+    std::vector<LostChunk> takeLost() noexcept;
     bool dirty() const noexcept;
     bool syncInFlight() const noexcept { return state_ != State::Idle; }
     // A chunk recorded now is durable once durableSequence() >= nextSyncSequence().
@@ -76,10 +92,11 @@ class DirectSegmentLog {
     std::size_t room() const noexcept { return writer_.room(); }
     const DirectLogWriter& writer() const noexcept { return writer_; }
 
-  private:
     // The tag of the index fdatasync (or the NOP that ends a sync with nothing to write): kind 3
     // in DirectLogWriter's scheme, which the writer leaves to its owner.
     static constexpr std::uint32_t kIndexSyncTag = 0xffffffffu;
+
+  private:
     enum class State : std::uint8_t { Idle, WaitingData, WaitingIndex };
     struct Waiting {  // a record held until the data before lsnEnd is durable
         std::uint64_t lsnBegin = 0;
@@ -112,6 +129,8 @@ class DirectSegmentLog {
     std::shared_ptr<Segment> current_;             // the segment the writer appends to
     std::deque<std::shared_ptr<Segment>> recent_;  // segments the writer may still report on
     std::deque<Waiting> waiting_;
+    std::vector<LostChunk> lost_;
+    std::map<std::uint64_t, std::array<std::uint64_t, 2>> lostBytes_;  // by connection, direction
     State state_ = State::Idle;
     std::uint64_t target_ = 0;  // LSN the sync in flight makes durable
     std::shared_ptr<Segment> indexSegment_;

@@ -15,11 +15,14 @@ namespace splicegate {
 
 enum class AuditDurability { Strict, Batch, None };
 enum class AuditOnError { FailClosed, FailOpen };
+// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
+// page cache.
+enum class AuditWriterKind { Direct, Splice };
 enum class SpliceEngine { Chain, Inline };
 enum class XdpMode { Native, Generic, Auto };
 
 struct UpstreamConfig {
-    std::string text;                     // as configured, e.g. "backend.local:443"
+    std::string text;                      // as configured, e.g. "backend.local:443"
     std::vector<SocketAddress> addresses;  // resolved when the config is loaded
 };
 

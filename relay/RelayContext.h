@@ -33,6 +33,8 @@ struct RelaySettings {
     AuditOnError auditOnError = AuditOnError::FailClosed;
     std::uint32_t auditFsyncIntervalMs = 50;
     std::uint64_t auditSegmentBytes = 1ull << 30;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
+    std::uint64_t auditBufferBytes = 67108864;
 };
 
 // The one place the splice engine is chosen: the mover a worker moves its bytes with.
