@@ -303,6 +303,13 @@ void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error
         ++nextSegment_;
 }
 
+int AuditWriter::ensureSegment() noexcept {
+    if (current_) return 0;
+    if (int rc = openSegment(nextSegment_); rc < 0) return rc;
+    ++nextSegment_;
+    return 0;
+}
+
 int AuditWriter::flush() noexcept {
     return current_ ? writePending(*current_) : 0;
 }

@@ -89,6 +89,9 @@ class AuditWriter {
     // the same rule as a failed sync, never retried; the segment is sealed as failed and, when
     // it is the current one, a new one starts.
     void failSegment(const std::shared_ptr<Segment>& segment, int error) noexcept;
+    // Starts a segment when the last attempt failed (disk full): 0, or -errno. Records written
+    // while there is none would be dropped.
+    int ensureSegment() noexcept;
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
                                  std::string_view route, std::string_view client,
                                  std::string_view upstream) noexcept;

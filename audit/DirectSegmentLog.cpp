@@ -71,6 +71,12 @@ int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept
 int DirectSegmentLog::recordChunk(DirectChunk& chunk, std::uint64_t connection,
                                   std::uint8_t direction, std::uint32_t written) noexcept {
     if (!chunk.reserved()) return -EINVAL;
+    if (auto found = lostBytes_.find(connection); found != lostBytes_.end()) {
+        // The connection lost earlier chunks to a write error: its log has a hole, so it takes no
+        // more (the tap applies fail-closed or fail-open to this error, as to a failed write).
+        abandon(chunk);
+        return -EIO;
+    }
     written = static_cast<std::uint32_t>(std::min<std::size_t>(written, chunk.memory.size()));
     // The bytes pass through user memory: their checksum costs one pass, in cache.
     std::uint32_t crc = crc32c(0, chunk.memory.data(), written);
@@ -113,6 +119,9 @@ void DirectSegmentLog::abandon(DirectChunk& chunk) noexcept {
 
 int DirectSegmentLog::recordOpen(std::uint64_t connection, std::string_view route,
                                  std::string_view client, std::string_view upstream) noexcept {
+    // After a failed segment the next one may not exist yet (disk full): an Open record must not
+    // be dropped, its chunks would have no connection.
+    if (int rc = segments_->ensureSegment(); rc < 0) return rc;
     return segments_->recordOpen(connection, wallClockNs(), route, client, upstream);
 }
 
