@@ -105,6 +105,7 @@ int DirectSegmentLog::recordChunk(DirectChunk& chunk, std::uint64_t connection,
         segments_->abandon(chunk.segment);
         return -ENOMEM;
     }
+    recordedSinceSync_ = true;
     return 0;
 }
 
@@ -138,6 +139,7 @@ int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uByt
         u2cBytes -= std::min(u2cBytes, found->second[1]);
         lostBytes_.erase(found);
     }
+    recordedSinceSync_ = true;
     // After every chunk of the connection: those still waiting for their data go first.
     if (waiting_.empty())
         return segments_->recordClose(connection, wallClockNs(), c2uBytes, u2cBytes, reason);
@@ -158,12 +160,14 @@ int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uByt
 }
 
 bool DirectSegmentLog::dirty() const noexcept {
-    return segments_->dirty() || !waiting_.empty() || writer_.durableLsn() < writer_.appendedLsn();
+    return recordedSinceSync_ || segments_->dirty() || !waiting_.empty() ||
+           writer_.durableLsn() < writer_.appendedLsn();
 }
 
 int DirectSegmentLog::startSync() noexcept {
     if (state_ != State::Idle || !dirty()) return 0;
     ++startedSyncs_;
+    recordedSinceSync_ = false;
     target_ = writer_.appendedLsn();
     state_ = State::WaitingData;
     writer_.commit();
@@ -185,7 +189,10 @@ std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noe
 void DirectSegmentLog::advance() noexcept {
     handleFailures();
     bookDurable();
-    if (state_ != State::WaitingData || writer_.durableLsn() < target_) return;
+    // A reservation given back after the sync began lowers the appended end below the target.
+    if (state_ != State::WaitingData ||
+        writer_.durableLsn() < std::min(target_, writer_.appendedLsn()))
+        return;
     state_ = State::WaitingIndex;
     auto failuresBefore = segments_->failedSyncs();
     indexSegment_ = segments_->beginSync();

@@ -135,6 +135,9 @@ class DirectSegmentLog {
     std::uint64_t target_ = 0;  // LSN the sync in flight makes durable
     std::shared_ptr<Segment> indexSegment_;
     int syncError_ = 0;  // a data failure during this sync
+    // A record came in since the last sync began: the next one must run even if that record was
+    // already booked by the sync in flight, or a waiter told to wait for the next would hang.
+    bool recordedSinceSync_ = false;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;
