@@ -38,6 +38,11 @@ command -v fio >/dev/null || { echo "audit-sustained.sh: fio is not installed" >
 bench_enter_netns sustained "${ORIGINAL_ARGS[@]}"
 bench_setup sustained splicegate splicegate-bench splicegate-audit
 
+# A daemon built without --audit-writer has the direct writer only: its party runs without the
+# option and the splice party is skipped, with a note in the report.
+WRITER_OPTION=1
+"$BIN/splicegate" --help 2>/dev/null | grep -q -- '--audit-writer' || WRITER_OPTION=0
+
 SINK=127.0.0.1:65312 RELAY=127.0.0.1:65311
 bench_start_sink "$SINK"
 
@@ -70,11 +75,13 @@ measure() {
         off) ;;
         direct|splice)
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
-            audit=(--audit-dir "$AUDIT" --audit-durability batch --audit-writer "$party") ;;
+            audit=(--audit-dir "$AUDIT" --audit-durability batch)
+            ((WRITER_OPTION)) && audit+=(--audit-writer "$party") ;;
         strict)
             streams=$STRICT_STREAMS
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
-            audit=(--audit-dir "$AUDIT" --audit-durability strict --audit-writer direct) ;;
+            audit=(--audit-dir "$AUDIT" --audit-durability strict)
+            ((WRITER_OPTION)) && audit+=(--audit-writer direct) ;;
         haproxy-tcpdump)
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-pcap.XXXXXX")
             tcpdump -i lo -s 0 -B 65536 -n -w "$AUDIT/upstream.pcap" "tcp port ${SINK##*:}" \
@@ -126,6 +133,9 @@ for party in ${PARTIES//,/ }; do
     if [[ $party == haproxy-tcpdump ]] && ! command -v haproxy >/dev/null; then
         echo "$party - - - - skipped" >>"$WORK/rows"; continue
     fi
+    if [[ $party == splice ]] && ((!WRITER_OPTION)); then
+        echo "$party - - - - no-option" >>"$WORK/rows"; continue
+    fi
     echo "audit-sustained.sh: $party ($((WARMUP + DURATION)) s)" >&2
     measure "$party"
     read -r gbps cpu confirmed kept ok <"$WORK/result"
@@ -157,6 +167,10 @@ report() {
         esac
         if [[ $ok == skipped ]]; then
             echo "| $label | $streams | – | – | – | – | skipped (not installed) |"
+            continue
+        fi
+        if [[ $ok == no-option ]]; then
+            echo "| $label | $streams | – | – | – | – | skipped (this daemon has no --audit-writer) |"
             continue
         fi
         local ratio share
