@@ -4,6 +4,10 @@
 // failed stage makes the kernel cancel the rest and nothing unaudited is forwarded
 // (docs/kernel-notes.md §2). Fills are never linked: their length is only known afterwards.
 // Results are gathered in the flow's MoveInFlight and reported in chain order.
+// Limit of linking the forward behind the write: the chunk is booked in the index only when the
+// chain's completions are in, after its bytes left. If the index record cannot be buffered then
+// (ENOMEM), those bytes are in the data file but unindexed; the inline engine books before it
+// forwards and has no such window.
 #include "datapath/Mover.h"
 
 namespace splicegate {

@@ -7,6 +7,10 @@
 // completion to its owner by op: its own (accept, connect, control, timer), the audit tap's
 // (group commit) or the mover's (data path, through the FlowDriver, whose Verdict it acts on).
 // Which engine moves the bytes is decided once, where the mover is made (RelayContext.h).
+// Sockets are not registered (fixed) files: the inline engine splices them with direct system
+// calls, which need real fds, and registering each accepted socket would cost an
+// io_uring_register call per connection to save an fd lookup on its one or two polls per
+// message.
 #include <sys/socket.h>
 
 #include <atomic>
