@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -62,25 +63,30 @@ void makeParents(const std::string& path) {
 int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode) noexcept {
     if (name.empty() || name.find('/') != std::string::npos) return -EINVAL;
     flags |= O_CLOEXEC | O_NOFOLLOW;
-    static bool haveOpenat2 = true;  // a benign race: both values lead to a correct open
+    // Workers create segments concurrently; either value leads to a correct open.
+    static std::atomic<bool> haveOpenat2{true};
     int fd = -1;
-    if (haveOpenat2) {
+    if (haveOpenat2.load(std::memory_order_relaxed)) {
         open_how how{};
         how.flags = static_cast<std::uint64_t>(flags);
         how.mode = (flags & O_CREAT) ? mode : 0;
         how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
         fd = static_cast<int>(::syscall(SYS_openat2, dirFd, name.c_str(), &how, sizeof how));
-        if (fd < 0 && errno == ENOSYS) haveOpenat2 = false;
+        if (fd < 0 && errno == ENOSYS) haveOpenat2.store(false, std::memory_order_relaxed);
     }
-    if (!haveOpenat2) fd = ::openat(dirFd, name.c_str(), flags, mode);
+    if (!haveOpenat2.load(std::memory_order_relaxed))
+        fd = ::openat(dirFd, name.c_str(), flags, mode);
     if (fd < 0) return -errno;
     if ((flags & O_CREAT) != 0) {
-        // The umask must not narrow what --audit-group may read; only a file we just created
-        // or our own file is changed.
+        // The umask must not narrow what --audit-group may read, and the file takes the
+        // directory's group (--audit-group). Only our own regular file is changed.
         struct stat st {};
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) != mode &&
-            st.st_uid == ::geteuid())
-            ::fchmod(fd, mode);
+        struct stat dirSt {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
+            if ((st.st_mode & 07777) != mode) ::fchmod(fd, mode);
+            if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid)
+                (void)::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid);
+        }
     }
     return fd;
 }
@@ -109,7 +115,11 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     if (!created && errno != EEXIST) throwErrno(errno, "cannot create audit directory " + path);
     AuditDirectory dir;
     dir.path_ = path;
-    dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // The directory itself is not followed through a symlink either: whoever can replace the
+    // link could point the daemon's writes anywhere.
+    dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.dir_ && errno == ELOOP)
+        throwErrno(ELOOP, "audit directory " + path + " is a symlink (never followed)");
     if (!dir.dir_) throwErrno(errno, "cannot open audit directory " + path);
     struct stat st {};
     checkSys(::fstat(dir.fd(), &st), "fstat " + path);
@@ -137,11 +147,7 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     if (group && st.st_gid != *group)
         checkSys(::fchown(dir.fd(), static_cast<uid_t>(-1), *group),
                  "--audit-group: cannot give " + path + " to group " + std::to_string(*group));
-    // Set-group-id: segment files created later inherit the directory's group.
-    mode_t wanted = (st.st_mode & 0750) | S_ISGID;
-    if (created) wanted = 0750 | S_ISGID;
-    if ((st.st_mode & 07777) != wanted || created)
-        checkSys(::fchmod(dir.fd(), wanted), "chmod " + path);
+    if (created) checkSys(::fchmod(dir.fd(), 0750), "chmod " + path);  // whatever the umask
     return dir;
 }
 
@@ -151,9 +157,11 @@ AuditDirectoryCheck checkAuditDirectory(const std::string& path, std::optional<g
         check.problems.push_back("--audit-dir is empty");
         return check;
     }
-    UniqueFd dirFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd dirFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dirFd) {
-        if (errno != ENOENT)
+        if (errno == ELOOP)
+            check.problems.push_back("audit directory " + path + " is a symlink (never followed)");
+        else if (errno != ENOENT)
             check.problems.push_back("cannot open audit directory " + path + ": " +
                                      errnoText(errno));
         return check;  // a missing directory is created at start

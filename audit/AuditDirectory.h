@@ -23,7 +23,7 @@ constexpr const char* kLockFileName = "splicegate.lock";
 
 // Opens `name` (no '/') in `dirFd` without following a symlink (openat2 RESOLVE_NO_SYMLINKS |
 // RESOLVE_BENEATH where the kernel has it (5.6), else openat with O_NOFOLLOW). With O_CREAT the
-// file gets mode `mode` whatever the umask. Returns the fd or -errno (ELOOP for a symlink).
+// file gets mode `mode` whatever the umask, and the directory's group (--audit-group). Returns the fd or -errno (ELOOP for a symlink).
 int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode = 0640) noexcept;
 // Throwing form, naming dir/name.
 UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
@@ -43,9 +43,9 @@ class AuditDirectoryHeld : public std::runtime_error {
 
 class AuditDirectory {
   public:
-    // Creates `path` when missing (mode 02750: files created in it inherit its group), checks it
-    // and locks it. `group`: --audit-group; the directory's group is set to it (new files
-    // inherit it). Throws AuditDirectoryHeld ("audit directory DIR is held by another splicegate
+    // Creates `path` when missing (mode 0750), checks it and locks it. `group`: --audit-group;
+    // the directory's group is set to it, and files created by openInDirectory take the
+    // directory's group. Throws AuditDirectoryHeld ("audit directory DIR is held by another splicegate
     // process (pid N)") when locked, std::system_error otherwise.
     static AuditDirectory open(const std::string& path, std::optional<gid_t> group = std::nullopt);
 

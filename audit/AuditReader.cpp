@@ -375,8 +375,8 @@ ListResult listConnections(const std::string& dir) {
     std::unordered_map<std::uint64_t, std::size_t> byId;
     for (const auto& files : segments) {
         if (files.unsafe)
-            result.problems.push_back(
-                placeText(files.indexPath, 0, "a segment file that is not a regular file (not followed)"));
+            result.problems.push_back(placeText(
+                files.indexPath, 0, "a segment file that is not a regular file (not followed)"));
         if (!files.hasIndex) continue;
         try {
             listSegment(dirFd.get(), files, result, byId);
@@ -600,10 +600,10 @@ struct ConnectionCheck {
 
 // What verify knows of one worker's chain while it walks the worker's segments.
 struct WorkerChain {
-    bool seen = false;           // a segment of this worker was read
-    bool known = false;          // `digest` is the previous segment's seal digest
-    std::uint64_t segment = 0;   // the previous segment's number
-    std::string indexPath;       // and its index file
+    bool seen = false;          // a segment of this worker was read
+    bool known = false;         // `digest` is the previous segment's seal digest
+    std::uint64_t segment = 0;  // the previous segment's number
+    std::string indexPath;      // and its index file
     Digest digest{};
 };
 
@@ -646,11 +646,11 @@ class Verifier {
             } catch (const std::system_error& error) {
                 // An unreadable file is one problem; the other segments are still checked.
                 report(files.indexPath, 0, error.what());
-                chains_[files.worker] = WorkerChain{true, false, files.segment, files.indexPath, {}};
+                chains_[files.worker] =
+                    WorkerChain{true, false, files.segment, files.indexPath, {}};
             }
         }
-        if (indexed == 0)
-            report(dir_, 0, "no audit log here (no segment index file)");
+        if (indexed == 0) report(dir_, 0, "no audit log here (no segment index file)");
         summary_.connections = connections_.size();
         return summary_;
     }
@@ -695,9 +695,10 @@ class Verifier {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) return;
             if (status != IndexReader::Status::Record) {
-                report(path, status == IndexReader::Status::Torn ? reader.goodEnd()
-                                                                : reader.recordOffset(),
-                       reader.problem());
+                report(
+                    path,
+                    status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset(),
+                    reader.problem());
                 return;  // later entries cannot be trusted without the chain
             }
             auto offset = reader.recordOffset();
@@ -850,8 +851,8 @@ class Verifier {
                     }
                     break;
                 case RecordType::SegmentSealed:
-                    if (!sealed) seal(files, offset, record, reader, damaged, plain, keyed,
-                                      finishChain);
+                    if (!sealed)
+                        seal(files, offset, record, reader, damaged, plain, keyed, finishChain);
                     sealed = true;
                     break;
                 case RecordType::SegmentsDeleted:

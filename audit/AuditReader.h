@@ -151,9 +151,9 @@ void copyFileRange(int inFd, std::uint64_t offset, std::uint64_t length, int out
 
 struct VerifySummary {
     std::uint64_t problems = 0;
-    std::uint64_t sealedSegments = 0;   // chained seals checked
+    std::uint64_t sealedSegments = 0;       // chained seals checked
     std::uint64_t checkedPayloadBytes = 0;  // payload bytes whose CRC-32C was checked
-    std::uint64_t uncheckedChunks = 0;  // chunks without a payload CRC (splice writer, old logs)
+    std::uint64_t uncheckedChunks = 0;     // chunks without a payload CRC (splice writer, old logs)
     std::uint64_t deletedByRetention = 0;  // segments the retention log records as deleted
     std::uint64_t segments = 0;
     std::uint64_t records = 0;

@@ -1,8 +1,9 @@
 #pragma once
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of audit payloads
 // (audit/FORMAT.md "Records", Chunk). Debian ships no C library for it, so it lives here once:
-// SSE4.2's crc32 instruction when the CPU has it (checked once at run time with cpuid), else a
-// portable slicing-by-8 table. Both give the same value; tests compare them.
+// SSE4.2's crc32 instruction when the CPU has it (checked once at run time with cpuid; three
+// interleaved streams joined by a table-driven shift, about 4x one stream), else a portable
+// slicing-by-8 table. Both give the same value; tests compare them.
 // Thread affinity: none (pure functions). Error contract: none (noexcept).
 #include <cstddef>
 #include <cstdint>

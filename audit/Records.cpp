@@ -6,10 +6,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <array>
 #include <map>
 #include <utility>
 
@@ -196,8 +196,7 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
                 return bad + "wrong length";
             out.crc = 0;
             // Version 3 appends the payload CRC; a version-2 record ends here (flags zero).
-            if (!body.atEnd() && (!body.u32(out.crc) || !body.atEnd()))
-                return bad + "wrong length";
+            if (!body.atEnd() && (!body.u32(out.crc) || !body.atEnd())) return bad + "wrong length";
             out.hasCrc = (flags & kChunkHasCrc) != 0;
             if (out.direction > kDirectionU2C)
                 return bad + "direction " + std::to_string(out.direction) + " is neither 0 nor 1";
@@ -219,8 +218,8 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
             if (!body.u64(out.dataBytes) || !body.u8(out.status)) return bad + "wrong length";
             out.chained = !body.atEnd();  // version 3 carries the chain
             if (out.chained &&
-                (!body.u8(out.chainKind) || !body.bytes(out.keyId) ||
-                 !body.bytes(out.prevDigest) || !body.bytes(out.digest) || !body.atEnd()))
+                (!body.u8(out.chainKind) || !body.bytes(out.keyId) || !body.bytes(out.prevDigest) ||
+                 !body.bytes(out.digest) || !body.atEnd()))
                 return bad + "wrong length";
             if (out.status > kSealFailed)
                 return bad + "status " + std::to_string(out.status) + " is neither 0 nor 1";

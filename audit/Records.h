@@ -11,8 +11,8 @@
 // except std::bad_alloc; listSegments throws std::system_error naming the directory.
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 

@@ -208,8 +208,7 @@ class Recovery {
         }
         auto indexSize = fileSize(segment.index.get(), files.indexPath);
         segment.dataSize = fileSize(segment.data.get(), files.dataPath);
-        bool sealed =
-            endsWithSeal(segment.index.get(), indexSize, files.indexPath, segment.digest);
+        bool sealed = endsWithSeal(segment.index.get(), indexSize, files.indexPath, segment.digest);
 
         IndexReader reader(segment.index.get(), files.indexPath);
         Record record;
@@ -394,8 +393,8 @@ class Recovery {
         segment.files.indexName = segmentBaseName(worker, number) + ".index";
         segment.files.dataPath = prefix + segment.files.dataName;
         segment.files.indexPath = prefix + segment.files.indexName;
-        segment.data = openInDirectoryOrThrow(dirFd_, dir_, segment.files.dataName,
-                                              O_RDWR | O_CREAT | O_EXCL);
+        segment.data =
+            openInDirectoryOrThrow(dirFd_, dir_, segment.files.dataName, O_RDWR | O_CREAT | O_EXCL);
         segment.index = openInDirectoryOrThrow(dirFd_, dir_, segment.files.indexName,
                                                O_RDWR | O_CREAT | O_EXCL);
         dirChanged_ = true;
@@ -428,9 +427,7 @@ class Recovery {
                 " more connections of worker " + std::to_string(worker) + " marked truncated");
     }
 
-    void syncDirectory() {
-        checkSys(::fsync(dirFd_), "fsync " + dir_);
-    }
+    void syncDirectory() { checkSys(::fsync(dirFd_), "fsync " + dir_); }
 
     int dirFd_;
     std::string dir_;

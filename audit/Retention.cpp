@@ -76,7 +76,7 @@ struct SegmentSummary {
     std::int64_t startNs = std::numeric_limits<std::int64_t>::min();
     std::int64_t newestNs = std::numeric_limits<std::int64_t>::min();
     std::vector<CrossingConnection> connections;  // sorted by id
-    Digest sealDigest{};  // the chain digest in its seal (zero: version 2)
+    Digest sealDigest{};                          // the chain digest in its seal (zero: version 2)
 
     bool deletable() const noexcept { return readable && sealed && !damaged; }
 };
@@ -212,10 +212,11 @@ RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool re
     for (;;) {
         auto status = reader.next(record);
         if (status == IndexReader::Status::End) break;
-        bool bad = status != IndexReader::Status::Record ||
-                   record.type != RecordType::SegmentsDeleted;
+        bool bad =
+            status != IndexReader::Status::Record || record.type != RecordType::SegmentsDeleted;
         if (bad) {
-            auto at = status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset();
+            auto at =
+                status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset();
             result.cut = std::string(kRetentionLogName) + ": cut at offset " + std::to_string(at) +
                          ": " +
                          (status == IndexReader::Status::Record
@@ -278,16 +279,16 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         auto summary = std::make_shared<SegmentSummary>();
         if (f.unsafe) {
             summary->readable = false;
-            summary->problem = f.indexPath + ": a file of this segment is not a regular file "
-                                             "(a symlink?); it is not followed nor deleted";
+            summary->problem = f.indexPath +
+                               ": a file of this segment is not a regular file "
+                               "(a symlink?); it is not followed nor deleted";
         } else if (err != 0 || !index.exists) {
             summary->readable = false;
             summary->problem = "cannot stat " + (index.exists ? f.dataPath : f.indexPath) + ": " +
                                errnoText(err != 0 ? err : ENOENT);
         } else {
             try {
-                UniqueFd fd =
-                    openInDirectoryOrThrow(dirFd.get(), dir_, f.indexName, O_RDONLY);
+                UniqueFd fd = openInDirectoryOrThrow(dirFd.get(), dir_, f.indexName, O_RDONLY);
                 struct stat st {};
                 checkSys(::fstat(fd.get(), &st), "fstat " + f.indexPath);
                 summary->index = identityOf(st);

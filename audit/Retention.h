@@ -91,26 +91,26 @@ struct RetentionResult {
 
 class RetentionPlanner {
 public:
-    // `chainKey`: --audit-hmac-key-file, for the retention log's entries (null: unkeyed).
-    explicit RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey = nullptr);
-    ~RetentionPlanner();
-    RetentionPlanner(RetentionPlanner&&) noexcept;
-    RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
+  // `chainKey`: --audit-hmac-key-file, for the retention log's entries (null: unkeyed).
+  explicit RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey = nullptr);
+  ~RetentionPlanner();
+  RetentionPlanner(RetentionPlanner&&) noexcept;
+  RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
 
-    // Scans the directory (reusing the cached summaries of sealed segments), deletes what
-    // `policy` allows and returns what it did. `nowNs`: wall clock, ns since the Unix epoch.
-    RetentionResult apply(const RetentionPolicy& policy, std::int64_t nowNs);
+  // Scans the directory (reusing the cached summaries of sealed segments), deletes what
+  // `policy` allows and returns what it did. `nowNs`: wall clock, ns since the Unix epoch.
+  RetentionResult apply(const RetentionPolicy& policy, std::int64_t nowNs);
 
-    const std::string& directory() const noexcept { return dir_; }
-    // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
-    std::uint64_t indexScans() const noexcept { return indexScans_; }
+  const std::string& directory() const noexcept { return dir_; }
+  // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
+  std::uint64_t indexScans() const noexcept { return indexScans_; }
 
 private:
     struct Cache;  // summaries of sealed segments (Retention.cpp)
 
     // Appends one SegmentsDeleted entry (after the log's last valid entry) and syncs it.
-    void appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first,
-                              std::uint64_t last, const Digest& lastDigest, std::int64_t nowNs);
+    void appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first, std::uint64_t last,
+                              const Digest& lastDigest, std::int64_t nowNs);
 
     std::string dir_;
     std::shared_ptr<const ChainKey> chainKey_;

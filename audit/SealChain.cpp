@@ -30,9 +30,8 @@ EVP_MAC_CTX* newHmac(const std::string& key) {
     ::EVP_MAC_free(mac);  // the context keeps its own reference
     if (ctx == nullptr) throw std::bad_alloc();
     char digestName[] = "SHA256";
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digestName, 0),
-        OSSL_PARAM_construct_end()};
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digestName, 0),
+                           OSSL_PARAM_construct_end()};
     if (::EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
                        params) != 1) {
         ::EVP_MAC_CTX_free(ctx);

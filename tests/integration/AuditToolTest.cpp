@@ -62,8 +62,9 @@ std::string pattern(char seed, std::size_t size) {
     return text;
 }
 
-// A consistent log: worker 0 segments 1 and 2, worker 1 segment 1. Connection 1 spans both
-// segments of worker 0 and is closed, 2 is open, 3 (worker 1) is truncated.
+// A consistent log: worker 0 segments 1 and 2, worker 1 segment 1, all sealed into the hash
+// chain. Connection 1 spans both segments of worker 0 and is closed, 2 is open, 3 (worker 1) is
+// truncated.
 struct SampleLog {
     TempDir dir;
     std::string c2u = pattern('a', 70000) + pattern('b', 30000);
@@ -76,7 +77,7 @@ struct SampleLog {
         encodeOpen(index, 2, kT0 + 2'000'000, "db", "[2001:db8::7]:5000", "192.0.2.2:5432");
         chunk(index, data, 1, kDirectionC2U, c2u.substr(0, 70000));
         chunk(index, data, 2, kDirectionU2C, "partial");
-        seal(index, data);
+        Digest first = seal(index, data, Digest{});
         save(0, 1, index, data);
         index.clear();
         data.clear();
@@ -84,6 +85,7 @@ struct SampleLog {
         chunk(index, data, 1, kDirectionU2C, u2c);
         chunk(index, data, 1, kDirectionC2U, c2u.substr(70000));
         encodeClose(index, 1, kT0 + 9'000'000, c2u.size(), u2c.size(), "client closed");
+        seal(index, data, first);
         save(0, 2, index, data);
         index.clear();
         data.clear();
@@ -91,15 +93,15 @@ struct SampleLog {
         encodeOpen(index, 3, kT0 + 3, "web", "198.51.100.3:4000", "192.0.2.1:443");
         chunk(index, data, 3, kDirectionC2U, "xyz");
         encodeTruncated(index, 3, kT0 + 10);
-        seal(index, data);
+        seal(index, data, Digest{});
         save(1, 1, index, data);
     }
 
-    // Each worker has one segment: the chain starts from zero.
-    static void seal(std::string& index, const std::string& data) {
+    // Seals with the hash chain after the worker's previous segment (`prev`; zero: none).
+    static Digest seal(std::string& index, const std::string& data, const Digest& prev) {
         ChainHasher hasher(nullptr);
         hasher.update(index.data(), index.size());
-        encodeSegmentSealed(index, data.size(), kSealClean, nullptr, Digest{}, hasher);
+        return encodeSegmentSealed(index, data.size(), kSealClean, nullptr, prev, hasher);
     }
 
     static void chunk(std::string& index, std::string& data, std::uint64_t id,
@@ -345,6 +347,52 @@ TEST(AuditToolTest, VerifyExitCodes) {
     EXPECT_EQ(lineCount(bad.out), 2u) << bad.out;
     EXPECT_NE(bad.out.find("Close record of connection 1"), std::string::npos) << bad.out;
     EXPECT_EQ(lineCount(bad.err), 1u) << bad.err;
+}
+
+TEST(AuditToolTest, DamagedPayloadFailsVerifyAndExtractUnlessForced) {
+    SampleLog log;
+    std::string dataPath = log.indexPath(1, 1);
+    dataPath.replace(dataPath.size() - 6, 6, ".data");
+    std::string data = readFile(dataPath);
+    ASSERT_EQ(data, "xyz");
+    writeFile(dataPath, "xYz");
+    auto verify = runTool({"verify", log.dir.path()});
+    ASSERT_TRUE(verify.status && verify.status->isExit(1)) << describe(verify);
+    EXPECT_EQ(lineCount(verify.out), 1u) << verify.out;
+    EXPECT_NE(verify.out.find("payload of connection 3 c2u at stream offset 0"), std::string::npos)
+        << verify.out;
+
+    TempDir out;
+    std::string file = out.path() + "/3.bin";
+    auto refused =
+        runTool({"extract", log.dir.path(), "--connection", "3", "--direction", "c2u", "-o", file});
+    ASSERT_TRUE(refused.status && refused.status->isExit(1)) << describe(refused);
+    EXPECT_EQ(lineCount(refused.err), 1u) << refused.err;
+    EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
+    EXPECT_FALSE(std::filesystem::exists(file));
+    auto forced = runTool({"extract", log.dir.path(), "--connection", "3", "--direction", "c2u",
+                           "-o", file, "--force"});
+    ASSERT_TRUE(forced.status && forced.status->isExit(0)) << describe(forced);
+    EXPECT_EQ(readFile(file), "xYz");
+    EXPECT_EQ(lineCount(forced.err), 1u) << forced.err;
+}
+
+TEST(AuditToolTest, VerifyWithAKeyFileRefusesAnUnkeyedLog) {
+    SampleLog log;
+    TempDir keys;
+    std::string key = keys.path() + "/key";
+    writeFile(key, "0123456789abcdef0123456789abcdef");
+    ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+    auto keyed = runTool({"verify", log.dir.path(), "--key-file", key});
+    ASSERT_TRUE(keyed.status && keyed.status->isExit(1)) << describe(keyed);
+    EXPECT_EQ(lineCount(keyed.out), 3u) << keyed.out;  // each of the three seals
+    EXPECT_NE(keyed.out.find("sealed without a key"), std::string::npos) << keyed.out;
+    auto missing = runTool({"verify", log.dir.path(), "--key-file", keys.path() + "/none"});
+    ASSERT_TRUE(missing.status && missing.status->isExit(1)) << describe(missing);
+    EXPECT_NE(missing.err.find("/none"), std::string::npos) << missing.err;
+    auto empty = runTool({"verify", keys.path()});  // a directory without audit log
+    ASSERT_TRUE(empty.status && empty.status->isExit(1)) << describe(empty);
+    EXPECT_NE(empty.out.find("no audit log"), std::string::npos) << empty.out;
 }
 
 TEST(AuditToolTest, GarbageNeverCrashesIt) {

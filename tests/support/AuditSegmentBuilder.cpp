@@ -77,9 +77,13 @@ audit::Digest sealChained(std::string& index, std::uint64_t dataBytes, const std
         prev = audit::Digest{};
         audit::IndexReader reader(files.indexPath);
         audit::Record record;
-        while (reader.next(record) == audit::IndexReader::Status::Record)
+        for (;;) {
+            auto next = reader.next(record);
+            if (next == audit::IndexReader::Status::Corrupt && reader.resync()) continue;
+            if (next != audit::IndexReader::Status::Record) break;
             if (record.type == audit::RecordType::SegmentSealed && record.chained)
                 prev = record.digest;
+        }
     }
     audit::ChainHasher hasher(key);
     hasher.update(index.data(), index.size());

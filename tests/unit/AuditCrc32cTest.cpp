@@ -45,19 +45,23 @@ TEST(AuditCrc32cTest, HardwareMatchesKnownVectors) {
 }
 
 TEST(AuditCrc32cTest, BothPathsAgreeOnEveryLengthAndAlignment) {
-    std::vector<std::uint8_t> data(4096 + 16);
+    std::vector<std::uint8_t> data(100000 + 16);
     std::uint32_t state = 12345;
     for (auto& byte : data) {
         state = state * 1103515245 + 12345;
         byte = static_cast<std::uint8_t>(state >> 16);
     }
-    for (std::size_t start = 0; start < 9; ++start)
-        for (std::size_t length : {0u, 1u, 7u, 8u, 9u, 15u, 63u, 64u, 65u, 1000u, 4096u}) {
+    for (std::size_t start = 0; start < 9; ++start) {
+        // Up to and past the three-stream blocks (3 x 256 and 3 x 8192 bytes) and their ends.
+        for (std::size_t length : {0u, 1u, 7u, 8u, 9u, 15u, 63u, 64u, 65u, 767u, 768u, 769u, 1000u,
+                                   4096u, 24575u, 24576u, 24577u, 50000u, 100000u}) {
             auto expected = crc32cPortable(0, data.data() + start, length);
             EXPECT_EQ(crc32c(0, data.data() + start, length), expected) << start << "+" << length;
-            if (crc32cHardwareAvailable())
+            if (crc32cHardwareAvailable()) {
                 EXPECT_EQ(crc32cHardware(0, data.data() + start, length), expected);
+            }
         }
+    }
 }
 
 TEST(AuditCrc32cTest, ChainedCallsEqualOneCall) {

@@ -45,20 +45,21 @@ bool anyContains(const std::vector<std::string>& lines, const std::string& what)
 
 std::vector<std::string> verify(const std::string& dir, const ChainKey* key = nullptr) {
     std::vector<std::string> problems;
-    verifyDirectory(dir, [&](const std::string& line) { problems.push_back(line); }, key);
+    verifyDirectory(
+        dir, [&](const std::string& line) { problems.push_back(line); }, key);
     return problems;
 }
 
 // Three sealed segments of worker 0, one closed connection each (ids 1, 2, 3).
-std::vector<std::string> writeThreeSegments(const std::string& dir,
-                                            const ChainKey* key = nullptr) {
+std::vector<std::string> writeThreeSegments(const std::string& dir, const ChainKey* key = nullptr) {
     std::vector<std::string> indexes;
     for (std::uint64_t n = 1; n <= 3; ++n) {
         SegmentBuilder segment(dir, 0, n, n);
         segment.open(n);
-        segment.chunk(n, kDirectionC2U, "hello from connection " + std::to_string(n));
+        std::string hello = "hello from connection " + std::to_string(n);
+        segment.chunk(n, kDirectionC2U, hello);
         segment.chunk(n, kDirectionU2C, "answer");
-        segment.close(n, 22 + (n >= 10 ? 1 : 0), 6);
+        segment.close(n, hello.size(), 6);
         segment.seal(key);
         segment.write();
         indexes.push_back(segment.indexPath());
@@ -122,8 +123,7 @@ TEST(AuditIntegrityTest, PayloadChangedWithItsCrcRecomputedBreaksTheSeal) {
     segment.write();
     auto problems = verify(dir.path());
     ASSERT_EQ(problems.size(), 1u) << joined(problems);
-    EXPECT_NE(problems[0].find("seal's digest does not match"), std::string::npos)
-        << problems[0];
+    EXPECT_NE(problems[0].find("seal's digest does not match"), std::string::npos) << problems[0];
 }
 
 TEST(AuditIntegrityTest, RemovedRecordsOfAConnectionBreakTheSeal) {
@@ -169,8 +169,9 @@ TEST(AuditIntegrityTest, ReorderedSegmentsAreFound) {
     }
     auto problems = verify(dir.path());
     ASSERT_FALSE(problems.empty());
-    EXPECT_TRUE(anyContains(problems, "w00-0000000002.index:0: SegmentStart names worker 0 "
-                                      "segment 3"))
+    EXPECT_TRUE(anyContains(problems,
+                            "w00-0000000002.index:0: SegmentStart names worker 0 "
+                            "segment 3"))
         << joined(problems);
     EXPECT_TRUE(anyContains(problems, "hash chain broken")) << joined(problems);
 }
@@ -302,10 +303,39 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
     }
     auto problems = verify(dir.path(), key.get());
     EXPECT_TRUE(problems.empty()) << joined(problems);
-    VerifySummary summary = verifyDirectory(dir.path(), [](const std::string&) {}, key.get());
+    VerifySummary summary = verifyDirectory(
+        dir.path(), [](const std::string&) {}, key.get());
     EXPECT_EQ(summary.sealedSegments, 3u);
     EXPECT_EQ(summary.checkedPayloadBytes, 18000u);
     EXPECT_EQ(summary.uncheckedChunks, 0u);
+}
+
+TEST(AuditIntegrityTest, ALaterSegmentWaitsForTheEarlierOneToSealFirst) {
+    TempDir dir;
+    {
+        AuditWriter writer(dir.path(), 0, 1, 1 << 20);
+        ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "r", "c", "u"), 0);
+        Reservation slow;  // a payload write of segment 1 still in flight
+        ASSERT_EQ(writer.reserve(100, slow), 0);
+        ASSERT_EQ(writer.rotate(), 0);  // segment 1 retired, waits for its write
+        ASSERT_EQ(writer.rotate(), 0);  // segment 2 retired with nothing in flight
+        // Segment 2 must not seal before segment 1: its seal needs segment 1's digest.
+        Record last;
+        IndexReader reader(dir.path() + "/w00-0000000002.index");
+        while (reader.next(last) == IndexReader::Status::Record) {
+        }
+        EXPECT_NE(last.type, RecordType::SegmentSealed);
+        std::string payload(100, 'p');
+        ASSERT_EQ(::pwrite(slow.segment->data.get(), payload.data(), payload.size(),
+                           static_cast<off_t>(slow.offset)),
+                  100);
+        ASSERT_EQ(writer.recordChunk(slow, 1, 0, 100, wallClockNs(),
+                                     crc32c(0, payload.data(), payload.size())),
+                  0);
+        ASSERT_EQ(writer.recordClose(1, wallClockNs(), 100, 0, "done"), 0);
+    }
+    auto problems = verify(dir.path());
+    EXPECT_TRUE(problems.empty()) << joined(problems);
 }
 
 TEST(AuditIntegrityTest, RecoveryExtendsTheChainOverTornTails) {
@@ -423,22 +453,29 @@ TEST(AuditIntegrityTest, LooseDirectoryPermissionsAreRefused) {
         EXPECT_FALSE(std::filesystem::exists(path + "/" + kLockFileName));
     }
     ASSERT_EQ(::chmod(path.c_str(), 0750), 0);
+    std::string link = parent.path() + "/link";
+    ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+    EXPECT_THROW(AuditDirectory::open(link), std::system_error);
+    EXPECT_EQ(checkAuditDirectory(link).problems.size(), 1u);
     auto dir = AuditDirectory::open(path);
     struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 07777, 02750u);
+    EXPECT_EQ(st.st_mode & 07777, 0750u);
 }
 
-TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WhateverTheUmask) {
+TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WithTheDirectoryGroupWhateverTheUmask) {
     TempDir dir;
+    constexpr gid_t kAuditGroup = 4242;  // root may give files any group
+    ASSERT_EQ(::chown(dir.path().c_str(), static_cast<uid_t>(-1), kAuditGroup), 0);
     mode_t old = ::umask(077);
     { AuditWriter writer(dir.path(), 0, 1, 1 << 20); }
     ::umask(old);
     struct stat st {};
-    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.index").c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0640u);
-    ASSERT_EQ(::stat((dir.path() + "/w00-0000000001.data").c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    for (const char* name : {"/w00-0000000001.index", "/w00-0000000001.data"}) {
+        ASSERT_EQ(::stat((dir.path() + name).c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 0777, 0640u) << name;
+        EXPECT_EQ(st.st_gid, kAuditGroup) << name;
+    }
 }
 
 }  // namespace

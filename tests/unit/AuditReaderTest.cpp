@@ -306,17 +306,26 @@ TEST(AuditReaderTest, VerifyAcceptsAConsistentLog) {
     std::vector<std::string> problems;
     auto summary =
         verifyDirectory(log.dir.path(), [&](const std::string& line) { problems.push_back(line); });
-    EXPECT_TRUE(problems.empty()) << joined(problems);
-    EXPECT_EQ(summary.problems, 0u);
+    // Worker 0's current segment is not sealed yet: its records are not in the hash chain, the
+    // only thing verify reports (once the writer or recovery seals it, nothing).
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("w00-0000000002.index:"), std::string::npos) << problems[0];
+    EXPECT_NE(problems[0].find("the segment is not sealed"), std::string::npos) << problems[0];
+    EXPECT_EQ(summary.problems, 1u);
     EXPECT_EQ(summary.segments, 3u);
     EXPECT_EQ(summary.connections, 4u);
     EXPECT_EQ(summary.chunkBytes, log.c2u1.size() + log.u2c1.size() + 10 + 5 + 3);
 }
 
 // Expects exactly one problem, at FILE:OFFSET, mentioning `what`.
+// A segment these tests leave unsealed (as a running daemon's current one) is reported too
+// ("the segment is not sealed", AuditIntegrityTest covers it); it is not what they look for.
 void expectOneProblem(const std::string& dir, const std::string& file, std::uint64_t offset,
                       const std::string& what) {
     auto problems = verifyDirectory(dir);
+    std::erase_if(problems, [](const std::string& line) {
+        return line.find("the segment is not sealed") != std::string::npos;
+    });
     ASSERT_EQ(problems.size(), 1u) << joined(problems);
     std::string place = file + ":" + std::to_string(offset) + ": ";
     EXPECT_EQ(problems[0].rfind(place, 0), 0u) << problems[0] << "\nwanted " << place;

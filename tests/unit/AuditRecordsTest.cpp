@@ -239,8 +239,8 @@ TEST(AuditRecordsTest, BadFieldsWithAGoodCrcAreCorrupt) {
     unknownType[4] = 9;
     expectCorrupt(unknownType, "unknown record type 9");
     std::string version = records[0];
-    version[16] = 3;
-    expectCorrupt(version, "unsupported format version 3");
+    version[16] = 4;
+    expectCorrupt(version, "unsupported format version 4");
     version[16] = 0;
     expectCorrupt(version, "unsupported format version 0");
     // The body's length must be the one of the record's version.
@@ -352,9 +352,18 @@ TEST(AuditRecordsTest, ListSegmentsSortsNumericallyAndIgnoresJunk) {
         dir.write(name, "x");
     ASSERT_EQ(::mkdir((dir.path() + "/w05-0000000001.index").c_str(), 0755), 0);
     auto segments = listSegments(dir.path());
-    ASSERT_EQ(segments.size(), 5u);
+    ASSERT_EQ(segments.size(), 6u);
     std::vector<std::pair<unsigned, std::uint64_t>> order;
-    for (const auto& s : segments) order.emplace_back(s.worker, s.segment);
+    for (const auto& s : segments) {
+        // A non-regular file with a segment's name is listed as unsafe, never as a file.
+        if (s.worker == 5) {
+            EXPECT_TRUE(s.unsafe);
+            EXPECT_FALSE(s.hasIndex);
+            continue;
+        }
+        EXPECT_FALSE(s.unsafe);
+        order.emplace_back(s.worker, s.segment);
+    }
     std::vector<std::pair<unsigned, std::uint64_t>> expected = {
         {0, 3}, {2, 9}, {2, 10}, {10, 1}, {100, 1}};
     EXPECT_EQ(order, expected);
