@@ -284,7 +284,11 @@ int DirectSegmentLog::flush() noexcept {
 }
 
 int DirectSegmentLog::rotate() noexcept {
-    return segments_->rotate();
+    int rc = segments_->rotate();
+    // The retired segment is sealed once its waiting chunks are booked: start the commit that
+    // books them now rather than at the next interval.
+    if (rc == 0) startSync();
+    return rc;
 }
 
 void DirectSegmentLog::syncNow() noexcept {
