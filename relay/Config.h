@@ -15,13 +15,13 @@ namespace splicegate {
 
 enum class AuditDurability { Strict, Batch, None };
 enum class AuditOnError { FailClosed, FailOpen };
+// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
+// page cache.
+enum class AuditWriterKind { Direct, Splice };
 enum class SpliceEngine { Chain, Inline };
 enum class XdpMode { Native, Generic, Auto };
 // How flows move bytes: auto starts in the buffer lane and moves to splice while reads stay large.
 enum class Lane { Auto, Splice, Buffer };
-// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
-// page cache.
-enum class AuditWriterKind { Direct, Splice };
 
 struct UpstreamConfig {
     std::string text;                      // as configured, e.g. "backend.local:443"
