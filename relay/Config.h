@@ -1,5 +1,5 @@
 #pragma once
-// The daemon's configuration: SPEC.md "Daemon options", from the command line and the INI file
+// The daemon's configuration: docs/configuration.md, from the command line and the INI file
 // named by --config (command line wins), plus [route.NAME] sections.
 // Error contract: every bad input throws UsageError with one line that names the option, key,
 // file or value at fault. Thread affinity: none (plain values).
