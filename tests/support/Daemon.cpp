@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -227,6 +228,13 @@ Daemon::Daemon(std::vector<std::string> args, bool addQuietDefaults) {
                 argv.emplace_back("");
             }
         }
+    }
+    // CTest runs the audit suites a second time with the other audit writer (tests/CMakeLists).
+    if (const char* writer = std::getenv("SPLICEGATE_TEST_AUDIT_WRITER");
+        writer != nullptr && *writer != '\0' &&
+        std::find(args.begin(), args.end(), "--audit-writer") == args.end()) {
+        argv.emplace_back("--audit-writer");
+        argv.emplace_back(writer);
     }
     // Appended piece by piece: `"literal" + std::string&&` makes GCC 12 at -O3 report a false
     // -Wrestrict overlap inside std::string::insert (GCC bug 105651).

@@ -116,7 +116,7 @@ measure() {
             kill -INT "$capture"; wait "$capture" || true
             # Payload bytes in the capture: TCP segment lengths of packets towards the sink.
             kept=$(tcpdump -r "$AUDIT/upstream.pcap" -n -q "tcp dst port ${SINK##*:}" 2>/dev/null |
-                awk '{ for (i = 1; i < NF; ++i) if ($i == "tcp") s += $(i + 1) } END { printf "%d\n", s }') ;;
+                awk '{ for (i = 1; i < NF; ++i) if ($i == "tcp") s += $(i + 1) } END { printf "%.0f\n", s }') ;;
         *) kept=$(audit_bytes "$AUDIT") ;;
     esac
     rm -rf "$AUDIT"
@@ -174,9 +174,9 @@ report() {
             continue
         fi
         local ratio share
-        ratio=$(awk -v g="$gbps" -v d="$DISK" 'BEGIN { printf "%.2f", d > 0 ? g / d : 0 }')
+        ratio=$(awk -v g="$gbps" -v d="$DISK" 'BEGIN { printf "%.2f", (d > 0 ? g / d : 0) }')
         share=$(awk -v k="$kept" -v c="$confirmed" -v p="$party" \
-            'BEGIN { if (p == "off") print "–"; else printf "%.4f", c > 0 ? k / c : 0 }')
+            'BEGIN { if (p == "off") print "–"; else printf "%.4f", (c > 0 ? k / c : 0) }')
         echo "| $label | $streams | $gbps | $ratio | $cpu | $share | $([[ $ok == 1 ]] && echo yes || echo no) |"
     done <"$WORK/rows"
     echo
