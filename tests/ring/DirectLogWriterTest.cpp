@@ -28,6 +28,7 @@
 #include "audit/DirectLogWriter.h"
 #include "common/Ring.h"
 #include "common/UniqueFd.h"
+#include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
 namespace {
@@ -35,25 +36,10 @@ namespace {
 constexpr std::uint64_t kTagBase = std::uint64_t{0x5a} << 56;
 constexpr std::size_t kBlock = LogBuffer::kAlignment;
 
-// A private directory on a disk filesystem (/var/tmp survives tmpfs /tmp set-ups), removed with
-// everything in it.
-class ScratchDir {
+// A private directory on a disk filesystem, removed with everything in it.
+class ScratchDir : public test::TempDir {
   public:
-    ScratchDir() {
-        std::string pattern = "/var/tmp/splicegate-directlog.XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr)
-            throw std::system_error(errno, std::system_category(), "mkdtemp");
-        path_ = pattern;
-    }
-    ~ScratchDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    std::string file(const std::string& name) const { return path_ + "/" + name; }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
+    ScratchDir() : TempDir("/var/tmp") {}
 };
 
 UniqueFd createFile(const std::string& path) {

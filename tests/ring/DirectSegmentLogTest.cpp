@@ -19,28 +19,17 @@
 #include "audit/AuditReader.h"
 #include "audit/DirectSegmentLog.h"
 #include "common/Ring.h"
+#include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
 namespace {
 
 constexpr std::uint64_t kTagBase = std::uint64_t{0x21} << 56;
 
-class ScratchDir {
+// A private directory on a disk filesystem, removed with everything in it.
+class ScratchDir : public test::TempDir {
   public:
-    ScratchDir() {
-        std::string pattern = "/var/tmp/splicegate-directseg.XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr)
-            throw std::system_error(errno, std::system_category(), "mkdtemp");
-        path_ = pattern;
-    }
-    ~ScratchDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
+    ScratchDir() : TempDir("/var/tmp") {}
 };
 
 std::string pattern(std::size_t length, unsigned seed) {

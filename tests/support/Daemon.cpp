@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -122,9 +122,10 @@ std::optional<ExitStatus> reap(pid_t pid, milliseconds timeout) {
 
 }  // namespace
 
-TempDir::TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "splicegate-it-XXXXXX").string();
+TempDir::TempDir(const std::string& parent) {
+    std::filesystem::path base =
+        parent.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(parent);
+    std::string pattern = (base / "splicegate-it-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throwErrno("mkdtemp " + pattern);
     path_ = pattern;
 }

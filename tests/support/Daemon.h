@@ -23,11 +23,14 @@ namespace splicegate::test {
 
 class TempDir {
   public:
-    TempDir();
+    // Under `parent` (default: the system's temporary directory; disk tests pass /var/tmp, which
+    // is not a tmpfs where /tmp is).
+    explicit TempDir(const std::string& parent = {});
     TempDir(const TempDir&) = delete;
     TempDir& operator=(const TempDir&) = delete;
     ~TempDir();
     const std::string& path() const noexcept { return path_; }
+    std::string file(const std::string& name) const { return path_ + "/" + name; }
     // Writes `content` to path()/name atomically (temp file + rename); returns the full path.
     std::string write(const std::string& name, const std::string& content) const;
 
