@@ -629,6 +629,11 @@ class Verifier {
         dirFd_ = dirFd.get();
         retentionLog();
         auto segments = listSegments(dirFd_, dir_);
+        // A running daemon's current segments are sealed only when they roll or it stops: while
+        // it holds the directory, each worker's newest segment being unsealed is not a problem.
+        if (checkAuditDirectory(dir_).holderPid)
+            for (const auto& files : segments)
+                liveSegment_[files.worker] = std::max(liveSegment_[files.worker], files.segment);
         std::size_t indexed = 0;
         for (const auto& files : segments) {
             ++summary_.segments;
@@ -791,7 +796,9 @@ class Verifier {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) {
                 if (first) report(index, 0, "empty index file (no SegmentStart record)");
-                if (!sealed && !first && !damaged && version >= kFirstChainedVersion)
+                bool live = liveSegment_.count(files.worker) != 0 &&
+                            liveSegment_.at(files.worker) == files.segment;
+                if (!sealed && !first && !damaged && version >= kFirstChainedVersion && !live)
                     report(index, reader.goodEnd(),
                            "the segment is not sealed: its records are not covered by the hash "
                            "chain (the running daemon's current segment, or a crash not yet "
@@ -1001,6 +1008,7 @@ class Verifier {
     const std::function<void(const std::string&)>& onProblem_;
     const ChainKey* key_;
     int dirFd_ = -1;
+    std::map<unsigned, std::uint64_t> liveSegment_;  // worker -> its segment being written
     VerifySummary summary_;
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
     std::map<unsigned, WorkerChain> chains_;

@@ -277,6 +277,39 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     }
 }
 
+void AuditWriter::shrink(Reservation& reservation, std::uint32_t length) noexcept {
+    if (!reservation.segment || length >= reservation.length) return;
+    auto& segment = *reservation.segment;
+    if (segment.reservedBytes == reservation.offset + reservation.length)
+        segment.reservedBytes -= reservation.length - length;
+    reservation.length = length;
+}
+
+void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error) noexcept {
+    if (segment->failed) return;
+    ++failedSyncs_;
+    logError("audit: writing ", segment->dataPath, " failed: ", errnoText(error),
+             "; sealing it as failed and starting a new segment");
+    if (segment != current_) {
+        segment->failed = true;
+        sealReady();
+        return;
+    }
+    retire(current_, true);
+    current_.reset();
+    if (int rc = openSegment(nextSegment_); rc < 0)
+        logError("audit: cannot start a new segment in ", dir_, ": ", errnoText(rc));
+    else
+        ++nextSegment_;
+}
+
+int AuditWriter::ensureSegment() noexcept {
+    if (current_) return 0;
+    if (int rc = openSegment(nextSegment_); rc < 0) return rc;
+    ++nextSegment_;
+    return 0;
+}
+
 int AuditWriter::flush() noexcept {
     return current_ ? writePending(*current_) : 0;
 }

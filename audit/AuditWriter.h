@@ -29,9 +29,9 @@ struct Segment {
     std::string dataPath;
     UniqueFd data;
     UniqueFd index;
-    std::uint64_t reservedBytes = 0;  // next free data offset
-    std::uint64_t indexBytes = 0;     // written to the index file
-    std::string pendingRecords;       // encoded, not yet written
+    std::uint64_t reservedBytes = 0;   // next free data offset
+    std::uint64_t indexBytes = 0;      // written to the index file
+    std::string pendingRecords;        // encoded, not yet written
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
     bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
@@ -82,6 +82,16 @@ class AuditWriter {
                                   std::uint32_t& crc) noexcept;
     // The payload write failed or was abandoned: the reservation is released, nothing recorded.
     void abandon(Reservation& reservation) noexcept;
+    // Gives back the end of the latest reservation, which keeps `length` bytes (the direct
+    // writer, audit/DirectSegmentLog, found less room in its buffer than was reserved here).
+    void shrink(Reservation& reservation, std::uint32_t length) noexcept;
+    // A data write or fdatasync outside this writer's group commit failed (the direct writer's):
+    // the same rule as a failed sync, never retried; the segment is sealed as failed and, when
+    // it is the current one, a new one starts.
+    void failSegment(const std::shared_ptr<Segment>& segment, int error) noexcept;
+    // Starts a segment when the last attempt failed (disk full): 0, or -errno. Records written
+    // while there is none would be dropped.
+    int ensureSegment() noexcept;
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
                                  std::string_view route, std::string_view client,
                                  std::string_view upstream) noexcept;

@@ -13,15 +13,25 @@
 // syncCompleted(), which returns the sync's result once its last step is in.
 //
 // Thread affinity: the owning worker. Run-time calls are noexcept and return -errno.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "common/CompletionTag.h"
 #include "datapath/Mover.h"
 
 namespace splicegate {
+
+// Payload a writer lost after recordChunk() accepted it (a deferred write failed).
+struct AuditLoss {
+    std::uint64_t connection = 0;
+    std::uint8_t direction = 0;
+    std::uint64_t bytes = 0;
+    int error = 0;
+};
 
 struct AuditSlot {
     AuditDestination destination;
@@ -63,6 +73,11 @@ class AuditLog {
     // Writes buffered records without a sync (durability none, and every tick).
     virtual int flush() noexcept = 0;
     virtual int rotate() noexcept = 0;
+    // Payload bytes reserve() could take now; a writer without a buffer of its own has no bound.
+    // reserve() returns -ENOBUFS when it is 0: back-pressure, the flow waits for room.
+    virtual std::size_t room() const noexcept { return SIZE_MAX; }
+    // Chunks lost since the last call (a writer that books after its own writes: the direct one).
+    virtual std::vector<AuditLoss> takeLosses() noexcept { return {}; }
 };
 
 }  // namespace splicegate

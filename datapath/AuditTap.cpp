@@ -128,13 +128,41 @@ std::optional<SyncOutcome> AuditTap::startSync() noexcept {
     return std::nullopt;
 }
 
+void AuditTap::waitRoom(const ConnectionIo& io, Direction d) noexcept {
+    try {
+        roomWaiters_.push_back(io.tag(d));
+    } catch (const std::bad_alloc&) {
+        // Not lost: the next completion that frees room resumes every waiter of this worker, and
+        // a flow that is not on the list is driven again by its own next event.
+    }
+}
+
+void AuditTap::reportLosses() noexcept {
+    for (const auto& loss : log_->takeLosses()) {
+        // Strict forwards nothing before it is durable: its connections close with the sync.
+        if (policy_.strict) continue;
+        stats_.auditLostBytes.add(loss.bytes);
+        logWarn("connection ", loss.connection, ": audit write failed (", errnoText(loss.error),
+                "): ", loss.bytes, " bytes forwarded unaudited",
+                policy_.failClosed ? "; it closes (fail-closed)" : ", fail-open");
+    }
+}
+
 std::optional<SyncOutcome> AuditTap::complete(CompletionTag tag, int result) noexcept {
     auto done = log_->syncCompleted(tag, result);
-    if (!done) return std::nullopt;
+    reportLosses();
+    if (!done) {
+        if (roomWaiters_.empty() || log_->room() == 0) return std::nullopt;
+        SyncOutcome outcome;
+        outcome.roomFreed.swap(roomWaiters_);
+        return outcome;
+    }
     auto took = std::chrono::steady_clock::now() - syncStarted_;
     stats_.observeFsync(static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
-    return finishSync(*done);
+    auto outcome = finishSync(*done);
+    if (log_->room() > 0) outcome.roomFreed.swap(roomWaiters_);
+    return outcome;
 }
 
 SyncOutcome AuditTap::finishSync(int result) noexcept {

@@ -33,6 +33,8 @@ enum class AuditAction : std::uint8_t {
 
 struct SyncOutcome {
     int result = 0;
+    // Flows that waited for room in the log's buffer (reserve() said -ENOBUFS): drive them again.
+    std::vector<CompletionTag> roomFreed;
     // Flows whose waiting chunks may now go on (durable, or the sync failed fail-open).
     std::vector<CompletionTag> resume;
     // Fail-closed after a failed sync: every connection with lostBySyncFailure() closes.
@@ -64,6 +66,9 @@ class AuditTap {
     // up the flow's audit stage (its bytes are counted lost).
     AuditAction failed(ConnectionIo& io, Direction d, int error) noexcept;
 
+    // The log's buffer is full (reserve() gave -ENOBUFS): the flow stops reading its source until
+    // a completion frees room (SyncOutcome::roomFreed). Nothing else on the worker waits.
+    void waitRoom(const ConnectionIo& io, Direction d) noexcept;
     // Strict: the flow waits for the group commit that covers its last chunk.
     void waitDurable(const ConnectionIo& io, Direction d) noexcept;
     void wantSync() noexcept { syncWanted_ = true; }
@@ -88,6 +93,7 @@ class AuditTap {
         std::uint64_t syncSequence;
     };
     std::optional<SyncOutcome> startSync() noexcept;
+    void reportLosses() noexcept;
     SyncOutcome finishSync(int result) noexcept;
 
     std::unique_ptr<AuditLog> log_;
@@ -95,6 +101,7 @@ class AuditTap {
     WorkerStats& stats_;
     bool syncWanted_ = false;
     std::vector<Waiter> waiters_;
+    std::vector<CompletionTag> roomWaiters_;
     std::chrono::steady_clock::time_point syncStarted_;
 };
 

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -137,7 +138,15 @@ BufferLaneDriver::StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.auditSlice();
     auto length = failpointLength(FailSite::AuditWrite, slice.length);
-    if (int rc = audit_->reserve(fio, length); rc < 0) return auditFailed(io, d, rc);
+    if (int rc = audit_->reserve(fio, length); rc < 0) {
+        if (rc != -ENOBUFS) return auditFailed(io, d, rc);
+        // The log's buffer is full: the chunk waits (its recv goes on only while buffers last)
+        // until a completion frees room and the flow is driven again.
+        audit_->waitRoom(io, d);
+        return {Next::Wait};
+    }
+    // A writer with a buffer of its own may give less than asked (the end of one of its buffers).
+    length = std::min<std::size_t>(length, fio.auditSlot.length);
     fio.laneFlow.recordAuditStarted(static_cast<std::uint32_t>(length));
     const auto& destination = fio.auditSlot.destination;
     if (destination.inMemory()) {  // a writer with its own log buffer: a copy, done now

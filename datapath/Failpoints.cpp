@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -103,6 +104,14 @@ std::size_t failpointLength(FailSite site, std::size_t length) noexcept {
     for (const auto& point : state.points)
         if (point.shorten && active(point, hit) && length > 1) return length / 2;
     return length;
+}
+
+unsigned failpointAuditWriteDelayMs() noexcept {
+    const char* text = std::getenv("SPLICEGATE_AUDIT_WRITE_DELAY_MS");
+    if (text == nullptr) return 0;
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(text, text + std::strlen(text), value);
+    return ec == std::errc{} && *end == '\0' ? value : 0;
 }
 
 }  // namespace splicegate

@@ -9,6 +9,8 @@
 //         `short`, halving the length submitted so the kernel really moves less
 // first:  1-based hit number of the site at which injection starts
 // count:  how many hits are affected (default 1; 0 = every hit from `first` on)
+// And SPLICEGATE_AUDIT_WRITE_DELAY_MS=N: each write of the direct audit writer starts N ms late
+// (a disk that falls behind, with no thread sleeping).
 #include <cstddef>
 
 namespace splicegate {
@@ -22,6 +24,7 @@ void loadFailpoints();
 int failpointResult(FailSite site, int result) noexcept;
 // The length to submit for `site` (the real one, or a shortened one).
 std::size_t failpointLength(FailSite site, std::size_t length) noexcept;
+unsigned failpointAuditWriteDelayMs() noexcept;
 #else
 inline void loadFailpoints() {}
 inline int failpointResult(FailSite, int result) noexcept {
@@ -29,6 +32,9 @@ inline int failpointResult(FailSite, int result) noexcept {
 }
 inline std::size_t failpointLength(FailSite, std::size_t length) noexcept {
     return length;
+}
+inline unsigned failpointAuditWriteDelayMs() noexcept {
+    return 0;
 }
 #endif
 

@@ -154,7 +154,13 @@ FlowDriver::StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
     plan.first = first;
     plan.length = first == MoveStage::Tee ? std::min(flow.teeRequest(), flow.auditPipe.capacity())
                                           : flow.auditWriteRequest();
-    if (int rc = audit_->reserve(fio, plan.length); rc < 0) return auditFailed(io, d, rc);
+    if (int rc = audit_->reserve(fio, plan.length); rc < 0) {
+        if (rc != -ENOBUFS) return auditFailed(io, d, rc);
+        audit_->waitRoom(io, d);  // the log's buffer is full: stop reading until it has room
+        return {Next::Wait};
+    }
+    // A writer with a buffer of its own may give less than asked (the end of one of its buffers).
+    plan.length = std::min<std::size_t>(plan.length, fio.auditSlot.length);
     plan.thenAuditWrite = first == MoveStage::Tee;
     plan.thenForward = !audit_->strict();
     plan.audit = fio.auditSlot.destination;

@@ -7,11 +7,11 @@
 namespace splicegate {
 
 class Pipe {
-public:
+  public:
     Pipe() noexcept = default;
     // Creates a non-blocking, close-on-exec pipe and asks for `capacity` bytes (F_SETPIPE_SZ).
-    // The kernel may refuse (EPERM over the per-user limit, NOTES.md 4): then the pipe keeps the
-    // size it got. Returns -errno when even pipe2() fails.
+    // The kernel may refuse (EPERM over the per-user limit, docs/kernel-notes.md §4): then the pipe
+    // keeps the size it got. Returns -errno when even pipe2() fails.
     static int create(std::size_t capacity, Pipe& out) noexcept;
 
     int readFd() const noexcept { return read_.get(); }
@@ -24,7 +24,7 @@ public:
     // Bytes currently buffered (FIONREAD); -errno on failure. A system call: not for hot paths.
     long bufferedBytes() const noexcept;
 
-private:
+  private:
     UniqueFd read_;
     UniqueFd write_;
     std::size_t capacity_ = 0;

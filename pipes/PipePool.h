@@ -1,5 +1,6 @@
 #pragma once
-// Pipes are lent only while bytes are in flight (NOTES.md 4): an idle connection holds none.
+// Pipes are lent only while bytes are in flight (docs/kernel-notes.md §4): an idle connection holds
+// none.
 //
 // PipeBudget is shared by all workers (atomic, lock-free): it caps the total capacity of the
 // full-size pipes in existence, because the kernel's per-user pipe allowance is a cliff — past it

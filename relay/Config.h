@@ -1,5 +1,5 @@
 #pragma once
-// The daemon's configuration: SPEC.md "Daemon options", from the command line and the INI file
+// The daemon's configuration: docs/configuration.md, from the command line and the INI file
 // named by --config (command line wins), plus [route.NAME] sections.
 // Error contract: every bad input throws UsageError with one line that names the option, key,
 // file or value at fault. Thread affinity: none (plain values).
@@ -15,13 +15,13 @@ namespace splicegate {
 
 enum class AuditDurability { Strict, Batch, None };
 enum class AuditOnError { FailClosed, FailOpen };
+// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
+// page cache.
+enum class AuditWriterKind { Direct, Splice };
 enum class SpliceEngine { Chain, Inline };
 enum class XdpMode { Native, Generic, Auto };
 // How flows move bytes: auto starts in the buffer lane and moves to splice while reads stay large.
 enum class Lane { Auto, Splice, Buffer };
-// How audited bytes reach the disk: direct = O_DIRECT from registered buffers; splice = into the
-// page cache.
-enum class AuditWriterKind { Direct, Splice };
 
 struct UpstreamConfig {
     std::string text;                      // as configured, e.g. "backend.local:443"

@@ -12,6 +12,8 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "datapath/DirectAuditLog.h"
+#include "datapath/Failpoints.h"
 #include "datapath/SegmentAuditLog.h"
 #include "relay/AccessLog.h"
 
@@ -39,6 +41,19 @@ __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
     spec.tv_sec = static_cast<long long>(ms / 1000);
     spec.tv_nsec = static_cast<long long>(ms % 1000) * 1000000;
     return spec;
+}
+
+// The one place the audit writer is chosen (--audit-writer).
+std::unique_ptr<AuditLog> makeAuditLog(const RelaySettings& settings,
+                                       std::unique_ptr<audit::AuditWriter> writer, Ring& ring) {
+    if (settings.auditWriter == AuditWriterKind::Splice)
+        return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
+    audit::DirectLogOptions options;
+    options.bufferBytes = settings.auditBufferBytes;
+    options.preallocateBytes = settings.auditSegmentBytes;
+    options.writeDelay = std::chrono::milliseconds(failpointAuditWriteDelayMs());
+    options.label = "audit " + settings.auditDir;
+    return std::make_unique<DirectAuditLog>(std::move(writer), ring, options);
 }
 
 AuditPolicy auditPolicy(const RelaySettings& settings) noexcept {
@@ -127,9 +142,8 @@ void Worker::setUp() {
         auto writer = std::make_unique<audit::AuditWriter>(settings.auditDir, index_, first,
                                                            settings.auditSegmentBytes,
                                                            &context_.nextConnectionId);
-        audit_ =
-            std::make_unique<AuditTap>(std::make_unique<SegmentAuditLog>(std::move(writer), *ring_),
-                                       auditPolicy(settings), *stats_);
+        audit_ = std::make_unique<AuditTap>(makeAuditLog(settings, std::move(writer), *ring_),
+                                            auditPolicy(settings), *stats_);
     }
     mover_ = makeMover(settings.engine, *ring_);
     if (settings.lane != Lane::Splice)
@@ -568,6 +582,12 @@ void Worker::applySync(const SyncOutcome& outcome) {
         for (auto& c : connections_)
             if (c && c->id() != 0 && audit_->lostBySyncFailure(c->io))
                 closeConnection(*c, CloseReason::AuditSyncError, true);
+    }
+    for (const auto& flow : outcome.roomFreed) {
+        Connection* c = lookup(flow.slot, flow.generation);
+        if (c == nullptr || c->state != ConnectionState::Relaying) continue;
+        auto d = static_cast<Direction>(flow.direction);
+        act(*c, d, driver_->drive(c->io, d));
     }
     for (const auto& flow : outcome.resume) {
         Connection* c = lookup(flow.slot, flow.generation);

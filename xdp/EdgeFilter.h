@@ -1,6 +1,7 @@
 #pragma once
 // The daemon's XDP edge filter: the BPF program (EdgeFilterProgram) attached to one interface
-// (XdpAttachment) for the filter's lifetime. SPEC.md: --xdp-interface, --xdp-mode, --xdp-deny,
+// (XdpAttachment) for the filter's lifetime. docs/configuration.md: --xdp-interface, --xdp-mode,
+// --xdp-deny,
 // --xdp-allow, --xdp-syn-rate, --xdp-syn-burst, --xdp-syn-prefix-v4, --xdp-syn-prefix-v6,
 // --xdp-syn-new-source-rate, --xdp-syn-new-source-burst; counters feed
 // splicegate_xdp_packets_total{action,reason}.

@@ -1,6 +1,7 @@
 // kill -9 at random moments during transfers, then restart on the same audit directory (issue 3,
-// "Tests"; SPEC.md guarantees). Each crash point: a daemon, 8 paced full-duplex connections,
-// SIGKILL after a random 50-500 ms, a restart that recovers the directory, SIGTERM. Then:
+// "Tests"; docs/operations.md, "Audit guarantees"). Each crash point: a daemon, 8 paced full-duplex
+// connections, SIGKILL after a random 50-500 ms, a restart that recovers the directory, SIGTERM.
+// Then:
 // - `splicegate-audit verify` exits 0;
 // - every connection of that run in the audit is `truncated` (all were open at the kill);
 // - every extracted stream is a prefix of what the client/upstream really sent (nothing invented);
@@ -12,9 +13,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <iostream>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <random>
@@ -73,7 +74,7 @@ struct Outcome {
 };
 
 class AuditCrashTest : public ::testing::Test {
-protected:
+  protected:
     // Runs `rounds` crash points in `durability` mode on one audit directory; `laneArgs` pick
     // the daemon's lane (--lane; the default, auto, when empty).
     void crashRounds(const std::string& durability, int rounds, uint64_t seed,
@@ -146,8 +147,8 @@ protected:
             auto verify = auditVerify(auditDir);
             ASSERT_TRUE(verify.status && verify.status->isExit(0))
                 << "verify after kill -9 and restart (killed " << killAfter
-                << " ms into the transfers): " << describeProcess(verify)
-                << "\nrecovery log:\n" << recoveryLines();
+                << " ms into the transfers): " << describeProcess(verify) << "\nrecovery log:\n"
+                << recoveryLines();
 
             auto listing = auditList(auditDir);
             ASSERT_TRUE(listing.ok()) << listing.describe();
@@ -173,12 +174,11 @@ protected:
                 if (c.connectError != 0 || c.port == 0) continue;
                 auto up = atUpstream.find(c.id);
                 const CheckedUpstreamSide* u = up == atUpstream.end() ? nullptr : &up->second;
-                EXPECT_TRUE(c.u2c.matches) << "client " << c.id << " received wrong u2c bytes: "
-                                           << c.u2c.describe();
+                EXPECT_TRUE(c.u2c.matches)
+                    << "client " << c.id << " received wrong u2c bytes: " << c.u2c.describe();
                 if (u != nullptr) {
-                    EXPECT_TRUE(u->c2u.matches)
-                        << "upstream received wrong c2u bytes for client " << c.id << ": "
-                        << u->c2u.describe();
+                    EXPECT_TRUE(u->c2u.matches) << "upstream received wrong c2u bytes for client "
+                                                << c.id << ": " << u->c2u.describe();
                 }
                 // Far ends: c2u at the upstream (header + payload), u2c at the client.
                 FarEnd c2uFar;
@@ -193,20 +193,18 @@ protected:
                 auto it = byPort.find(c.port);
                 const AuditRow* row = it == byPort.end() ? nullptr : it->second;
                 if (row != nullptr) ++outcome.auditedConnections;
-                checkDirection(durability, c.id, row, auditDir, out.path(), "c2u",
-                               c2uStreamOf(c), c2uFar,
-                               killedAt, killAfter, outcome);
-                checkDirection(durability, c.id, row, auditDir, out.path(), "u2c",
-                               u2cStreamOf(c), u2cFar, killedAt,
-                               killAfter, outcome);
+                checkDirection(durability, c.id, row, auditDir, out.path(), "c2u", c2uStreamOf(c),
+                               c2uFar, killedAt, killAfter, outcome);
+                checkDirection(durability, c.id, row, auditDir, out.path(), "u2c", u2cStreamOf(c),
+                               u2cFar, killedAt, killAfter, outcome);
             }
             ++outcome.rounds;
             if (HasFatalFailure()) return;
         }
         std::cout << "[ info ] " << durability << ": " << outcome.rounds << " crash points, "
-                  << outcome.auditedConnections << " audited connections, "
-                  << outcome.receivedBytes << " B received at far ends, "
-                  << outcome.missingBytes << " B of them missing from the audit; the oldest "
+                  << outcome.auditedConnections << " audited connections, " << outcome.receivedBytes
+                  << " B received at far ends, " << outcome.missingBytes
+                  << " B of them missing from the audit; the oldest "
                   << "missing byte arrived " << outcome.maxLagMs << " ms before its kill\n";
         EXPECT_GT(outcome.receivedBytes, 0u) << "no traffic ever reached the far ends";
     }
@@ -222,8 +220,8 @@ protected:
         uint64_t audited = 0;
         if (row != nullptr) {
             auto extracted = auditExtract(auditDir, row->id, direction, outDir + "/" + direction);
-            ASSERT_TRUE(extracted.ok()) << where.str() << "extract of audit connection "
-                                        << row->id << ": " << describeProcess(extracted.process);
+            ASSERT_TRUE(extracted.ok()) << where.str() << "extract of audit connection " << row->id
+                                        << ": " << describeProcess(extracted.process);
             audited = extracted.size;
             EXPECT_EQ(audited, direction == "c2u" ? row->c2u : row->u2c)
                 << where.str() << "extract size differs from list's byte count";
@@ -235,9 +233,8 @@ protected:
         uint64_t missing = far.bytes - audited;
         outcome.missingBytes += missing;
         auto firstMissingAt = far.arrival(audited);
-        auto before = firstMissingAt
-                          ? duration_cast<milliseconds>(killedAt - *firstMissingAt).count()
-                          : 0;
+        auto before =
+            firstMissingAt ? duration_cast<milliseconds>(killedAt - *firstMissingAt).count() : 0;
         outcome.maxLagMs = std::max<long>(outcome.maxLagMs, before);
         if (durability == "strict") {
             ADD_FAILURE() << where.str() << "strict mode: the far end received " << far.bytes
@@ -267,11 +264,17 @@ protected:
     std::string restartLog_;
 };
 
-TEST_F(AuditCrashTest, StrictKill9KeepsEveryReceivedByte) { crashRounds("strict", 10, 0x5171C7); }
+TEST_F(AuditCrashTest, StrictKill9KeepsEveryReceivedByte) {
+    crashRounds("strict", 10, 0x5171C7);
+}
 
-TEST_F(AuditCrashTest, BatchKill9LosesAtMostTheLastInterval) { crashRounds("batch", 10, 0xBA7C4); }
+TEST_F(AuditCrashTest, BatchKill9LosesAtMostTheLastInterval) {
+    crashRounds("batch", 10, 0xBA7C4);
+}
 
-TEST_F(AuditCrashTest, NoneKill9LeavesAConsistentLog) { crashRounds("none", 4, 0x40E); }
+TEST_F(AuditCrashTest, NoneKill9LeavesAConsistentLog) {
+    crashRounds("none", 4, 0x40E);
+}
 
 // The buffer lane writes the audit from received memory: strict still means every byte a far end
 // received is in the log after kill -9.

@@ -1,6 +1,6 @@
-// The audit directory fills up (issue 3, "Tests"; SPEC.md --audit-on-error). The audit dir is on
-// an 8 MiB tmpfs mounted for the test (always unmounted), nearly filled by a file the test
-// places there:
+// The audit directory fills up (issue 3, "Tests"; docs/configuration.md --audit-on-error). The
+// audit dir is on an 8 MiB tmpfs mounted for the test (always unmounted), nearly filled by a file
+// the test places there:
 // - fail-closed: connections are closed (reason audit-error), the upstream never receives a byte
 //   that is not in the audit, the daemon stays alive and accepts connections, and after the
 //   filler is deleted new connections are audited byte-exact again;
@@ -45,9 +45,9 @@ constexpr uint64_t kLeaveFree = 1 * kMiB;
     auto c2u = auditExtract(auditDir, row->id, "c2u", outDir + "/c2u");
     auto u2c = auditExtract(auditDir, row->id, "u2c", outDir + "/u2c");
     if (!c2u.ok() || !u2c.ok())
-        return ::testing::AssertionFailure() << "extract of " << row->id << ": "
-                                             << describeProcess(c2u.process) << " / "
-                                             << describeProcess(u2c.process);
+        return ::testing::AssertionFailure()
+               << "extract of " << row->id << ": " << describeProcess(c2u.process) << " / "
+               << describeProcess(u2c.process);
     if (c2u.size != 16 + client.c2uSize || u2c.size != client.u2cSize)
         return ::testing::AssertionFailure()
                << "audit connection " << row->id << " holds c2u " << c2u.size << " B (want "
@@ -153,8 +153,8 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
         after = makeCheckedClient(300, 1 * kMiB + 17, 1 * kMiB + 33);
         runCheckedClient(port_, after, milliseconds(15000));
         EXPECT_TRUE(after.complete())
-            << "a connection after space returned was not relayed byte-exact: "
-            << after.describe() << daemon.why(30);
+            << "a connection after space returned was not relayed byte-exact: " << after.describe()
+            << daemon.why(30);
         waitHandlersDone(*upstream_, milliseconds(3000));
         EXPECT_TRUE(terminatesCleanly(daemon, milliseconds(15000)));
     }
@@ -164,7 +164,8 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
     // running daemon had made durable) ...
     auto checkPrefix = [&](const std::string& when) {
         auto listing = auditList(auditDir_);
-        EXPECT_TRUE(listing.process.status && !listing.process.status->signal) << listing.describe();
+        EXPECT_TRUE(listing.process.status && !listing.process.status->signal)
+            << listing.describe();
         std::map<uint16_t, const AuditRow*> byPort;
         for (const auto& row : listing.rows) byPort[portOf(row.client)] = &row;
         for (const auto* c : {&full[0], &full[1], &full[2], &full[3], &probe}) {
@@ -180,8 +181,8 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
             if (it != byPort.end()) {
                 auto c2u = auditExtract(auditDir_, it->second->id, "c2u", out_.path() + "/c2u");
                 auto u2c = auditExtract(auditDir_, it->second->id, "u2c", out_.path() + "/u2c");
-                EXPECT_TRUE(c2u.ok() && u2c.ok()) << describeProcess(c2u.process) << " / "
-                                                  << describeProcess(u2c.process);
+                EXPECT_TRUE(c2u.ok() && u2c.ok())
+                    << describeProcess(c2u.process) << " / " << describeProcess(u2c.process);
                 c2uAudited = c2u.size;
                 u2cAudited = u2c.size;
                 EXPECT_TRUE(fileIsPrefixOf(c2u.path, c2uStreamOf(*c)));

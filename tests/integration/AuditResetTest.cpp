@@ -1,9 +1,9 @@
 // Peers resetting connections in the middle of full-duplex transfers, with audit on (no fault
-// injection: real RSTs). The log must stay consistent (SPEC.md: "in every mode the log is
-// consistent", `verify` exits 0): a connection closed while audit writes of the other direction
-// are still in flight must not end up with a Close record whose byte counts disagree with its
-// chunks. And, fail-closed, no far end may hold a byte that the audit lacks, and every byte a
-// peer or the audit holds must be the connection's own.
+// injection: real RSTs). The log must stay consistent (docs/operations.md, "Audit guarantees": "in
+// every mode the log is consistent", `verify` exits 0): a connection closed while audit writes of
+// the other direction are still in flight must not end up with a Close record whose byte counts
+// disagree with its chunks. And, fail-closed, no far end may hold a byte that the audit lacks, and
+// every byte a peer or the audit holds must be the connection's own.
 //
 // Regressions this test caught (at 173c573; fixed by f8b02a3 and 739c13a):
 // 1. Both engines: a chunk whose audit write completed after the connection started closing was
@@ -65,7 +65,8 @@ TEST_P(AuditResetTest, ResetsMidTransferKeepTheLogConsistent) {
         SendOptions options;
         options.cancel = &cancel;
         std::thread sender([&] {
-            side.u2cSent = sendPattern(fd, u2cSeed(side.header.id), side.header.size, deadline, options);
+            side.u2cSent =
+                sendPattern(fd, u2cSeed(side.header.id), side.header.size, deadline, options);
         });
         side.c2u = receiveChecked(fd, ExpectedStream{std::nullopt, c2uSeed(side.header.id)},
                                   deadline, plan.upstreamResets ? plan.after : kStream + kMiB);
@@ -96,13 +97,15 @@ TEST_P(AuditResetTest, ResetsMidTransferKeepTheLogConsistent) {
                     UniqueFd fd = connectTcp(port, c->connectError);
                     if (!fd) return;
                     c->port = localPort(fd.get());
-                    if (!sendHeader(fd.get(), StreamHeader{c->id, c->u2cSize}, deadline, c->headerError))
+                    if (!sendHeader(fd.get(), StreamHeader{c->id, c->u2cSize}, deadline,
+                                    c->headerError))
                         return;
                     std::atomic<bool> cancel{false};
                     SendOptions options;
                     options.cancel = &cancel;
                     std::thread sender([&] {
-                        c->c2uSent = sendPattern(fd.get(), c2uSeed(c->id), c->c2uSize, deadline, options);
+                        c->c2uSent =
+                            sendPattern(fd.get(), c2uSeed(c->id), c->c2uSize, deadline, options);
                     });
                     c->u2c = receiveChecked(fd.get(), u2cStreamOf(*c), deadline,
                                             plan.upstreamResets ? kStream + kMiB : plan.after);
@@ -159,8 +162,8 @@ TEST_P(AuditResetTest, ResetsMidTransferKeepTheLogConsistent) {
             << "the audit's u2c is not what the upstream sent: " << c.describe() << " (" << who
             << ", audit connection " << row.id << ")";
         auto u = atUpstream.find(c.id);
-        EXPECT_TRUE(c.u2c.matches) << "the client received bytes that are not its stream: "
-                                   << c.describe();
+        EXPECT_TRUE(c.u2c.matches)
+            << "the client received bytes that are not its stream: " << c.describe();
         if (u != atUpstream.end()) {
             EXPECT_TRUE(u->second.c2u.matches)
                 << "the upstream received bytes that are not this client's stream: "
@@ -170,9 +173,8 @@ TEST_P(AuditResetTest, ResetsMidTransferKeepTheLogConsistent) {
         EXPECT_LE(c2uReceived, c2u.size)
             << c.describe() << ": the upstream received " << c2uReceived
             << " B of c2u that the audit (" << c2u.size << " B) lacks part of";
-        EXPECT_LE(c.u2c.bytes, u2c.size)
-            << c.describe() << ": the client received " << c.u2c.bytes << " B of u2c, the audit holds "
-            << u2c.size << " B";
+        EXPECT_LE(c.u2c.bytes, u2c.size) << c.describe() << ": the client received " << c.u2c.bytes
+                                         << " B of u2c, the audit holds " << u2c.size << " B";
     }
 }
 

@@ -1,4 +1,4 @@
-// splicegate-audit as a process (SPEC.md "Audit logs and splicegate-audit"): list as a table, as
+// splicegate-audit as a process (the splicegate-audit(1) man page): list as a table, as
 // JSON and as JSON lines with every filter, export as a pcap read back with tcpdump and compared
 // with extract, extract to a file and to stdout, verify, --help/--version, usage errors (exit 2,
 // one line), runtime failures (exit 1) and garbage input that must never crash it. No root needed.

@@ -90,7 +90,7 @@ TEST_P(RelayIdleTest, ThousandsOfIdleConnectionsCostNoThreads) {
         << "daemon threads peaked at " << maxThreads << " with " << kConnections
         << " idle connections (at start " << threadsAtStart
         << ", bound workers + 8 = " << kThreadBound
-        << "): idle connections must not park threads (NOTES.md 1)";
+        << "): idle connections must not park threads (docs/kernel-notes.md §1)";
     EXPECT_LT(rss, kRssBoundKiB) << "daemon RSS " << rss << " KiB with " << kConnections
                                  << " idle connections";
     EXPECT_LE(fds.pipes, kPipeFdBound)

@@ -1,6 +1,6 @@
 // Byte-exact forwarding through the real daemon: full duplex under load, half-close in both
 // orders, back-pressure from a slow reader, a tiny pipe budget, IPv6. Every transfer is checked
-// by SHA-256 at both ends against an independently computed digest (NOTES.md 10).
+// by SHA-256 at both ends against an independently computed digest (docs/kernel-notes.md §10).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -89,7 +89,7 @@ TEST_P(RelayDuplexTest, TinyPipeBudgetSharedBy32Connections) {
 
 // 96 busy connections with 1 MiB pipes and a pipe budget far above what the kernel lets this
 // user hold (fs.pipe-user-pages-soft, shared with every other process of the user): pipes may
-// be refused or silently shrunk (NOTES.md 4), and every byte must still arrive intact.
+// be refused or silently shrunk (docs/kernel-notes.md §4), and every byte must still arrive intact.
 TEST_P(RelayDuplexTest, NinetySixConnectionsBeyondTheUserPipeLimit) {
     ASSERT_GE(raiseFdLimit(), 1024u);
     expectBatchRelayedExactly(96, 20000, 2 * kMiB,

@@ -1,6 +1,6 @@
 #pragma once
 // SHA-256 of a byte stream through OpenSSL's EVP interface (libcrypto), so both ends of a relayed
-// transfer can be compared by digest (NOTES.md 10: counts alone miss corruption).
+// transfer can be compared by digest (docs/kernel-notes.md §10: counts alone miss corruption).
 // Thread affinity: one object per thread. Error contract: OpenSSL failures throw
 // std::runtime_error.
 #include <openssl/evp.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Traffic patterns shared by the integration tests: upstream handlers for TestServer and the
-// matching client side, all hashing both ends (NOTES.md 10).
+// matching client side, all hashing both ends (docs/kernel-notes.md §10).
 //
 // The "duplex" protocol: the client connects, sends a StreamHeader {id, u2cSize}, then streams
 // c2u bytes of PatternStream(c2uSeed(id)) and SHUT_WR, while receiving to EOF. The upstream reads

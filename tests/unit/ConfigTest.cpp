@@ -1,4 +1,4 @@
-// Daemon options (SPEC.md "Daemon options"): defaults, command line, INI file, route sections and
+// Daemon options (docs/configuration.md): defaults, command line, INI file, route sections and
 // the one-line UsageError for every kind of bad input. Only loopback addresses and "localhost"
 // are used, so nothing here needs a network beyond resolving localhost.
 #include <gtest/gtest.h>

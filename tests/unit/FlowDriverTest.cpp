@@ -53,7 +53,8 @@ class RecordingLog final : public AuditLog {
         if (reserveError != 0) return reserveError;
         out.destination.fd = 1000;
         out.destination.offset = next;
-        out.length = length;
+        out.length = std::min(length, maxSlot);
+        length = out.length;
         out.owner = std::make_shared<int>(0);
         next += length;
         ++reserved;
@@ -86,8 +87,11 @@ class RecordingLog final : public AuditLog {
     std::uint64_t durableSequence() const noexcept override { return 0; }
     int flush() noexcept override { return 0; }
     int rotate() noexcept override { return 0; }
+    std::size_t room() const noexcept override { return roomBytes; }
 
     int reserveError = 0;
+    std::uint32_t maxSlot = UINT32_MAX;  // a writer with buffers of its own may give less
+    std::size_t roomBytes = SIZE_MAX;
     std::uint64_t next = 0;
     int reserved = 0;
     int abandoned = 0;
@@ -166,6 +170,37 @@ TEST_F(FlowDriverTest, StrictChainsStopBeforeTheForward) {
     fillAndStartChain(1000);
     ASSERT_EQ(mover.started.size(), 2u);
     EXPECT_FALSE(mover.started[1].thenForward);
+}
+
+TEST_F(FlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
+    makeDriver(true);
+    log->reserveError = -ENOBUFS;
+    log->roomBytes = 0;
+    auto verdict = fillAndStartChain(1000);
+    EXPECT_EQ(verdict.action, Verdict::Action::Wait) << "back-pressure, not an audit failure";
+    EXPECT_EQ(mover.started.size(), 1u) << "no chain without log space";
+    EXPECT_EQ(stats.auditWriteErrors.get(), 0u);
+
+    // A completion that frees no room resumes nobody; one that does resumes the flow.
+    auto none = tap->complete(CompletionTag::make(AuditTap::kSyncOp), 0);
+    EXPECT_TRUE(!none || none->roomFreed.empty());
+    log->reserveError = 0;
+    log->roomBytes = 1 << 20;
+    auto outcome = tap->complete(CompletionTag::make(AuditTap::kSyncOp), 0);
+    ASSERT_TRUE(outcome);
+    ASSERT_EQ(outcome->roomFreed.size(), 1u);
+    EXPECT_EQ(outcome->roomFreed[0].slot, 3u);
+    driver->drive(io, Direction::ClientToUpstream);
+    ASSERT_EQ(mover.started.size(), 2u);
+    EXPECT_EQ(mover.started[1].first, MoveStage::Tee);
+}
+
+TEST_F(FlowDriverTest, ShorterLogSpaceShortensTheChain) {
+    makeDriver(true);
+    log->maxSlot = 300;
+    fillAndStartChain(1000);
+    ASSERT_EQ(mover.started.size(), 2u);
+    EXPECT_EQ(mover.started[1].length, 300u) << "tee, write and forward only what the log took";
 }
 
 // Every order of the three completions gives the same outcome: results are applied in chain

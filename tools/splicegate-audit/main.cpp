@@ -1,5 +1,5 @@
-// splicegate-audit: offline reader and verifier of splicegate audit logs (SPEC.md "Audit logs and
-// splicegate-audit", audit/FORMAT.md).
+// splicegate-audit: offline reader and verifier of splicegate audit logs (the splicegate-audit(1)
+// man page, audit/FORMAT.md).
 //   splicegate-audit list DIR [--json | --jsonl] [filters]      (ListCommand.h)
 //   splicegate-audit export DIR --pcap FILE [--connection ID]  (PcapExport.h)
 //   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]

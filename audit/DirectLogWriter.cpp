@@ -1,0 +1,493 @@
+#include "audit/DirectLogWriter.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate::audit {
+namespace {
+
+constexpr std::size_t kAlign = LogBuffer::kAlignment;
+constexpr std::uint32_t kIndexMask = (1u << 30) - 1;
+
+std::size_t alignDown(std::size_t value) noexcept {
+    return value - value % kAlign;
+}
+std::size_t alignUp(std::size_t value) noexcept {
+    return alignDown(value + kAlign - 1);
+}
+
+}  // namespace
+
+DirectLogWriter::DirectLogWriter(Ring& ring, const DirectLogOptions& options, std::uint64_t tagBase)
+    : ring_(ring),
+      options_(options),
+      tagBase_(tagBase),
+      buffer_(options.bufferBytes, options.writeBytes) {
+    if (options_.maxWritesInFlight == 0)
+        throw std::invalid_argument("audit: maxWritesInFlight must be at least 1");
+    if ((tagBase_ & 0xffffffffu) != 0)
+        throw std::invalid_argument("audit: the writer's completion tags need the low 32 bits");
+    if (int rc = buffer_.registerWith(*ring_.raw()); rc < 0)
+        logWarn(options_.label, ": cannot register the ", buffer_.totalBytes(),
+                "-byte audit buffer with io_uring (", errnoText(rc),
+                rc == -ENOMEM ? "; RLIMIT_MEMLOCK is below it" : "",
+                "): writing from unregistered memory");
+    slots_.resize(buffer_.count());
+    active_.reserve(buffer_.count());
+    free_.reserve(buffer_.count());
+    for (unsigned i = buffer_.count(); i > 0; --i) free_.push_back(i - 1);
+    failures_.reserve(4);
+    auto delay = options_.writeDelay.count();
+    delay_.tv_sec = delay / 1000;
+    delay_.tv_nsec = (delay % 1000) * 1000000;
+}
+
+DirectLogWriter::~DirectLogWriter() = default;
+
+int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
+    UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!own) return -errno;
+    int flags = ::fcntl(own.get(), F_GETFL);
+    if (flags < 0) return -errno;
+    bool direct = (flags & O_DIRECT) != 0;
+    // F_SETFL reaches the open file description the caller shares with us: its fd is direct too.
+    if (!direct && ::fcntl(own.get(), F_SETFL, flags | O_DIRECT) == 0) {
+        direct = true;
+    } else if (!direct) {
+        if (errno != EINVAL) return -errno;
+        if (!warnedBuffered_) {
+            warnedBuffered_ = true;
+            logWarn(options_.label,
+                    ": the filesystem refuses O_DIRECT; audit data goes through the page cache "
+                    "(buffered writes from the same buffers)");
+        }
+    }
+    if (options_.preallocateBytes > 0) {
+        // Allocated and inside the file's size, the writes are not extending ones, which ext4
+        // serialises (it waits for each under the inode lock); io_uring keeps several in flight.
+        // Only an optimisation: a disk that is full shows in the writes themselves.
+        [[maybe_unused]] int rc =
+            ::fallocate(own.get(), 0, 0, static_cast<off_t>(options_.preallocateBytes));
+    }
+    try {
+        files_.emplace_back();
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
+    if (files_.size() > 1) retire(files_[files_.size() - 2]);
+    File& file = files_.back();
+    file.fd = std::move(own);
+    file.id = fileId;
+    file.serial = nextSerial_++ & kIndexMask;
+    file.direct = direct;
+    file.lsnBegin = file.durable = file.syncTarget = appendedLsn_;
+    pump();
+    return 0;
+}
+
+void DirectLogWriter::retire(File& file) noexcept {
+    if (!file.current) return;
+    file.current = false;
+    file.lsnEnd = appendedLsn_;
+    if (active_.empty()) return;
+    unsigned last = active_.back();
+    Slot& slot = slots_[last];
+    if (slot.file == file.serial && !slot.sealed) {
+        slot.sealed = true;  // its partial tail is written now, padded
+        if (slot.fill == 0 && slot.reservations == 0) release(last);
+    }
+}
+
+void DirectLogWriter::closeFile() noexcept {
+    if (files_.empty()) return;
+    retire(files_.back());
+    pump();
+}
+
+int DirectLogWriter::appendSlot(File& file) noexcept {
+    if (!active_.empty()) {
+        unsigned last = active_.back();
+        const Slot& slot = slots_[last];
+        if (!slot.sealed && slot.file == file.serial) return static_cast<int>(last);
+    }
+    if (free_.empty()) return -1;
+    unsigned index = free_.back();
+    free_.pop_back();
+    Slot& slot = slots_[index];
+    slot = Slot{};
+    slot.file = file.serial;
+    slot.lsn = appendedLsn_;
+    // Every buffer of a file but its last is full, so this is a multiple of the alignment.
+    slot.fileOffset = file.nextOffset;
+    active_.push_back(index);  // capacity reserved for every slot: no allocation
+    return static_cast<int>(index);
+}
+
+int DirectLogWriter::reserve(std::size_t length, LogReservation& out) noexcept {
+    out = LogReservation{};
+    out.lsn = appendedLsn_;
+    if (files_.empty() || !files_.back().current) return -EBADF;
+    File& file = files_.back();
+    if (file.failed) return -EIO;  // the owner must start a new file: nothing more goes to this one
+    out.fileOffset = file.nextOffset;
+    if (length == 0) return 0;
+    int index = appendSlot(file);
+    if (index < 0) {
+        ++stats_.fullAppends;
+        return 0;
+    }
+    try {
+        pending_.push_back({appendedLsn_, false});
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
+    Slot& slot = slots_[static_cast<unsigned>(index)];
+    std::size_t take = std::min(length, buffer_.bufferBytes() - slot.fill);
+    out.memory = {buffer_.buffer(static_cast<unsigned>(index)) + slot.fill, take};
+    out.slot = static_cast<std::uint32_t>(index);
+    slot.fill += take;
+    ++slot.reservations;
+    file.nextOffset += take;
+    appendedLsn_ += take;
+    if (slot.fill == buffer_.bufferBytes()) slot.sealed = true;
+    return 0;
+}
+
+void DirectLogWriter::complete(LogReservation& reservation, std::size_t filled) noexcept {
+    if (reservation.memory.empty()) return;
+    const unsigned index = reservation.slot;
+    Slot& slot = slots_[index];
+    const std::size_t size = reservation.memory.size();
+    filled = std::min(filled, size);
+    if (std::size_t unused = size - filled; unused > 0) {
+        // Given back only from the end of the current file's last buffer: nothing follows it.
+        bool last = reservation.lsn + size == appendedLsn_ && !slot.discard &&
+                    active_.back() == index && files_.back().current &&
+                    files_.back().serial == slot.file;
+        if (last) {
+            slot.fill -= unused;
+            slot.sealed = false;  // it could only have been sealed for being full
+            files_.back().nextOffset -= unused;
+            appendedLsn_ -= unused;
+        } else {
+            std::memset(reservation.memory.data() + filled, 0, unused);
+        }
+    }
+    for (auto& pending : pending_) {
+        if (pending.lsn == reservation.lsn && !pending.done) {
+            pending.done = true;
+            break;
+        }
+    }
+    while (!pending_.empty() && pending_.front().done) pending_.pop_front();
+    --slot.reservations;
+    stats_.appendedBytes += filled;
+    reservation.memory = {};
+    if (slot.discard && !slot.writing && slot.reservations == 0) release(index);
+    pump();
+}
+
+template <typename Copy>
+LogAppend DirectLogWriter::appendWith(std::size_t length, Copy&& copy) noexcept {
+    LogAppend out;
+    out.lsn = appendedLsn_;
+    std::size_t done = 0;
+    while (done < length) {
+        LogReservation space;
+        int rc = reserve(length - done, space);
+        if (done == 0) out.fileOffset = space.fileOffset;
+        if (rc < 0) {
+            if (done == 0) out.bytes = rc;
+            break;
+        }
+        if (space.memory.empty()) break;  // full
+        long got = copy(space.memory.data(), space.memory.size(), done);
+        complete(space, got > 0 ? static_cast<std::size_t>(got) : 0);
+        if (got <= 0) {
+            if (done == 0) out.bytes = got;
+            break;
+        }
+        done += static_cast<std::size_t>(got);
+        if (static_cast<std::size_t>(got) < space.memory.size()) break;  // the pipe is empty
+    }
+    if (done > 0) out.bytes = static_cast<long>(done);
+    return out;
+}
+
+LogAppend DirectLogWriter::appendFromPipe(int pipeFd, std::size_t length) noexcept {
+    return appendWith(length, [pipeFd](std::byte* to, std::size_t want, std::size_t) -> long {
+        for (;;) {
+            auto got = ::read(pipeFd, to, want);
+            if (got >= 0) return static_cast<long>(got);
+            if (errno != EINTR) return -errno;
+        }
+    });
+}
+
+LogAppend DirectLogWriter::append(const void* data, std::size_t length) noexcept {
+    const auto* from = static_cast<const std::byte*>(data);
+    return appendWith(length, [from](std::byte* to, std::size_t want, std::size_t done) -> long {
+        std::memcpy(to, from + done, want);
+        return static_cast<long>(want);
+    });
+}
+
+std::size_t DirectLogWriter::room() const noexcept {
+    std::size_t bytes = free_.size() * buffer_.bufferBytes();
+    if (!active_.empty()) {
+        const Slot& last = slots_[active_.back()];
+        if (!last.sealed) bytes += buffer_.bufferBytes() - last.fill;
+    }
+    return bytes;
+}
+
+void DirectLogWriter::commit() noexcept {
+    commitTarget_ = appendedLsn_;
+    pump();
+}
+
+// Writes, oldest first, what is full or what a commit needs; then the syncs that are due.
+void DirectLogWriter::pump() noexcept {
+    for (unsigned index : active_) {
+        if (writesInFlight_ >= options_.maxWritesInFlight) break;
+        const Slot& slot = slots_[index];
+        std::size_t ready = readyBytes(slot);
+        if (slot.writing || slot.discard || slot.written >= ready) continue;
+        if ((slot.sealed && ready == slot.fill) || slot.lsn + slot.written < commitTarget_)
+            submitWrite(index);
+    }
+    startSyncs();
+    closeFinishedFiles();
+}
+
+io_uring_sqe* DirectLogWriter::sqe(unsigned needed) noexcept {
+    // A hard-linked pair must go into one submission, so make room for both first.
+    if (io_uring_sq_space_left(ring_.raw()) < needed) ring_.submit();
+    io_uring_sqe* entry = io_uring_get_sqe(ring_.raw());
+    while (entry == nullptr) {
+        ring_.submit();
+        entry = io_uring_get_sqe(ring_.raw());
+    }
+    return entry;
+}
+
+void DirectLogWriter::submitWrite(unsigned index) noexcept {
+    Slot& slot = slots_[index];
+    File* file = findFile(slot.file);
+    std::byte* memory = buffer_.buffer(index);
+    const std::size_t ready = readyBytes(slot);
+    std::size_t start = slot.written;
+    std::size_t end = ready;
+    if (file->direct) {
+        // O_DIRECT writes whole blocks: the block holding `written` is written again, and the
+        // last one is padded with zeros past `fill` (bytes appended meanwhile, or reserved ones
+        // being filled, land in padding that the next write of this buffer replaces).
+        start = alignDown(start);
+        end = alignUp(end);
+        if (end > slot.fill) std::memset(memory + slot.fill, 0, end - slot.fill);
+    }
+    bool delayed = options_.writeDelay.count() > 0;
+    io_uring_sqe* entry = sqe(delayed ? 2 : 1);
+    if (delayed) {
+        io_uring_prep_timeout(entry, &delay_, 0, 0);
+        entry->flags |= IOSQE_IO_HARDLINK;  // the write runs when the timer fires (-ETIME)
+        io_uring_sqe_set_data64(entry, tagBase_ | static_cast<std::uint32_t>(TagKind::Delay)
+                                                      << kKindShift);
+        ++inFlight_;
+        entry = io_uring_get_sqe(ring_.raw());
+    }
+    auto length = static_cast<unsigned>(end - start);
+    auto offset = slot.fileOffset + start;
+    if (buffer_.registered())
+        io_uring_prep_write_fixed(entry, file->fd.get(), memory + start, length, offset,
+                                  static_cast<int>(index));
+    else
+        io_uring_prep_write(entry, file->fd.get(), memory + start, length, offset);
+    if (options_.dsyncWrites) entry->rw_flags = RWF_DSYNC;
+    io_uring_sqe_set_data64(entry, tagBase_ | index);
+    slot.writing = true;
+    slot.submitStart = start;
+    slot.submitFill = ready;
+    ++file->writesInFlight;
+    ++writesInFlight_;
+    ++inFlight_;
+    ++stats_.writes;
+    stats_.writtenBytes += length;
+    if (!slot.sealed) ++stats_.tailWrites;
+}
+
+// Plain writes become durable with an fdatasync of their file once every byte the sync is to
+// cover has been written: the current file up to the commit target, a previous file in full.
+void DirectLogWriter::startSyncs() noexcept {
+    if (options_.dsyncWrites) return;
+    std::uint64_t written = writtenLsn();
+    for (File& file : files_) {
+        if (file.failed || file.syncing) continue;
+        std::uint64_t end = fileEnd(file);
+        std::uint64_t want = file.current ? std::min(commitTarget_, end) : end;
+        if (want <= file.durable || written < want) continue;
+        io_uring_sqe* entry = sqe(1);
+        io_uring_prep_fsync(entry, file.fd.get(), IORING_FSYNC_DATASYNC);
+        io_uring_sqe_set_data64(entry, tagBase_ |
+                                           static_cast<std::uint32_t>(TagKind::Sync) << kKindShift |
+                                           file.serial);
+        file.syncing = true;
+        file.syncTarget = want;
+        ++inFlight_;
+    }
+}
+
+void DirectLogWriter::onCompletion(std::uint32_t tag, int result) noexcept {
+    --inFlight_;
+    auto kind = static_cast<TagKind>(tag >> kKindShift);
+    std::uint32_t index = tag & kIndexMask;
+    if (kind == TagKind::Write && index < slots_.size())
+        onWrite(index, result);
+    else if (kind == TagKind::Sync)
+        onSync(index, result);
+    pump();
+}
+
+void DirectLogWriter::onWrite(unsigned index, int result) noexcept {
+    Slot& slot = slots_[index];
+    slot.writing = false;
+    --writesInFlight_;
+    File* file = findFile(slot.file);
+    if (file != nullptr) --file->writesInFlight;
+    if (slot.discard || file == nullptr) {
+        if (slot.reservations == 0) release(index);
+        return;
+    }
+    if (result <= 0) {  // nothing written of a non-empty write: treat as an I/O error, no loop
+        fail(*file, result < 0 ? result : -EIO);
+        return;
+    }
+    // A short write (the disk filled up mid-way) keeps what it wrote; the rest goes again and
+    // then reports the real error.
+    std::size_t reached = slot.submitStart + static_cast<std::size_t>(result);
+    slot.written = std::max(slot.written, std::min(slot.submitFill, reached));
+    if (options_.dsyncWrites) {
+        // Each write was durable when it completed: the file is durable up to its first
+        // unwritten byte.
+        std::uint64_t frontier = fileEnd(*file);
+        for (unsigned other : active_) {
+            const Slot& s = slots_[other];
+            if (s.file == file->serial && s.written < s.fill) {
+                frontier = s.lsn + s.written;
+                break;
+            }
+        }
+        file->durable = std::max(file->durable, frontier);
+    }
+    if (slot.sealed && slot.written >= slot.fill) release(index);
+}
+
+void DirectLogWriter::onSync(std::uint32_t serial, int result) noexcept {
+    File* file = findFile(serial);
+    if (file == nullptr) return;
+    file->syncing = false;
+    ++stats_.syncs;
+    if (result < 0) {
+        fail(*file, result);
+        return;
+    }
+    file->durable = std::max(file->durable, file->syncTarget);
+}
+
+void DirectLogWriter::fail(File& file, int error) noexcept {
+    if (file.failed) return;
+    file.failed = true;
+    try {
+        failures_.push_back({file.id, error, file.durable, fileEnd(file)});
+    } catch (const std::bad_alloc&) {
+        logError(options_.label, ": lost the report of a failed audit write (", errnoText(error),
+                 "): out of memory");
+    }
+    // Its buffers hold nothing worth writing any more; those the kernel still reads go later.
+    std::vector<unsigned> idle;
+    idle.reserve(active_.size());
+    for (unsigned index : active_) {
+        Slot& slot = slots_[index];
+        if (slot.file != file.serial) continue;
+        slot.discard = true;
+        if (!slot.writing && slot.reservations == 0) idle.push_back(index);
+    }
+    for (unsigned index : idle) release(index);
+}
+
+std::vector<LogFailure> DirectLogWriter::takeFailures() noexcept {
+    std::vector<LogFailure> taken;
+    taken.swap(failures_);
+    return taken;
+}
+
+void DirectLogWriter::release(unsigned index) noexcept {
+    std::erase(active_, index);
+    free_.push_back(index);  // capacity reserved for every slot
+}
+
+void DirectLogWriter::closeFinishedFiles() noexcept {
+    std::erase_if(files_, [this](const File& file) {
+        bool done = !file.current && file.writesInFlight == 0 && !file.syncing &&
+                    (file.failed || file.durable >= fileEnd(file));
+        // Cut the preallocation and the padding: the file ends with its last byte. The owner's
+        // final fdatasync at sealing makes the new size durable; until then a longer file only
+        // holds zeros after the last indexed byte, which readers and recovery ignore.
+        if (done && !file.failed && (options_.preallocateBytes > 0 || file.direct) &&
+            ::ftruncate(file.fd.get(), static_cast<off_t>(file.nextOffset)) != 0)
+            logWarn(options_.label, ": cannot cut audit data file ", file.id, " to its ",
+                    file.nextOffset, " bytes (", errnoText(errno), "); it ends in zeros");
+        return done;
+    });
+}
+
+DirectLogWriter::File* DirectLogWriter::findFile(std::uint32_t serial) noexcept {
+    for (auto& file : files_)
+        if (file.serial == serial) return &file;
+    return nullptr;
+}
+
+std::uint64_t DirectLogWriter::fileEnd(const File& file) const noexcept {
+    return file.current ? appendedLsn_ : file.lsnEnd;
+}
+
+std::uint64_t DirectLogWriter::readyLsn() const noexcept {
+    return pending_.empty() ? appendedLsn_ : pending_.front().lsn;
+}
+
+std::size_t DirectLogWriter::readyBytes(const Slot& slot) const noexcept {
+    std::uint64_t ready = readyLsn();
+    if (ready <= slot.lsn) return 0;
+    return static_cast<std::size_t>(std::min<std::uint64_t>(ready - slot.lsn, slot.fill));
+}
+
+std::uint64_t DirectLogWriter::writtenLsn() const noexcept {
+    for (unsigned index : active_) {
+        const Slot& slot = slots_[index];
+        if (!slot.discard && slot.written < slot.fill) return slot.lsn + slot.written;
+    }
+    return appendedLsn_;
+}
+
+std::uint64_t DirectLogWriter::durableLsn() const noexcept {
+    for (const File& file : files_) {
+        if (file.failed) continue;  // its bytes are reported lost
+        if (file.durable < fileEnd(file)) return file.durable;
+    }
+    return appendedLsn_;
+}
+
+bool DirectLogWriter::directIo() const noexcept {
+    return !files_.empty() && files_.back().direct;
+}
+
+}  // namespace splicegate::audit

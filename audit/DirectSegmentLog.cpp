@@ -1,0 +1,325 @@
+#include "audit/DirectSegmentLog.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+
+#include "audit/Crc32c.h"
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate::audit {
+
+DirectSegmentLog::DirectSegmentLog(std::unique_ptr<AuditWriter> segments, Ring& ring,
+                                   const DirectLogOptions& options, std::uint64_t tagBase)
+    : segments_(std::move(segments)),
+      ring_(ring),
+      tagBase_(tagBase),
+      writer_(ring, options, tagBase) {}
+
+DirectSegmentLog::~DirectSegmentLog() {
+    for (auto& waiting : waiting_)
+        if (!waiting.close) segments_->abandon(waiting.segment);
+}
+
+int DirectSegmentLog::follow(const std::shared_ptr<Segment>& segment) noexcept {
+    int rc = writer_.startFile(segment->data.get(), segment->number);
+    if (rc < 0) return rc;
+    current_ = segment;
+    try {
+        recent_.push_back(segment);
+    } catch (const std::bad_alloc&) {
+        return 0;  // only failures of that segment would go unsealed-as-failed; its sync still
+                   // fails
+    }
+    // A few are enough: the writer lets a file go once it is written and synced.
+    if (recent_.size() > 8) recent_.pop_front();
+    return 0;
+}
+
+int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept {
+    chunk = DirectChunk{};
+    auto want = static_cast<std::uint32_t>(std::min<std::size_t>(length, writer_.room()));
+    if (want == 0) return 0;  // full: the caller stops reading until room() grows
+    if (int rc = segments_->reserve(want, chunk.segment); rc < 0) return rc;
+    if (chunk.segment.segment != current_) {
+        if (int rc = follow(chunk.segment.segment); rc < 0) {
+            segments_->shrink(chunk.segment, 0);
+            segments_->abandon(chunk.segment);
+            return rc;
+        }
+    }
+    int rc = writer_.reserve(want, chunk.log);
+    // Both logs hand out offsets in the same order, so the segment's is the writer's.
+    if (rc == 0 && !chunk.log.memory.empty() && chunk.log.fileOffset != chunk.segment.offset) {
+        logError("audit: direct writer at offset ", chunk.log.fileOffset, " of ",
+                 chunk.segment.segment->dataPath, ", index at ", chunk.segment.offset);
+        writer_.complete(chunk.log, 0);
+        rc = -EIO;
+    }
+    segments_->shrink(chunk.segment,
+                      rc < 0 ? 0 : static_cast<std::uint32_t>(chunk.log.memory.size()));
+    if (rc < 0 || chunk.log.memory.empty()) {
+        segments_->abandon(chunk.segment);
+        chunk = DirectChunk{};
+        return rc;
+    }
+    chunk.memory = chunk.log.memory;
+    return 0;
+}
+
+int DirectSegmentLog::recordChunk(DirectChunk& chunk, std::uint64_t connection,
+                                  std::uint8_t direction, std::uint32_t written) noexcept {
+    if (!chunk.reserved()) return -EINVAL;
+    if (auto found = lostBytes_.find(connection); found != lostBytes_.end()) {
+        // The connection lost earlier chunks to a write error: its log has a hole, so it takes no
+        // more (the tap applies fail-closed or fail-open to this error, as to a failed write).
+        abandon(chunk);
+        return -EIO;
+    }
+    written = static_cast<std::uint32_t>(std::min<std::size_t>(written, chunk.memory.size()));
+    // The bytes pass through user memory: their checksum costs one pass, in cache.
+    std::uint32_t crc = crc32c(0, chunk.memory.data(), written);
+    std::uint64_t lsn = chunk.log.lsn;
+    std::uint64_t appendedBefore = writer_.appendedLsn();
+    writer_.complete(chunk.log, written);
+    // Where the writer took the unfilled rest back, the segment gives the same bytes back.
+    if (writer_.appendedLsn() < appendedBefore) segments_->shrink(chunk.segment, written);
+    chunk.memory = {};
+    if (written == 0) {
+        segments_->abandon(chunk.segment);
+        return 0;
+    }
+    try {
+        Waiting waiting;
+        waiting.lsnBegin = lsn;
+        waiting.lsnEnd = lsn + written;
+        waiting.connection = connection;
+        waiting.segment = std::move(chunk.segment);
+        waiting.direction = direction;
+        waiting.length = written;
+        waiting.crc = crc;
+        waiting.timeNs = wallClockNs();
+        waiting_.push_back(std::move(waiting));
+    } catch (const std::bad_alloc&) {
+        segments_->abandon(chunk.segment);
+        return -ENOMEM;
+    }
+    recordedSinceSync_ = true;
+    return 0;
+}
+
+void DirectSegmentLog::abandon(DirectChunk& chunk) noexcept {
+    if (!chunk.reserved()) return;
+    std::uint64_t appendedBefore = writer_.appendedLsn();
+    writer_.complete(chunk.log, 0);
+    if (writer_.appendedLsn() < appendedBefore) segments_->shrink(chunk.segment, 0);
+    segments_->abandon(chunk.segment);
+    chunk = DirectChunk{};
+}
+
+int DirectSegmentLog::recordOpen(std::uint64_t connection, std::string_view route,
+                                 std::string_view client, std::string_view upstream) noexcept {
+    // After a failed segment the next one may not exist yet (disk full): an Open record must not
+    // be dropped, its chunks would have no connection.
+    if (int rc = segments_->ensureSegment(); rc < 0) return rc;
+    return segments_->recordOpen(connection, wallClockNs(), route, client, upstream);
+}
+
+std::vector<LostChunk> DirectSegmentLog::takeLost() noexcept {
+    std::vector<LostChunk> taken;
+    taken.swap(lost_);
+    return taken;
+}
+
+int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
+                                  std::uint64_t u2cBytes, std::string_view reason) noexcept {
+    if (auto found = lostBytes_.find(connection); found != lostBytes_.end() && waiting_.empty()) {
+        c2uBytes -= std::min(c2uBytes, found->second[0]);
+        u2cBytes -= std::min(u2cBytes, found->second[1]);
+        lostBytes_.erase(found);
+    }
+    recordedSinceSync_ = true;
+    // After every chunk of the connection: those still waiting for their data go first.
+    if (waiting_.empty())
+        return segments_->recordClose(connection, wallClockNs(), c2uBytes, u2cBytes, reason);
+    try {
+        Waiting waiting;
+        waiting.lsnBegin = waiting.lsnEnd = writer_.appendedLsn();
+        waiting.connection = connection;
+        waiting.close = true;
+        waiting.timeNs = wallClockNs();
+        waiting.c2uBytes = c2uBytes;
+        waiting.u2cBytes = u2cBytes;
+        waiting.reason = reason;
+        waiting_.push_back(std::move(waiting));
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+bool DirectSegmentLog::dirty() const noexcept {
+    return recordedSinceSync_ || segments_->dirty() || !waiting_.empty() ||
+           writer_.durableLsn() < writer_.appendedLsn();
+}
+
+int DirectSegmentLog::startSync() noexcept {
+    if (state_ != State::Idle || !dirty()) return 0;
+    ++startedSyncs_;
+    recordedSinceSync_ = false;
+    target_ = writer_.appendedLsn();
+    state_ = State::WaitingData;
+    writer_.commit();
+    advance();
+    return 1;
+}
+
+std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noexcept {
+    if (tag == kIndexSyncTag) {
+        if (indexSegment_) segments_->endSync(indexSegment_, result);
+        indexSegment_.reset();
+        return finish(result < 0 ? result : syncError_);
+    }
+    writer_.onCompletion(tag, result);
+    advance();
+    return std::nullopt;
+}
+
+void DirectSegmentLog::advance() noexcept {
+    handleFailures();
+    bookDurable();
+    // A reservation given back after the sync began lowers the appended end below the target.
+    if (state_ != State::WaitingData ||
+        writer_.durableLsn() < std::min(target_, writer_.appendedLsn()))
+        return;
+    state_ = State::WaitingIndex;
+    auto failuresBefore = segments_->failedSyncs();
+    indexSegment_ = segments_->beginSync();
+    if (!indexSegment_ && segments_->failedSyncs() != failuresBefore && syncError_ == 0)
+        syncError_ = -EIO;  // writing the index failed (beginSync sealed it as failed)
+    // Even with nothing to fdatasync the sync ends through a completion, as every sync does.
+    submitIndexSync(indexSegment_ ? indexSegment_->index.get() : -1);
+}
+
+void DirectSegmentLog::submitIndexSync(int fd) noexcept {
+    io_uring_sqe* entry = io_uring_get_sqe(ring_.raw());
+    while (entry == nullptr) {
+        ring_.submit();
+        entry = io_uring_get_sqe(ring_.raw());
+    }
+    if (fd >= 0)
+        io_uring_prep_fsync(entry, fd, IORING_FSYNC_DATASYNC);
+    else
+        io_uring_prep_nop(entry);
+    io_uring_sqe_set_data64(entry, tagBase_ | kIndexSyncTag);
+}
+
+void DirectSegmentLog::handleFailures() noexcept {
+    for (const auto& failure : writer_.takeFailures()) {
+        if (syncError_ == 0) syncError_ = failure.error;
+        // Chunks whose bytes were lost are never booked.
+        std::erase_if(waiting_, [&](Waiting& waiting) {
+            bool lost = !waiting.close && waiting.lsnBegin < failure.lostTo &&
+                        waiting.lsnEnd > failure.lostFrom;
+            if (lost) {
+                segments_->abandon(waiting.segment);
+                try {
+                    lost_.push_back(
+                        {waiting.connection, waiting.direction, waiting.length, failure.error});
+                    lostBytes_[waiting.connection][waiting.direction & 1] += waiting.length;
+                } catch (const std::bad_alloc&) {
+                    // Only the report is lost: the sync still fails for these chunks.
+                }
+            }
+            return lost;
+        });
+        for (const auto& segment : recent_) {
+            if (segment->number != failure.fileId) continue;
+            segments_->failSegment(segment, failure.error);
+            if (segment == current_) current_.reset();  // the next reserve follows the new one
+            break;
+        }
+    }
+}
+
+void DirectSegmentLog::bookDurable() noexcept {
+    const std::uint64_t durable = writer_.durableLsn();
+    while (!waiting_.empty() && waiting_.front().lsnEnd <= durable) {
+        Waiting& waiting = waiting_.front();
+        if (waiting.close) {
+            // The Close record counts what the log holds: chunks lost to a write error are out.
+            if (auto found = lostBytes_.find(waiting.connection); found != lostBytes_.end()) {
+                waiting.c2uBytes -= std::min(waiting.c2uBytes, found->second[0]);
+                waiting.u2cBytes -= std::min(waiting.u2cBytes, found->second[1]);
+                lostBytes_.erase(found);
+            }
+        }
+        int rc =
+            waiting.close
+                ? segments_->recordClose(waiting.connection, waiting.timeNs, waiting.c2uBytes,
+                                         waiting.u2cBytes, waiting.reason)
+                : segments_->recordChunk(waiting.segment, waiting.connection, waiting.direction,
+                                         waiting.length, waiting.timeNs, waiting.crc);
+        if (rc < 0 && syncError_ == 0) syncError_ = rc;  // a record that could not be buffered
+        waiting_.pop_front();
+    }
+}
+
+std::optional<int> DirectSegmentLog::finish(int result) noexcept {
+    state_ = State::Idle;
+    syncError_ = 0;
+    if (result >= 0) {
+        durableSyncs_ = startedSyncs_;
+        return 0;
+    }
+    ++failedSyncs_;
+    return result;
+}
+
+int DirectSegmentLog::flush() noexcept {
+    handleFailures();
+    bookDurable();
+    return segments_->flush();
+}
+
+int DirectSegmentLog::rotate() noexcept {
+    int rc = segments_->rotate();
+    // The retired segment is sealed once its waiting chunks are booked: start the commit that
+    // books them now rather than at the next interval.
+    if (rc == 0) startSync();
+    return rc;
+}
+
+void DirectSegmentLog::syncNow() noexcept {
+    // Bounded: each wait is at most 100 ms, and a disk that answers nothing for a minute is gone.
+    for (int round = 0; round < 600; ++round) {
+        if (state_ == State::Idle && !dirty() && writer_.idle()) return;
+        if (state_ == State::Idle) startSync();
+        ring_.submitAndWait(100);
+        std::optional<int> ended;
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            if ((cqe.user_data & ~std::uint64_t{0xffffffff}) != tagBase_) return;
+            if (auto result = complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res))
+                ended = result;
+        });
+        if (ended && *ended < 0) return;  // failed: what could be sealed is sealed
+    }
+    logError("audit: the audit log did not become durable within a minute at shutdown");
+}
+
+void DirectSegmentLog::finishFile() noexcept {
+    syncNow();
+    // The data file is cut to its last byte once written and synced (no padding, no
+    // preallocation left); the segment's seal then makes that durable.
+    writer_.closeFile();
+    for (int round = 0; round < 600 && !writer_.idle(); ++round) {
+        ring_.submitAndWait(100);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            if ((cqe.user_data & ~std::uint64_t{0xffffffff}) == tagBase_)
+                complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+        });
+    }
+}
+
+}  // namespace splicegate::audit

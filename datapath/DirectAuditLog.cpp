@@ -1,0 +1,82 @@
+#include "datapath/DirectAuditLog.h"
+
+#include <cerrno>
+#include <new>
+
+#include "datapath/Failpoints.h"
+
+namespace splicegate {
+namespace {
+std::shared_ptr<audit::DirectChunk> chunkOf(AuditSlot& slot) noexcept {
+    return std::static_pointer_cast<audit::DirectChunk>(slot.owner);
+}
+}  // namespace
+
+DirectAuditLog::DirectAuditLog(std::unique_ptr<audit::AuditWriter> writer, Ring& ring,
+                               const audit::DirectLogOptions& options)
+    : log_(std::move(writer), ring, options, CompletionTag::make(kOp).encode()) {}
+
+int DirectAuditLog::reserve(std::uint32_t length, AuditSlot& out) noexcept {
+    std::shared_ptr<audit::DirectChunk> chunk;
+    try {
+        chunk = std::make_shared<audit::DirectChunk>();
+    } catch (const std::bad_alloc&) {
+        return -ENOMEM;
+    }
+    if (int rc = log_.reserve(length, *chunk); rc < 0) return rc;
+    if (chunk->memory.empty()) return -ENOBUFS;  // back-pressure, not an error
+    out.destination = AuditDestination{-1, chunk->segment.offset, chunk->memory};
+    out.length = static_cast<std::uint32_t>(chunk->memory.size());
+    out.owner = std::move(chunk);
+    return 0;
+}
+
+int DirectAuditLog::recordChunk(AuditSlot& slot, std::uint64_t connection, std::uint8_t direction,
+                                std::uint32_t written, bool) noexcept {
+    // Strict mode's early writeback is the group commit's tail write here: nothing to start.
+    auto chunk = chunkOf(slot);
+    slot = AuditSlot{};
+    if (!chunk) return -EINVAL;
+    return log_.recordChunk(*chunk, connection, direction, written);
+}
+
+void DirectAuditLog::abandon(AuditSlot& slot) noexcept {
+    auto chunk = chunkOf(slot);
+    slot = AuditSlot{};
+    if (chunk) log_.abandon(*chunk);
+}
+
+int DirectAuditLog::recordOpen(std::uint64_t connection, std::string_view route,
+                               std::string_view client, std::string_view upstream) noexcept {
+    return log_.recordOpen(connection, route, client, upstream);
+}
+
+int DirectAuditLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
+                                std::uint64_t u2cBytes, std::string_view reason) noexcept {
+    return log_.recordClose(connection, c2uBytes, u2cBytes, reason);
+}
+
+std::vector<AuditLoss> DirectAuditLog::takeLosses() noexcept {
+    std::vector<AuditLoss> losses;
+    try {
+        for (const auto& lost : log_.takeLost())
+            losses.push_back({lost.connection, lost.direction, lost.bytes, lost.error});
+    } catch (const std::bad_alloc&) {
+    }
+    return losses;
+}
+
+int DirectAuditLog::startSync(CompletionTag) noexcept {
+    return log_.startSync();
+}
+
+std::optional<int> DirectAuditLog::syncCompleted(CompletionTag tag, int result) noexcept {
+    if (tag.op != kOp) return std::nullopt;
+    // The index fdatasync is where the group commit can fail: injected there, before the segment
+    // learns the result (it is sealed as failed, as for a real error).
+    if (tag.slot == audit::DirectSegmentLog::kIndexSyncTag)
+        result = failpointResult(FailSite::AuditSync, result);
+    return log_.complete(tag.slot, result);
+}
+
+}  // namespace splicegate

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The audit at the disk's pace, sustained (issue 12): uploads through splicegate for a minute or
+# more, measured only after the page cache has filled (docs/kernel-notes.md §12), side by side in
+# one run with the disk's own O_DIRECT bandwidth from fio on the audit directory's filesystem.
+# Parties: audit off, direct writer batch, splice writer batch, direct writer strict with many
+# streams, and HAProxy (splice) + `tcpdump -w` as the copy an operator would keep otherwise.
+# usage: tools/bench/audit-sustained.sh [--streams 8] [--strict-streams 64] [--warmup 20]
+#            [--duration 45] [--audit-root /var/tmp] [--fio-size 6G] [--workers 2]
+#            [--parties off,direct,splice,strict,haproxy-tcpdump] [--out FILE]
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
+STREAMS=8 STRICT_STREAMS=64 WARMUP=20 DURATION=45 AUDIT_ROOT=/var/tmp FIO_SIZE=6G WORKERS=2
+PARTIES=off,direct,splice,strict,haproxy-tcpdump OUT=""
+ORIGINAL_ARGS=("$@")
+while (($#)); do
+    case $1 in
+        --streams) STREAMS=${2:?}; shift 2 ;;
+        --strict-streams) STRICT_STREAMS=${2:?}; shift 2 ;;
+        --warmup) WARMUP=${2:?}; shift 2 ;;
+        --duration) DURATION=${2:?}; shift 2 ;;
+        --audit-root) AUDIT_ROOT=${2:?}; shift 2 ;;
+        --fio-size) FIO_SIZE=${2:?}; shift 2 ;;
+        --workers) WORKERS=${2:?}; shift 2 ;;
+        --parties) PARTIES=${2:?}; shift 2 ;;
+        --out) OUT=${2:?}; shift 2 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "audit-sustained.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+for n in "$STREAMS" "$STRICT_STREAMS" "$WARMUP" "$DURATION" "$WORKERS"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "audit-sustained.sh: '$n' is not a positive integer" >&2; exit 2; }
+done
+command -v fio >/dev/null || { echo "audit-sustained.sh: fio is not installed" >&2; exit 1; }
+
+bench_enter_netns sustained "${ORIGINAL_ARGS[@]}"
+bench_setup sustained splicegate splicegate-bench splicegate-audit
+
+# A daemon built without --audit-writer has the direct writer only: its party runs without the
+# option and the splice party is skipped, with a note in the report.
+WRITER_OPTION=1
+"$BIN/splicegate" --help 2>/dev/null | grep -q -- '--audit-writer' || WRITER_OPTION=0
+
+SINK=127.0.0.1:65312 RELAY=127.0.0.1:65311
+bench_start_sink "$SINK"
+
+# The disk's sequential O_DIRECT write bandwidth in Gbit/s (sets DISK), on the audit directory's
+# filesystem. Its file lives in $AUDIT, so the cleanup trap removes it on every exit path.
+measure_disk() {
+    AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-fio.XXXXXX")
+    if ! fio --name=disk --filename="$AUDIT/fio.data" --rw=write --bs=2M --direct=1 \
+        --ioengine=io_uring --iodepth=8 --size="$FIO_SIZE" --output-format=json \
+        >"$WORK/fio.json" 2>"$WORK/fio.err"; then
+        echo "audit-sustained.sh: fio failed: $(tail -n 1 "$WORK/fio.err")" >&2
+        exit 1
+    fi
+    rm -rf "$AUDIT"
+    AUDIT=""
+    DISK=$(jq -r '.jobs[0].write.bw_bytes * 8 / 1e9 * 1000 | round / 1000' "$WORK/fio.json")
+}
+
+# Bytes the audit log holds for the connections (c2u, the upload direction).
+audit_bytes() {
+    "$BIN/splicegate-audit" list "$1" --json 2>/dev/null | jq '[.[].c2u_bytes] | add // 0'
+}
+
+# measure PARTY: writes "gbps cpu_s_per_gib confirmed_bytes kept_bytes ok" to $WORK/result. Runs in
+# this shell (not a subshell), so the cleanup trap knows its PIDs and directories.
+measure() {
+    local party=$1 streams=$STREAMS audit=(--audit-dir '') capture=0 relay
+    AUDIT=""
+    case $party in
+        off) ;;
+        direct|splice)
+            AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
+            audit=(--audit-dir "$AUDIT" --audit-durability batch)
+            ((WRITER_OPTION)) && audit+=(--audit-writer "$party") ;;
+        strict)
+            streams=$STRICT_STREAMS
+            AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
+            audit=(--audit-dir "$AUDIT" --audit-durability strict)
+            ((WRITER_OPTION)) && audit+=(--audit-writer direct) ;;
+        haproxy-tcpdump)
+            AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-pcap.XXXXXX")
+            tcpdump -i lo -s 0 -B 65536 -n -w "$AUDIT/upstream.pcap" "tcp port ${SINK##*:}" \
+                </dev/null >"$WORK/tcpdump.log" 2>&1 &
+            capture=$!
+            PIDS+=("$capture")
+            for _ in $(seq 50); do
+                grep -q "listening on" "$WORK/tcpdump.log" 2>/dev/null && break
+                sleep 0.1
+            done ;;
+    esac
+    if [[ $party == haproxy-tcpdump ]]; then
+        BENCH_LISTEN=$RELAY BENCH_UPSTREAM=$SINK haproxy -db -f "$HERE/haproxy-splice.cfg" \
+            </dev/null >"$WORK/relay-$party.log" 2>&1 &
+    else
+        "$BIN/splicegate" --listen "$RELAY" --upstream "$SINK" --workers "$WORKERS" \
+            --admin-socket '' --metrics-listen '' "${audit[@]}" >"$WORK/relay-$party.log" 2>&1 &
+    fi
+    relay=$!
+    PIDS+=("$relay")
+    "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
+    local out
+    out=$("$BIN/splicegate-bench" bulk --connect "$RELAY" --streams "$streams" --direction up \
+        --duration "$DURATION" --warmup "$WARMUP" --watch-pid "$relay" \
+        --also-watch-pid "$capture" 2>>"$WORK/bulk.log" | tail -n 1)
+    kill -TERM "$relay"; wait "$relay" || true
+    local kept=0 confirmed
+    confirmed=$(field confirmed_bytes "$out")
+    case $party in
+        off) kept=0 ;;
+        haproxy-tcpdump)
+            kill -INT "$capture"; wait "$capture" || true
+            # Payload bytes in the capture: TCP segment lengths of packets towards the sink.
+            kept=$(tcpdump -r "$AUDIT/upstream.pcap" -n -q "tcp dst port ${SINK##*:}" 2>/dev/null |
+                awk '{ for (i = 1; i < NF; ++i) if ($i == "tcp") s += $(i + 1) } END { printf "%d\n", s }') ;;
+        *) kept=$(audit_bytes "$AUDIT") ;;
+    esac
+    rm -rf "$AUDIT"
+    AUDIT=""
+    echo "$(field gbps "$out") $(field relay_cpu_s_per_gib "$out") ${confirmed:-0} ${kept:-0} $(field ok "$out")" \
+        >"$WORK/result"
+}
+
+echo "audit-sustained.sh: fio, $FIO_SIZE O_DIRECT on $AUDIT_ROOT" >&2
+measure_disk
+echo "audit-sustained.sh: disk $DISK Gbit/s" >&2
+: >"$WORK/rows"
+for party in ${PARTIES//,/ }; do
+    if [[ $party == haproxy-tcpdump ]] && ! command -v haproxy >/dev/null; then
+        echo "$party - - - - skipped" >>"$WORK/rows"; continue
+    fi
+    if [[ $party == splice ]] && ((!WRITER_OPTION)); then
+        echo "$party - - - - no-option" >>"$WORK/rows"; continue
+    fi
+    echo "audit-sustained.sh: $party ($((WARMUP + DURATION)) s)" >&2
+    measure "$party"
+    read -r gbps cpu confirmed kept ok <"$WORK/result"
+    echo "$party $gbps $cpu $confirmed $kept $ok" >>"$WORK/rows"
+    echo "audit-sustained.sh: $party $gbps Gbit/s, $cpu CPU-s/GiB, kept $kept of $confirmed bytes" >&2
+done
+
+report() {
+    echo "# the audit, sustained, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "Command: \`tools/bench/audit-sustained.sh${ORIGINAL_ARGS[*]:+ ${ORIGINAL_ARGS[*]}}\`."
+    echo "Uploads through the relay (--workers $WORKERS, inline engine) for $((WARMUP + DURATION)) s,"
+    echo "measured from second $WARMUP on; audit log in $AUDIT_ROOT ($(df -T "$AUDIT_ROOT" | awk 'NR == 2 { print $2 }'));"
+    echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Disk: \`fio --rw=write --bs=2M --direct=1 --ioengine=io_uring --iodepth=8 --size=$FIO_SIZE\`"
+    echo "on the same filesystem: **$DISK Gbit/s**."
+    echo
+    echo "| party | streams | Gbit/s | × disk | relay CPU-s/GiB | bytes kept / bytes received | ok |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    while read -r party gbps cpu confirmed kept ok; do
+        local streams=$STREAMS label=$party
+        [[ $party == strict ]] && streams=$STRICT_STREAMS
+        case $party in
+            off) label="audit off" ;;
+            direct) label="direct writer, batch" ;;
+            splice) label="splice writer, batch" ;;
+            strict) label="direct writer, strict" ;;
+            haproxy-tcpdump) label="HAProxy splice + tcpdump -w" ;;
+        esac
+        if [[ $ok == skipped ]]; then
+            echo "| $label | $streams | – | – | – | – | skipped (not installed) |"
+            continue
+        fi
+        if [[ $ok == no-option ]]; then
+            echo "| $label | $streams | – | – | – | – | skipped (this daemon has no --audit-writer) |"
+            continue
+        fi
+        local ratio share
+        ratio=$(awk -v g="$gbps" -v d="$DISK" 'BEGIN { printf "%.2f", d > 0 ? g / d : 0 }')
+        share=$(awk -v k="$kept" -v c="$confirmed" -v p="$party" \
+            'BEGIN { if (p == "off") print "–"; else printf "%.4f", c > 0 ? k / c : 0 }')
+        echo "| $label | $streams | $gbps | $ratio | $cpu | $share | $([[ $ok == 1 ]] && echo yes || echo no) |"
+    done <"$WORK/rows"
+    echo
+    echo "Bytes kept: the audit log's c2u bytes (splicegate-audit list) or the capture's TCP payload"
+    echo "towards the sink, against the bytes the sink confirmed over the whole run (warm-up included)."
+}
+if [[ -n $OUT ]]; then report | tee "$OUT"; else report; fi
