@@ -86,6 +86,7 @@ const std::vector<RequiredOpcode>& requiredOpcodes() {
         {IORING_OP_TIMEOUT, "IORING_OP_TIMEOUT (timers)"},
         {IORING_OP_READ, "IORING_OP_READ (control events)"},
         {IORING_OP_RECV, "IORING_OP_RECV (multishot recv, 6.0)"},
+        {IORING_OP_WRITE, "IORING_OP_WRITE (buffer lane audit writes)"},
         {IORING_OP_FSYNC, "IORING_OP_FSYNC (audit durability)"},
         {IORING_OP_SHUTDOWN, "IORING_OP_SHUTDOWN"},
     };

@@ -45,13 +45,18 @@ class Ring {
     // The setup flags the kernel accepted (IORING_SETUP_*).
     unsigned flags() const noexcept { return ring_.flags; }
 
-    // Calls `handle(const io_uring_cqe&)` for every ready completion and marks them seen.
+    // Calls `handle(const io_uring_cqe&)` for the completions ready on entry and marks them
+    // seen. Only those: a handler's own system calls let the kernel post more (task work runs on
+    // each return to user space), and chasing the tail would keep the loop from submitting for
+    // as long as a multishot recv keeps finding data.
     template <typename Handler>
     unsigned drainCompletions(Handler&& handle) {
         unsigned head;
         unsigned count = 0;
+        const unsigned ready = io_uring_cq_ready(&ring_);
         io_uring_cqe* cqe;
         io_uring_for_each_cqe(&ring_, head, cqe) {
+            if (count == ready) break;
             handle(*cqe);
             ++count;
         }

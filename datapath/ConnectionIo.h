@@ -9,7 +9,9 @@
 #include "common/CompletionTag.h"
 #include "common/UniqueFd.h"
 #include "datapath/AuditLog.h"
+#include "datapath/BufferLaneFlow.h"
 #include "datapath/Flow.h"
+#include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"
 #include "metrics/Stats.h"
 
@@ -21,6 +23,17 @@ struct FlowIo {
     std::size_t stepLength = 0;      // what the step asked for (a short fill means drained)
     AuditSlot auditSlot;             // log space of the audit write in flight
     std::uint64_t auditedBytes = 0;  // recorded in the index
+    // The buffer lane's half of the direction (datapath/BufferLaneDriver.h). A direction is in
+    // one lane at a time; the other lane's half stays idle (no buffer, no pipe).
+    LaneKind lane = LaneKind::Splice;
+    LanePolicy lanePolicy{true};  // reset by the buffer lane when a direction starts
+    BufferLaneFlow laneFlow;
+    std::uint8_t laneOps = 0;  // buffer-lane SQEs whose (final) completion is still due
+
+    bool finished() const noexcept { return flow.finished() || laneFlow.finished(); }
+    std::uint64_t bytesForwarded() const noexcept {
+        return flow.bytesForwarded() + laneFlow.bytesForwarded();
+    }
 };
 
 struct ConnectionIo {
@@ -50,10 +63,13 @@ struct ConnectionIo {
     CompletionTag tag(Direction d) const noexcept {
         return CompletionTag{0, static_cast<std::uint8_t>(d), generation, slot};
     }
-    // Data-path operations whose completion is still due.
+    // Data-path operations whose completion is still due (both lanes).
     unsigned movesInFlight() const noexcept {
-        return flows[0].move.outstanding + flows[1].move.outstanding;
+        return flows[0].move.outstanding + flows[1].move.outstanding + flows[0].laneOps +
+               flows[1].laneOps;
     }
+    // A direction ends in the lane it is in.
+    bool finished() const noexcept { return flows[0].finished() && flows[1].finished(); }
 };
 
 }  // namespace splicegate

@@ -23,13 +23,32 @@ CloseReason sinkResetReason(Direction d) noexcept {
 void FlowDriver::start(ConnectionIo& io) noexcept {
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {
         io.flow(d).setDrainedBelow(mover_.drainedBelow());
-        MovePlan plan;
-        plan.first = MoveStage::WaitReadable;
-        startMove(io, d, plan);
+        if (lanes_ != nullptr)
+            lanes_->start(io, d);
+        else
+            waitReadable(io, d);
     }
 }
 
+FlowDriver::StepResult FlowDriver::waitReadable(ConnectionIo& io, Direction d) noexcept {
+    MovePlan plan;
+    plan.first = MoveStage::WaitReadable;
+    return startMove(io, d, plan);
+}
+
+// A buffer-lane verdict; a direction that moved to splice starts at its wait for readiness
+// (pipes empty, nothing in flight in either lane).
+Verdict FlowDriver::fromLane(ConnectionIo& io, Direction d, const LaneResult& result) noexcept {
+    if (!result.toSplice) return result.verdict;
+    auto started = waitReadable(io, d);
+    if (started.next == Next::Close) return started.verdict;
+    if (started.next == Next::Wait) return Verdict::wait();
+    return drive(io, d);
+}
+
 Verdict FlowDriver::drive(ConnectionIo& io, Direction d) noexcept {
+    if (lanes_ != nullptr && io.at(d).lane == LaneKind::Buffer)
+        return fromLane(io, d, lanes_->drive(io, d));
     for (int steps = 0; steps < kStepBudget; ++steps) {
         if (!io.relaying || io.at(d).move.busy()) return Verdict::wait();
         auto result = step(io, d);
@@ -42,6 +61,10 @@ Verdict FlowDriver::drive(ConnectionIo& io, Direction d) noexcept {
 Verdict FlowDriver::complete(ConnectionIo& io, CompletionTag tag,
                              MoveCompletion completion) noexcept {
     auto d = static_cast<Direction>(tag.direction);
+    if (BufferLaneDriver::isLaneOp(tag.op)) {
+        if (lanes_ == nullptr) return Verdict::wait();
+        return fromLane(io, d, lanes_->complete(io, tag, completion));
+    }
     auto report = mover_.complete(tag, completion, io.at(d).move);
     if (report.pending) return Verdict::wait();
     if (!io.relaying) {
@@ -55,6 +78,8 @@ Verdict FlowDriver::complete(ConnectionIo& io, CompletionTag tag,
 }
 
 Verdict FlowDriver::durable(ConnectionIo& io, Direction d) noexcept {
+    if (lanes_ != nullptr && io.at(d).lane == LaneKind::Buffer)
+        return fromLane(io, d, lanes_->durable(io, d));
     io.flow(d).recordDurable();
     return drive(io, d);
 }
@@ -79,8 +104,9 @@ FlowDriver::StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept 
             return startMove(io, d, plan);
         case FlowStep::WaitReadable:
             returnPipes(flow);
-            plan.first = MoveStage::WaitReadable;
-            return startMove(io, d, plan);
+            // Reads turned small (--lane auto): the buffer lane takes over from here.
+            if (lanes_ != nullptr && lanes_->switchIn(io, d)) return {Next::Wait};
+            return waitReadable(io, d);
         case FlowStep::WaitWritable:
             plan.first = MoveStage::WaitWritable;
             return startMove(io, d, plan);
@@ -88,8 +114,7 @@ FlowDriver::StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept 
             returnPipes(flow);
             ::shutdown(io.sinkFd(d), SHUT_WR);
             flow.recordSinkShutdown();
-            if (io.flows[0].flow.finished() && io.flows[1].flow.finished())
-                return {Next::Close, Verdict::close(CloseReason::Closed, false)};
+            if (io.finished()) return {Next::Close, Verdict::close(CloseReason::Closed, false)};
             return {Next::Wait};
         case FlowStep::Finished:
             return {Next::Wait};
@@ -164,6 +189,7 @@ FlowDriver::StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
                 auto outcome = flow.recordFill(result, fio.stepLength);
                 if (outcome == MoveOutcome::Failed) return moveFailed(io, d, result);
                 if (outcome == MoveOutcome::Moved) io.lastActivity = now_;
+                if (lanes_ != nullptr) lanes_->recordSpliceRead(io, d, result);
                 break;
             }
             case MoveStage::Tee:
@@ -239,6 +265,8 @@ void FlowDriver::countForwarded(ConnectionIo& io, Direction d, int result) noexc
     if (io.counters == nullptr) return;
     (d == Direction::ClientToUpstream ? io.counters->bytesC2u : io.counters->bytesU2c)
         .add(static_cast<std::uint64_t>(result));
+    io.counters->laneBytes[static_cast<int>(LaneKind::Splice)].add(
+        static_cast<std::uint64_t>(result));
 }
 
 void FlowDriver::returnPipes(Flow& flow) noexcept {
@@ -266,6 +294,11 @@ void FlowDriver::release(ConnectionIo& io) noexcept {
         }
     }
     updatePipeGauges();
+    if (lanes_ != nullptr) lanes_->release(io);
+}
+
+void FlowDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
+    if (lanes_ != nullptr && BufferLaneDriver::isLaneOp(tag.op)) lanes_->dropCompletion(completion);
 }
 
 void FlowDriver::updatePipeGauges() noexcept {

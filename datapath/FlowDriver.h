@@ -8,42 +8,34 @@
 #include <chrono>
 
 #include "datapath/AuditTap.h"
+#include "datapath/BufferLaneDriver.h"
 #include "datapath/ConnectionIo.h"
 #include "datapath/Mover.h"
+#include "datapath/Verdict.h"
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
 
 namespace splicegate {
-
-struct Verdict {
-    enum class Action : std::uint8_t {
-        Wait,   // nothing to do until a completion (or the group commit) resumes the flow
-        Yield,  // the flow used its turn and can go on: drive it again after the others
-        Close,  // close the connection with `reason`
-    };
-    Action action = Action::Wait;
-    CloseReason reason = CloseReason::Closed;
-    bool resetPeers = false;  // RST to both peers (an error), rather than FIN
-
-    static Verdict wait() noexcept { return {}; }
-    static Verdict yield() noexcept { return {Action::Yield}; }
-    static Verdict close(CloseReason why, bool reset) noexcept {
-        return {Action::Close, why, reset};
-    }
-};
 
 class FlowDriver {
   public:
     // Moves one flow may make before others get a turn.
     static constexpr int kStepBudget = 32;
 
-    // `audit` is null when the worker audits nothing.
-    FlowDriver(Mover& mover, PipePool& pipes, AuditTap* audit, WorkerStats& stats) noexcept
-        : mover_(mover), pipes_(pipes), audit_(audit), stats_(stats) {}
+    // `audit` is null when the worker audits nothing; `lanes` when --lane splice (no buffer lane).
+    // Directions in the buffer lane are handed to `lanes` (drive, completions with its ops,
+    // durability); it hands them back when they move to splice.
+    FlowDriver(Mover& mover, PipePool& pipes, AuditTap* audit, WorkerStats& stats,
+               BufferLaneDriver* lanes = nullptr) noexcept
+        : mover_(mover), pipes_(pipes), audit_(audit), stats_(stats), lanes_(lanes) {}
 
-    void setNow(std::chrono::steady_clock::time_point now) noexcept { now_ = now; }
+    void setNow(std::chrono::steady_clock::time_point now) noexcept {
+        now_ = now;
+        if (lanes_ != nullptr) lanes_->setNow(now);
+    }
 
-    // The connection starts relaying: both directions wait for their source.
+    // The connection starts relaying: both directions wait for their source (in the buffer lane:
+    // a recv is armed).
     void start(ConnectionIo& io) noexcept;
     // Takes the flow's next steps until it must wait, yields or the connection must close.
     Verdict drive(ConnectionIo& io, Direction d) noexcept;
@@ -52,8 +44,11 @@ class FlowDriver {
     Verdict complete(ConnectionIo& io, CompletionTag tag, MoveCompletion completion) noexcept;
     // Strict durability: the group commit covered the flow's chunks (or failed fail-open).
     Verdict durable(ConnectionIo& io, Direction d) noexcept;
-    // The connection is released: its pipes go back, or are closed when bytes are left in them.
+    // The connection is released: its pipes go back, or are closed when bytes are left in them;
+    // its buffers go back.
     void release(ConnectionIo& io) noexcept;
+    // A completion with a mover op whose connection is gone (a buffer it names goes back).
+    void dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept;
 
   private:
     enum class Next : std::uint8_t { Continue, Wait, Close };
@@ -63,6 +58,8 @@ class FlowDriver {
     };
 
     StepResult step(ConnectionIo& io, Direction d) noexcept;
+    Verdict fromLane(ConnectionIo& io, Direction d, const LaneResult& result) noexcept;
+    StepResult waitReadable(ConnectionIo& io, Direction d) noexcept;
     StepResult startFill(ConnectionIo& io, Direction d) noexcept;
     StepResult startAudit(ConnectionIo& io, Direction d, MoveStage first) noexcept;
     StepResult startMove(ConnectionIo& io, Direction d, const MovePlan& plan) noexcept;
@@ -79,6 +76,7 @@ class FlowDriver {
     PipePool& pipes_;
     AuditTap* audit_;
     WorkerStats& stats_;
+    BufferLaneDriver* lanes_;
     std::chrono::steady_clock::time_point now_;
 };
 

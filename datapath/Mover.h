@@ -7,8 +7,9 @@
 //                are in the report at once (docs/kernel-notes.md §11);
 //   ChainMover   IORING_OP_SPLICE/TEE SQEs, audit stages soft-linked tee -> write -> forward
 //                (docs/kernel-notes.md §2); results come back through complete();
-//   a buffer lane  multishot recv into a provided buffer ring, then send: its Fill results carry
-//                the bytes in user memory (MoveReport::received) instead of in a pipe.
+// The buffer lane (multishot recv into a provided buffer ring, then send) is not a mover: it has
+// its own driver beside the flow driver (datapath/BufferLaneDriver.h), its ops 0x60..0x6f within
+// the movers' range.
 //
 // Contract
 // - start() begins `plan` for one flow. The report either holds every stage's result

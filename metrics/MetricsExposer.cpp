@@ -109,7 +109,19 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
                         "Bytes relayed, by route and direction (c2u: client to upstream, u2c: "
                         "upstream to client).",
                         MetricType::Counter);
+    auto laneSwitches = family("splicegate_lane_switches_total",
+                               "Flow directions that moved between the buffer and the splice "
+                               "lane (--lane auto), by route and the lane moved to.",
+                               MetricType::Counter);
+    auto laneBytes = family("splicegate_lane_bytes_total",
+                            "Bytes relayed, by route and the lane that moved them (buffer, "
+                            "splice).",
+                            MetricType::Counter);
     for (const auto& route : s.routes) {
+        for (const auto& [lane, count] : route.laneSwitches)
+            addCounter(laneSwitches, {{"route", route.name}, {"to", lane}}, count);
+        for (const auto& [lane, count] : route.laneBytes)
+            addCounter(laneBytes, {{"lane", lane}, {"route", route.name}}, count);
         addCounter(accepted, {{"route", route.name}}, route.accepted);
         addGauge(active, {{"route", route.name}}, asDouble(route.active));
         for (const auto& [reason, count] : route.closed)
@@ -138,6 +150,21 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(refused));
     out.push_back(std::move(connectFailures));
     out.push_back(std::move(bytes));
+    out.push_back(std::move(laneSwitches));
+    out.push_back(std::move(laneBytes));
+
+    auto buffers = family("splicegate_buffers",
+                          "Provided buffers of the buffer lane's rings, by state (in_use: "
+                          "received bytes not yet sent).",
+                          MetricType::Gauge);
+    addGauge(buffers, {{"state", "in_use"}}, asDouble(s.buffersInUse));
+    out.push_back(std::move(buffers));
+    auto bufferRingDry = family("splicegate_buffer_ring_empty_total",
+                                "Buffer lane recvs that found the provided buffer ring empty "
+                                "(-ENOBUFS: back-pressure, re-armed once buffers return).",
+                                MetricType::Counter);
+    addCounter(bufferRingDry, {}, s.bufferRingDry);
+    out.push_back(std::move(bufferRingDry));
 
     auto auditBytes = family("splicegate_audit_bytes_total",
                              "Relayed bytes written to the audit log.", MetricType::Counter);

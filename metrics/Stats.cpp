@@ -83,6 +83,10 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
                 route.closed[toString(static_cast<CloseReason>(i))] += r.closed[i].get();
             for (std::size_t i = 0; i < r.refused.size(); ++i)
                 route.refused[toString(static_cast<RefuseReason>(i))] += r.refused[i].get();
+            for (std::size_t i = 0; i < kLaneNames.size(); ++i) {
+                route.laneSwitches[kLaneNames[i]] += r.laneSwitches[i].get();
+                route.laneBytes[kLaneNames[i]] += r.laneBytes[i].get();
+            }
         }
         out.routes.push_back(std::move(route));
     }
@@ -100,6 +104,8 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
         out.pipesInUse += w->pipesInUse.get();
         out.pipesIdle += w->pipesIdle.get();
         out.pipesOverflowInUse += w->pipesOverflowInUse.get();
+        out.bufferRingDry += w->bufferRingDry.get();
+        out.buffersInUse += w->buffersInUse.get();
     }
     for (std::size_t i = 1; i < out.fsyncBucketCounts.size(); ++i)  // cumulative, as exposed
         out.fsyncBucketCounts[i] += out.fsyncBucketCounts[i - 1];

@@ -56,7 +56,11 @@ struct RouteCounters {
     Counter bytesU2c;
     std::array<Counter, static_cast<std::size_t>(CloseReason::Count)> closed;
     std::array<Counter, static_cast<std::size_t>(RefuseReason::Count)> refused;
+    // Indexed by lane: 0 buffer, 1 splice (datapath/LanePolicy.h LaneKind).
+    std::array<Counter, 2> laneSwitches;  // by the lane switched to
+    std::array<Counter, 2> laneBytes;     // forwarded while in that lane
 };
+inline constexpr std::array<const char*, 2> kLaneNames = {"buffer", "splice"};
 
 // Upper bounds (seconds) of the fsync latency histogram's buckets; +Inf is implicit.
 inline constexpr std::array<double, 12> kFsyncBucketBounds = {
@@ -78,6 +82,8 @@ struct alignas(64) WorkerStats {
     Counter pipesInUse;
     Counter pipesIdle;
     Counter pipesOverflowInUse;
+    Counter bufferRingDry;  // buffer lane: recvs that found the provided buffer ring empty
+    Counter buffersInUse;   // buffer lane: provided buffers held (received, not yet sent)
 
     void observeFsync(std::uint64_t nanos) noexcept;
 };
@@ -87,6 +93,8 @@ struct RouteSnapshot {
     std::uint64_t accepted = 0, active = 0, connectFailures = 0, bytesC2u = 0, bytesU2c = 0;
     std::map<std::string, std::uint64_t> closed;   // by reason
     std::map<std::string, std::uint64_t> refused;  // by reason
+    std::map<std::string, std::uint64_t> laneSwitches;  // by lane switched to
+    std::map<std::string, std::uint64_t> laneBytes;     // by lane
 };
 
 // One upstream of one route: health as the relay's UpstreamPool sees it.
@@ -108,6 +116,7 @@ struct StatsSnapshot {
     double fsyncSumSeconds = 0;
     std::uint64_t pipesInUse = 0, pipesIdle = 0, pipesOverflowInUse = 0;
     std::uint64_t pipeBudgetBytes = 0, pipeBudgetUsedBytes = 0;
+    std::uint64_t bufferRingDry = 0, buffersInUse = 0;
     // {action, reason} -> packets (XDP); {command, result} -> requests (admin)
     std::map<std::pair<std::string, std::string>, std::uint64_t> xdpPackets;
     std::map<std::pair<std::string, std::string>, std::uint64_t> adminRequests;

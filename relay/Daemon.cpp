@@ -42,7 +42,7 @@ constexpr std::uint64_t kIdlePipesPerWorker = 16;
 // Raises the soft fd limit to the hard one and returns how many connections fit in it, counting
 // every fd a connection can hold (FdBudget); logged once.
 std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes,
-                           std::uint64_t controlFds) {
+                           std::uint64_t controlFds, bool pipes) {
     rlimit limit{};
     checkSys(::getrlimit(RLIMIT_NOFILE, &limit), "getrlimit(RLIMIT_NOFILE)");
     if (limit.rlim_cur < limit.rlim_max) {
@@ -52,7 +52,7 @@ std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, st
         logInfo("raised the open-file limit from ", previous, " to ", limit.rlim_cur);
     }
     auto budget = FdBudget::plan(limit.rlim_cur, wantedConnections, workers, routes,
-                                 kIdlePipesPerWorker, controlFds);
+                                 kIdlePipesPerWorker, controlFds, pipes);
     if (budget.connections == 0)
         throw std::runtime_error(concat("the open-file limit ", limit.rlim_cur,
                                         " leaves no room for a connection (", budget.reserved,
@@ -271,7 +271,8 @@ int runDaemon(int argc, const char* const* argv) {
             (config.adminSocket.empty() ? 0 : AdminServerOptions{}.maxPeers) +
             (config.metricsListen.empty() ? 0 : HttpServerLimits{}.maxConnections);
         auto maxConnections =
-            raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds);
+            raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds,
+                         config.lane != Lane::Buffer);
         if (metrics) metrics->setConnectionsMax(maxConnections);
         auto settings = relaySettings(config, maxConnections);
         auto budget = pipeBudget(config);

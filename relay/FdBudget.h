@@ -23,10 +23,12 @@ struct FdBudget {
 
     // `idlePipesPerWorker`: pipes a worker keeps for reuse; `routes`: listen addresses, each
     // held twice per worker (the relay's socket and the worker's duplicate); `controlFds`: what
-    // the admin socket's peers and the metrics listener's connections may hold at most.
+    // the admin socket's peers and the metrics listener's connections may hold at most;
+    // `pipes`: false when no connection ever holds a pipe (--lane buffer: received bytes wait in
+    // the worker's provided buffers, audit copies are written from them).
     static FdBudget plan(std::uint64_t fdLimit, std::uint64_t wantedConnections, unsigned workers,
                          std::uint64_t routes, std::uint64_t idlePipesPerWorker,
-                         std::uint64_t controlFds = 0) noexcept;
+                         std::uint64_t controlFds = 0, bool pipes = true) noexcept;
 };
 
 }  // namespace splicegate

@@ -120,6 +120,7 @@ void Worker::run(std::promise<void>& started) {
     connections_.clear();
     listeners_.clear();
     driver_.reset();
+    lanes_.reset();  // unregisters its buffer ring: before the ring goes
     audit_.reset();
     mover_.reset();
     ring_.reset();
@@ -145,7 +146,11 @@ void Worker::setUp() {
                                             auditPolicy(settings), *stats_);
     }
     mover_ = makeMover(settings.engine, *ring_);
-    driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_);
+    if (settings.lane != Lane::Splice)
+        lanes_ = std::make_unique<BufferLaneDriver>(
+            *ring_->raw(), settings.bufferRingEntries, settings.bufferSize,
+            settings.lane == Lane::Auto, audit_.get(), *stats_);
+    driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, lanes_.get());
     connectTimeout_ = toTimespec(settings.connectTimeoutMs);
     now_ = std::chrono::steady_clock::now();
     applyRoutes(true);
@@ -164,6 +169,11 @@ void Worker::loop() {
         driver_->setNow(now_);
         ring_->drainCompletions([this](const io_uring_cqe& cqe) { handleCompletion(cqe); });
         runDeferred();
+        if (lanes_)
+            lanes_->rearmParked([this](CompletionTag tag) -> ConnectionIo* {
+                Connection* c = lookup(tag.slot, tag.generation);
+                return c != nullptr ? &c->io : nullptr;
+            });
         if (audit_) {
             if (auto outcome = audit_->afterTurn()) applySync(*outcome);
         }
@@ -178,7 +188,10 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
     }
     if (isMoverOp(tag.op)) {
         Connection* c = lookup(tag.slot, tag.generation);
-        if (c == nullptr) return;
+        if (c == nullptr) {
+            driver_->dropCompletion(tag, MoveCompletion{cqe.res, cqe.flags});
+            return;
+        }
         act(*c, static_cast<Direction>(tag.direction),
             driver_->complete(c->io, tag, MoveCompletion{cqe.res, cqe.flags}));
         if (c->state == ConnectionState::Closing && c->operationsInFlight() == 0)
@@ -545,13 +558,13 @@ void Worker::releaseConnection(Connection& c) {
     driver_->release(c.io);
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
-             lifetime.count(), " ms: c2u ", c.io.flow(Direction::ClientToUpstream).bytesForwarded(),
-             " B, u2c ", c.io.flow(Direction::UpstreamToClient).bytesForwarded(), " B");
+             lifetime.count(), " ms: c2u ", c.io.at(Direction::ClientToUpstream).bytesForwarded(),
+             " B, u2c ", c.io.at(Direction::UpstreamToClient).bytesForwarded(), " B");
     if (context_.settings.accessLog)
         logInfo(formatAccessLine({c.route->config.name, c.id(), c.clientAddress,
                                   c.upstreamAddress,
-                                  c.io.flow(Direction::ClientToUpstream).bytesForwarded(),
-                                  c.io.flow(Direction::UpstreamToClient).bytesForwarded(),
+                                  c.io.at(Direction::ClientToUpstream).bytesForwarded(),
+                                  c.io.at(Direction::UpstreamToClient).bytesForwarded(),
                                   static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
     context_.sourceLimiter.release(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
@@ -626,8 +639,8 @@ void Worker::listConnections(std::vector<ConnectionView>& out) const {
         view.upstream = c->upstreamAddress.toString();
         view.ageMs = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c->opened).count());
-        view.bytesC2u = c->io.flows[0].flow.bytesForwarded();
-        view.bytesU2c = c->io.flows[1].flow.bytesForwarded();
+        view.bytesC2u = c->io.flows[0].bytesForwarded();
+        view.bytesU2c = c->io.flows[1].bytesForwarded();
         view.state = c->state == ConnectionState::Connecting ? "connecting"
                      : c->state == ConnectionState::Relaying ? "relaying"
                                                              : "closing";

@@ -154,9 +154,10 @@ class Worker {
     std::vector<std::uint32_t> freeSlots_;
     std::size_t liveConnections_ = 0;
     std::vector<CompletionTag> deferred_;  // flows that yielded: driven again next turn
-    // The data path, made once in setUp(): mover (the engine), audit tap, flow driver.
+    // The data path, made once in setUp(): mover (the engine), audit tap, buffer lane, flow driver.
     std::unique_ptr<Mover> mover_;
     std::unique_ptr<AuditTap> audit_;
+    std::unique_ptr<BufferLaneDriver> lanes_;  // null with --lane splice
     std::unique_ptr<FlowDriver> driver_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};
     std::thread thread_;

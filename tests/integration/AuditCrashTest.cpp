@@ -75,8 +75,10 @@ struct Outcome {
 
 class AuditCrashTest : public ::testing::Test {
   protected:
-    // Runs `rounds` crash points in `durability` mode on one audit directory.
-    void crashRounds(const std::string& durability, int rounds, uint64_t seed) {
+    // Runs `rounds` crash points in `durability` mode on one audit directory; `laneArgs` pick
+    // the daemon's lane (--lane; the default, auto, when empty).
+    void crashRounds(const std::string& durability, int rounds, uint64_t seed,
+                     const std::vector<std::string>& laneArgs = {}) {
         raiseFdLimit();
         TempDir auditRoot;
         const std::string auditDir = auditRoot.path() + "/audit";
@@ -86,12 +88,10 @@ class AuditCrashTest : public ::testing::Test {
         uint64_t maxIdBefore = 0;
         uint64_t nextClientId = 1;
         Outcome outcome;
-        const std::vector<std::string> auditArgs{"--audit-dir",
-                                                 auditDir,
-                                                 "--audit-durability",
-                                                 durability,
-                                                 "--audit-fsync-interval-ms",
-                                                 std::to_string(kFsyncIntervalMs)};
+        std::vector<std::string> auditArgs{
+            "--audit-dir", auditDir, "--audit-durability", durability,
+            "--audit-fsync-interval-ms", std::to_string(kFsyncIntervalMs)};
+        auditArgs.insert(auditArgs.end(), laneArgs.begin(), laneArgs.end());
 
         for (int round = 0; round < rounds; ++round) {
             SCOPED_TRACE(durability + " crash point " + std::to_string(round + 1) + " of " +
@@ -274,6 +274,12 @@ TEST_F(AuditCrashTest, BatchKill9LosesAtMostTheLastInterval) {
 
 TEST_F(AuditCrashTest, NoneKill9LeavesAConsistentLog) {
     crashRounds("none", 4, 0x40E);
+}
+
+// The buffer lane writes the audit from received memory: strict still means every byte a far end
+// received is in the log after kill -9.
+TEST_F(AuditCrashTest, StrictKill9KeepsEveryReceivedByteInTheBufferLane) {
+    crashRounds("strict", 6, 0xB0FFE2, {"--lane", "buffer"});
 }
 
 }  // namespace

@@ -57,6 +57,15 @@ TEST(FdBudgetTest, ControlPlanePeersAreReserved) {
     EXPECT_LT(with.connections, without.connections);
 }
 
+// --lane buffer: received bytes wait in provided buffers, so a connection holds its sockets only.
+TEST(FdBudgetTest, WithoutPipesAConnectionCountsItsSocketsOnly) {
+    auto with = FdBudget::plan(20000, 65536, 2, 1, 16, 0, true);
+    auto without = FdBudget::plan(20000, 65536, 2, 1, 16, 0, false);
+    EXPECT_EQ(without.perConnection, FdBudget::kSocketsPerConnection);
+    EXPECT_EQ(without.reserved, with.reserved);
+    EXPECT_GT(without.connections, with.connections);
+}
+
 TEST(FdBudgetTest, LimitBelowTheReserveFitsNothing) {
     EXPECT_EQ(FdBudget::plan(50, 10, 1, 1, 16).connections, 0u);
 }

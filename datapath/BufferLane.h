@@ -1,0 +1,84 @@
+#pragma once
+// The buffer lane of one worker: its provided buffer ring and the few operations a flow in this
+// lane needs (docs/kernel-notes.md §6). A direction keeps one multishot IORING_OP_RECV armed with
+// buffer select; the kernel picks a buffer only when bytes arrive, so an idle connection holds
+// none. Received bytes are sent to the sink by a direct non-blocking send() (the socket is
+// nearly always writable; when it is not, the worker waits for POLLOUT) and written to the audit
+// log from the same memory, no tee. A buffer goes back to the ring once fully sent.
+//
+// -ENOBUFS (the ring ran dry) is back-pressure: the direction is parked here and re-armed once
+// buffers come back, at most as many directions as there are free buffers at a time.
+//
+// This class submits and books; the worker decides (close, wait, switch lanes) from the
+// outcomes. Thread affinity: the worker's thread; the io_uring must outlive it. Set-up throws
+// (see BufferRing); everything else is noexcept.
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+
+#include "datapath/BufferLaneFlow.h"
+#include "datapath/BufferRing.h"
+
+namespace splicegate {
+
+class BufferLane {
+  public:
+    static constexpr std::uint16_t kBufferGroup = 0;
+
+    BufferLane(io_uring& ring, unsigned entries, std::size_t bufferSize);
+
+    std::size_t bufferSize() const noexcept { return buffers_.bufferSize(); }
+    unsigned buffersInUse() const noexcept { return buffers_.inUse(); }
+    // -ENOBUFS completions so far.
+    std::uint64_t dryEvents() const noexcept { return dryEvents_; }
+
+    // Submits a multishot recv on `source` picking from the ring; its completions carry `tag`.
+    void armRecv(BufferLaneFlow& flow, int source, std::uint64_t tag) noexcept;
+    // Asks the kernel to end the recv tagged `recvTag`; its final completion (no
+    // IORING_CQE_F_MORE) follows. The cancel's own completion carries `cancelTag`.
+    void cancelRecv(BufferLaneFlow& flow, std::uint64_t recvTag, std::uint64_t cancelTag) noexcept;
+    // Books a recv completion into `flow`; a buffer the flow does not keep goes back at once.
+    // `result` may differ from the completion's (fault injection in test builds).
+    RecvOutcome onRecv(BufferLaneFlow& flow, int result, std::uint32_t flags) noexcept;
+    // A completion for a flow that is gone: its buffer, if any, goes back.
+    void dropCompletion(std::uint32_t flags) noexcept;
+
+    std::span<const std::byte> bytes(const BufferLaneFlow::Slice& slice) const noexcept;
+    // A direct non-blocking send of the first `length` bytes of `slice`: bytes or -errno.
+    long send(int sink, const BufferLaneFlow::Slice& slice, std::size_t length) noexcept;
+    // Gives back the buffers `flow` has fully sent.
+    void giveBackSent(BufferLaneFlow& flow) noexcept;
+    // An IORING_OP_WRITE of the first `length` bytes of `slice` at `offset` of `fd`.
+    void submitWrite(int fd, std::uint64_t offset, const BufferLaneFlow::Slice& slice,
+                     std::size_t length, std::uint64_t tag) noexcept;
+    // The connection closes: every buffer `flow` holds goes back.
+    void release(BufferLaneFlow& flow) noexcept;
+
+    // Back-pressure after -ENOBUFS: `tag` names the parked direction (the caller's encoding).
+    void park(std::uint64_t tag) { parked_.push_back(tag); }
+    // Calls `rearm(tag)` for parked directions, oldest first, one per free buffer. A tag whose
+    // flow is gone is the caller's to skip.
+    template <typename Rearm>
+    void rearmParked(Rearm&& rearm) {
+        std::size_t free = buffers_.entries() - buffers_.inUse();
+        std::size_t count = free < parked_.size() ? free : parked_.size();
+        if (count == 0) return;
+        for (std::size_t i = 0; i < count; ++i) {
+            auto tag = parked_.front();
+            parked_.pop_front();
+            rearm(tag);
+        }
+    }
+    bool anyParked() const noexcept { return !parked_.empty(); }
+
+  private:
+    io_uring* ring_;
+    BufferRing buffers_;
+    std::deque<std::uint64_t> parked_;
+    std::uint64_t dryEvents_ = 0;
+};
+
+}  // namespace splicegate

@@ -1,0 +1,325 @@
+#include "datapath/BufferLaneDriver.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "datapath/Failpoints.h"
+
+namespace splicegate {
+namespace {
+
+CloseReason sourceResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::ClientReset : CloseReason::UpstreamReset;
+}
+CloseReason sinkResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::UpstreamReset : CloseReason::ClientReset;
+}
+
+// Never null: submits what is queued when the submission queue is full.
+io_uring_sqe* nextSqe(io_uring& ring) noexcept {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    while (sqe == nullptr) {
+        io_uring_submit(&ring);
+        sqe = io_uring_get_sqe(&ring);
+    }
+    return sqe;
+}
+
+}  // namespace
+
+BufferLaneDriver::BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize,
+                                   bool adaptive, AuditTap* audit, WorkerStats& stats)
+    : ring_(ring),
+      lane_(ring, entries, bufferSize),
+      adaptive_(adaptive),
+      audit_(audit),
+      stats_(stats) {}
+
+std::uint64_t BufferLaneDriver::tag(const ConnectionIo& io, Direction d,
+                                    std::uint8_t op) const noexcept {
+    auto flowTag = io.tag(d);
+    flowTag.op = op;
+    return flowTag.encode();
+}
+
+void BufferLaneDriver::start(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    fio.lanePolicy = LanePolicy(adaptive_);
+    fio.laneFlow.configureAudit(io.audited, io.audited && audit_ != nullptr && audit_->strict());
+    fio.lane = LaneKind::Buffer;
+    armRecv(io, d);
+}
+
+LaneResult BufferLaneDriver::drive(ConnectionIo& io, Direction d) noexcept {
+    for (int steps = 0; steps < 32; ++steps) {
+        if (!io.relaying || io.at(d).lane != LaneKind::Buffer) return {};
+        auto result = step(io, d);
+        if (result.next != Next::Continue) return toResult(io, d, result);
+    }
+    return {Verdict::yield()};  // let other flows have a turn
+}
+
+LaneResult BufferLaneDriver::toResult(ConnectionIo& io, Direction d, StepResult result) noexcept {
+    switch (result.next) {
+        case Next::Continue:
+            return drive(io, d);
+        case Next::Wait:
+            return {};
+        case Next::Close:
+            return {result.verdict};
+        case Next::ToSplice:
+            return {Verdict::wait(), true};
+    }
+    return {};
+}
+
+// Takes the direction's next step.
+BufferLaneDriver::StepResult BufferLaneDriver::step(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    auto& flow = fio.laneFlow;
+    if (flow.recvCancelWanted()) {
+        lane_.cancelRecv(flow, tag(io, d, kRecvOp), tag(io, d, kCancelOp));
+        ++fio.laneOps;
+    }
+    switch (flow.next()) {
+        case LaneStep::AuditWrite:
+            return startAuditWrite(io, d);
+        case LaneStep::WaitAudit:
+            return {Next::Wait};
+        case LaneStep::WaitDurable:
+            if (!flow.durableWaitAsked()) {
+                flow.recordDurableWaitAsked();
+                audit_->waitDurable(io, d);
+            }
+            return {Next::Wait};
+        case LaneStep::Send:
+            return send(io, d);
+        case LaneStep::WaitWritable:
+            if (!flow.writableWaitArmed()) armWritable(io, d);
+            return {Next::Wait};
+        case LaneStep::Receive:
+            if (!flow.recvArmed() && !flow.starved()) armRecv(io, d);
+            return {Next::Wait};
+        case LaneStep::SwitchLane:
+            recordSwitch(io, d, LaneKind::Splice);
+            return {Next::ToSplice};
+        case LaneStep::ShutdownSink:
+            return shutdownSink(io, d);
+        case LaneStep::Finished:
+            return {Next::Wait};
+    }
+    return {Next::Wait};
+}
+
+void BufferLaneDriver::armRecv(ConnectionIo& io, Direction d) noexcept {
+    lane_.armRecv(io.at(d).laneFlow, io.sourceFd(d), tag(io, d, kRecvOp));
+    ++io.at(d).laneOps;  // until the multishot's final completion (no IORING_CQE_F_MORE)
+}
+
+void BufferLaneDriver::armWritable(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    fio.laneFlow.recordWritableWaitArmed();
+    auto* sqe = nextSqe(ring_);
+    io_uring_prep_poll_add(sqe, io.sinkFd(d), POLLOUT);
+    io_uring_sqe_set_data64(sqe, tag(io, d, kWritableOp));
+    ++fio.laneOps;
+}
+
+// Received bytes are in user memory: they go to the log from there (no tee). The send waits for
+// the write (fail-closed; strict: for the group commit too).
+BufferLaneDriver::StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
+                                                               Direction d) noexcept {
+    auto& fio = io.at(d);
+    auto slice = fio.laneFlow.auditSlice();
+    auto length = failpointLength(FailSite::AuditWrite, slice.length);
+    if (int rc = audit_->reserve(fio, length); rc < 0) {
+        if (rc != -ENOBUFS) return auditFailed(io, d, rc);
+        // The log's buffer is full: the chunk waits (its recv goes on only while buffers last)
+        // until a completion frees room and the flow is driven again.
+        audit_->waitRoom(io, d);
+        return {Next::Wait};
+    }
+    // A writer with a buffer of its own may give less than asked (the end of one of its buffers).
+    length = std::min<std::size_t>(length, fio.auditSlot.length);
+    fio.laneFlow.recordAuditStarted(static_cast<std::uint32_t>(length));
+    const auto& destination = fio.auditSlot.destination;
+    if (destination.inMemory()) {  // a writer with its own log buffer: a copy, done now
+        auto bytes = lane_.bytes(slice);
+        std::memcpy(destination.memory.data(), bytes.data(), length);
+        return auditWritten(io, d, failpointResult(FailSite::AuditWrite, static_cast<int>(length)));
+    }
+    lane_.submitWrite(destination.fd, destination.offset, slice, length, tag(io, d, kAuditWriteOp));
+    ++fio.laneOps;
+    return {Next::Continue};
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d,
+                                                            int result) noexcept {
+    int booked = audit_->book(io, d, result);
+    bool written = io.at(d).laneFlow.recordAuditWrite(booked);
+    if (!io.relaying) return {Next::Wait};
+    if (!written) return auditFailed(io, d, booked == 0 ? -ENOSPC : booked);
+    return {Next::Continue};
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d,
+                                                           int error) noexcept {
+    // The tap judges (fail-closed or fail-open) and gives up the splice half's audit stage;
+    // the held bytes of this lane are given up here.
+    if (audit_->failed(io, d, error) == AuditAction::Close)
+        return {Next::Close, Verdict::close(CloseReason::AuditError, true)};
+    auto lost = io.at(d).laneFlow.abandonAudit();
+    stats_.auditLostBytes.add(lost);
+    return {Next::Continue};
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
+    auto& flow = io.at(d).laneFlow;
+    auto slice = flow.sendSlice();
+    auto length = failpointLength(FailSite::Forward, slice.length);
+    auto result = failpointResult(FailSite::Forward,
+                                  static_cast<int>(lane_.send(io.sinkFd(d), slice, length)));
+    bool ok = flow.recordSend(result, length);
+    lane_.giveBackSent(flow);
+    updateGauge();
+    if (!ok) {
+        logDebug("connection ", io.id, ": ", toString(d), " send failed: ", errnoText(result));
+        bool reset = result == -ECONNRESET || result == -EPIPE;
+        return {Next::Close, Verdict::close(reset ? sinkResetReason(d) : CloseReason::Error, true)};
+    }
+    if (result > 0) {
+        io.lastActivity = now_;
+        auto bytes = static_cast<std::uint64_t>(result);
+        if (io.auditLost) stats_.auditLostBytes.add(bytes);
+        if (io.counters != nullptr) {
+            (d == Direction::ClientToUpstream ? io.counters->bytesC2u : io.counters->bytesU2c)
+                .add(bytes);
+            io.counters->laneBytes[static_cast<int>(LaneKind::Buffer)].add(bytes);
+        }
+    }
+    return {Next::Continue};
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
+                                                            Direction d) noexcept {
+    ::shutdown(io.sinkFd(d), SHUT_WR);
+    io.at(d).laneFlow.recordSinkShutdown();
+    if (io.finished()) return {Next::Close, Verdict::close(CloseReason::Closed, false)};
+    return {Next::Wait};
+}
+
+LaneResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
+                                      MoveCompletion completion) noexcept {
+    auto d = static_cast<Direction>(tag.direction);
+    auto& fio = io.at(d);
+    // A multishot recv stays one operation in flight until its final completion.
+    bool more = tag.op == kRecvOp && (completion.flags & IORING_CQE_F_MORE);
+    if (!more && fio.laneOps > 0) --fio.laneOps;
+    StepResult result{Next::Continue};
+    switch (tag.op) {
+        case kRecvOp:
+            result = received(io, d, completion);
+            break;
+        case kCancelOp:
+            // It can miss (-ENOENT, -EALREADY) when the recv was completing at that moment;
+            // while the recv is still armed the next step asks again.
+            if (completion.result < 0 && fio.laneFlow.recvArmed())
+                fio.laneFlow.recordCancelMissed();
+            break;
+        case kAuditWriteOp:
+            result = auditWritten(io, d, failpointResult(FailSite::AuditWrite, completion.result));
+            break;
+        case kWritableOp:
+            fio.laneFlow.recordSinkWritable();
+            if (completion.result < 0 && completion.result != -ECANCELED && io.relaying)
+                result = {Next::Close, Verdict::close(CloseReason::Error, true)};
+            break;
+        default:
+            break;
+    }
+    if (!io.relaying || fio.lane != LaneKind::Buffer) return {};
+    return toResult(io, d, result);
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::received(ConnectionIo& io, Direction d,
+                                                        MoveCompletion completion) noexcept {
+    auto& fio = io.at(d);
+    int result = completion.result;
+    if (result > 0) result = failpointResult(FailSite::Fill, result);
+    auto outcome = lane_.onRecv(fio.laneFlow, result, completion.flags);
+    updateGauge();
+    // Closing: nothing more is sent. Held buffers go back in release(), once no audit write can
+    // still be reading one of them.
+    if (!io.relaying) return {Next::Wait};
+    switch (outcome) {
+        case RecvOutcome::Data:
+            io.lastActivity = now_;
+            if (fio.lanePolicy.recordBufferRead(static_cast<std::size_t>(result),
+                                                lane_.bufferSize()))
+                fio.laneFlow.requestLaneSwitch();
+            break;
+        case RecvOutcome::EndOfStream:
+        case RecvOutcome::Cancelled:
+            break;
+        case RecvOutcome::NoBuffers:
+            stats_.bufferRingDry.add(1);
+            lane_.park(tag(io, d, kRecvOp));
+            break;
+        case RecvOutcome::Failed:
+            logDebug("connection ", io.id, ": ", toString(d), " recv failed: ", errnoText(result));
+            return {Next::Close, Verdict::close(sourceResetReason(d), true)};
+    }
+    return {Next::Continue};
+}
+
+LaneResult BufferLaneDriver::durable(ConnectionIo& io, Direction d) noexcept {
+    io.at(d).laneFlow.recordDurable();
+    return drive(io, d);
+}
+
+void BufferLaneDriver::dropCompletion(MoveCompletion completion) noexcept {
+    lane_.dropCompletion(completion.flags);
+    updateGauge();
+}
+
+void BufferLaneDriver::release(ConnectionIo& io) noexcept {
+    for (auto& fio : io.flows) lane_.release(fio.laneFlow);
+    updateGauge();
+}
+
+void BufferLaneDriver::recordSpliceRead(ConnectionIo& io, Direction d, int bytes) noexcept {
+    if (bytes > 0)
+        io.at(d).lanePolicy.recordSpliceRead(static_cast<std::size_t>(bytes), lane_.bufferSize());
+}
+
+bool BufferLaneDriver::switchIn(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    if (!fio.lanePolicy.wantsSwitch() || fio.laneFlow.finished()) return false;
+    recordSwitch(io, d, LaneKind::Buffer);
+    armRecv(io, d);
+    return true;
+}
+
+void BufferLaneDriver::recordSwitch(ConnectionIo& io, Direction d, LaneKind to) noexcept {
+    auto& fio = io.at(d);
+    fio.lanePolicy.recordSwitched();
+    fio.laneFlow.recordLaneSwitched();
+    fio.lane = to;
+    if (io.counters != nullptr) io.counters->laneSwitches[static_cast<int>(to)].add(1);
+    logDebug("connection ", io.id, ": ", toString(d), " moves to the ", toString(to), " lane");
+}
+
+void BufferLaneDriver::rearm(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    if (!io.relaying || fio.lane != LaneKind::Buffer) return;
+    if (fio.laneFlow.recvArmed() || !fio.laneFlow.starved()) return;
+    armRecv(io, d);
+}
+
+}  // namespace splicegate

@@ -1,0 +1,118 @@
+#include "datapath/BufferRing.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bit>
+#include <climits>
+#include <string>
+#include <utility>
+
+#include "common/Error.h"
+
+namespace splicegate {
+namespace {
+
+std::size_t roundToPages(std::size_t bytes) {
+    auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+}
+
+}  // namespace
+
+BufferRing::Mapping::Mapping(std::size_t bytes, const char* what) : bytes_(roundToPages(bytes)) {
+    // MAP_NORESERVE: a page costs memory only once a recv has written into it.
+    void* address = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (address == MAP_FAILED)
+        throwErrno(errno, std::string("mmap of ") + std::to_string(bytes_) + " bytes for " + what);
+    data_ = static_cast<std::byte*>(address);
+}
+
+BufferRing::Mapping::~Mapping() {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+}
+
+BufferRing::Mapping::Mapping(Mapping&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+unsigned BufferRing::checkedEntries(unsigned entries) {
+    if (entries == 0 || entries > kMaxEntries || !std::has_single_bit(entries))
+        throw UsageError("--buffer-ring-entries " + std::to_string(entries) +
+                         ": must be a power of two from 1 to " + std::to_string(kMaxEntries));
+    return entries;
+}
+
+std::size_t BufferRing::checkedSize(std::size_t bufferSize) {
+    // A recv's result is an int and a provided buffer's length a 32-bit field.
+    if (bufferSize == 0 || bufferSize > INT_MAX)
+        throw UsageError("--buffer-size " + std::to_string(bufferSize) + ": must be from 1 to " +
+                         std::to_string(INT_MAX) + " bytes");
+    return bufferSize;
+}
+
+BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
+                       std::size_t bufferSize)
+    : ring_(&ring),
+      groupId_(groupId),
+      entries_(checkedEntries(entries)),
+      bufferSize_(checkedSize(bufferSize)),
+      ringMemory_(sizeof(io_uring_buf) * entries_, "the provided buffer ring"),
+      buffers_(bufferSize_ * entries_,
+               "the provided buffers (--buffer-ring-entries x --buffer-size)") {
+    shared_ = reinterpret_cast<io_uring_buf_ring*>(ringMemory_.data());
+    io_uring_buf_ring_init(shared_);
+    io_uring_buf_reg registration{};
+    registration.ring_addr = reinterpret_cast<std::uintptr_t>(shared_);
+    registration.ring_entries = entries;
+    registration.bgid = groupId;
+    checkNeg(io_uring_register_buf_ring(ring_, &registration, 0),
+             "io_uring_register_buf_ring (buffer group " + std::to_string(groupId) + ", " +
+                 std::to_string(entries) + " entries; provided buffer rings need kernel 5.19)");
+    registered_ = true;
+    auto mask = io_uring_buf_ring_mask(entries);
+    for (unsigned id = 0; id < entries; ++id)
+        io_uring_buf_ring_add(shared_, bufferAt(static_cast<std::uint16_t>(id)),
+                              static_cast<unsigned>(bufferSize), static_cast<unsigned short>(id),
+                              mask, static_cast<int>(id));
+    io_uring_buf_ring_advance(shared_, static_cast<int>(entries));
+}
+
+BufferRing::~BufferRing() {
+    // The kernel stops picking from the group first; the mappings go after (members).
+    if (registered_) io_uring_unregister_buf_ring(ring_, groupId_);
+}
+
+BufferRing::BufferRing(BufferRing&& other) noexcept
+    : ring_(other.ring_),
+      groupId_(other.groupId_),
+      entries_(other.entries_),
+      bufferSize_(other.bufferSize_),
+      ringMemory_(std::move(other.ringMemory_)),
+      buffers_(std::move(other.buffers_)),
+      shared_(std::exchange(other.shared_, nullptr)),
+      inUse_(std::exchange(other.inUse_, 0)),
+      registered_(std::exchange(other.registered_, false)) {}
+
+std::optional<std::uint16_t> BufferRing::bufferOf(std::uint32_t cqeFlags) noexcept {
+    if (!(cqeFlags & IORING_CQE_F_BUFFER)) return std::nullopt;
+    return static_cast<std::uint16_t>(cqeFlags >> IORING_CQE_BUFFER_SHIFT);
+}
+
+std::span<std::byte> BufferRing::take(std::uint16_t id, std::size_t length) noexcept {
+    ++inUse_;
+    return {bufferAt(id), length < bufferSize_ ? length : bufferSize_};
+}
+
+void BufferRing::giveBack(std::uint16_t id) noexcept {
+    --inUse_;
+    post(id);
+}
+
+void BufferRing::post(std::uint16_t id) noexcept {
+    io_uring_buf_ring_add(shared_, bufferAt(id), static_cast<unsigned>(bufferSize_), id,
+                          io_uring_buf_ring_mask(entries_), 0);
+    io_uring_buf_ring_advance(shared_, 1);
+}
+
+}  // namespace splicegate

@@ -1,0 +1,93 @@
+#pragma once
+// A provided buffer ring (kernel 5.19): `entries` buffers of `bufferSize` bytes registered with
+// one io_uring as buffer group `groupId`. A recv submitted with IOSQE_BUFFER_SELECT and that group
+// lets the kernel pick a buffer only when bytes arrive, so a socket waiting for data holds none
+// (docs/kernel-notes.md §6). The completion names the buffer it filled
+// (cqe->flags >> IORING_CQE_BUFFER_SHIFT); the buffer is the caller's until giveBack().
+//
+// liburing 2.3 has no io_uring_setup_buf_ring: the ring array and the buffers live in page-aligned
+// anonymous mappings owned here, registered with io_uring_register_buf_ring. The buffers' pages
+// are only touched (made resident) by the recvs that use them.
+//
+// Ownership: one per worker ring, move-only; the io_uring must outlive it. Destroy it only when no
+// recv naming the group is armed any more (the destructor unregisters the group, then unmaps).
+// Thread affinity: the ring's thread. Error contract: the constructor throws (UsageError for bad
+// sizes naming the option, std::system_error naming the call); everything else is noexcept.
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace splicegate {
+
+class BufferRing {
+  public:
+    // Largest ring the kernel accepts (ring_entries < 65536, a power of two): buffer ids are
+    // 16-bit.
+    static constexpr unsigned kMaxEntries = 32768;
+
+    BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries, std::size_t bufferSize);
+    ~BufferRing();
+    BufferRing(BufferRing&& other) noexcept;
+    BufferRing& operator=(BufferRing&&) = delete;
+    BufferRing(const BufferRing&) = delete;
+    BufferRing& operator=(const BufferRing&) = delete;
+
+    std::uint16_t groupId() const noexcept { return groupId_; }
+    unsigned entries() const noexcept { return entries_; }
+    std::size_t bufferSize() const noexcept { return bufferSize_; }
+    // Buffers the kernel handed out in completions that were not given back yet.
+    unsigned inUse() const noexcept { return inUse_; }
+
+    // The buffer a completion filled, from its cqe->flags, or nothing when it carries none (an
+    // error, or a recv that ended without taking one). A buffer named here is the caller's: it
+    // must be given back.
+    static std::optional<std::uint16_t> bufferOf(std::uint32_t cqeFlags) noexcept;
+    // Takes the buffer a completion named and returns its first `length` bytes.
+    std::span<std::byte> take(std::uint16_t id, std::size_t length) noexcept;
+    // The whole of buffer `id` (a taken one, for its holder to read).
+    std::span<std::byte> memory(std::uint16_t id) const noexcept {
+        return {bufferAt(id), bufferSize_};
+    }
+    // Puts a taken buffer back at the ring's tail, visible to the next recv at once.
+    void giveBack(std::uint16_t id) noexcept;
+
+  private:
+    // A private anonymous mapping, unmapped on destruction.
+    class Mapping {
+      public:
+        Mapping() noexcept = default;
+        explicit Mapping(std::size_t bytes, const char* what);
+        ~Mapping();
+        Mapping(Mapping&& other) noexcept;
+        Mapping& operator=(Mapping&&) = delete;
+        Mapping(const Mapping&) = delete;
+        Mapping& operator=(const Mapping&) = delete;
+        std::byte* data() const noexcept { return data_; }
+
+      private:
+        std::byte* data_ = nullptr;
+        std::size_t bytes_ = 0;
+    };
+
+    static unsigned checkedEntries(unsigned entries);
+    static std::size_t checkedSize(std::size_t bufferSize);
+    std::byte* bufferAt(std::uint16_t id) const noexcept {
+        return buffers_.data() + static_cast<std::size_t>(id) * bufferSize_;
+    }
+    void post(std::uint16_t id) noexcept;
+
+    io_uring* ring_;
+    std::uint16_t groupId_;
+    unsigned entries_;
+    std::size_t bufferSize_;
+    Mapping ringMemory_;  // the io_uring_buf array the kernel reads from
+    Mapping buffers_;
+    io_uring_buf_ring* shared_ = nullptr;
+    unsigned inUse_ = 0;
+    bool registered_ = false;
+};
+
+}  // namespace splicegate

@@ -1,0 +1,28 @@
+#pragma once
+// What the data path decides for a connection after driving one of its flows: the connection
+// layer acts on it (as Envoy's transport sockets return a PostIoAction). Both lanes' drivers
+// (datapath/FlowDriver.h, datapath/BufferLaneDriver.h) return it.
+#include <cstdint>
+
+#include "metrics/Stats.h"
+
+namespace splicegate {
+
+struct Verdict {
+    enum class Action : std::uint8_t {
+        Wait,   // nothing to do until a completion (or the group commit) resumes the flow
+        Yield,  // the flow used its turn and can go on: drive it again after the others
+        Close,  // close the connection with `reason`
+    };
+    Action action = Action::Wait;
+    CloseReason reason = CloseReason::Closed;
+    bool resetPeers = false;  // RST to both peers (an error), rather than FIN
+
+    static Verdict wait() noexcept { return {}; }
+    static Verdict yield() noexcept { return {Action::Yield}; }
+    static Verdict close(CloseReason why, bool reset) noexcept {
+        return {Action::Close, why, reset};
+    }
+};
+
+}  // namespace splicegate
