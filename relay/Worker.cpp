@@ -58,9 +58,14 @@ std::unique_ptr<AuditLog> makeAuditLog(const RelaySettings& settings,
 
 AuditPolicy auditPolicy(const RelaySettings& settings) noexcept {
     AuditPolicy policy;
-    policy.strict = settings.auditDurability == AuditDurability::Strict;
-    policy.groupCommit = settings.auditDurability != AuditDurability::None;
     policy.failClosed = settings.auditOnError == AuditOnError::FailClosed;
+    // The direct writer takes a chunk into memory; its O_DIRECT write fails (ENOSPC, EIO) only
+    // later. Fail-closed must never forward a byte the log then loses, so with that writer a chunk
+    // is released only once durable, whatever the durability mode (a splice into the page cache
+    // fails at once, so the splice writer can release as soon as the splice returns).
+    bool directFailClosed = settings.auditWriter == AuditWriterKind::Direct && policy.failClosed;
+    policy.strict = settings.auditDurability == AuditDurability::Strict || directFailClosed;
+    policy.groupCommit = settings.auditDurability != AuditDurability::None || directFailClosed;
     return policy;
 }
 
@@ -394,8 +399,8 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
         stats_->routes[listener.route->statsIndex]
             .refused[static_cast<std::size_t>(RefuseReason::MaxConnectionsPerSource)]
             .add(1);
-        logWarnLimited("per-source refusals", "route ", listener.route->config.name,
-                       ": refusing ", peer, ": ", context_.sourceLimiter.limit(),
+        logWarnLimited("per-source refusals", "route ", listener.route->config.name, ": refusing ",
+                       peer, ": ", context_.sourceLimiter.limit(),
                        " connections open from it (--max-connections-per-source)");
         return;  // closing the accepted socket is the refusal
     }
@@ -489,9 +494,8 @@ void Worker::onConnect(Connection& c, int result) {
         startConnect(c);
         return;
     }
-    logWarnLimited("unreachable on route " + c.route->config.name, "route ",
-                   c.route->config.name, ": no upstream reachable for connection ", c.id(),
-                   " from ", c.clientAddress);
+    logWarnLimited("unreachable on route " + c.route->config.name, "route ", c.route->config.name,
+                   ": no upstream reachable for connection ", c.id(), " from ", c.clientAddress);
     closeConnection(c, CloseReason::UpstreamUnreachable, false);
 }
 
@@ -561,8 +565,7 @@ void Worker::releaseConnection(Connection& c) {
              lifetime.count(), " ms: c2u ", c.io.at(Direction::ClientToUpstream).bytesForwarded(),
              " B, u2c ", c.io.at(Direction::UpstreamToClient).bytesForwarded(), " B");
     if (context_.settings.accessLog)
-        logInfo(formatAccessLine({c.route->config.name, c.id(), c.clientAddress,
-                                  c.upstreamAddress,
+        logInfo(formatAccessLine({c.route->config.name, c.id(), c.clientAddress, c.upstreamAddress,
                                   c.io.at(Direction::ClientToUpstream).bytesForwarded(),
                                   c.io.at(Direction::UpstreamToClient).bytesForwarded(),
                                   static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));

@@ -61,7 +61,7 @@ TEST(AuditBackPressureTest, FullBufferStopsAuditedFlowsOnlyWhileTheWorkerServesT
     options.workers = 1;
     options.configText =
         routeSection("plain", loopback(plainPort), {sink.address()}) + "audit = false\n";
-    options.extra = {"--drain-timeout-ms", "1000"};
+    options.extra = {"--drain-timeout-ms", "1000", "--audit-writer", "direct"};
     std::unique_ptr<ControlPlaneDaemon> daemon;
     {
         ScopedEnv binary("SPLICEGATE_BIN", failpointsBinary());
