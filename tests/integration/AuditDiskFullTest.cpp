@@ -187,7 +187,12 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
                 u2cAudited = u2c.size;
                 EXPECT_TRUE(fileIsPrefixOf(c2u.path, c2uStreamOf(*c)));
                 EXPECT_TRUE(fileIsPrefixOf(u2c.path, u2cStreamOf(*c)));
-                if (!c->complete()) {
+                // A cut connection's Close record names the audit error, unless the full disk
+                // took the Close record too: then the log shows it open (truncated after a
+                // restart), which is what recovery promises for a lost Close record.
+                bool closeRecordLost =
+                    it->second->state == "open" || it->second->state == "truncated";
+                if (!c->complete() && !closeRecordLost) {
                     EXPECT_EQ(it->second->reason, "audit-error")
                         << when << ": " << c->describe() << " was cut; audit connection "
                         << it->second->id << " state " << it->second->state;
