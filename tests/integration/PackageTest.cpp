@@ -77,8 +77,8 @@ constexpr uint16_t kMetricsPort = 9464;
 // ---- Paths of this checkout and build tree.
 
 std::string sourceDir() {
-    // This file is SOURCE/tests/integration/PackageTest.cpp (CMake compiles it by full path).
-    return fs::path(__FILE__).parent_path().parent_path().parent_path().string();
+    // From CMake, not __FILE__: a compiler cache may rewrite __FILE__ to a relative path.
+    return SPLICEGATE_SOURCE_DIR;
 }
 
 std::string buildDir() {
