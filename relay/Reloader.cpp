@@ -20,18 +20,9 @@ ReloadResult Reloader::reload(std::string_view requester) {
         relay_.reload(result.config);  // binds first; throws with nothing changed
         edge_.applyConfig(result.config);
         setLogLevel(result.config.logLevel);
+        // running_ keeps the start's values: the settings compared here never change until a
+        // restart, and what a reload does apply is not compared.
         result.restartNeeded = settingsNeedingRestart(running_, result.config);
-        // What is not applied stays as it runs, so the next reload compares against that.
-        auto routes = result.config.routes;
-        auto logLevel = result.config.logLevel;
-        auto deny = result.config.xdpDeny, allow = result.config.xdpAllow;
-        auto synRate = result.config.xdpSynRate, synBurst = result.config.xdpSynBurst;
-        running_.routes = std::move(routes);
-        running_.logLevel = logLevel;
-        running_.xdpDeny = std::move(deny);
-        running_.xdpAllow = std::move(allow);
-        running_.xdpSynRate = synRate;
-        running_.xdpSynBurst = synBurst;
         if (metrics_) metrics_->recordReload(true);
         logInfo("configuration reloaded (", requester, ") from ", result.config.configFile, ": ",
                 result.config.routes.size(), " routes",

@@ -42,7 +42,7 @@ class Reloader {
     Relay& relay_;
     EdgeControl& edge_;
     const std::vector<std::string> args_;
-    Config running_;
+    const Config running_;  // as started: settingsNeedingRestart compares against it
     MetricsExposer* metrics_;
 };
 
