@@ -264,17 +264,7 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     ++failedSyncs_;
     logError("audit: fdatasync of ", segment->dataPath, " failed: ", errnoText(result),
              "; sealing it as failed and starting a new segment");
-    if (segment != current_) {
-        segment->failed = true;
-        sealReady();
-    } else {
-        retire(current_, true);
-        current_.reset();
-        if (int rc = openSegment(nextSegment_); rc < 0)
-            logError("audit: cannot start a new segment in ", dir_, ": ", errnoText(rc));
-        else
-            ++nextSegment_;
-    }
+    sealFailed(segment);
 }
 
 void AuditWriter::shrink(Reservation& reservation, std::uint32_t length) noexcept {
@@ -290,6 +280,12 @@ void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error
     ++failedSyncs_;
     logError("audit: writing ", segment->dataPath, " failed: ", errnoText(error),
              "; sealing it as failed and starting a new segment");
+    sealFailed(segment);
+}
+
+// Never retry and trust: a segment whose write or sync failed is sealed as failed, and when it
+// was the current one the next segment starts.
+void AuditWriter::sealFailed(const std::shared_ptr<Segment>& segment) noexcept {
     if (segment != current_) {
         segment->failed = true;
         sealReady();
@@ -297,10 +293,8 @@ void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error
     }
     retire(current_, true);
     current_.reset();
-    if (int rc = openSegment(nextSegment_); rc < 0)
+    if (int rc = ensureSegment(); rc < 0)
         logError("audit: cannot start a new segment in ", dir_, ": ", errnoText(rc));
-    else
-        ++nextSegment_;
 }
 
 int AuditWriter::ensureSegment() noexcept {

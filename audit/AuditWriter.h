@@ -127,6 +127,7 @@ class AuditWriter {
     // Seals retired segments in order, oldest first, as long as the oldest one is done (its
     // writes and its sync are in): each seal needs its predecessor's digest.
     void sealReady() noexcept;
+    void sealFailed(const std::shared_ptr<Segment>& segment) noexcept;
     void seal(Segment& segment) noexcept;
     template <typename Encode>
     int append(Segment& segment, Encode encode) noexcept;

@@ -14,13 +14,6 @@
 namespace splicegate {
 namespace {
 
-CloseReason sourceResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? CloseReason::ClientReset : CloseReason::UpstreamReset;
-}
-CloseReason sinkResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? CloseReason::UpstreamReset : CloseReason::ClientReset;
-}
-
 // Never null: submits what is queued when the submission queue is full.
 io_uring_sqe* nextSqe(io_uring& ring) noexcept {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);

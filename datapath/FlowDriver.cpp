@@ -9,16 +9,6 @@
 #include "common/Log.h"
 
 namespace splicegate {
-namespace {
-
-CloseReason sourceResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? CloseReason::ClientReset : CloseReason::UpstreamReset;
-}
-CloseReason sinkResetReason(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? CloseReason::UpstreamReset : CloseReason::ClientReset;
-}
-
-}  // namespace
 
 void FlowDriver::start(ConnectionIo& io) noexcept {
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {

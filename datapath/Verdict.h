@@ -4,6 +4,7 @@
 // (datapath/FlowDriver.h, datapath/BufferLaneDriver.h) return it.
 #include <cstdint>
 
+#include "datapath/Flow.h"
 #include "metrics/Stats.h"
 
 namespace splicegate {
@@ -24,5 +25,13 @@ struct Verdict {
         return {Action::Close, why, reset};
     }
 };
+
+// Which peer a failed socket of direction `d` means: its source (the client for c2u) or its sink.
+inline CloseReason sourceResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::ClientReset : CloseReason::UpstreamReset;
+}
+inline CloseReason sinkResetReason(Direction d) noexcept {
+    return d == Direction::ClientToUpstream ? CloseReason::UpstreamReset : CloseReason::ClientReset;
+}
 
 }  // namespace splicegate
