@@ -368,7 +368,7 @@ void DirectLogWriter::onWrite(unsigned index, int result) noexcept {
         return;
     }
     if (result <= 0) {  // nothing written of a non-empty write: treat as an I/O error, no loop
-        fail(*file, result < 0 ? result : -EIO);
+        fail(*file, result < 0 ? result : -EIO, true);
         return;
     }
     // A short write (the disk filled up mid-way) keeps what it wrote; the rest goes again and
@@ -397,17 +397,17 @@ void DirectLogWriter::onSync(std::uint32_t serial, int result) noexcept {
     file->syncing = false;
     ++stats_.syncs;
     if (result < 0) {
-        fail(*file, result);
+        fail(*file, result, false);
         return;
     }
     file->durable = std::max(file->durable, file->syncTarget);
 }
 
-void DirectLogWriter::fail(File& file, int error) noexcept {
+void DirectLogWriter::fail(File& file, int error, bool inWrite) noexcept {
     if (file.failed) return;
     file.failed = true;
     try {
-        failures_.push_back({file.id, error, file.durable, fileEnd(file)});
+        failures_.push_back({file.id, error, inWrite, file.durable, fileEnd(file)});
     } catch (const std::bad_alloc&) {
         logError(options_.label, ": lost the report of a failed audit write (", errnoText(error),
                  "): out of memory");

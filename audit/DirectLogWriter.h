@@ -76,6 +76,7 @@ struct LogReservation {
 struct LogFailure {
     std::uint64_t fileId = 0;
     int error = 0;               // -errno of the write or fdatasync
+    bool inWrite = false;        // a write failed (false: an fdatasync)
     std::uint64_t lostFrom = 0;  // LSNs [lostFrom, lostTo) are not durable and never will be
     std::uint64_t lostTo = 0;
 };
@@ -186,7 +187,7 @@ class DirectLogWriter {
     void startSyncs() noexcept;
     void onWrite(unsigned index, int result) noexcept;
     void onSync(std::uint32_t serial, int result) noexcept;
-    void fail(File& file, int error) noexcept;
+    void fail(File& file, int error, bool inWrite) noexcept;
     void release(unsigned index) noexcept;
     void closeFinishedFiles() noexcept;
     File* findFile(std::uint32_t serial) noexcept;

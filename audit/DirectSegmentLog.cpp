@@ -196,8 +196,8 @@ void DirectSegmentLog::advance() noexcept {
     state_ = State::WaitingIndex;
     auto failuresBefore = segments_->failedSyncs();
     indexSegment_ = segments_->beginSync();
-    if (!indexSegment_ && segments_->failedSyncs() != failuresBefore && syncError_ == 0)
-        syncError_ = -EIO;  // writing the index failed (beginSync sealed it as failed)
+    if (!indexSegment_ && segments_->failedSyncs() != failuresBefore)
+        noteSyncError(-EIO, true);  // writing the index failed (beginSync sealed it as failed)
     // Even with nothing to fdatasync the sync ends through a completion, as every sync does.
     submitIndexSync(indexSegment_ ? indexSegment_->index.get() : -1);
 }
@@ -217,7 +217,7 @@ void DirectSegmentLog::submitIndexSync(int fd) noexcept {
 
 void DirectSegmentLog::handleFailures() noexcept {
     for (const auto& failure : writer_.takeFailures()) {
-        if (syncError_ == 0) syncError_ = failure.error;
+        noteSyncError(failure.error, failure.inWrite);
         // Chunks whose bytes were lost are never booked.
         std::erase_if(waiting_, [&](Waiting& waiting) {
             bool lost = !waiting.close && waiting.lsnBegin < failure.lostTo &&
@@ -261,14 +261,22 @@ void DirectSegmentLog::bookDurable() noexcept {
                                          waiting.u2cBytes, waiting.reason)
                 : segments_->recordChunk(waiting.segment, waiting.connection, waiting.direction,
                                          waiting.length, waiting.timeNs, waiting.crc);
-        if (rc < 0 && syncError_ == 0) syncError_ = rc;  // a record that could not be buffered
+        if (rc < 0) noteSyncError(rc, true);  // a record that could not be buffered
         waiting_.pop_front();
     }
 }
 
+void DirectSegmentLog::noteSyncError(int error, bool inWrite) noexcept {
+    if (syncError_ != 0) return;  // the first failure is the cause
+    syncError_ = error;
+    syncErrorInWrite_ = inWrite;
+}
+
 std::optional<int> DirectSegmentLog::finish(int result) noexcept {
     state_ = State::Idle;
+    lastFailureInWrite_ = syncError_ != 0 && syncErrorInWrite_;
     syncError_ = 0;
+    syncErrorInWrite_ = false;
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
         return 0;

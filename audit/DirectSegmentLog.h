@@ -85,6 +85,8 @@ class DirectSegmentLog {
     std::uint64_t nextSyncSequence() const noexcept { return startedSyncs_ + 1; }
     std::uint64_t durableSequence() const noexcept { return durableSyncs_; }
     std::uint64_t failedSyncs() const noexcept { return failedSyncs_; }
+    // The last failed sync failed in a write (of data or index), not in an fdatasync.
+    bool lastFailureInWrite() const noexcept { return lastFailureInWrite_; }
     // Index records whose data is durable reach the page cache (no sync).
     int flush() noexcept;
     int rotate() noexcept;
@@ -120,6 +122,7 @@ class DirectSegmentLog {
     void handleFailures() noexcept;
     void bookDurable() noexcept;
     void submitIndexSync(int fd) noexcept;
+    void noteSyncError(int error, bool inWrite) noexcept;
     std::optional<int> finish(int result) noexcept;
 
     std::unique_ptr<AuditWriter> segments_;
@@ -135,6 +138,8 @@ class DirectSegmentLog {
     std::uint64_t target_ = 0;  // LSN the sync in flight makes durable
     std::shared_ptr<Segment> indexSegment_;
     int syncError_ = 0;  // a data failure during this sync
+    bool syncErrorInWrite_ = false;
+    bool lastFailureInWrite_ = false;
     // A record came in since the last sync began: the next one must run even if that record was
     // already booked by the sync in flight, or a waiter told to wait for the next would hang.
     bool recordedSinceSync_ = false;

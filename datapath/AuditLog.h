@@ -62,6 +62,9 @@ class AuditLog {
     // (the sync counts as failed).
     virtual int startSync(CompletionTag tag) noexcept = 0;
     virtual std::optional<int> syncCompleted(CompletionTag tag, int result) noexcept = 0;
+    // The last failed sync failed because a write did (a writer that writes at commit time:
+    // the direct one), not an fdatasync.
+    virtual bool lastSyncFailedInWrite() const noexcept { return false; }
     // Makes everything durable now, blocking (worker exit).
     virtual void syncNow() noexcept = 0;
     virtual bool dirty() const noexcept = 0;

@@ -169,7 +169,8 @@ SyncOutcome AuditTap::finishSync(int result) noexcept {
     SyncOutcome outcome;
     outcome.result = result;
     if (result < 0) {
-        stats_.auditSyncErrors.add(1);
+        outcome.writeFailed = log_->lastSyncFailedInWrite();
+        (outcome.writeFailed ? stats_.auditWriteErrors : stats_.auditSyncErrors).add(1);
         // Chunks written since the last good sync may be gone: their connections close.
         outcome.closeUndurable = policy_.failClosed;
     }

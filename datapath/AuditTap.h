@@ -37,8 +37,10 @@ struct SyncOutcome {
     std::vector<CompletionTag> roomFreed;
     // Flows whose waiting chunks may now go on (durable, or the sync failed fail-open).
     std::vector<CompletionTag> resume;
-    // Fail-closed after a failed sync: every connection with lostBySyncFailure() closes.
+    // Fail-closed after a failed sync: every connection with lostBySyncFailure() closes, with
+    // reason audit-error when a write failed (writeFailed), audit-sync-error when an fdatasync did.
     bool closeUndurable = false;
+    bool writeFailed = false;
 };
 
 class AuditTap {

@@ -56,7 +56,7 @@ struct Config {
     uint64_t auditRetentionHours = 0;
     // Splice until the direct writer keeps fail-closed on a full disk (its index records are
     // booked after the data is durable and can still be lost: issue 12, audit/FORMAT.md).
-    AuditWriterKind auditWriter = AuditWriterKind::Splice;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
     uint64_t auditBufferBytes = 67108864;  // per worker
     std::string auditGroup;                // empty: the daemon's group
     std::string auditHmacKeyFile;          // empty: hash chain without a key

@@ -39,7 +39,7 @@ struct RelaySettings {
     Lane lane = Lane::Auto;
     std::uint32_t bufferRingEntries = 4096;
     std::uint32_t bufferSize = 16384;
-    AuditWriterKind auditWriter = AuditWriterKind::Splice;
+    AuditWriterKind auditWriter = AuditWriterKind::Direct;
     std::uint64_t auditBufferBytes = 67108864;
     bool accessLog = true;
     std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit

@@ -584,7 +584,10 @@ void Worker::applySync(const SyncOutcome& outcome) {
     if (outcome.closeUndurable) {
         for (auto& c : connections_)
             if (c && c->id() != 0 && audit_->lostBySyncFailure(c->io))
-                closeConnection(*c, CloseReason::AuditSyncError, true);
+                closeConnection(*c,
+                                outcome.writeFailed ? CloseReason::AuditError
+                                                    : CloseReason::AuditSyncError,
+                                true);
     }
     for (const auto& flow : outcome.roomFreed) {
         Connection* c = lookup(flow.slot, flow.generation);

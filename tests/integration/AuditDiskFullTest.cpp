@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -145,7 +147,10 @@ TEST_P(AuditDiskFullTest, FailClosedNeverForwardsUnauditedBytesAndResumesWhenSpa
         // 2. Still full: the daemon accepts a new connection (it may close it, fail-closed).
         probe = makeCheckedClient(200, 256 * kKiB, 256 * kKiB);
         runCheckedClient(port_, probe, milliseconds(10000));
-        EXPECT_EQ(probe.connectError, 0) << "the daemon stopped accepting on a full disk";
+        // A reset as early as the handshake is an accept too: the Open record failed, and the
+        // daemon closed the connection fail-closed before the client had looked at it.
+        EXPECT_TRUE(probe.connectError == 0 || probe.connectError == ECONNRESET)
+            << "the daemon stopped accepting on a full disk: " << std::strerror(probe.connectError);
         ASSERT_TRUE(daemon.running()) << daemon.why();
 
         // 3. Space returns: new connections are audited again.

@@ -368,6 +368,7 @@ TEST_F(DirectLogWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile)
     ASSERT_EQ(failures.size(), 1u);
     EXPECT_EQ(failures[0].fileId, 41u);
     EXPECT_EQ(failures[0].error, -ENOSPC);
+    EXPECT_TRUE(failures[0].inWrite) << "a write failed, not an fdatasync";
     EXPECT_EQ(failures[0].lostFrom, 0u);
     EXPECT_EQ(failures[0].lostTo, 10000u);
     EXPECT_EQ(writer.append(bytes.data(), 10).bytes, -EIO);
@@ -418,6 +419,7 @@ TEST_F(DirectLogWriterTest, FdatasyncErrorIsNeverRetried) {
     ASSERT_EQ(failures.size(), 1u);
     EXPECT_EQ(failures[0].fileId, 9u);
     EXPECT_EQ(failures[0].error, -EINVAL);
+    EXPECT_FALSE(failures[0].inWrite) << "the fdatasync failed, not a write";
     EXPECT_EQ(failures[0].lostTo, 3000u);
     writer.commit();
     ASSERT_TRUE(driveUntil(ring_, writer, [&] { return writer.idle(); }));

@@ -108,7 +108,7 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.bufferRingEntries, 4096u);
     EXPECT_EQ(config.bufferSize, 16384u);
     EXPECT_FALSE(config.sqpoll);
-    EXPECT_EQ(config.auditWriter, AuditWriterKind::Splice);
+    EXPECT_EQ(config.auditWriter, AuditWriterKind::Direct);
     EXPECT_EQ(config.auditBufferBytes, 67108864u);
     EXPECT_EQ(config.auditGroup, "");
     EXPECT_EQ(config.auditHmacKeyFile, "");
