@@ -115,6 +115,7 @@ class BufferLaneFlow {
 
     LaneStep next() const noexcept;
     bool finished() const noexcept { return sinkShut_; }
+    bool sourceEnded() const noexcept { return sourceEof_; }
     std::size_t heldChunks() const noexcept { return chunks_.size() - front_; }
     std::size_t bytesHeld() const noexcept { return held_; }
     std::uint64_t bytesForwarded() const noexcept { return forwarded_; }

@@ -31,6 +31,7 @@ struct FlowIo {
     std::uint8_t laneOps = 0;  // buffer-lane SQEs whose (final) completion is still due
 
     bool finished() const noexcept { return flow.finished() || laneFlow.finished(); }
+    bool sourceEnded() const noexcept { return flow.sourceEnded() || laneFlow.sourceEnded(); }
     std::uint64_t bytesForwarded() const noexcept {
         return flow.bytesForwarded() + laneFlow.bytesForwarded();
     }

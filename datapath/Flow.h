@@ -87,6 +87,7 @@ class Flow {
     bool pipeReturnable() const noexcept { return inPipe_ == 0; }
     bool auditPipeReturnable() const noexcept { return inAuditPipe_ == 0; }
     bool finished() const noexcept { return sinkShut_; }
+    bool sourceEnded() const noexcept { return sourceEof_; }
 
   private:
     std::size_t inPipe_ = 0;             // filled, not yet forwarded

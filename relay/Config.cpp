@@ -339,6 +339,9 @@ po::options_description relayOptions(const Config& d) {
          "upstream connect timeout")
         ("idle-timeout-ms", scalar("N", std::to_string(d.idleTimeoutMs)),
          "close a connection idle this long; 0 = never")
+        ("half-closed-timeout-ms", scalar("N", std::to_string(d.halfClosedTimeoutMs)),
+         "close a connection whose sender has gone while its receiver takes nothing, after this "
+         "long without progress; 0 = only the idle timeout")
         ("drain-timeout-ms", scalar("N", std::to_string(d.drainTimeoutMs)),
          "on SIGTERM, how long in-flight connections may finish");
     return options;
@@ -575,6 +578,7 @@ class ConfigParser {
         config.maxConnections = number<uint64_t>("max-connections", 1);
         config.connectTimeoutMs = number<uint32_t>("connect-timeout-ms");
         config.idleTimeoutMs = number<uint32_t>("idle-timeout-ms");
+        config.halfClosedTimeoutMs = number<uint32_t>("half-closed-timeout-ms");
         config.drainTimeoutMs = number<uint32_t>("drain-timeout-ms");
         config.maxConnectionsPerSource = number<uint64_t>("max-connections-per-source");
         config.lane = choice(kLaneNames, "lane");
@@ -772,6 +776,7 @@ std::vector<std::string> settingsNeedingRestart(const Config& running, const Con
           next.maxConnectionsPerSource);
     check("connect-timeout-ms", running.connectTimeoutMs, next.connectTimeoutMs);
     check("idle-timeout-ms", running.idleTimeoutMs, next.idleTimeoutMs);
+    check("half-closed-timeout-ms", running.halfClosedTimeoutMs, next.halfClosedTimeoutMs);
     check("drain-timeout-ms", running.drainTimeoutMs, next.drainTimeoutMs);
     check("xdp-interface", running.xdpInterface, next.xdpInterface);
     check("xdp-mode", running.xdpMode, next.xdpMode);

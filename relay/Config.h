@@ -67,6 +67,9 @@ struct Config {
     uint64_t pipeBudgetBytes = 0;  // extension: cap on all pipes' capacity; 0 = system's limit
     uint64_t maxConnections = 65536;
     uint32_t connectTimeoutMs = 5000;
+    // A direction whose sender has gone (EOF) while its receiver takes nothing: closed after this
+    // long without progress, whatever the idle timeout says.
+    uint32_t halfClosedTimeoutMs = 60000;
     uint32_t idleTimeoutMs = 3600000;  // 1 h, as Envoy's TCP proxy: half-open peers do not pile up
     uint32_t drainTimeoutMs = 30000;
     uint64_t maxConnectionsPerSource = 0;  // per client address; 0 = no limit

@@ -24,12 +24,17 @@ struct Connection {
     std::uint32_t upstreamIndex = 0;  // the route pool's upstream of the current attempt
     std::uint32_t connectAttempts = 0;
     std::uint32_t connectOps = 0;  // connect and its linked timeout, while in flight
+    // A poll on the client socket while connecting: a client that resets (or closes both ways)
+    // cancels its upstream connect instead of leaving it to the connect timeout.
+    bool watchingClient = false;
     std::chrono::steady_clock::time_point opened;
     CloseReason closeReason = CloseReason::Closed;
 
     std::uint64_t id() const noexcept { return io.id; }
     // SQEs naming this connection whose completion is still to come.
-    unsigned operationsInFlight() const noexcept { return connectOps + io.movesInFlight(); }
+    unsigned operationsInFlight() const noexcept {
+        return connectOps + (watchingClient ? 1u : 0u) + io.movesInFlight();
+    }
 };
 
 }  // namespace splicegate

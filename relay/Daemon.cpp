@@ -96,6 +96,7 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.maxConnections = maxConnections;
     settings.connectTimeoutMs = config.connectTimeoutMs;
     settings.idleTimeoutMs = config.idleTimeoutMs;
+    settings.halfClosedTimeoutMs = config.halfClosedTimeoutMs;
     settings.auditDir = config.auditDir;
     settings.auditDurability = config.auditDurability;
     settings.auditOnError = config.auditOnError;

@@ -26,6 +26,7 @@ struct RelaySettings {
     std::uint64_t maxConnections = 65536;
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
+    std::uint32_t halfClosedTimeoutMs = 0;
     // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
     // while traffic flows, one more busy thread per worker (--sqpoll).
     bool sqpoll = false;

@@ -4,7 +4,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -31,9 +33,27 @@ std::uint64_t timerPeriodMs(const RelaySettings& settings) {
     std::uint64_t period = 1000;
     if (!settings.auditDir.empty() && settings.auditDurability != AuditDurability::Strict)
         period = std::max<std::uint64_t>(1, settings.auditFsyncIntervalMs);
-    if (settings.idleTimeoutMs > 0 && settings.idleTimeoutMs / 4 < period)
-        period = settings.idleTimeoutMs / 4 > 10 ? settings.idleTimeoutMs / 4 : 10;
+    for (std::uint64_t timeout : {settings.idleTimeoutMs, settings.halfClosedTimeoutMs})
+        if (timeout > 0 && timeout / 4 < period) period = std::max<std::uint64_t>(timeout / 4, 10);
     return period;
+}
+
+int tcpState(int fd) noexcept {
+    tcp_info info{};
+    socklen_t length = sizeof info;
+    return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 ? info.tcpi_state : -1;
+}
+
+// The sender of direction `d` has sent its FIN (read by the flow, or still queued behind bytes
+// the flow could not take: the socket is in CLOSE_WAIT), and bytes of `d` are still undelivered
+// (in the flow, or in the sink's send queue). Only the receiver can end it. Costs a few system
+// calls: asked on the timer, of connections quiet for the half-closed timeout only.
+
+bool senderGoneUndelivered(const ConnectionIo& io, Direction d) noexcept {
+    const FlowIo& flow = io.flows[static_cast<int>(d)];
+    if (!flow.sourceEnded() && tcpState(io.sourceFd(d)) != TCP_CLOSE_WAIT) return false;
+    int unsent = 0;
+    return !flow.finished() || (::ioctl(io.sinkFd(d), SIOCOUTQ, &unsent) == 0 && unsent > 0);
 }
 
 __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
@@ -217,10 +237,14 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
                 onAccept(tag.slot, tag.direction, cqe);
             return;
         case Op::Connect:
-        case Op::ConnectTimeout: {
+        case Op::ConnectTimeout:
+        case Op::ClientWatch: {
             Connection* c = lookup(tag.slot, tag.generation);
             if (c == nullptr) return;
-            --c->connectOps;
+            if (tag.opAs<Op>() == Op::ClientWatch)
+                onClientWatch(*c, cqe.res);
+            else
+                --c->connectOps;
             if (tag.opAs<Op>() == Op::Connect) onConnect(*c, cqe.res);
             if (c->state == ConnectionState::Closing && c->operationsInFlight() == 0)
                 releaseConnection(*c);
@@ -266,20 +290,41 @@ void Worker::onTimer() {
     if (audit_) {
         if (auto outcome = audit_->tick()) applySync(*outcome);
     }
-    auto idleLimit = context_.settings.idleTimeoutMs;
-    if (idleLimit > 0) {
-        auto limit = std::chrono::milliseconds(idleLimit);
-        for (auto& c : connections_) {
-            if (c && c->id() != 0 && c->state == ConnectionState::Relaying &&
-                now_ - c->io.lastActivity >= limit)
-                closeConnection(*c, CloseReason::IdleTimeout, false);
-        }
-    }
+    closeTimedOut();
     // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
     // tight loop.
     for (std::uint32_t i = 0; i < listeners_.size(); ++i)
         if (listeners_[i].fd && !draining_ && !stopping_) armAccepts(i);
     armTimer();
+}
+
+// No byte either way for the idle timeout; or, sooner, a direction whose sender has gone while
+// its receiver takes nothing (it would hold its pipe and slot until the idle timeout).
+void Worker::closeTimedOut() {
+    using std::chrono::milliseconds;
+    const auto idle = milliseconds(context_.settings.idleTimeoutMs);
+    const auto halfClosed = milliseconds(context_.settings.halfClosedTimeoutMs);
+    for (auto& c : connections_) {
+        if (!c || c->id() == 0 || c->state != ConnectionState::Relaying) continue;
+        const auto quiet = now_ - c->io.lastActivity;
+        if (idle.count() > 0 && quiet >= idle) {
+            closeConnection(*c, CloseReason::IdleTimeout, false);
+            continue;
+        }
+        if (halfClosed.count() == 0 || quiet < halfClosed) continue;
+        // A peer that reset while its flows waited on the other side: nothing polls its socket
+        // then, and only the idle timeout would notice.
+        if (tcpState(c->io.client.get()) == TCP_CLOSE) {
+            closeConnection(*c, CloseReason::ClientReset, true);
+        } else if (tcpState(c->io.upstream.get()) == TCP_CLOSE) {
+            closeConnection(*c, CloseReason::UpstreamReset, true);
+        } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream) ||
+                   senderGoneUndelivered(c->io, Direction::UpstreamToClient)) {
+            logDebug("connection ", c->id(), ": one side sent its FIN and the other has taken "
+                     "nothing for ", halfClosed.count(), " ms (--half-closed-timeout-ms)");
+            closeConnection(*c, CloseReason::IdleTimeout, false);
+        }
+    }
 }
 
 // ---- listeners ------------------------------------------------------------------------------
@@ -414,6 +459,7 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
     c->clientAddress = peer;
     c->opened = c->io.lastActivity = now_;
     startConnect(*c);
+    if (c->state == ConnectionState::Connecting) watchClient(*c);
 }
 
 // ---- connections ----------------------------------------------------------------------------
@@ -477,10 +523,39 @@ void Worker::startConnect(Connection& c) {
     c.connectOps += 2;
 }
 
+void Worker::watchClient(Connection& c) {
+    auto* sqe = ring_->sqe();
+    io_uring_prep_poll_add(sqe, c.io.client.get(), POLLERR | POLLHUP);
+    io_uring_sqe_set_data64(sqe, clientWatchTag(c));
+    c.watchingClient = true;
+}
+
+std::uint64_t Worker::clientWatchTag(const Connection& c) noexcept {
+    return CompletionTag::make(Op::ClientWatch, c.io.slot, c.io.generation).encode();
+}
+
+// Whatever the watch saw after the connect ended is the data path's to find. io_uring also
+// reports POLLRDHUP: a client that sent its FIN still wants its bytes relayed, so that ends the
+// watch without a verdict (a re-armed poll would fire again at once).
+void Worker::onClientWatch(Connection& c, int result) {
+    c.watchingClient = false;
+    if (c.state != ConnectionState::Connecting || result <= 0 ||
+        (result & (POLLERR | POLLHUP)) == 0)
+        return;
+    logDebug("connection ", c.id(), ": client ", c.clientAddress,
+             " left while its upstream connect ran: connect cancelled");
+    closeConnection(c, CloseReason::ClientReset, false);
+}
+
 void Worker::onConnect(Connection& c, int result) {
     if (c.state != ConnectionState::Connecting) return;
     c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
+        if (c.watchingClient) {
+            auto* sqe = ring_->sqe();
+            io_uring_prep_poll_remove(sqe, clientWatchTag(c));
+            io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
+        }
         startRelaying(c);
         return;
     }

@@ -79,7 +79,15 @@ class Worker {
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
     // The worker's own io_uring ops (below 0x20: the audit tap's and the movers' ops are theirs,
     // datapath/AuditTap.h, datapath/Mover.h).
-    enum class Op : std::uint8_t { Ignore, Control, Timer, Accept, Connect, ConnectTimeout };
+    enum class Op : std::uint8_t {
+        Ignore,
+        Control,
+        Timer,
+        Accept,
+        Connect,
+        ConnectTimeout,
+        ClientWatch,  // the client's socket while its upstream connect runs
+    };
     // An accept armed on a listener, with where the kernel writes the peer's address: single
     // shot, so each connection's address comes with it (no getpeername per connection).
     struct AcceptSlot {
@@ -121,6 +129,10 @@ class Worker {
     Connection* lookup(std::uint32_t slot, std::uint16_t generation) noexcept;
     void startConnect(Connection& c);
     void onConnect(Connection& c, int result);
+    void watchClient(Connection& c);
+    void onClientWatch(Connection& c, int result);
+    static std::uint64_t clientWatchTag(const Connection& c) noexcept;
+    void closeTimedOut();
     void startRelaying(Connection& c);
     void closeConnection(Connection& c, CloseReason reason, bool resetPeers);
     void releaseConnection(Connection& c);

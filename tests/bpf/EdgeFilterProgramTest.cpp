@@ -99,16 +99,20 @@ class EdgeFilterProgramTest : public ::testing::Test {
     // Pretends `elapsed` passed for every source's SYN bucket.
     void rewindSynBuckets(std::chrono::nanoseconds elapsed) {
         int fd = program_->synStateMapFd();
-        sg_syn_key key{};
+        // Keys first, updates after: an update of an LRU map inserts a new element at the head of
+        // its hash bucket, so updating while walking can revisit a bucket's elements forever.
+        std::vector<sg_syn_key> keys;
         sg_syn_key next{};
-        void* previous = nullptr;
+        const void* previous = nullptr;
         while (bpf_map_get_next_key(fd, previous, &next) == 0) {
+            keys.push_back(next);
+            previous = &keys.back();
+        }
+        for (const auto& key : keys) {
             sg_syn_state state{};
-            ASSERT_EQ(bpf_map_lookup_elem(fd, &next, &state), 0);
+            if (bpf_map_lookup_elem(fd, &key, &state) != 0) continue;  // evicted meanwhile
             state.tat_ns -= static_cast<std::uint64_t>(elapsed.count());
-            ASSERT_EQ(bpf_map_update_elem(fd, &next, &state, BPF_EXIST), 0);
-            key = next;
-            previous = &key;
+            ASSERT_EQ(bpf_map_update_elem(fd, &key, &state, BPF_EXIST), 0);
         }
     }
 

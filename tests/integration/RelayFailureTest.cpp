@@ -1,12 +1,15 @@
 // Failures at either end: refused upstreams (fail over, or close the client), resets in the
 // middle of a transfer in both directions, and the daemon carrying on afterwards.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +34,49 @@ constexpr uint64_t kMiB = 1024 * 1024;
                << "new connection to the relay failed: " << std::strerror(error);
     }
     return echoRoundTrip(fd.get(), seed, 1 * kMiB, milliseconds(10000));
+}
+
+// An upstream that never answers a SYN, on loopback: a listener whose accept queue is full (the
+// kernel then drops new SYNs). `silent` is false where this kernel answers anyway.
+struct SilentUpstream {
+    uint16_t port = 0;
+    UniqueFd listener;
+    std::vector<UniqueFd> fillers;
+    bool silent = false;
+    std::string why;
+
+    SilentUpstream() : listener(listenTcp(port, false, /*backlog=*/0)) {
+        for (int i = 0; i < 4; ++i) {
+            int error = 0;
+            UniqueFd fd = connectTcp(port, error, milliseconds(200));
+            if (fd) fillers.push_back(std::move(fd));
+        }
+        int error = 0;
+        UniqueFd probe = connectTcp(port, error, milliseconds(300));
+        silent = !probe && error == ETIMEDOUT;
+        if (!silent)
+            why = std::string("this kernel does not drop SYNs to a full accept queue (connect: ") +
+                  (probe ? "succeeded" : std::strerror(error)) +
+                  "); cannot make a silent upstream on loopback";
+    }
+};
+
+// Sockets of this network namespace in SYN-SENT towards 127.0.0.1:`port` (/proc/net/tcp).
+std::size_t synSentTo(uint16_t port) {
+    std::ifstream table("/proc/net/tcp");
+    std::string line;
+    std::getline(table, line);  // header
+    std::size_t count = 0;
+    char wanted[16];
+    std::snprintf(wanted, sizeof wanted, ":%04X", port);
+    while (std::getline(table, line)) {
+        std::istringstream fields(line);
+        std::string slot, local, remote, state;
+        fields >> slot >> local >> remote >> state;
+        if (state == "02" && remote.size() > 5 && remote.substr(remote.size() - 5) == wanted)
+            ++count;
+    }
+    return count;
 }
 
 // First upstream refuses (nothing listens there), second is live: every connection must get
@@ -231,23 +277,9 @@ TEST(RelayResetTest, UpstreamResetClosesClient) {
 // the SYNs): --connect-timeout-ms bounds the wait, then the next upstream is tried; with none
 // left the client is closed.
 TEST(RelayUpstreamFailureTest, ConnectTimeoutMovesOnOrClosesClient) {
-    uint16_t blackholePort = 0;
-    UniqueFd blackhole = listenTcp(blackholePort, false, /*backlog=*/0);
-    std::vector<UniqueFd> fillers;
-    for (int i = 0; i < 4; ++i) {  // fill the accept queue; later SYNs are dropped
-        int error = 0;
-        UniqueFd fd = connectTcp(blackholePort, error, milliseconds(200));
-        if (fd) fillers.push_back(std::move(fd));
-    }
-    {
-        int error = 0;
-        UniqueFd probe = connectTcp(blackholePort, error, milliseconds(300));
-        if (probe || error != ETIMEDOUT) {
-            GTEST_SKIP() << "this kernel does not drop SYNs to a full accept queue (connect: "
-                         << (probe ? "succeeded" : std::strerror(error))
-                         << "); cannot make a silent upstream on loopback";
-        }
-    }
+    SilentUpstream blackhole;
+    if (!blackhole.silent) GTEST_SKIP() << blackhole.why;
+    const uint16_t blackholePort = blackhole.port;
     auto board = std::make_shared<DuplexBoard>();
     TestServer live(duplexUpstream(board, milliseconds(20000)));
     uint16_t port = pickFreePort();
@@ -353,6 +385,113 @@ TEST(RelayLimitTest, IdleTimeoutClosesOnlySilentConnections) {
         << " ms after it went idle (--idle-timeout-ms "
            "400)"
         << daemon.why(20);
+}
+
+// An RST storm against a silent upstream: each client resets while its upstream connect is
+// still running. The daemon cancels those connects at once instead of holding a slot and a
+// SYN-SENT socket each for the whole connect timeout (20 s here).
+TEST(RelayResetTest, ClientResetDuringConnectCancelsTheUpstreamConnect) {
+    constexpr std::size_t kClients = 40;
+    SilentUpstream blackhole;
+    if (!blackhole.silent) GTEST_SKIP() << blackhole.why;
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {loopback(blackhole.port)},
+                            {"--connect-timeout-ms", "20000", "--max-connections", "64",
+                             "--log-level", "debug"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    std::vector<UniqueFd> clients;
+    for (std::size_t i = 0; i < kClients; ++i) {
+        int error = 0;
+        clients.push_back(connectTcp(port, error));
+        ASSERT_TRUE(clients.back()) << std::strerror(error) << daemon.why();
+    }
+    Deadline deadline = deadlineIn(milliseconds(3000));
+    while (synSentTo(blackhole.port) < kClients && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(synSentTo(blackhole.port), kClients)
+        << "the daemon did not start an upstream connect per client" << daemon.why(20);
+
+    for (auto& client : clients) resetClose(client);
+    deadline = deadlineIn(milliseconds(3000));
+    while (synSentTo(blackhole.port) > 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_EQ(synSentTo(blackhole.port), 0u)
+        << "upstream connects left behind by clients that reset" << daemon.why(20);
+    EXPECT_EQ(grepLines(daemon.log(), "connect cancelled").size(), kClients) << daemon.why(20);
+    // Their slots are free again: each connection was released, as a client reset.
+    deadline = deadlineIn(milliseconds(2000));
+    while (grepLines(daemon.log(), "closed (client-reset)").size() < kClients &&
+           Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_EQ(grepLines(daemon.log(), "closed (client-reset)").size(), kClients)
+        << daemon.why(20);
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+}
+
+// A client uploads more than an upstream that never reads can take, then leaves (a reset: its
+// FIN could never get past the bytes still queued): nothing polls its socket while both flows
+// wait on the upstream, so only the timer can see it. The connection closes after
+// --half-closed-timeout-ms without progress, not after the idle timeout. A half-closed
+// connection whose bytes were all delivered (the upstream is thinking) stays open.
+TEST(RelayLimitTest, HalfClosedTimeoutClosesOnlyConnectionsWhoseReceiverTakesNothing) {
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    TestServer thinking([answered](int fd, std::size_t) {
+        uint64_t received = 0;
+        waitPeerClose(fd, deadlineIn(milliseconds(5000)), &received);  // reads to the FIN
+        std::this_thread::sleep_for(milliseconds(1500));  // longer than the timeout below
+        const char reply[] = "done";
+        int error = 0;
+        answered->store(sendAll(fd, reply, 4, deadlineIn(milliseconds(2000)), error));
+    });
+    TestServer neverReads(nullptr);
+    uint16_t port = pickFreePort();
+    uint16_t thinkingPort = pickFreePort();
+    TempDir configDir;
+    std::string config = configDir.write(
+        "splicegate.conf", routeSection("thinking", loopback(thinkingPort), {thinking.address()}));
+    Daemon daemon(relayArgs(port, {neverReads.address()},
+                            {"--half-closed-timeout-ms", "500", "--config", config,
+                             "--log-level", "debug"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(thinkingPort)) << daemon.why();
+
+    int error = 0;
+    UniqueFd stuck = connectTcp(port, error);
+    ASSERT_TRUE(stuck) << std::strerror(error);
+    // More than the upstream's receive buffer, the relay's pipe and our send buffer take: part of
+    // it stays unsent here; sent until nothing moves for 300 ms.
+    std::vector<char> block(256 * 1024, 'x');
+    uint64_t sent = 0;
+    while (sent < 64 * kMiB) {
+        int sendError = 0;
+        if (!sendAll(stuck.get(), block.data(), block.size(), deadlineIn(milliseconds(300)),
+                     sendError))
+            break;
+        sent += block.size();
+    }
+    ASSERT_LT(sent, 64 * kMiB) << "an upstream that never reads took 64 MiB";
+    resetClose(stuck);
+
+    UniqueFd patient = connectTcp(thinkingPort, error);
+    ASSERT_TRUE(patient) << std::strerror(error);
+    ASSERT_TRUE(sendAll(patient.get(), "question", 8, deadlineIn(milliseconds(2000)), error));
+    ::shutdown(patient.get(), SHUT_WR);
+
+    ASSERT_TRUE(neverReads.waitAccepted(1, deadlineIn(milliseconds(2000))));
+    // Polled, not read: a read would be the progress the relay waits for.
+    pollfd upstreamSide{neverReads.heldFds().front(), POLLRDHUP, 0};
+    int ready = ::poll(&upstreamSide, 1, 4000);
+    EXPECT_TRUE(ready == 1 && (upstreamSide.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
+        << "a client that left with " << sent << " B sent to an upstream that never reads "
+        << "still has its connection 4 s later" << daemon.why(20);
+    EXPECT_FALSE(grepLines(daemon.log(), "reason=client-reset").empty()) << daemon.why(20);
+
+    setIoTimeout(patient.get(), milliseconds(4000));
+    char reply[8] = {};
+    ssize_t got = ::recv(patient.get(), reply, sizeof reply, MSG_WAITALL);
+    EXPECT_EQ(std::string(reply, got > 0 ? static_cast<std::size_t>(got) : 0), "done")
+        << "a half-closed connection whose upstream was thinking was closed" << daemon.why(20);
+    EXPECT_TRUE(answered->load());
 }
 
 }  // namespace

@@ -102,6 +102,7 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.maxConnections, 65536u);
     EXPECT_EQ(config.connectTimeoutMs, 5000u);
     EXPECT_EQ(config.idleTimeoutMs, 3600000u);
+    EXPECT_EQ(config.halfClosedTimeoutMs, 60000u);
     EXPECT_EQ(config.drainTimeoutMs, 30000u);
     EXPECT_EQ(config.maxConnectionsPerSource, 0u);
     EXPECT_EQ(config.lane, Lane::Auto);
@@ -162,6 +163,7 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
                                                 "--connect-timeout-ms=250",
                                                 "--idle-timeout-ms",
                                                 "60000",
+                                                "--half-closed-timeout-ms=1500",
                                                 "--drain-timeout-ms=1",
                                                 "--xdp-interface",
                                                 "lo",
@@ -207,6 +209,7 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
     EXPECT_EQ(config.maxConnections, 10u);
     EXPECT_EQ(config.connectTimeoutMs, 250u);
     EXPECT_EQ(config.idleTimeoutMs, 60000u);
+    EXPECT_EQ(config.halfClosedTimeoutMs, 1500u);
     EXPECT_EQ(config.drainTimeoutMs, 1u);
     EXPECT_EQ(config.xdpInterface, "lo");
     EXPECT_EQ(config.xdpMode, XdpMode::Generic);
