@@ -4,15 +4,19 @@
 # one run with the disk's own O_DIRECT bandwidth from fio on the audit directory's filesystem.
 # Parties: audit off, direct writer batch, splice writer batch, direct writer strict with many
 # streams, and HAProxy (splice) + `tcpdump -w` as the copy an operator would keep otherwise.
+# At a GB/s a minute of audit is 60+ GB: an archiver stand-in empties the data files of sealed
+# segments while a party runs (the newest 3 per worker stay; index files stay, so the bytes kept
+# are still counted from the log), as shipping the audit off the box would; tcpdump writes a
+# ring of 4 files of 1 GB and its kept share comes from its own packet counters.
 # usage: tools/bench/audit-sustained.sh [--streams 8] [--strict-streams 64] [--warmup 20]
-#            [--duration 45] [--audit-root /var/tmp] [--fio-size 6G] [--workers 2]
+#            [--duration 40] [--audit-root /var/tmp] [--fio-size 6G] [--workers 2]
 #            [--parties off,direct,splice,strict,haproxy-tcpdump] [--out FILE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
-STREAMS=8 STRICT_STREAMS=64 WARMUP=20 DURATION=45 AUDIT_ROOT=/var/tmp FIO_SIZE=6G WORKERS=2
+STREAMS=8 STRICT_STREAMS=64 WARMUP=20 DURATION=40 AUDIT_ROOT=/var/tmp FIO_SIZE=6G WORKERS=2
 PARTIES=off,direct,splice,strict,haproxy-tcpdump OUT=""
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -26,7 +30,7 @@ while (($#)); do
         --workers) WORKERS=${2:?}; shift 2 ;;
         --parties) PARTIES=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "audit-sustained.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -61,6 +65,29 @@ measure_disk() {
     DISK=$(jq -r '.jobs[0].write.bw_bytes * 8 / 1e9 * 1000 | round / 1000' "$WORK/fio.json")
 }
 
+# The archiver stand-in: every second, the data files of each worker's segments but the newest 3
+# are emptied (sealed long since: a segment is 1 GiB, the writer lets a file go once it is synced).
+archive_sealed() {
+    local dir=$1 watched=$2 worker file
+    while kill -0 "$watched" 2>/dev/null; do
+        for worker in $(ls "$dir" 2>/dev/null | sed -n 's/^\(w[0-9]*\)-.*\.data$/\1/p' | sort -u); do
+            ls "$dir" | grep "^$worker-.*\.data$" | sort | head -n -3 |
+                while read -r file; do truncate -s 0 "$dir/$file"; done
+        done
+        sleep 1
+    done
+}
+
+# Refuses to start a party that could fill the filesystem (at most about 40 GB live at a time).
+check_free_space() {
+    local free_gb
+    free_gb=$(df -B1G --output=avail "$AUDIT_ROOT" | tail -n 1 | tr -d ' ')
+    if ((free_gb < 45)); then
+        echo "audit-sustained.sh: only $free_gb GB free on $AUDIT_ROOT; 45 GB needed" >&2
+        exit 1
+    fi
+}
+
 # Bytes the audit log holds for the connections (c2u, the upload direction).
 audit_bytes() {
     "$BIN/splicegate-audit" list "$1" --json 2>/dev/null | jq '[.[].c2u_bytes] | add // 0'
@@ -84,8 +111,8 @@ measure() {
             ((WRITER_OPTION)) && audit+=(--audit-writer direct) ;;
         haproxy-tcpdump)
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-pcap.XXXXXX")
-            tcpdump -i lo -s 0 -B 65536 -n -w "$AUDIT/upstream.pcap" "tcp port ${SINK##*:}" \
-                </dev/null >"$WORK/tcpdump.log" 2>&1 &
+            tcpdump -i lo -s 0 -B 65536 -n -Z root -C 1000 -W 4 -w "$AUDIT/upstream.pcap" \
+                "tcp dst port ${SINK##*:}" </dev/null >"$WORK/tcpdump.log" 2>&1 &
             capture=$!
             PIDS+=("$capture")
             for _ in $(seq 50); do
@@ -102,6 +129,10 @@ measure() {
     fi
     relay=$!
     PIDS+=("$relay")
+    if [[ -n $AUDIT && $party != haproxy-tcpdump ]]; then
+        archive_sealed "$AUDIT" "$relay" &
+        PIDS+=("$!")
+    fi
     "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
     local out
     out=$("$BIN/splicegate-bench" bulk --connect "$RELAY" --streams "$streams" --direction up \
@@ -113,10 +144,12 @@ measure() {
     case $party in
         off) kept=0 ;;
         haproxy-tcpdump)
-            kill -INT "$capture"; wait "$capture" || true
-            # Payload bytes in the capture: TCP segment lengths of packets towards the sink.
-            kept=$(tcpdump -r "$AUDIT/upstream.pcap" -n -q "tcp dst port ${SINK##*:}" 2>/dev/null |
-                awk '{ for (i = 1; i < NF; ++i) if ($i == "tcp") s += $(i + 1) } END { printf "%.0f\n", s }') ;;
+            kill -INT "$capture" 2>/dev/null || true; wait "$capture" || true
+            # The capture is a ring (bounded disk): its share is tcpdump's own count of packets
+            # captured against packets its filter saw, applied to the bytes received.
+            kept=$(awk -v c="${confirmed:-0}" '
+                /packets captured/ { got = $1 } /packets received by filter/ { seen = $1 }
+                END { printf "%.0f\n", (seen > 0 ? c * got / seen : 0) }' "$WORK/tcpdump.log") ;;
         *) kept=$(audit_bytes "$AUDIT") ;;
     esac
     rm -rf "$AUDIT"
@@ -137,6 +170,7 @@ for party in ${PARTIES//,/ }; do
         echo "$party - - - - no-option" >>"$WORK/rows"; continue
     fi
     echo "audit-sustained.sh: $party ($((WARMUP + DURATION)) s)" >&2
+    check_free_space
     measure "$party"
     read -r gbps cpu confirmed kept ok <"$WORK/result"
     echo "$party $gbps $cpu $confirmed $kept $ok" >>"$WORK/rows"
@@ -180,7 +214,9 @@ report() {
         echo "| $label | $streams | $gbps | $ratio | $cpu | $share | $([[ $ok == 1 ]] && echo yes || echo no) |"
     done <"$WORK/rows"
     echo
-    echo "Bytes kept: the audit log's c2u bytes (splicegate-audit list) or the capture's TCP payload"
-    echo "towards the sink, against the bytes the sink confirmed over the whole run (warm-up included)."
+    echo "Bytes kept: the audit log's c2u bytes (splicegate-audit list, from the index files) against"
+    echo "the bytes the sink confirmed over the whole run (warm-up included); for tcpdump, its packets"
+    echo "captured against packets received by its filter. An archiver stand-in emptied sealed data"
+    echo "files during each party (the newest 3 per worker stayed), so a minute fits on the disk."
 }
 if [[ -n $OUT ]]; then report | tee "$OUT"; else report; fi
