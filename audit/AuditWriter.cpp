@@ -141,6 +141,83 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     return 0;
 }
 
+namespace {
+// Data is allocated this far ahead of the reservations (a few fallocate calls per GiB), index
+// space 1 MiB at a time; the slack leaves room for the Open, Close and seal records, which are
+// not promised one by one.
+constexpr std::uint64_t kDataAhead = std::uint64_t{64} << 20;
+constexpr std::uint64_t kIndexAhead = std::uint64_t{1} << 20;
+constexpr std::uint64_t kIndexSlack = std::uint64_t{64} << 10;
+
+std::uint64_t chunkRecordBytes() {
+    static const std::uint64_t bytes = [] {
+        std::string record;
+        encodeChunk(record, 0, 0, 0, 0, 0, 0u);
+        return record.size();
+    }();
+    return bytes;
+}
+}  // namespace
+
+bool AuditWriter::reserveSpaceAhead() noexcept {
+    // A probe on the current index file, past its end: EOPNOTSUPP (or EINVAL) means no
+    // fallocate here; ENOSPC still means the mechanism works.
+    if (current_) {
+        int rc = ::fallocate(current_->index.get(), FALLOC_FL_KEEP_SIZE,
+                             static_cast<off_t>(current_->indexBytes), 4096) == 0
+                     ? 0
+                     : -errno;
+        if (rc == -EOPNOTSUPP || rc == -EINVAL) return false;
+        if (rc == 0) current_->indexAllocated = current_->indexBytes + 4096;
+    }
+    reserveAhead_ = true;
+    return true;
+}
+
+namespace {
+// Allocates [from, wanted) of `fd`, or at least [from, needed) when a nearly full disk has no
+// room for the step ahead. Returns the new end, or -errno.
+long long allocate(int fd, int mode, std::uint64_t from, std::uint64_t needed,
+                   std::uint64_t wanted) noexcept {
+    for (std::uint64_t end : {wanted, needed}) {
+        if (::fallocate(fd, mode, static_cast<off_t>(from), static_cast<off_t>(end - from)) == 0)
+            return static_cast<long long>(end);
+        if (errno != ENOSPC || end == needed) return -errno;
+    }
+    return -ENOSPC;
+}
+}  // namespace
+
+// Takes the space before anything is accepted into it: a full disk is refused here, at once,
+// never found by a write after the bytes were forwarded.
+int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
+                               std::uint64_t indexNeed) noexcept {
+    if (dataEnd > segment.dataAllocated) {
+        std::uint64_t wanted = std::max(dataEnd, std::min(segment.dataAllocated + kDataAhead,
+                                                           std::max(segmentBytes_, dataEnd)));
+        long long end = allocate(segment.data.get(), 0, segment.dataAllocated, dataEnd, wanted);
+        if (end < 0) return static_cast<int>(end);
+        segment.dataAllocated = static_cast<std::uint64_t>(end);
+    }
+    std::uint64_t indexEnd = segment.indexBytes + segment.pendingRecords.size() +
+                             segment.indexPromised + indexNeed + kIndexSlack;
+    if (indexEnd > segment.indexAllocated) {
+        std::uint64_t from = std::max(segment.indexAllocated, segment.indexBytes);
+        long long end = allocate(segment.index.get(), FALLOC_FL_KEEP_SIZE, from, indexEnd,
+                                 std::max(indexEnd, from + kIndexAhead));
+        if (end < 0) return static_cast<int>(end);
+        segment.indexAllocated = static_cast<std::uint64_t>(end);
+    }
+    return 0;
+}
+
+void AuditWriter::releasePromise(Reservation& reservation) noexcept {
+    if (!reservation.indexPromised) return;
+    reservation.indexPromised = false;
+    auto& promised = reservation.segment->indexPromised;
+    promised -= std::min(promised, chunkRecordBytes());
+}
+
 int AuditWriter::writePending(Segment& segment) noexcept {
     while (!segment.pendingRecords.empty()) {
         auto written =
@@ -166,9 +243,16 @@ int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
         int rc = rotate();
         if (rc < 0) return rc;
     }
+    if (reserveAhead_) {
+        if (int rc = allocateAhead(*current_, current_->reservedBytes + length, chunkRecordBytes());
+            rc < 0)
+            return rc;
+        current_->indexPromised += chunkRecordBytes();
+    }
     out.segment = current_;
     out.offset = current_->reservedBytes;
     out.length = length;
+    out.indexPromised = reserveAhead_;
     current_->reservedBytes += length;
     ++current_->writesInFlight;
     return 0;
@@ -178,6 +262,7 @@ int AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
                              std::uint8_t direction, std::uint32_t written, std::int64_t timeNs,
                              std::optional<std::uint32_t> payloadCrc) noexcept {
     auto& segment = *reservation.segment;
+    releasePromise(reservation);  // the record takes the space it was promised
     // On -ENOMEM the payload stays unindexed: a hole the reader never serves.
     int rc = append(segment, [&](std::string& out) {
         encodeChunk(out, connection, direction, written, reservation.offset, timeNs, payloadCrc);
@@ -211,6 +296,7 @@ int AuditWriter::payloadCrcFromFile(const Reservation& reservation, std::uint32_
 
 void AuditWriter::abandon(Reservation& reservation) noexcept {
     if (!reservation.segment) return;
+    releasePromise(reservation);
     auto segment = std::move(reservation.segment);
     --segment->writesInFlight;
     if (segment->retired) sealReady();
@@ -219,6 +305,9 @@ void AuditWriter::abandon(Reservation& reservation) noexcept {
 int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
                             std::string_view client, std::string_view upstream) noexcept {
     if (!current_) return 0;
+    if (reserveAhead_) {
+        if (int rc = allocateAhead(*current_, 0, 0); rc < 0) return rc;
+    }
     int rc = append(*current_, [&](std::string& out) {
         encodeOpen(out, connection, openedNs, route, client, upstream);
     });
@@ -230,6 +319,9 @@ int AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
                              std::uint64_t c2uBytes, std::uint64_t u2cBytes,
                              std::string_view reason) noexcept {
     if (!current_) return 0;
+    if (reserveAhead_) {
+        if (int rc = allocateAhead(*current_, 0, 0); rc < 0) return rc;
+    }
     int rc = append(*current_, [&](std::string& out) {
         encodeClose(out, connection, closedNs, c2uBytes, u2cBytes, reason);
     });
@@ -357,6 +449,12 @@ void AuditWriter::seal(Segment& segment) noexcept {
         }
         segment.chain.reset();
     }
+    // Index space taken ahead and not used goes back (the file's size never included it).
+    if (segment.index && segment.indexAllocated > segment.indexBytes + segment.pendingRecords.size())
+        ::fallocate(segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(segment.indexBytes + segment.pendingRecords.size()),
+                    static_cast<off_t>(segment.indexAllocated - segment.indexBytes -
+                                       segment.pendingRecords.size()));
     if (writePending(segment) == 0 && !segment.failed) {
         int rc = ::fdatasync(segment.data.get()) == 0 && ::fdatasync(segment.index.get()) == 0
                      ? 0

@@ -31,6 +31,11 @@ struct Segment {
     UniqueFd index;
     std::uint64_t reservedBytes = 0;   // next free data offset
     std::uint64_t indexBytes = 0;      // written to the index file
+    // Space taken ahead (reserveSpaceAhead()): data bytes allocated (the file's size too), index
+    // bytes allocated past its end, and index bytes promised to reservations not yet recorded.
+    std::uint64_t dataAllocated = 0;
+    std::uint64_t indexAllocated = 0;
+    std::uint64_t indexPromised = 0;
     std::string pendingRecords;        // encoded, not yet written
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
@@ -43,6 +48,7 @@ struct Reservation {
     std::shared_ptr<Segment> segment;
     std::uint64_t offset = 0;
     std::uint32_t length = 0;
+    bool indexPromised = false;  // index space for its Chunk record is set aside
 };
 
 class AuditWriter {
@@ -60,8 +66,19 @@ class AuditWriter {
     AuditWriter(const AuditWriter&) = delete;
     AuditWriter& operator=(const AuditWriter&) = delete;
 
+    // From now on the disk space of what is accepted is taken before it is accepted: reserve()
+    // allocates the data file ahead of its reservations (fallocate, the file's size too) and
+    // index space for their Chunk records (fallocate past the index's end), and fails with
+    // -ENOSPC when it cannot. A writer that fills its data file later (the direct writer, whose
+    // O_DIRECT writes would otherwise find a full disk only after the bytes were forwarded) then
+    // never loses an accepted byte to a full disk. Returns false when the filesystem cannot
+    // allocate ahead (no fallocate): nothing changes then.
+    bool reserveSpaceAhead() noexcept;
+    bool reservesSpaceAhead() const noexcept { return reserveAhead_; }
+
     // Space for a chunk's payload in the current segment (rolling first when it is full).
-    // Returns -errno when a new segment cannot be created.
+    // Returns -errno when a new segment cannot be created, or (reserveSpaceAhead()) its space
+    // cannot be allocated.
     int reserve(std::uint32_t length, Reservation& out) noexcept;
     // The payload of `reservation` landed (`written` bytes of it, at its offset); the
     // reservation is released either way. The record* calls return 0, or -ENOMEM when the
@@ -122,6 +139,8 @@ class AuditWriter {
 
   private:
     int openSegment(std::uint64_t number) noexcept;
+    int allocateAhead(Segment& segment, std::uint64_t dataEnd, std::uint64_t indexNeed) noexcept;
+    void releasePromise(Reservation& reservation) noexcept;
     int writePending(Segment& segment) noexcept;
     void retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept;
     // Seals retired segments in order, oldest first, as long as the oldest one is done (its
@@ -143,6 +162,7 @@ class AuditWriter {
     std::shared_ptr<Segment> current_;
     std::vector<std::shared_ptr<Segment>> retired_;
     bool dirty_ = false;
+    bool reserveAhead_ = false;
     bool syncInFlight_ = false;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;

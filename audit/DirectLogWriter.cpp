@@ -439,10 +439,11 @@ void DirectLogWriter::closeFinishedFiles() noexcept {
     std::erase_if(files_, [this](const File& file) {
         bool done = !file.current && file.writesInFlight == 0 && !file.syncing &&
                     (file.failed || file.durable >= fileEnd(file));
-        // Cut the preallocation and the padding: the file ends with its last byte. The owner's
+        // Cut the preallocation (ours, or the owner's space taken ahead) and the padding: the
+        // file ends with its last byte. The owner's
         // final fdatasync at sealing makes the new size durable; until then a longer file only
         // holds zeros after the last indexed byte, which readers and recovery ignore.
-        if (done && !file.failed && (options_.preallocateBytes > 0 || file.direct) &&
+        if (done && !file.failed &&
             ::ftruncate(file.fd.get(), static_cast<off_t>(file.nextOffset)) != 0)
             logWarn(options_.label, ": cannot cut audit data file ", file.id, " to its ",
                     file.nextOffset, " bytes (", errnoText(errno), "); it ends in zeros");

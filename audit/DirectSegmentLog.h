@@ -92,6 +92,7 @@ class DirectSegmentLog {
     int rotate() noexcept;
 
     std::size_t room() const noexcept { return writer_.room(); }
+    bool reservesSpaceAhead() const noexcept { return segments_->reservesSpaceAhead(); }
     const DirectLogWriter& writer() const noexcept { return writer_; }
 
     // The tag of the index fdatasync (or the NOP that ends a sync with nothing to write): kind 3

@@ -79,6 +79,9 @@ class AuditLog {
     // Payload bytes reserve() could take now; a writer without a buffer of its own has no bound.
     // reserve() returns -ENOBUFS when it is 0: back-pressure, the flow waits for room.
     virtual std::size_t room() const noexcept { return SIZE_MAX; }
+    // A byte accepted by recordChunk() can still be lost to a full disk (a writer that writes
+    // later and cannot take the space first): fail-closed must then hold chunks until durable.
+    virtual bool mayLoseAcceptedBytesToFullDisk() const noexcept { return false; }
     // Chunks lost since the last call (a writer that books after its own writes: the direct one).
     virtual std::vector<AuditLoss> takeLosses() noexcept { return {}; }
 };

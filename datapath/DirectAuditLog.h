@@ -30,6 +30,9 @@ class DirectAuditLog final : public AuditLog {
 
     int startSync(CompletionTag tag) noexcept override;
     std::optional<int> syncCompleted(CompletionTag tag, int result) noexcept override;
+    bool mayLoseAcceptedBytesToFullDisk() const noexcept override {
+        return !log_.reservesSpaceAhead();
+    }
     bool lastSyncFailedInWrite() const noexcept override { return log_.lastFailureInWrite(); }
     void syncNow() noexcept override { log_.finishFile(); }
     bool dirty() const noexcept override { return log_.dirty(); }

@@ -70,22 +70,26 @@ std::unique_ptr<AuditLog> makeAuditLog(const RelaySettings& settings,
         return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
     audit::DirectLogOptions options;
     options.bufferBytes = settings.auditBufferBytes;
-    options.preallocateBytes = settings.auditSegmentBytes;
+    // The segments take their space ahead themselves (the file's size too), so that a full disk
+    // refuses a chunk before it is accepted; without fallocate the tap holds chunks until durable.
+    if (!writer->reserveSpaceAhead())
+        logWarn("audit: ", settings.auditDir, " cannot allocate ahead (no fallocate): under "
+                "fail-closed every audited chunk waits for its data to be durable");
     options.writeDelay = std::chrono::milliseconds(failpointAuditWriteDelayMs());
     options.label = "audit " + settings.auditDir;
     return std::make_unique<DirectAuditLog>(std::move(writer), ring, options);
 }
 
-AuditPolicy auditPolicy(const RelaySettings& settings) noexcept {
+AuditPolicy auditPolicy(const RelaySettings& settings, const AuditLog& log) noexcept {
     AuditPolicy policy;
     policy.failClosed = settings.auditOnError == AuditOnError::FailClosed;
-    // The direct writer takes a chunk into memory; its O_DIRECT write fails (ENOSPC, EIO) only
-    // later. Fail-closed must never forward a byte the log then loses, so with that writer a chunk
-    // is released only once durable, whatever the durability mode (a splice into the page cache
-    // fails at once, so the splice writer can release as soon as the splice returns).
-    bool directFailClosed = settings.auditWriter == AuditWriterKind::Direct && policy.failClosed;
-    policy.strict = settings.auditDurability == AuditDurability::Strict || directFailClosed;
-    policy.groupCommit = settings.auditDurability != AuditDurability::None || directFailClosed;
+    // Fail-closed never forwards a byte the log then loses to a full disk. A writer that takes
+    // its disk space before accepting a chunk (the splice writer's splice, the direct writer's
+    // space taken ahead) fails at once; one that cannot must hold each chunk until durable,
+    // whatever the durability mode.
+    bool holdUntilDurable = policy.failClosed && log.mayLoseAcceptedBytesToFullDisk();
+    policy.strict = settings.auditDurability == AuditDurability::Strict || holdUntilDurable;
+    policy.groupCommit = settings.auditDurability != AuditDurability::None || holdUntilDurable;
     return policy;
 }
 
@@ -167,8 +171,9 @@ void Worker::setUp() {
         auto writer = std::make_unique<audit::AuditWriter>(settings.auditDir, index_, first,
                                                            settings.auditSegmentBytes,
                                                            &context_.nextConnectionId);
-        audit_ = std::make_unique<AuditTap>(makeAuditLog(settings, std::move(writer), *ring_),
-                                            auditPolicy(settings), *stats_);
+        auto log = makeAuditLog(settings, std::move(writer), *ring_);
+        auto policy = auditPolicy(settings, *log);
+        audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);
     }
     mover_ = makeMover(settings.engine, *ring_);
     if (settings.lane != Lane::Splice)

@@ -4,7 +4,11 @@
 // that already rolled, a directory that verifies after each, and the connection id floor each
 // segment's SegmentStart takes from the daemon's counter.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <cstdint>
@@ -72,6 +76,55 @@ TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
     EXPECT_FALSE(syncing->data.valid());
     EXPECT_EQ(writer.failedSyncs(), 1u);
     EXPECT_EQ(writer.durableSequence(), 0u) << "a failed sync makes nothing durable";
+}
+
+struct stat statOf(const std::string& path) {
+    struct stat st{};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st;
+}
+
+// With space taken ahead, a reservation's data and index space exist before anything is accepted
+// into it, and a reservation whose space cannot be had is refused at once, leaving the rest.
+TEST(AuditWriterTest, SpaceTakenAheadCoversAReservationOrRefusesItAtOnce) {
+    TempDir dir;
+    constexpr std::uint64_t kMiB = 1 << 20;
+    AuditWriter writer(dir.path(), 0, 1, 256 * kMiB);
+    ASSERT_TRUE(writer.reserveSpaceAhead()) << "this filesystem has no fallocate";
+    ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
+    Reservation first;
+    ASSERT_EQ(writer.reserve(kChunk, first), 0);
+    const std::string base = dir.path() + "/" + segmentBaseName(0, 1);
+    auto data = statOf(base + ".data");
+    EXPECT_GE(static_cast<std::uint64_t>(data.st_size), 64 * kMiB) << "taken ahead, size set";
+    EXPECT_GE(static_cast<std::uint64_t>(data.st_blocks) * 512, 64 * kMiB);
+    auto index = statOf(base + ".index");
+    EXPECT_GT(static_cast<std::uint64_t>(index.st_blocks) * 512,
+              static_cast<std::uint64_t>(index.st_size))
+        << "index space past its end, its size unchanged";
+
+    // A file size limit makes the next step's fallocate fail (EFBIG), as a full disk would.
+    struct sigaction ignore{};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction previous{};
+    ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &previous), 0);
+    rlimit saved{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+    rlimit limited = saved;
+    limited.rlim_cur = static_cast<rlim_t>(data.st_size);
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+    Reservation beyond;
+    int refused = writer.reserve(static_cast<std::uint32_t>(data.st_size), beyond);
+    Reservation within;
+    int accepted = writer.reserve(kChunk, within);
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    ::sigaction(SIGXFSZ, &previous, nullptr);
+    EXPECT_EQ(refused, -EFBIG);
+    EXPECT_FALSE(beyond.segment) << "a refused reservation holds nothing";
+    ASSERT_EQ(accepted, 0) << "space already taken still serves";
+    EXPECT_EQ(within.offset, first.offset + kChunk) << "the refused one left no gap";
+    writer.abandon(first);
+    writer.abandon(within);
 }
 
 // The SegmentStart record of segment `number` of worker 0.
