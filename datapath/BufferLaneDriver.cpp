@@ -299,6 +299,11 @@ bool BufferLaneDriver::switchIn(ConnectionIo& io, Direction d) noexcept {
     return true;
 }
 
+void BufferLaneDriver::takeBack(ConnectionIo& io, Direction d) noexcept {
+    recordSwitch(io, d, LaneKind::Buffer);
+    armRecv(io, d);
+}
+
 void BufferLaneDriver::recordSwitch(ConnectionIo& io, Direction d, LaneKind to) noexcept {
     auto& fio = io.at(d);
     fio.lanePolicy.recordSwitched();

@@ -71,6 +71,9 @@ class BufferLaneDriver {
     // At the splice lane's wait for readiness (pipes empty, nothing in flight): true when the
     // direction went back to the buffer lane instead (its recv is armed).
     bool switchIn(ConnectionIo& io, Direction d) noexcept;
+    // The splice lane found no pipe for the direction (the pool's cap, relay/FdBudget.h): it goes
+    // on in this lane, whatever its reads look like. Its pipes are empty.
+    void takeBack(ConnectionIo& io, Direction d) noexcept;
 
     // Directions parked on -ENOBUFS get their recv back, one per free buffer. `find(tag)`
     // returns the connection a parked tag names, or null when it is gone.

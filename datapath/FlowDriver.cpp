@@ -117,11 +117,20 @@ FlowDriver::StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noex
     // Both pipes are empty here: a good moment to trade one that no longer fits the budget's
     // fair share (a flow that never runs dry would otherwise keep it forever).
     if (flow.pipe.valid() && pipes_.wrongSize(flow.pipe)) returnPipes(flow);
-    if (!flow.pipe.valid()) {
-        if (int rc = pipes_.acquire(flow.pipe); rc < 0) {
-            logError("connection ", io.id, ": no pipe: ", errnoText(rc));
-            return {Next::Close, Verdict::close(CloseReason::PipeError, true)};
+    // An audited chunk needs its audit pipe too: taken now, while the flow could still go on
+    // without pipes, rather than with bytes already in the data pipe.
+    bool needsAuditPipe = io.audited && audit_ != nullptr && !flow.auditPipe.valid();
+    int rc = flow.pipe.valid() ? 0 : pipes_.acquire(flow.pipe);
+    if (rc == 0 && needsAuditPipe) rc = pipes_.acquire(flow.auditPipe);
+    if (rc < 0) {
+        returnPipes(flow);
+        // --lane auto: the buffer lane needs no pipe (the pool's cap, or the fd limit, reached).
+        if (lanes_ != nullptr) {
+            lanes_->takeBack(io, d);
+            return {Next::Wait};
         }
+        logError("connection ", io.id, ": no pipe: ", errnoText(rc));
+        return {Next::Close, Verdict::close(CloseReason::PipeError, true)};
     }
     MovePlan plan;
     plan.first = MoveStage::Fill;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 
 namespace splicegate {
@@ -36,6 +37,13 @@ bool PipeBudget::tryReserve(std::uint64_t bytes) noexcept {
         if (current + bytes > limit_) return false;
     } while (!used_.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
     return true;
+}
+
+bool PipeBudget::tryCountPipe() noexcept {
+    auto before = pipes_.fetch_add(1, std::memory_order_relaxed);
+    if (maxPipes_ == 0 || before < maxPipes_) return true;
+    pipes_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
 }
 
 void PipeBudget::release(std::uint64_t bytes) noexcept {
@@ -89,6 +97,11 @@ int PipePool::acquire(Pipe& out) noexcept {
         ++stats_.inUse;
         return 0;
     }
+    if (!budget_.tryCountPipe()) {
+        budget_.countReturned();
+        ++stats_.capRefusals;
+        return -EMFILE;
+    }
     // Halving below the fair share while the budget has no room for it, down to
     // kMinBudgetedPipeSize, before falling to a one-page pipe.
     std::size_t size = fair;
@@ -100,6 +113,7 @@ int PipePool::acquire(Pipe& out) noexcept {
     int rc = Pipe::create(budgeted ? size : kOverflowPipeSize, out);
     if (rc < 0) {
         if (budgeted) budget_.release(size);
+        budget_.pipeClosed();
         budget_.countReturned();
         ++stats_.createFailures;
         return rc;
@@ -145,6 +159,7 @@ void PipePool::release(Pipe&& pipe, std::size_t bufferedBytes) noexcept {
 
 void PipePool::discard(Pipe&& pipe) noexcept {
     if (!isOverflow(pipe)) budget_.release(pipe.capacity());
+    budget_.pipeClosed();
     Pipe closing = std::move(pipe);
 }
 

@@ -22,9 +22,16 @@ namespace splicegate {
 
 class PipeBudget {
   public:
-    explicit PipeBudget(std::uint64_t limitBytes) noexcept : limit_(limitBytes) {}
+    // `maxPipes`: pipes that may exist at once, lent or idle (their fds are counted in the fd
+    // budget, relay/FdBudget.h); 0 = no cap.
+    explicit PipeBudget(std::uint64_t limitBytes, std::uint64_t maxPipes = 0) noexcept
+        : limit_(limitBytes), maxPipes_(maxPipes) {}
     bool tryReserve(std::uint64_t bytes) noexcept;
     void release(std::uint64_t bytes) noexcept;
+    // A new pipe may be made (false: the cap is reached); each true is matched by pipeClosed().
+    bool tryCountPipe() noexcept;
+    void pipeClosed() noexcept { pipes_.fetch_sub(1, std::memory_order_relaxed); }
+    std::uint64_t maxPipes() const noexcept { return maxPipes_; }
     std::uint64_t limit() const noexcept { return limit_; }
     std::uint64_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
 
@@ -44,7 +51,9 @@ class PipeBudget {
 
   private:
     const std::uint64_t limit_;
+    const std::uint64_t maxPipes_;
     std::atomic<std::uint64_t> used_{0};
+    std::atomic<std::uint64_t> pipes_{0};
     std::atomic<std::uint64_t> lent_{0};
 };
 
@@ -55,6 +64,7 @@ struct PipePoolStats {
     std::uint64_t created = 0;
     std::uint64_t discardedNonEmpty = 0;  // returned with bytes in them: a bookkeeping bug
     std::uint64_t createFailures = 0;
+    std::uint64_t capRefusals = 0;  // the budget's pipe cap was reached
 };
 
 class PipePool {
@@ -64,7 +74,8 @@ class PipePool {
     PipePool(const PipePool&) = delete;
     PipePool& operator=(const PipePool&) = delete;
 
-    // Lends a pipe into `out`. Returns 0, or -errno when no pipe at all could be made (EMFILE...).
+    // Lends a pipe into `out`. Returns 0, or -errno when no pipe at all could be made: -EMFILE
+    // also when the budget's pipe cap is reached (the caller may go on without a pipe).
     int acquire(Pipe& out) noexcept;
     // Takes a pipe back. `bufferedBytes` is the caller's count of bytes still in it: a pipe that
     // is not empty is closed, never lent again, so stale bytes can't leak into another stream.

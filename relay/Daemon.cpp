@@ -39,10 +39,10 @@ namespace splicegate {
 namespace {
 // Pipes a worker keeps for reuse (PipePool's maxIdle in Worker).
 constexpr std::uint64_t kIdlePipesPerWorker = 16;
-// Raises the soft fd limit to the hard one and returns how many connections fit in it, counting
-// every fd a connection can hold (FdBudget); logged once.
-std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes,
-                           std::uint64_t controlFds, bool pipes) {
+// Raises the soft fd limit to the hard one and plans how many connections (and pooled pipes) fit
+// in it, counting every fd a connection can hold (FdBudget); logged once.
+FdBudget raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::size_t routes,
+                      std::uint64_t controlFds, PipeFds pipes) {
     rlimit limit{};
     checkSys(::getrlimit(RLIMIT_NOFILE, &limit), "getrlimit(RLIMIT_NOFILE)");
     if (limit.rlim_cur < limit.rlim_max) {
@@ -66,8 +66,9 @@ std::uint64_t raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, st
                 " connections will be accepted, the rest refused (raise LimitNOFILE)");
     else
         logInfo("file descriptors: limit ", limit.rlim_cur, ", ", budget.perConnection,
-                " per connection at most, room for ", budget.connections, " connections");
-    return budget.connections;
+                " per connection at most, room for ", budget.connections, " connections",
+                budget.pipes > 0 ? concat(" and ", budget.pipes, " pipes") : std::string());
+    return budget;
 }
 
 void checkKernel() {
@@ -271,11 +272,13 @@ int runDaemon(int argc, const char* const* argv) {
         std::uint64_t controlFds =
             (config.adminSocket.empty() ? 0 : AdminServerOptions{}.maxPeers) +
             (config.metricsListen.empty() ? 0 : HttpServerLimits{}.maxConnections);
-        auto maxConnections =
-            raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds,
-                         config.lane != Lane::Buffer);
-        if (metrics) metrics->setConnectionsMax(maxConnections);
-        auto settings = relaySettings(config, maxConnections);
+        auto fds = raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds,
+                                config.lane == Lane::Buffer   ? PipeFds::None
+                                : config.lane == Lane::Splice ? PipeFds::PerConnection
+                                                              : PipeFds::Shared);
+        if (metrics) metrics->setConnectionsMax(fds.connections);
+        auto settings = relaySettings(config, fds.connections);
+        settings.maxPipes = fds.pipes;
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
         // Locked before recovery and held until exit: a second daemon changes nothing here.

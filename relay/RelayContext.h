@@ -24,6 +24,7 @@ struct RelaySettings {
     SpliceEngine engine = SpliceEngine::Inline;
     std::size_t pipeSize = 1048576;
     std::uint64_t maxConnections = 65536;
+    std::uint64_t maxPipes = 0;  // pipes that may exist at once (relay/FdBudget.h); 0 = no cap
     std::uint32_t connectTimeoutMs = 5000;
     std::uint32_t idleTimeoutMs = 0;
     std::uint32_t halfClosedTimeoutMs = 0;
@@ -60,7 +61,7 @@ struct AuditStart {
 class RelayContext {
   public:
     RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
-        : settings(relaySettings), pipeBudget(pipeBudgetBytes) {}
+        : settings(relaySettings), pipeBudget(pipeBudgetBytes, relaySettings.maxPipes) {}
 
     const RelaySettings settings;
     PipeBudget pipeBudget;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <vector>
 
 #include "pipes/PipePool.h"
@@ -49,6 +50,24 @@ TEST(PipePool, LendsOnePagePipesWhenTheBudgetIsSpent) {
     pool.release(std::move(overflow), 0);
     EXPECT_EQ(pool.stats().overflowInUse, 0u);
     EXPECT_EQ(pool.stats().idle, 0u);  // overflow pipes are closed, not kept
+}
+
+// The pipe cap counts pipes in existence, lent or idle: past it acquire() says EMFILE (the
+// caller goes on without a pipe), and a pipe closed makes room again.
+TEST(PipePool, PipeCapRefusesNewPipesUntilOneIsClosed) {
+    PipeBudget budget(0, 2);
+    PipePool pool(budget, 4096, 1);
+    Pipe a, b, c;
+    ASSERT_EQ(pool.acquire(a), 0);
+    ASSERT_EQ(pool.acquire(b), 0);
+    EXPECT_EQ(pool.acquire(c), -EMFILE);
+    EXPECT_FALSE(c.valid());
+    EXPECT_EQ(pool.stats().capRefusals, 1u);
+    pool.release(std::move(a), 0);  // kept idle: still a pipe in existence, and reused
+    ASSERT_EQ(pool.acquire(c), 0);
+    EXPECT_EQ(pool.acquire(a), -EMFILE);
+    pool.release(std::move(b), 1);  // not empty: closed
+    EXPECT_EQ(pool.acquire(a), 0);
 }
 
 TEST(PipePool, ReusesReturnedPipesAndKeepsAtMostMaxIdle) {

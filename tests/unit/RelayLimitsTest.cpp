@@ -59,11 +59,25 @@ TEST(FdBudgetTest, ControlPlanePeersAreReserved) {
 
 // --lane buffer: received bytes wait in provided buffers, so a connection holds its sockets only.
 TEST(FdBudgetTest, WithoutPipesAConnectionCountsItsSocketsOnly) {
-    auto with = FdBudget::plan(20000, 65536, 2, 1, 16, 0, true);
-    auto without = FdBudget::plan(20000, 65536, 2, 1, 16, 0, false);
+    auto with = FdBudget::plan(20000, 65536, 2, 1, 16, 0, PipeFds::PerConnection);
+    auto without = FdBudget::plan(20000, 65536, 2, 1, 16, 0, PipeFds::None);
     EXPECT_EQ(without.perConnection, FdBudget::kSocketsPerConnection);
-    EXPECT_EQ(without.reserved, with.reserved);
+    EXPECT_LT(without.reserved, with.reserved) << "no idle pipes either";
+    EXPECT_EQ(without.pipes, 0u);
     EXPECT_GT(without.connections, with.connections);
+}
+
+// --lane auto: the pipes are a capped pool of their own, reserved once; a connection counts its
+// sockets, so 8,000 idle connections fit in 20,000 fds.
+TEST(FdBudgetTest, SharedPipesAreAPoolReservedOnce) {
+    auto shared = FdBudget::plan(20000, 65536, 2, 1, 16, 0, PipeFds::Shared);
+    EXPECT_EQ(shared.perConnection, FdBudget::kSocketsPerConnection);
+    EXPECT_EQ(shared.pipes, 20000u / 16);
+    EXPECT_GE(shared.connections, 8000u);
+    EXPECT_LE(shared.reserved + 2 * shared.connections, 20000u);
+    EXPECT_GE(shared.reserved, 2 * shared.pipes) << "every pooled pipe's two fds";
+    EXPECT_EQ(FdBudget::plan(200, 65536, 1, 1, 16, 0, PipeFds::Shared).pipes,
+              FdBudget::kMinSharedPipes);
 }
 
 TEST(FdBudgetTest, LimitBelowTheReserveFitsNothing) {
