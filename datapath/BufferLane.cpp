@@ -47,7 +47,10 @@ RecvOutcome BufferLane::onRecv(BufferLaneFlow& flow, int result, std::uint32_t f
     if (buffer) buffers_.take(*buffer, result > 0 ? static_cast<std::size_t>(result) : 0);
     auto outcome = flow.recordRecv(result, buffer.has_value(), buffer.value_or(0), more);
     if (buffer && outcome != RecvOutcome::Data) buffers_.giveBack(*buffer);
-    if (outcome == RecvOutcome::NoBuffers) ++dryEvents_;
+    if (outcome == RecvOutcome::NoBuffers) {
+        ++dryEvents_;
+        buffers_.widen();
+    }
     return outcome;
 }
 

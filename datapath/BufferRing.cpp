@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <string>
@@ -12,6 +13,8 @@
 
 namespace splicegate {
 namespace {
+
+constexpr unsigned kInitialWindow = 256;
 
 std::size_t roundToPages(std::size_t bytes) {
     auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -70,12 +73,10 @@ BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
              "io_uring_register_buf_ring (buffer group " + std::to_string(groupId) + ", " +
                  std::to_string(entries) + " entries; provided buffer rings need kernel 5.19)");
     registered_ = true;
-    auto mask = io_uring_buf_ring_mask(entries);
-    for (unsigned id = 0; id < entries; ++id)
-        io_uring_buf_ring_add(shared_, bufferAt(static_cast<std::uint16_t>(id)),
-                              static_cast<unsigned>(bufferSize), static_cast<unsigned short>(id),
-                              mask, static_cast<int>(id));
-    io_uring_buf_ring_advance(shared_, static_cast<int>(entries));
+    window_ = std::min(entries_, kInitialWindow);
+    spare_.reserve(entries_);
+    for (unsigned id = entries_; id-- > 0;) spare_.push_back(static_cast<std::uint16_t>(id));
+    topUp();
 }
 
 BufferRing::~BufferRing() {
@@ -91,6 +92,9 @@ BufferRing::BufferRing(BufferRing&& other) noexcept
       ringMemory_(std::move(other.ringMemory_)),
       buffers_(std::move(other.buffers_)),
       shared_(std::exchange(other.shared_, nullptr)),
+      spare_(std::move(other.spare_)),
+      inRing_(std::exchange(other.inRing_, 0)),
+      window_(std::exchange(other.window_, 0)),
       inUse_(std::exchange(other.inUse_, 0)),
       registered_(std::exchange(other.registered_, false)) {}
 
@@ -101,18 +105,33 @@ std::optional<std::uint16_t> BufferRing::bufferOf(std::uint32_t cqeFlags) noexce
 
 std::span<std::byte> BufferRing::take(std::uint16_t id, std::size_t length) noexcept {
     ++inUse_;
+    --inRing_;  // every completion that names a buffer took it from the ring
+    topUp();
     return {bufferAt(id), length < bufferSize_ ? length : bufferSize_};
 }
 
 void BufferRing::giveBack(std::uint16_t id) noexcept {
     --inUse_;
-    post(id);
+    spare_.push_back(id);
+    topUp();
 }
 
-void BufferRing::post(std::uint16_t id) noexcept {
-    io_uring_buf_ring_add(shared_, bufferAt(id), static_cast<unsigned>(bufferSize_), id,
-                          io_uring_buf_ring_mask(entries_), 0);
-    io_uring_buf_ring_advance(shared_, 1);
+void BufferRing::widen() noexcept {
+    window_ = std::min(entries_, window_ * 2);
+    topUp();
+}
+
+void BufferRing::topUp() noexcept {
+    const auto mask = io_uring_buf_ring_mask(entries_);
+    int added = 0;
+    while (inRing_ < window_ && !spare_.empty()) {
+        std::uint16_t id = spare_.back();
+        spare_.pop_back();
+        io_uring_buf_ring_add(shared_, bufferAt(id), static_cast<unsigned>(bufferSize_), id, mask,
+                              added++);
+        ++inRing_;
+    }
+    if (added > 0) io_uring_buf_ring_advance(shared_, added);
 }
 
 }  // namespace splicegate

@@ -174,6 +174,36 @@ TEST(BufferRing, DryRingIsBackPressureThenReplenishAndRearmDeliversEverything) {
     EXPECT_EQ(buffers->inUse(), 0u);
 }
 
+// Only a window of free buffers is in the ring, topped up with the buffers given back last: a
+// light load keeps reusing a few hundred buffers of a large ring instead of cycling through
+// (and making resident) all of them. A dry ring widens the window.
+TEST(BufferRing, LightLoadReusesAWindowOfBuffersAndADryRingWidensIt) {
+    TestRing ring;
+    MAKE_RING_OR_SKIP(buffers, ring, 4096, 64);
+    EXPECT_EQ(buffers->window(), 256u);
+    SocketPair pair;
+    ring.armRecv(pair.a.get(), kGroup, 5);
+    std::set<std::uint16_t> seen;
+    for (int i = 0; i < 3000; ++i) {
+        writeAll(pair.b.get(), "x");
+        auto cqe = ring.next();
+        ASSERT_TRUE(cqe);
+        SKIP_IF_NO_MULTISHOT(*cqe);
+        ASSERT_EQ(cqe->res, 1) << errnoText(-cqe->res);
+        if (!(cqe->flags & IORING_CQE_F_MORE)) ring.armRecv(pair.a.get(), kGroup, 5);
+        auto id = BufferRing::bufferOf(cqe->flags);
+        ASSERT_TRUE(id);
+        buffers->take(*id, 1);
+        seen.insert(*id);
+        buffers->giveBack(*id);
+    }
+    EXPECT_LE(seen.size(), 257u) << "3,000 one-at-a-time recvs went round the whole ring";
+    buffers->widen();
+    EXPECT_EQ(buffers->window(), 512u);
+    for (int i = 0; i < 5; ++i) buffers->widen();
+    EXPECT_EQ(buffers->window(), 4096u) << "never more than the ring holds";
+}
+
 TEST(BufferRing, EndOfStreamCompletesWithZeroEndsTheMultishotAndHoldsNoBuffer) {
     TestRing ring;
     MAKE_RING_OR_SKIP(buffers, ring, 4, 256);
