@@ -12,7 +12,7 @@
 
 namespace splicegate {
 
-SocketAddress::SocketAddress() noexcept { storage_.ss_family = AF_UNSPEC; }
+SocketAddress::SocketAddress() noexcept { storage_.generic.sa_family = AF_UNSPEC; }
 
 bool splitHostPort(std::string_view text, std::string& host, unsigned& port) noexcept {
     std::string_view hostPart;

@@ -1,6 +1,7 @@
 #pragma once
 // An IPv4 or IPv6 socket address, parsed from "a.b.c.d:port" or "[v6]:port" and printed back the
 // same way. Host names ("HOST:PORT") are resolved only by resolve(), never on the data path.
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <optional>
@@ -23,15 +24,20 @@ public:
     const sockaddr* get() const noexcept { return reinterpret_cast<const sockaddr*>(&storage_); }
     sockaddr* get() noexcept { return reinterpret_cast<sockaddr*>(&storage_); }
     socklen_t length() const noexcept { return length_; }
-    socklen_t* lengthPointer() noexcept { return &length_; }
-    int family() const noexcept { return storage_.ss_family; }
+    int family() const noexcept { return storage_.generic.sa_family; }
     unsigned port() const noexcept;
     std::string toString() const;
 
     friend bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept;
 
 private:
-    sockaddr_storage storage_{};
+    // IPv4 or IPv6 only: 28 bytes, not sockaddr_storage's 128 (two of these per connection).
+    union Storage {
+        sockaddr generic;
+        sockaddr_in v4;
+        sockaddr_in6 v6;
+    };
+    Storage storage_{};
     socklen_t length_ = 0;
 };
 

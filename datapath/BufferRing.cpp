@@ -14,7 +14,7 @@
 namespace splicegate {
 namespace {
 
-constexpr unsigned kInitialWindow = 256;
+constexpr unsigned kInitialWindow = 128;
 
 std::size_t roundToPages(std::size_t bytes) {
     auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));

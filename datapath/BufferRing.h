@@ -14,7 +14,7 @@
 // idle connections each echoing one byte touched 8,192 buffers: 4 KiB per connection). Only a
 // window of free buffers is in the ring; the others wait on a stack, and the ring is topped up
 // from its top, with the buffers given back last (still resident, still in cache). The window
-// starts at 256 and doubles, up to every buffer, each time a recv found the ring empty: memory
+// starts at 128 and doubles, up to every buffer, each time a recv found the ring empty: memory
 // follows the peak of buffers in use, not the ring's size.
 //
 // Ownership: one per worker ring, move-only; the io_uring must outlive it. Destroy it only when no

@@ -180,7 +180,7 @@ TEST(BufferRing, DryRingIsBackPressureThenReplenishAndRearmDeliversEverything) {
 TEST(BufferRing, LightLoadReusesAWindowOfBuffersAndADryRingWidensIt) {
     TestRing ring;
     MAKE_RING_OR_SKIP(buffers, ring, 4096, 64);
-    EXPECT_EQ(buffers->window(), 256u);
+    EXPECT_EQ(buffers->window(), 128u);
     SocketPair pair;
     ring.armRecv(pair.a.get(), kGroup, 5);
     std::set<std::uint16_t> seen;
@@ -197,10 +197,10 @@ TEST(BufferRing, LightLoadReusesAWindowOfBuffersAndADryRingWidensIt) {
         seen.insert(*id);
         buffers->giveBack(*id);
     }
-    EXPECT_LE(seen.size(), 257u) << "3,000 one-at-a-time recvs went round the whole ring";
+    EXPECT_LE(seen.size(), 129u) << "3,000 one-at-a-time recvs went round the whole ring";
     buffers->widen();
-    EXPECT_EQ(buffers->window(), 512u);
-    for (int i = 0; i < 5; ++i) buffers->widen();
+    EXPECT_EQ(buffers->window(), 256u);
+    for (int i = 0; i < 6; ++i) buffers->widen();
     EXPECT_EQ(buffers->window(), 4096u) << "never more than the ring holds";
 }
 
