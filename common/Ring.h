@@ -42,6 +42,7 @@ class Ring {
     // Submits pending SQEs and reaps what completed without waiting (with DEFER_TASKRUN a plain
     // submit would leave finished work unposted).
     int submitAndPeek() noexcept;
+    bool completionsReady() noexcept { return io_uring_cq_ready(&ring_) > 0; }
     // The setup flags the kernel accepted (IORING_SETUP_*).
     unsigned flags() const noexcept { return ring_.flags; }
 

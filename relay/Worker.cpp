@@ -192,7 +192,11 @@ void Worker::loop() {
     while (!(stopping_ && liveConnections_ == 0) && !(draining_ && liveConnections_ == 0)) {
         // One submission per turn: everything prepared while handling the last batch goes in
         // here (connects, polls, re-armed accepts, cancels).
-        int rc = deferred_.empty() ? ring_->submitAndWait(1000) : ring_->submitAndPeek();
+        // A non-blocking enter first (it submits and runs the deferred task work): under load
+        // completions are nearly always there by then, and going straight to a blocking wait
+        // measured 8 % fewer rr requests/s (more sleeps and wake-ups). Only an idle ring waits.
+        int rc = ring_->submitAndPeek();
+        if (deferred_.empty() && !ring_->completionsReady()) rc = ring_->submitAndWait(1000);
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
             logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
         now_ = std::chrono::steady_clock::now();
