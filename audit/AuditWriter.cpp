@@ -157,6 +157,18 @@ std::uint64_t chunkRecordBytes() {
     }();
     return bytes;
 }
+
+// Allocates [from, wanted) of `fd`, or at least [from, needed) when a nearly full disk has no
+// room for the step ahead. Returns the new end, or -errno.
+long long allocate(int fd, int mode, std::uint64_t from, std::uint64_t needed,
+                   std::uint64_t wanted) noexcept {
+    for (std::uint64_t end : {wanted, needed}) {
+        if (::fallocate(fd, mode, static_cast<off_t>(from), static_cast<off_t>(end - from)) == 0)
+            return static_cast<long long>(end);
+        if (errno != ENOSPC || end == needed) return -errno;
+    }
+    return -ENOSPC;
+}
 }  // namespace
 
 bool AuditWriter::reserveSpaceAhead() noexcept {
@@ -173,20 +185,6 @@ bool AuditWriter::reserveSpaceAhead() noexcept {
     reserveAhead_ = true;
     return true;
 }
-
-namespace {
-// Allocates [from, wanted) of `fd`, or at least [from, needed) when a nearly full disk has no
-// room for the step ahead. Returns the new end, or -errno.
-long long allocate(int fd, int mode, std::uint64_t from, std::uint64_t needed,
-                   std::uint64_t wanted) noexcept {
-    for (std::uint64_t end : {wanted, needed}) {
-        if (::fallocate(fd, mode, static_cast<off_t>(from), static_cast<off_t>(end - from)) == 0)
-            return static_cast<long long>(end);
-        if (errno != ENOSPC || end == needed) return -errno;
-    }
-    return -ENOSPC;
-}
-}  // namespace
 
 // Takes the space before anything is accepted into it: a full disk is refused here, at once,
 // never found by a write after the bytes were forwarded.

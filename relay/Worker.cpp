@@ -48,7 +48,6 @@ int tcpState(int fd) noexcept {
 // the flow could not take: the socket is in CLOSE_WAIT), and bytes of `d` are still undelivered
 // (in the flow, or in the sink's send queue). Only the receiver can end it. Costs a few system
 // calls: asked on the timer, of connections quiet for the half-closed timeout only.
-
 bool senderGoneUndelivered(const ConnectionIo& io, Direction d) noexcept {
     const FlowIo& flow = io.flows[static_cast<int>(d)];
     if (!flow.sourceEnded() && tcpState(io.sourceFd(d)) != TCP_CLOSE_WAIT) return false;
