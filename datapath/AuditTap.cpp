@@ -90,7 +90,9 @@ AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept 
     }
     auto& flow = io.at(d);
     log_->abandon(flow.auditSlot);
-    auto lost = flow.flow.abandonAudit();
+    // The lane the direction is in holds the bytes that now go on unaudited.
+    auto lost = flow.lane == LaneKind::Buffer ? flow.laneFlow.abandonAudit()
+                                              : flow.flow.abandonAudit();
     stats_.auditLostBytes.add(lost);
     logWarn("connection ", io.id, ": audit write failed (", errnoText(error), "): ", lost,
             " bytes forwarded unaudited, fail-open");

@@ -65,7 +65,7 @@ class AuditTap {
     // the flow must see it: an error when the chunk could not be indexed.
     int book(ConnectionIo& io, Direction d, int result) noexcept;
     // An audit stage failed with `error`: THE fail-closed / fail-open decision. Fail-open gives
-    // up the flow's audit stage (its bytes are counted lost).
+    // up the audit stage of the lane the direction is in (its bytes are counted lost).
     AuditAction failed(ConnectionIo& io, Direction d, int error) noexcept;
 
     // The log's buffer is full (reserve() gave -ENOBUFS): the flow stops reading its source until

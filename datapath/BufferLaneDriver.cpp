@@ -163,12 +163,9 @@ BufferLaneDriver::StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Di
 
 BufferLaneDriver::StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d,
                                                            int error) noexcept {
-    // The tap judges (fail-closed or fail-open) and gives up the splice half's audit stage;
-    // the held bytes of this lane are given up here.
+    // The tap judges (fail-closed or fail-open) and, fail-open, gives up this lane's audit stage.
     if (audit_->failed(io, d, error) == AuditAction::Close)
         return {Next::Close, Verdict::close(CloseReason::AuditError, true)};
-    auto lost = io.at(d).laneFlow.abandonAudit();
-    stats_.auditLostBytes.add(lost);
     return {Next::Continue};
 }
 
