@@ -171,7 +171,7 @@ long long allocate(int fd, int mode, std::uint64_t from, std::uint64_t needed,
 }
 }  // namespace
 
-bool AuditWriter::reserveSpaceAhead() noexcept {
+bool AuditWriter::reserveSpaceAhead(bool data) noexcept {
     // A probe on the current index file, past its end: EOPNOTSUPP (or EINVAL) means no
     // fallocate here; ENOSPC still means the mechanism works.
     if (current_) {
@@ -183,6 +183,7 @@ bool AuditWriter::reserveSpaceAhead() noexcept {
         if (rc == 0) current_->indexAllocated = current_->indexBytes + 4096;
     }
     reserveAhead_ = true;
+    reserveDataAhead_ = data;
     return true;
 }
 
@@ -190,7 +191,7 @@ bool AuditWriter::reserveSpaceAhead() noexcept {
 // never found by a write after the bytes were forwarded.
 int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
                                std::uint64_t indexNeed) noexcept {
-    if (dataEnd > segment.dataAllocated) {
+    if (reserveDataAhead_ && dataEnd > segment.dataAllocated) {
         std::uint64_t wanted = std::max(dataEnd, std::min(segment.dataAllocated + kDataAhead,
                                                            std::max(segmentBytes_, dataEnd)));
         long long end = allocate(segment.data.get(), 0, segment.dataAllocated, dataEnd, wanted);

@@ -67,13 +67,15 @@ class AuditWriter {
     AuditWriter& operator=(const AuditWriter&) = delete;
 
     // From now on the disk space of what is accepted is taken before it is accepted: reserve()
-    // allocates the data file ahead of its reservations (fallocate, the file's size too) and
-    // index space for their Chunk records (fallocate past the index's end), and fails with
-    // -ENOSPC when it cannot. A writer that fills its data file later (the direct writer, whose
-    // O_DIRECT writes would otherwise find a full disk only after the bytes were forwarded) then
-    // never loses an accepted byte to a full disk. Returns false when the filesystem cannot
-    // allocate ahead (no fallocate): nothing changes then.
-    bool reserveSpaceAhead() noexcept;
+    // allocates index space for the Chunk records of its reservations (fallocate past the
+    // index's end) and, with `data`, the data file ahead of them (fallocate, the file's size
+    // too), and fails with -ENOSPC when it cannot. Index records are written after their chunk
+    // was forwarded (a short index write on a full disk would tear the log), and a writer that
+    // fills its data file later (the direct writer, whose O_DIRECT writes would otherwise find a
+    // full disk only after the bytes were forwarded) needs the data space too; the splice
+    // writer's splice fails at once and takes none ahead. Returns false when the filesystem
+    // cannot allocate ahead (no fallocate): nothing changes then.
+    bool reserveSpaceAhead(bool data) noexcept;
     bool reservesSpaceAhead() const noexcept { return reserveAhead_; }
 
     // Space for a chunk's payload in the current segment (rolling first when it is full).
@@ -163,6 +165,7 @@ class AuditWriter {
     std::vector<std::shared_ptr<Segment>> retired_;
     bool dirty_ = false;
     bool reserveAhead_ = false;
+    bool reserveDataAhead_ = false;
     bool syncInFlight_ = false;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;

@@ -65,15 +65,16 @@ __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
 // The one place the audit writer is chosen (--audit-writer).
 std::unique_ptr<AuditLog> makeAuditLog(const RelaySettings& settings,
                                        std::unique_ptr<audit::AuditWriter> writer, Ring& ring) {
-    if (settings.auditWriter == AuditWriterKind::Splice)
-        return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
+    // Index records are written after their chunk went on: their space is taken first, so a
+    // full disk refuses the chunk instead of tearing the index (both writers).
+    bool direct = settings.auditWriter == AuditWriterKind::Direct;
+    if (!writer->reserveSpaceAhead(direct))
+        logWarn("audit: ", settings.auditDir, " cannot allocate ahead (no fallocate)",
+                direct ? ": under fail-closed every audited chunk waits for its data to be durable"
+                       : "");
+    if (!direct) return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
     audit::DirectLogOptions options;
     options.bufferBytes = settings.auditBufferBytes;
-    // The segments take their space ahead themselves (the file's size too), so that a full disk
-    // refuses a chunk before it is accepted; without fallocate the tap holds chunks until durable.
-    if (!writer->reserveSpaceAhead())
-        logWarn("audit: ", settings.auditDir, " cannot allocate ahead (no fallocate): under "
-                "fail-closed every audited chunk waits for its data to be durable");
     options.writeDelay = std::chrono::milliseconds(failpointAuditWriteDelayMs());
     options.label = "audit " + settings.auditDir;
     return std::make_unique<DirectAuditLog>(std::move(writer), ring, options);

@@ -90,7 +90,7 @@ TEST(AuditWriterTest, SpaceTakenAheadCoversAReservationOrRefusesItAtOnce) {
     TempDir dir;
     constexpr std::uint64_t kMiB = 1 << 20;
     AuditWriter writer(dir.path(), 0, 1, 256 * kMiB);
-    ASSERT_TRUE(writer.reserveSpaceAhead()) << "this filesystem has no fallocate";
+    ASSERT_TRUE(writer.reserveSpaceAhead(true)) << "this filesystem has no fallocate";
     ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     Reservation first;
     ASSERT_EQ(writer.reserve(kChunk, first), 0);
