@@ -28,6 +28,8 @@ struct Connection {
     // cancels its upstream connect instead of leaving it to the connect timeout.
     bool watchingClient = false;
     std::chrono::steady_clock::time_point opened;
+    // Quiet past the half-closed timeout: when its sockets are looked at next (Worker).
+    std::chrono::steady_clock::time_point stallCheckAfter;
     CloseReason closeReason = CloseReason::Closed;
 
     std::uint64_t id() const noexcept { return io.id; }

@@ -45,12 +45,11 @@ int tcpState(int fd) noexcept {
 }
 
 // The sender of direction `d` has sent its FIN (read by the flow, or still queued behind bytes
-// the flow could not take: the socket is in CLOSE_WAIT), and bytes of `d` are still undelivered
-// (in the flow, or in the sink's send queue). Only the receiver can end it. Costs a few system
-// calls: asked on the timer, of connections quiet for the half-closed timeout only.
-bool senderGoneUndelivered(const ConnectionIo& io, Direction d) noexcept {
+// the flow could not take: its socket, in `sourceState`, is in CLOSE_WAIT), and bytes of `d` are
+// still undelivered (in the flow, or in the sink's send queue). Only the receiver can end it.
+bool senderGoneUndelivered(const ConnectionIo& io, Direction d, int sourceState) noexcept {
     const FlowIo& flow = io.flows[static_cast<int>(d)];
-    if (!flow.sourceEnded() && tcpState(io.sourceFd(d)) != TCP_CLOSE_WAIT) return false;
+    if (!flow.sourceEnded() && sourceState != TCP_CLOSE_WAIT) return false;
     int unsent = 0;
     return !flow.finished() || (::ioctl(io.sinkFd(d), SIOCOUTQ, &unsent) == 0 && unsent > 0);
 }
@@ -320,15 +319,20 @@ void Worker::closeTimedOut() {
             closeConnection(*c, CloseReason::IdleTimeout, false);
             continue;
         }
-        if (halfClosed.count() == 0 || quiet < halfClosed) continue;
+        // The checks cost system calls: a quiet connection is looked at once per half-closed
+        // timeout, not on every tick (the audit's tick may come every few ms).
+        if (halfClosed.count() == 0 || quiet < halfClosed || now_ < c->stallCheckAfter) continue;
+        c->stallCheckAfter = now_ + halfClosed;
+        const int clientState = tcpState(c->io.client.get());
+        const int upstreamState = tcpState(c->io.upstream.get());
         // A peer that reset while its flows waited on the other side: nothing polls its socket
         // then, and only the idle timeout would notice.
-        if (tcpState(c->io.client.get()) == TCP_CLOSE) {
+        if (clientState == TCP_CLOSE) {
             closeConnection(*c, CloseReason::ClientReset, true);
-        } else if (tcpState(c->io.upstream.get()) == TCP_CLOSE) {
+        } else if (upstreamState == TCP_CLOSE) {
             closeConnection(*c, CloseReason::UpstreamReset, true);
-        } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream) ||
-                   senderGoneUndelivered(c->io, Direction::UpstreamToClient)) {
+        } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream, clientState) ||
+                   senderGoneUndelivered(c->io, Direction::UpstreamToClient, upstreamState)) {
             logDebug("connection ", c->id(), ": one side sent its FIN and the other has taken "
                      "nothing for ", halfClosed.count(), " ms (--half-closed-timeout-ms)");
             closeConnection(*c, CloseReason::IdleTimeout, false);
