@@ -65,19 +65,6 @@ measure_disk() {
     DISK=$(jq -r '.jobs[0].write.bw_bytes * 8 / 1e9 * 1000 | round / 1000' "$WORK/fio.json")
 }
 
-# The archiver stand-in: every second, the data files of each worker's segments but the newest 3
-# are emptied (sealed long since: a segment is 1 GiB, the writer lets a file go once it is synced).
-archive_sealed() {
-    local dir=$1 watched=$2 worker file
-    while kill -0 "$watched" 2>/dev/null; do
-        for worker in $(ls "$dir" 2>/dev/null | sed -n 's/^\(w[0-9]*\)-.*\.data$/\1/p' | sort -u); do
-            ls "$dir" | grep "^$worker-.*\.data$" | sort | head -n -3 |
-                while read -r file; do truncate -s 0 "$dir/$file"; done
-        done
-        sleep 1
-    done
-}
-
 # Refuses to start a party that could fill the filesystem (at most about 40 GB live at a time).
 check_free_space() {
     local free_gb
@@ -130,7 +117,7 @@ measure() {
     relay=$!
     PIDS+=("$relay")
     if [[ -n $AUDIT && $party != haproxy-tcpdump ]]; then
-        archive_sealed "$AUDIT" "$relay" &
+        bench_archive_sealed "$AUDIT" "$relay" &
         PIDS+=("$!")
     fi
     "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10

@@ -6,6 +6,8 @@
 #                                                  every PID in PIDS (by PID) and removes $WORK
 #                                                  and $AUDIT on any exit
 #   bench_start_sink ADDR                          `splicegate-bench server --mode sink`
+#   bench_archive_sealed DIR PID                   while PID runs, empties the data files of
+#                                                  sealed audit segments in DIR (run it with &)
 #   field KEY LINE / median                        read result lines, take medians
 # shellcheck shell=bash
 
@@ -47,6 +49,21 @@ bench_start_sink() {
         >"$WORK/sink.log" 2>&1 &
     PIDS+=($!)
     "$BIN/splicegate-bench" waitport --connect "$1" --timeout 10
+}
+
+# An archiver stand-in, for runs that write a GB/s of audit for a minute: every second, the data
+# files of each worker's segments but the newest 3 are emptied (sealed long since: a segment is
+# 1 GiB, and the writer lets a file go once it is synced). Index files stay, so the bytes kept
+# are still counted from the log.
+bench_archive_sealed() {
+    local dir=$1 watched=$2 worker file
+    while kill -0 "$watched" 2>/dev/null; do
+        for worker in $(ls "$dir" 2>/dev/null | sed -n 's/^\(w[0-9]*\)-.*\.data$/\1/p' | sort -u); do
+            ls "$dir" | grep "^$worker-.*\.data$" | sort | head -n -3 |
+                while read -r file; do truncate -s 0 "$dir/$file"; done
+        done
+        sleep 1
+    done
 }
 
 # The value of KEY in a "result=... KEY=VALUE ..." line.

@@ -62,21 +62,12 @@ relay=$!
 PIDS+=("$relay")
 "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
 
-# The archiver stand-in of audit-sustained.sh: sealed data files emptied, the newest 3 kept.
 audit_dir=""
 for ((i = 0; i < ${#DAEMON_OPTIONS[@]}; ++i)); do
     [[ ${DAEMON_OPTIONS[i]} == --audit-dir ]] && audit_dir=${DAEMON_OPTIONS[i + 1]:-}
 done
 if [[ $LOAD == upload && -n $audit_dir ]]; then
-    (
-        while kill -0 "$relay" 2>/dev/null; do
-            for worker in $(ls "$audit_dir" 2>/dev/null | sed -n 's/^\(w[0-9]*\)-.*\.data$/\1/p' | sort -u); do
-                ls "$audit_dir" | grep "^$worker-.*\.data$" | sort | head -n -3 |
-                    while read -r file; do truncate -s 0 "$audit_dir/$file"; done
-            done
-            sleep 1
-        done
-    ) &
+    bench_archive_sealed "$audit_dir" "$relay" &
     PIDS+=("$!")
 fi
 
