@@ -20,8 +20,7 @@ AuditTap::AuditTap(std::unique_ptr<AuditLog> log, AuditPolicy policy, WorkerStat
 
 AuditAction AuditTap::open(ConnectionIo& io, std::string_view route, std::string_view client,
                            std::string_view upstream) noexcept {
-    io.audited = true;
-    for (auto& flow : io.flows) flow.flow.configureAudit(true, policy_.strict);
+    io.audited = true;  // the flows take it from here when they start
     int rc = injectedRecordFailure();
     if (rc == 0) rc = log_->recordOpen(io.id, route, client, upstream);
     if (rc == 0) return AuditAction::Proceed;
@@ -29,7 +28,6 @@ AuditAction AuditTap::open(ConnectionIo& io, std::string_view route, std::string
     // record without it would be a problem for verify: the connection is not in the log at all.
     stats_.auditWriteErrors.add(1);
     io.audited = false;
-    for (auto& flow : io.flows) flow.flow.configureAudit(false, false);
     if (policy_.failClosed) {
         logWarn("connection ", io.id, ": its audit Open record failed (", errnoText(rc),
                 "): closing it, fail-closed");
@@ -92,7 +90,8 @@ AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept 
     log_->abandon(flow.auditSlot);
     // The lane the direction is in holds the bytes that now go on unaudited.
     auto lost = flow.lane == LaneKind::Buffer ? flow.laneFlow.abandonAudit()
-                                              : flow.flow.abandonAudit();
+                : flow.splice                 ? flow.flow().abandonAudit()
+                                              : 0;
     stats_.auditLostBytes.add(lost);
     logWarn("connection ", io.id, ": audit write failed (", errnoText(error), "): ", lost,
             " bytes forwarded unaudited, fail-open");

@@ -5,6 +5,7 @@
 // never touched by another thread.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 #include "common/CompletionTag.h"
 #include "common/UniqueFd.h"
@@ -17,10 +18,16 @@
 
 namespace splicegate {
 
-struct FlowIo {
+// A direction's splice-lane half: made when the direction first enters that lane (FlowDriver),
+// kept afterwards. A direction that lives in the buffer lane never pays for it.
+struct SpliceHalf {
     Flow flow;
-    MoveInFlight move;               // the mover's step in flight
-    std::size_t stepLength = 0;      // what the step asked for (a short fill means drained)
+    MoveInFlight move;           // the mover's step in flight
+    std::size_t stepLength = 0;  // what the step asked for (a short fill means drained)
+};
+
+struct FlowIo {
+    std::unique_ptr<SpliceHalf> splice;
     AuditSlot auditSlot;             // log space of the audit write in flight
     std::uint64_t auditedBytes = 0;  // recorded in the index
     // The buffer lane's half of the direction (datapath/BufferLaneDriver.h). A direction is in
@@ -30,11 +37,21 @@ struct FlowIo {
     BufferLaneFlow laneFlow;
     std::uint8_t laneOps = 0;  // buffer-lane SQEs whose (final) completion is still due
 
-    bool finished() const noexcept { return flow.finished() || laneFlow.finished(); }
-    bool sourceEnded() const noexcept { return flow.sourceEnded() || laneFlow.sourceEnded(); }
-    std::uint64_t bytesForwarded() const noexcept {
-        return flow.bytesForwarded() + laneFlow.bytesForwarded();
+    // The splice half's: only once it exists (FlowDriver makes it before any splice-lane step).
+    Flow& flow() noexcept { return splice->flow; }
+    const Flow& flow() const noexcept { return splice->flow; }
+    MoveInFlight& move() noexcept { return splice->move; }
+
+    bool finished() const noexcept {
+        return (splice && splice->flow.finished()) || laneFlow.finished();
     }
+    bool sourceEnded() const noexcept {
+        return (splice && splice->flow.sourceEnded()) || laneFlow.sourceEnded();
+    }
+    std::uint64_t bytesForwarded() const noexcept {
+        return (splice ? splice->flow.bytesForwarded() : 0) + laneFlow.bytesForwarded();
+    }
+    unsigned spliceMovesInFlight() const noexcept { return splice ? splice->move.outstanding : 0; }
 };
 
 struct ConnectionIo {
@@ -52,8 +69,8 @@ struct ConnectionIo {
     std::chrono::steady_clock::time_point lastActivity;
 
     FlowIo& at(Direction d) noexcept { return flows[static_cast<int>(d)]; }
-    Flow& flow(Direction d) noexcept { return at(d).flow; }
-    const Flow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow; }
+    Flow& flow(Direction d) noexcept { return at(d).flow(); }
+    const Flow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow(); }
     int sourceFd(Direction d) const noexcept {
         return d == Direction::ClientToUpstream ? client.get() : upstream.get();
     }
@@ -66,7 +83,7 @@ struct ConnectionIo {
     }
     // Data-path operations whose completion is still due (both lanes).
     unsigned movesInFlight() const noexcept {
-        return flows[0].move.outstanding + flows[1].move.outstanding + flows[0].laneOps +
+        return flows[0].spliceMovesInFlight() + flows[1].spliceMovesInFlight() + flows[0].laneOps +
                flows[1].laneOps;
     }
     // A direction ends in the lane it is in.

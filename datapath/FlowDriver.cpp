@@ -4,20 +4,36 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
 
 #include "common/Error.h"
 #include "common/Log.h"
 
 namespace splicegate {
 
-void FlowDriver::start(ConnectionIo& io) noexcept {
+bool FlowDriver::start(ConnectionIo& io) noexcept {
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {
-        io.flow(d).setDrainedBelow(mover_.drainedBelow());
-        if (lanes_ != nullptr)
+        if (lanes_ != nullptr) {
             lanes_->start(io, d);
-        else
-            waitReadable(io, d);
+            continue;
+        }
+        if (!enterSplice(io, d)) return false;
+        waitReadable(io, d);
     }
+    return true;
+}
+
+// The direction's splice half, made on its first step in the splice lane and configured as the
+// connection is (a direction that stays in the buffer lane never has one). False: out of memory.
+bool FlowDriver::enterSplice(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    if (fio.splice) return true;
+    fio.splice.reset(new (std::nothrow) SpliceHalf);
+    if (!fio.splice) return false;
+    fio.splice->flow.setDrainedBelow(mover_.drainedBelow());
+    bool audited = io.audited && audit_ != nullptr;
+    fio.splice->flow.configureAudit(audited, audited && audit_->strict());
+    return true;
 }
 
 FlowDriver::StepResult FlowDriver::waitReadable(ConnectionIo& io, Direction d) noexcept {
@@ -30,6 +46,10 @@ FlowDriver::StepResult FlowDriver::waitReadable(ConnectionIo& io, Direction d) n
 // (pipes empty, nothing in flight in either lane).
 Verdict FlowDriver::fromLane(ConnectionIo& io, Direction d, const LaneResult& result) noexcept {
     if (!result.toSplice) return result.verdict;
+    if (!enterSplice(io, d)) {  // no memory for the splice half: the buffer lane goes on
+        lanes_->takeBack(io, d);
+        return Verdict::wait();
+    }
     auto started = waitReadable(io, d);
     if (started.next == Next::Close) return started.verdict;
     if (started.next == Next::Wait) return Verdict::wait();
@@ -39,8 +59,9 @@ Verdict FlowDriver::fromLane(ConnectionIo& io, Direction d, const LaneResult& re
 Verdict FlowDriver::drive(ConnectionIo& io, Direction d) noexcept {
     if (lanes_ != nullptr && io.at(d).lane == LaneKind::Buffer)
         return fromLane(io, d, lanes_->drive(io, d));
+    if (!enterSplice(io, d)) return Verdict::close(CloseReason::Error, true);
     for (int steps = 0; steps < kStepBudget; ++steps) {
-        if (!io.relaying || io.at(d).move.busy()) return Verdict::wait();
+        if (!io.relaying || io.at(d).move().busy()) return Verdict::wait();
         auto result = step(io, d);
         if (result.next == Next::Close) return result.verdict;
         if (result.next == Next::Wait) return Verdict::wait();
@@ -55,7 +76,7 @@ Verdict FlowDriver::complete(ConnectionIo& io, CompletionTag tag,
         if (lanes_ == nullptr) return Verdict::wait();
         return fromLane(io, d, lanes_->complete(io, tag, completion));
     }
-    auto report = mover_.complete(tag, completion, io.at(d).move);
+    auto report = mover_.complete(tag, completion, io.at(d).move());
     if (report.pending) return Verdict::wait();
     if (!io.relaying) {
         bookOnly(io, d, report);
@@ -145,7 +166,7 @@ FlowDriver::StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noex
 FlowDriver::StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
                                               MoveStage first) noexcept {
     auto& fio = io.at(d);
-    auto& flow = fio.flow;
+    auto& flow = fio.flow();
     if (!flow.auditPipe.valid()) {
         if (int rc = pipes_.acquire(flow.auditPipe); rc < 0) return auditFailed(io, d, rc);
     }
@@ -168,24 +189,23 @@ FlowDriver::StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
 
 FlowDriver::StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
                                              const MovePlan& plan) noexcept {
-    auto& fio = io.at(d);
-    fio.stepLength = plan.length;
+    auto& half = *io.at(d).splice;
+    half.stepLength = plan.length;
     MovePlan tagged = plan;
     tagged.flow = io.tag(d);
-    return apply(io, d, mover_.start(endsOf(io, d), tagged, fio.move));
+    return apply(io, d, mover_.start(endsOf(io, d), tagged, half.move));
 }
 
 // Applies a step's results to the flow in stage order.
 FlowDriver::StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
                                          const MoveReport& report) noexcept {
     if (report.pending) return {Next::Wait};
-    auto& fio = io.at(d);
-    auto& flow = fio.flow;
+    auto& flow = io.flow(d);
     for (const auto& [stage, result] : report.stages()) {
         switch (stage) {
             case MoveStage::Fill: {
                 if (result == -ECANCELED) break;
-                auto outcome = flow.recordFill(result, fio.stepLength);
+                auto outcome = flow.recordFill(result, io.at(d).splice->stepLength);
                 if (outcome == MoveOutcome::Failed) return moveFailed(io, d, result);
                 if (outcome == MoveOutcome::Moved) io.lastActivity = now_;
                 if (lanes_ != nullptr) lanes_->recordSpliceRead(io, d, result);
@@ -282,7 +302,8 @@ void FlowDriver::release(ConnectionIo& io) noexcept {
         return pipe.bufferedBytes() != 0 ? 1 : booked;
     };
     for (auto& fio : io.flows) {
-        auto& flow = fio.flow;
+        if (!fio.splice) continue;
+        auto& flow = fio.flow();
         if (flow.pipe.valid()) {
             auto left = leftIn(flow.pipe, flow.bytesInPipe());
             pipes_.release(std::move(flow.pipe), left);

@@ -35,8 +35,8 @@ class FlowDriver {
     }
 
     // The connection starts relaying: both directions wait for their source (in the buffer lane:
-    // a recv is armed).
-    void start(ConnectionIo& io) noexcept;
+    // a recv is armed). False: no memory for a splice half (the connection must close).
+    [[nodiscard]] bool start(ConnectionIo& io) noexcept;
     // Takes the flow's next steps until it must wait, yields or the connection must close.
     Verdict drive(ConnectionIo& io, Direction d) noexcept;
     // A completion tagged with a mover op for this connection (also after it stopped relaying:
@@ -59,6 +59,7 @@ class FlowDriver {
 
     StepResult step(ConnectionIo& io, Direction d) noexcept;
     Verdict fromLane(ConnectionIo& io, Direction d, const LaneResult& result) noexcept;
+    bool enterSplice(ConnectionIo& io, Direction d) noexcept;
     StepResult waitReadable(ConnectionIo& io, Direction d) noexcept;
     StepResult startFill(ConnectionIo& io, Direction d) noexcept;
     StepResult startAudit(ConnectionIo& io, Direction d, MoveStage first) noexcept;

@@ -600,7 +600,7 @@ void Worker::startRelaying(Connection& c) {
     }
     logDebug("connection ", c.id(), ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");
-    driver_->start(c.io);
+    if (!driver_->start(c.io)) closeConnection(c, CloseReason::Error, true);  // out of memory
 }
 
 // Acts on the data path's verdict for one flow of `c`.

@@ -162,7 +162,7 @@ TEST_F(FlowDriverTest, StartsTheAuditChainBehindAFill) {
     EXPECT_EQ(chain.audit.fd, 1000) << "the audit write goes to the reserved destination";
     EXPECT_EQ(chain.flow.slot, 3u);
     EXPECT_EQ(chain.flow.generation, 9u);
-    EXPECT_TRUE(io.at(Direction::ClientToUpstream).move.busy());
+    EXPECT_TRUE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
 TEST_F(FlowDriverTest, StrictChainsStopBeforeTheForward) {
@@ -327,7 +327,7 @@ TEST_F(FlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
     EXPECT_EQ(log->chunks, std::vector<std::uint32_t>{1000}) << "the bytes are in the log";
     EXPECT_EQ(io.at(Direction::ClientToUpstream).auditedBytes, 1000u);
     EXPECT_EQ(flow().bytesForwarded(), 0u) << "nothing applied to a closed connection";
-    EXPECT_FALSE(io.at(Direction::ClientToUpstream).move.busy());
+    EXPECT_FALSE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
 TEST_F(FlowDriverTest, FailedFillClosesWithTheSourcesReset) {
@@ -343,7 +343,6 @@ TEST_F(FlowDriverTest, FailedFillClosesWithTheSourcesReset) {
 TEST_F(FlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
     makeDriver(false);
     io.audited = false;
-    flow().configureAudit(false, false);
     for (int i = 0; i < FlowDriver::kStepBudget; ++i) {
         MoveReport step;
         step.add(i % 2 == 0 ? MoveStage::Fill : MoveStage::Forward, static_cast<int>(kPipeSize));
