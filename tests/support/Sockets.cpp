@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -20,6 +21,12 @@
 #include "tests/support/Sha256.h"
 
 namespace splicegate::test {
+
+SocketAddress numericAddress(const char* text) {
+    auto address = SocketAddress::parseNumeric(text);
+    EXPECT_TRUE(address.has_value()) << text;
+    return address.value_or(SocketAddress{});
+}
 namespace {
 
 [[noreturn]] void throwErrno(const std::string& what) {

@@ -15,11 +15,16 @@
 #include <functional>
 #include <string>
 
+#include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::test {
 
 using Clock = std::chrono::steady_clock;
+
+// A numeric "a.b.c.d:port" or "[v6]:port" a test spells out; one it cannot parse is a test
+// failure (and the unspecified address).
+SocketAddress numericAddress(const char* text);
 using Deadline = Clock::time_point;
 using std::chrono::milliseconds;
 

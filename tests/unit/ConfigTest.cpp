@@ -13,6 +13,7 @@
 #include "common/Error.h"
 #include "relay/Config.h"
 #include "relay/ListenerMatcher.h"
+#include "tests/support/Sockets.h"
 
 namespace splicegate {
 namespace {
@@ -38,11 +39,7 @@ Args withDefaultRoute(Args extra = {}) {
     return args;
 }
 
-SocketAddress numeric(const char* text) {
-    auto address = SocketAddress::parseNumeric(text);
-    EXPECT_TRUE(address.has_value()) << text;
-    return address.value_or(SocketAddress{});
-}
+using test::numericAddress;
 
 std::vector<std::string> upstreamTexts(const RouteConfig& route) {
     std::vector<std::string> texts;
@@ -129,10 +126,10 @@ TEST(ConfigTest, ListenAndUpstreamMakeTheDefaultRoute) {
     ASSERT_EQ(config.routes.size(), 1u);
     const auto& route = config.routes.front();
     EXPECT_EQ(route.name, "default");
-    EXPECT_EQ(route.listen, numeric("127.0.0.1:8443"));
+    EXPECT_EQ(route.listen, numericAddress("127.0.0.1:8443"));
     ASSERT_EQ(route.upstreams.size(), 1u);
     EXPECT_EQ(route.upstreams[0].text, "127.0.0.1:9000");
-    EXPECT_EQ(route.upstreams[0].addresses, std::vector{numeric("127.0.0.1:9000")});
+    EXPECT_EQ(route.upstreams[0].addresses, std::vector{numericAddress("127.0.0.1:9000")});
     EXPECT_TRUE(route.audit);
 }
 
@@ -296,20 +293,20 @@ TEST(ConfigTest, SettingsNeedingRestartAreNamed) {
 // ---- Upstreams that loop back into the daemon ------------------------------------------------
 
 TEST(ListenerMatcherTest, ExactAndWildcardListenersAreReached) {
-    ListenerMatcher matcher({numeric("192.0.2.5:0"), numeric("[2001:db8::5]:0")});
-    EXPECT_TRUE(matcher.reaches(numeric("127.0.0.1:80"), numeric("127.0.0.1:80")));
-    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.1:81"), numeric("127.0.0.1:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("127.0.0.2:80"), numeric("0.0.0.0:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("192.0.2.5:80"), numeric("0.0.0.0:80")));
-    EXPECT_FALSE(matcher.reaches(numeric("192.0.2.6:80"), numeric("0.0.0.0:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("0.0.0.0:80"), numeric("127.0.0.1:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("[::1]:80"), numeric("[::]:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("[2001:db8::5]:80"), numeric("[::]:80")));
-    EXPECT_TRUE(matcher.reaches(numeric("[::ffff:127.0.0.1]:80"), numeric("0.0.0.0:80")));
+    ListenerMatcher matcher({numericAddress("192.0.2.5:0"), numericAddress("[2001:db8::5]:0")});
+    EXPECT_TRUE(matcher.reaches(numericAddress("127.0.0.1:80"), numericAddress("127.0.0.1:80")));
+    EXPECT_FALSE(matcher.reaches(numericAddress("127.0.0.1:81"), numericAddress("127.0.0.1:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("127.0.0.2:80"), numericAddress("0.0.0.0:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("192.0.2.5:80"), numericAddress("0.0.0.0:80")));
+    EXPECT_FALSE(matcher.reaches(numericAddress("192.0.2.6:80"), numericAddress("0.0.0.0:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("0.0.0.0:80"), numericAddress("127.0.0.1:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("[::1]:80"), numericAddress("[::]:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("[2001:db8::5]:80"), numericAddress("[::]:80")));
+    EXPECT_TRUE(matcher.reaches(numericAddress("[::ffff:127.0.0.1]:80"), numericAddress("0.0.0.0:80")));
     // IPv6 listeners are IPV6_V6ONLY: [::] does not take IPv4 connections.
-    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.1:80"), numeric("[::]:80")));
+    EXPECT_FALSE(matcher.reaches(numericAddress("127.0.0.1:80"), numericAddress("[::]:80")));
     // Another listener on the same port of a different specific address is another socket.
-    EXPECT_FALSE(matcher.reaches(numeric("127.0.0.2:80"), numeric("127.0.0.1:80")));
+    EXPECT_FALSE(matcher.reaches(numericAddress("127.0.0.2:80"), numericAddress("127.0.0.1:80")));
 }
 
 TEST(ConfigTest, NumbersAtTheirLimitsAreAccepted) {
@@ -345,7 +342,7 @@ TEST(ConfigTest, XdpSynPrefixAndNewSourceOptions) {
 TEST(ConfigTest, ListenAcceptsBracketedIPv6) {
     auto config = parseConfig({"--listen", "[::1]:8443", "--upstream", "[::1]:9000"});
     ASSERT_EQ(config.routes.size(), 1u);
-    EXPECT_EQ(config.routes[0].listen, numeric("[::1]:8443"));
+    EXPECT_EQ(config.routes[0].listen, numericAddress("[::1]:8443"));
     EXPECT_EQ(config.routes[0].listen.family(), AF_INET6);
 }
 
@@ -407,10 +404,10 @@ TEST(ConfigTest, RouteEqualityComparesEveryField) {
     noAudit.audit = false;
     EXPECT_FALSE(route == noAudit);
     auto otherListen = route;
-    otherListen.listen = numeric("127.0.0.1:1");
+    otherListen.listen = numericAddress("127.0.0.1:1");
     EXPECT_FALSE(route == otherListen);
     auto otherUpstream = route;
-    otherUpstream.upstreams[0].addresses = {numeric("127.0.0.1:1")};
+    otherUpstream.upstreams[0].addresses = {numericAddress("127.0.0.1:1")};
     EXPECT_FALSE(route == otherUpstream);
 }
 
@@ -455,7 +452,7 @@ log-level = warn
     EXPECT_EQ(config.configFile, file);
     ASSERT_EQ(config.routes.size(), 1u);
     EXPECT_EQ(config.routes[0].name, "default");
-    EXPECT_EQ(config.routes[0].listen, numeric("127.0.0.1:8443"));
+    EXPECT_EQ(config.routes[0].listen, numericAddress("127.0.0.1:8443"));
     EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9000"});
     EXPECT_EQ(config.workers, 3u);
     EXPECT_EQ(config.adminSocket, "/tmp/admin.sock");
@@ -492,7 +489,7 @@ TEST_F(ConfigFileTest, CommandLineBeatsTheFile) {
                                "--xdp-deny=192.0.2.0/24"});
     EXPECT_EQ(config.workers, 5u);
     EXPECT_EQ(config.logLevel, LogLevel::Error);  // only in the file: the file's value holds
-    EXPECT_EQ(config.routes.at(0).listen, numeric("127.0.0.1:8443"));
+    EXPECT_EQ(config.routes.at(0).listen, numericAddress("127.0.0.1:8443"));
     // A repeatable option on the command line replaces the file's values rather than adding.
     EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9009"});
     EXPECT_EQ(config.xdpDeny, std::vector<std::string>{"192.0.2.0/24"});
@@ -531,12 +528,12 @@ audit = false
     ASSERT_EQ(config.routes.size(), 3u);
     EXPECT_EQ(config.routes[0].name, "default");
     EXPECT_EQ(config.routes[1].name, "web");
-    EXPECT_EQ(config.routes[1].listen, numeric("127.0.0.1:8080"));
+    EXPECT_EQ(config.routes[1].listen, numericAddress("127.0.0.1:8080"));
     EXPECT_EQ(upstreamTexts(config.routes[1]),
               (std::vector<std::string>{"127.0.0.1:80", "localhost:81"}));
     EXPECT_TRUE(config.routes[1].audit);
     EXPECT_EQ(config.routes[2].name, "db-2");
-    EXPECT_EQ(config.routes[2].listen, numeric("[::1]:5432"));
+    EXPECT_EQ(config.routes[2].listen, numericAddress("[::1]:5432"));
     EXPECT_FALSE(config.routes[2].audit);
 }
 

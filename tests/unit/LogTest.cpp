@@ -9,15 +9,12 @@
 
 #include "common/Log.h"
 #include "relay/AccessLog.h"
+#include "tests/support/Sockets.h"
 
 namespace splicegate {
 namespace {
 
-SocketAddress numeric(const char* text) {
-    auto address = SocketAddress::parseNumeric(text);
-    EXPECT_TRUE(address.has_value()) << text;
-    return address.value_or(SocketAddress{});
-}
+using test::numericAddress;
 
 TEST(LogTest, JournalLinesCarryThePriorityAndNoTimestamp) {
     EXPECT_EQ(formatLogLine(LogLevel::Error, "disk gone", true), "<3>error disk gone");
@@ -91,7 +88,7 @@ TEST(LogTest, SuppressedCountsAreReportedWhenTheWindowEnds) {
 }
 
 TEST(AccessLogTest, LineHasEveryFieldInOrder) {
-    AccessRecord record{"web", 42,   numeric("127.0.0.2:40000"), numeric("[::1]:8080"), 1000,
+    AccessRecord record{"web", 42,   numericAddress("127.0.0.2:40000"), numericAddress("[::1]:8080"), 1000,
                         20,    1234, CloseReason::IdleTimeout};
     EXPECT_EQ(formatAccessLine(record),
               "access route=web id=42 client=127.0.0.2:40000 upstream=[::1]:8080 c2u=1000 u2c=20 "
@@ -99,7 +96,7 @@ TEST(AccessLogTest, LineHasEveryFieldInOrder) {
 }
 
 TEST(AccessLogTest, NoUpstreamReadsDash) {
-    AccessRecord record{"db", 7, numeric("10.0.0.1:5"),           SocketAddress{}, 0,
+    AccessRecord record{"db", 7, numericAddress("10.0.0.1:5"),           SocketAddress{}, 0,
                         0,    3, CloseReason::UpstreamUnreachable};
     EXPECT_EQ(formatAccessLine(record),
               "access route=db id=7 client=10.0.0.1:5 upstream=- c2u=0 u2c=0 duration_ms=3 "

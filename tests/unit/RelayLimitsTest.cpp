@@ -3,38 +3,35 @@
 
 #include "relay/FdBudget.h"
 #include "relay/SourceLimiter.h"
+#include "tests/support/Sockets.h"
 
 namespace splicegate {
 namespace {
 
-SocketAddress numeric(const char* text) {
-    auto address = SocketAddress::parseNumeric(text);
-    EXPECT_TRUE(address.has_value()) << text;
-    return address.value_or(SocketAddress{});
-}
+using test::numericAddress;
 
 TEST(SourceLimiterTest, CountsPerAddressNotPerPort) {
     SourceLimiter limiter(2);
-    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1000")));
-    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1001")));
-    EXPECT_FALSE(limiter.tryAcquire(numeric("127.0.0.2:1002")));
-    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.3:1000")));  // another source
-    EXPECT_EQ(limiter.openFrom(numeric("127.0.0.2:9")), 2u);
-    limiter.release(numeric("127.0.0.2:1000"));
-    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1003")));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.2:1000")));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.2:1001")));
+    EXPECT_FALSE(limiter.tryAcquire(numericAddress("127.0.0.2:1002")));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.3:1000")));  // another source
+    EXPECT_EQ(limiter.openFrom(numericAddress("127.0.0.2:9")), 2u);
+    limiter.release(numericAddress("127.0.0.2:1000"));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.2:1003")));
 }
 
 TEST(SourceLimiterTest, MappedIPv6CountsAsItsIPv4Address) {
     SourceLimiter limiter(1);
-    EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1000")));
-    EXPECT_FALSE(limiter.tryAcquire(numeric("[::ffff:127.0.0.2]:1000")));
-    EXPECT_TRUE(limiter.tryAcquire(numeric("[::1]:1000")));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.2:1000")));
+    EXPECT_FALSE(limiter.tryAcquire(numericAddress("[::ffff:127.0.0.2]:1000")));
+    EXPECT_TRUE(limiter.tryAcquire(numericAddress("[::1]:1000")));
 }
 
 TEST(SourceLimiterTest, ZeroMeansNoLimit) {
     SourceLimiter limiter(0);
-    for (int i = 0; i < 1000; ++i) EXPECT_TRUE(limiter.tryAcquire(numeric("127.0.0.2:1")));
-    EXPECT_EQ(limiter.openFrom(numeric("127.0.0.2:1")), 0u);
+    for (int i = 0; i < 1000; ++i) EXPECT_TRUE(limiter.tryAcquire(numericAddress("127.0.0.2:1")));
+    EXPECT_EQ(limiter.openFrom(numericAddress("127.0.0.2:1")), 0u);
 }
 
 TEST(FdBudgetTest, CountsSocketsPipesAndAuditPipes) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "relay/UpstreamPool.h"
+#include "tests/support/Sockets.h"
 
 namespace splicegate {
 namespace {
@@ -11,14 +12,10 @@ namespace {
 using Clock = UpstreamPool::Clock;
 using std::chrono::milliseconds;
 
-SocketAddress numeric(const char* text) {
-    auto address = SocketAddress::parseNumeric(text);
-    EXPECT_TRUE(address.has_value()) << text;
-    return address.value_or(SocketAddress{});
-}
+using test::numericAddress;
 
 UpstreamConfig upstream(const char* text) {
-    return UpstreamConfig{text, {numeric(text)}, {}};
+    return UpstreamConfig{text, {numericAddress(text)}, {}};
 }
 
 UpstreamConfig unresolved(const char* text) {
@@ -48,7 +45,7 @@ TEST(UpstreamPoolTest, RoundRobinOverHealthyUpstreams) {
     EXPECT_EQ(pickIndex(pool, now), 0u);
     auto pick = pool.pick(now);
     ASSERT_TRUE(pick);
-    EXPECT_EQ(pick->address, numeric("127.0.0.1:2"));
+    EXPECT_EQ(pick->address, numericAddress("127.0.0.1:2"));
 }
 
 TEST(UpstreamPoolTest, FailingUpstreamIsSkippedThenProbedAndComesBack) {
@@ -112,26 +109,26 @@ TEST(UpstreamPoolTest, UnresolvedNameIsDownUntilResolved) {
     pool.setResolved(0, {}, "no such name", now + milliseconds(1000));  // backoff now 2 s
     EXPECT_TRUE(pool.dueResolutions(now + milliseconds(2999)).empty());
     ASSERT_EQ(pool.dueResolutions(now + milliseconds(3000)).size(), 1u);
-    pool.setResolved(0, {numeric("127.0.0.1:80")}, "", now + milliseconds(3000));
+    pool.setResolved(0, {numericAddress("127.0.0.1:80")}, "", now + milliseconds(3000));
     EXPECT_TRUE(pool.snapshot()[0].up);
     auto pick = pool.pick(now);
     ASSERT_TRUE(pick);
-    EXPECT_EQ(pick->address, numeric("127.0.0.1:80"));
+    EXPECT_EQ(pick->address, numericAddress("127.0.0.1:80"));
 }
 
 TEST(UpstreamPoolTest, NamesAreReResolvedAndKeepAddressesWhenDnsFails) {
     auto now = Clock::now();
     UpstreamHealthPolicy p = policy();
     p.reresolveInterval = milliseconds(30000);
-    UpstreamPool pool("web", {UpstreamConfig{"backend:80", {numeric("127.0.0.1:80")}, {}}}, p,
+    UpstreamPool pool("web", {UpstreamConfig{"backend:80", {numericAddress("127.0.0.1:80")}, {}}}, p,
                       nullptr, now);
     EXPECT_TRUE(pool.dueResolutions(now + milliseconds(29999)).empty());
     ASSERT_EQ(pool.dueResolutions(now + milliseconds(30000)).size(), 1u);
     pool.setResolved(0, {}, "timeout", now + milliseconds(30000));
     EXPECT_TRUE(pool.snapshot()[0].up);  // a DNS outage is not an upstream outage
     ASSERT_EQ(pool.dueResolutions(now + milliseconds(31000)).size(), 1u);
-    pool.setResolved(0, {numeric("127.0.0.2:80")}, "", now + milliseconds(31000));
-    EXPECT_EQ(pool.pick(now)->address, numeric("127.0.0.2:80"));
+    pool.setResolved(0, {numericAddress("127.0.0.2:80")}, "", now + milliseconds(31000));
+    EXPECT_EQ(pool.pick(now)->address, numericAddress("127.0.0.2:80"));
 }
 
 TEST(UpstreamPoolTest, NumericUpstreamsAreNeverResolved) {
