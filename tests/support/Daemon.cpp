@@ -275,7 +275,9 @@ bool Daemon::waitReady(uint16_t port, milliseconds timeout) {
     Deadline deadline = deadlineIn(timeout);
     for (;;) {
         if (!running()) return false;
-        if (isListening(port)) return true;
+        // The listeners are bound before the workers set up (a client may wait in the backlog),
+        // so LISTEN alone does not mean every worker has opened its audit segment yet.
+        if (isListening(port) && log().find(" started: ") != std::string::npos) return true;
         if (Clock::now() >= deadline) return false;
         std::this_thread::sleep_for(milliseconds(10));
     }

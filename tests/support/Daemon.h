@@ -81,7 +81,8 @@ class Daemon {
     Daemon& operator=(const Daemon&) = delete;
     ~Daemon();
 
-    // Waits until `port` is in LISTEN state (the daemon is ready) while the daemon is alive.
+    // Waits until `port` is in LISTEN state and every worker is set up (the log's "started"
+    // line) while the daemon is alive.
     // On failure returns false; why() says what happened.
     bool waitReady(uint16_t port, milliseconds timeout = milliseconds(10000));
 
