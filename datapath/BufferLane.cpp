@@ -65,11 +65,15 @@ std::span<const std::byte> BufferLane::bytes(const BufferLaneFlow::Slice& slice)
     return buffers_.memory(slice.buffer).subspan(slice.offset, slice.length);
 }
 
-long BufferLane::send(int sink, const BufferLaneFlow::Slice& slice, std::size_t length) noexcept {
+void BufferLane::submitSend(int sink, const BufferLaneFlow::Slice& slice, std::size_t length,
+                            std::uint64_t tag) noexcept {
     auto data = bytes(slice);
-    auto sent = ::send(sink, data.data(), length < data.size() ? length : data.size(),
-                       MSG_DONTWAIT | MSG_NOSIGNAL);
-    return sent < 0 ? -errno : sent;
+    auto* sqe = nextSqe(ring_);
+    // Without MSG_WAITALL a stream send completes with what the socket took (a short send when
+    // it filled up); a socket with no room at all is polled by io_uring, not reported.
+    io_uring_prep_send(sqe, sink, data.data(), length < data.size() ? length : data.size(),
+                       MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, tag);
 }
 
 void BufferLane::giveBackSent(BufferLaneFlow& flow) noexcept {

@@ -2,9 +2,11 @@
 // The buffer lane of one worker: its provided buffer ring and the few operations a flow in this
 // lane needs (docs/kernel-notes.md §6). A direction keeps one multishot IORING_OP_RECV armed with
 // buffer select; the kernel picks a buffer only when bytes arrive, so an idle connection holds
-// none. Received bytes are sent to the sink by a direct non-blocking send() (the socket is
-// nearly always writable; when it is not, the worker waits for POLLOUT) and written to the audit
-// log from the same memory, no tee. A buffer goes back to the ring once fully sent.
+// none. Received bytes are sent to the sink by an IORING_OP_SEND, one in flight per direction
+// (which keeps the order), and written to the audit log from the same memory, no tee. A buffer
+// goes back to the ring once fully sent. The sends of a loop turn go to the kernel in the turn's
+// one submit: a request costs no system call of its own, and the wake-ups the sends cause do not
+// preempt the worker between two of them (docs/kernel-notes.md §6).
 //
 // -ENOBUFS (the ring ran dry) is back-pressure: the direction is parked here and re-armed once
 // buffers come back, at most as many directions as there are free buffers at a time.
@@ -47,8 +49,10 @@ class BufferLane {
     void dropCompletion(std::uint32_t flags) noexcept;
 
     std::span<const std::byte> bytes(const BufferLaneFlow::Slice& slice) const noexcept;
-    // A direct non-blocking send of the first `length` bytes of `slice`: bytes or -errno.
-    long send(int sink, const BufferLaneFlow::Slice& slice, std::size_t length) noexcept;
+    // An IORING_OP_SEND of the first `length` bytes of `slice` to `sink`; the slice's buffer
+    // must stay held until its completion (bytes sent, or -errno).
+    void submitSend(int sink, const BufferLaneFlow::Slice& slice, std::size_t length,
+                    std::uint64_t tag) noexcept;
     // Gives back the buffers `flow` has fully sent.
     void giveBackSent(BufferLaneFlow& flow) noexcept;
     // An IORING_OP_WRITE of the first `length` bytes of `slice` at `offset` of `fd`.

@@ -93,6 +93,8 @@ BufferLaneDriver::StepResult BufferLaneDriver::step(ConnectionIo& io, Direction 
             return {Next::Wait};
         case LaneStep::Send:
             return send(io, d);
+        case LaneStep::WaitSend:
+            return {Next::Wait};
         case LaneStep::WaitWritable:
             if (!flow.writableWaitArmed()) armWritable(io, d);
             return {Next::Wait};
@@ -170,14 +172,22 @@ BufferLaneDriver::StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Dir
 }
 
 BufferLaneDriver::StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
+    auto& fio = io.at(d);
+    auto slice = fio.laneFlow.sendSlice();
+    auto length = static_cast<std::uint32_t>(failpointLength(FailSite::Forward, slice.length));
+    lane_.submitSend(io.sinkFd(d), slice, length, tag(io, d, kSendOp));
+    fio.laneFlow.recordSendStarted(length);
+    ++fio.laneOps;
+    return {Next::Continue};
+}
+
+BufferLaneDriver::StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d,
+                                                    int result) noexcept {
     auto& flow = io.at(d).laneFlow;
-    auto slice = flow.sendSlice();
-    auto length = failpointLength(FailSite::Forward, slice.length);
-    auto result = failpointResult(FailSite::Forward,
-                                  static_cast<int>(lane_.send(io.sinkFd(d), slice, length)));
-    bool ok = flow.recordSend(result, length);
+    bool ok = flow.recordSend(result, flow.sendInFlight());
     lane_.giveBackSent(flow);
     updateGauge();
+    if (!io.relaying) return {Next::Wait};
     if (!ok) {
         logDebug("connection ", io.id, ": ", toString(d), " send failed: ", errnoText(result));
         bool reset = result == -ECONNRESET || result == -EPIPE;
@@ -224,6 +234,9 @@ LaneResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
             break;
         case kAuditWriteOp:
             result = auditWritten(io, d, failpointResult(FailSite::AuditWrite, completion.result));
+            break;
+        case kSendOp:
+            result = sent(io, d, failpointResult(FailSite::Forward, completion.result));
             break;
         case kWritableOp:
             fio.laneFlow.recordSinkWritable();

@@ -1,7 +1,7 @@
 #pragma once
 // Runs the buffer-lane half of a connection's directions (datapath/BufferLane.h): a multishot
 // recv into the worker's provided buffer ring, the audit write straight from the received memory
-// (no tee), a direct send, and the switches between lanes that LanePolicy asks for under
+// (no tee), an io_uring send, and the switches between lanes that LanePolicy asks for under
 // `--lane auto`. Like FlowDriver it returns a Verdict and never closes a connection itself; the
 // FlowDriver owns the splice lane and hands a direction over (LaneResult::toSplice), so the
 // worker only routes completions and acts on verdicts.
@@ -44,8 +44,9 @@ class BufferLaneDriver {
     static constexpr std::uint8_t kCancelOp = 0x61;
     static constexpr std::uint8_t kAuditWriteOp = 0x62;
     static constexpr std::uint8_t kWritableOp = 0x63;
+    static constexpr std::uint8_t kSendOp = 0x64;
     static constexpr bool isLaneOp(std::uint8_t op) noexcept { return (op & 0xf0) == 0x60; }
-    static_assert(isMoverOp(kRecvOp) && isMoverOp(kWritableOp));
+    static_assert(isMoverOp(kRecvOp) && isMoverOp(kSendOp));
 
     // `adaptive`: --lane auto (switch by LanePolicy); otherwise --lane buffer (never switch).
     // `audit` is null when the worker audits nothing. Throws std::system_error (BufferRing).
@@ -97,6 +98,7 @@ class BufferLaneDriver {
     StepResult auditWritten(ConnectionIo& io, Direction d, int result) noexcept;
     StepResult auditFailed(ConnectionIo& io, Direction d, int error) noexcept;
     StepResult send(ConnectionIo& io, Direction d) noexcept;
+    StepResult sent(ConnectionIo& io, Direction d, int result) noexcept;
     StepResult shutdownSink(ConnectionIo& io, Direction d) noexcept;
     StepResult received(ConnectionIo& io, Direction d, MoveCompletion completion) noexcept;
     void armRecv(ConnectionIo& io, Direction d) noexcept;

@@ -81,6 +81,7 @@ BufferLaneFlow::Slice BufferLaneFlow::sendSlice() const noexcept {
 }
 
 bool BufferLaneFlow::recordSend(long result, std::size_t requested) noexcept {
+    sendInFlight_ = 0;
     if (result < 0) {
         if (result == -EAGAIN || result == -EWOULDBLOCK || result == -EINTR) {
             sinkBlocked_ = true;
@@ -114,6 +115,7 @@ bool BufferLaneFlow::recordSend(long result, std::size_t requested) noexcept {
 
 LaneStep BufferLaneFlow::next() const noexcept {
     if (sinkShut_) return LaneStep::Finished;
+    if (sendInFlight_ > 0) return LaneStep::WaitSend;
     if (released_ > 0) return sinkBlocked_ ? LaneStep::WaitWritable : LaneStep::Send;
     if (auditInFlight_ > 0) return LaneStep::WaitAudit;
     if (writtenUnreleased_ > 0) return LaneStep::WaitDurable;

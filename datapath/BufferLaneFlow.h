@@ -25,6 +25,7 @@ enum class LaneStep {
     WaitAudit,     // an audit write is in flight
     WaitDurable,   // strict: written, waiting for the group commit
     Send,          // send sendSlice() to the sink
+    WaitSend,      // a send is in flight (one at a time keeps the order)
     WaitWritable,  // the sink is full: wait for POLLOUT
     Receive,       // nothing held: the recv is armed, or must be, or waits for buffers
     SwitchLane,    // the switch to splice was asked, the recv has ended and nothing is held
@@ -96,6 +97,10 @@ class BufferLaneFlow {
 
     // Send side: the released front (within the front buffer).
     Slice sendSlice() const noexcept;
+    // A send of `length` bytes of sendSlice() was submitted; its buffers stay held until
+    // recordSend() books its result.
+    void recordSendStarted(std::uint32_t length) noexcept { sendInFlight_ = length; }
+    std::uint32_t sendInFlight() const noexcept { return sendInFlight_; }
     // A send of `requested` bytes and its result (bytes, or -errno). A short send means the
     // sink is full. Fully sent buffers are listed in sentBuffers() for the caller to give back.
     // False when the send failed.
@@ -129,7 +134,7 @@ class BufferLaneFlow {
         sent_.clear();
         front_ = 0;
         held_ = released_ = writtenUnreleased_ = auditInFlight_ = 0;
-        frontSent_ = 0;
+        frontSent_ = sendInFlight_ = 0;
     }
 
   private:
@@ -143,6 +148,7 @@ class BufferLaneFlow {
     std::vector<std::uint16_t> sent_;  // fully sent, to give back
     std::size_t front_ = 0;
     std::uint32_t frontSent_ = 0;        // bytes of the front chunk already sent
+    std::uint32_t sendInFlight_ = 0;     // bytes of the submitted send, until its completion
     std::size_t held_ = 0;               // received, not sent
     std::size_t released_ = 0;           // from the front: cleared for sending
     std::size_t writtenUnreleased_ = 0;  // written, waiting for durability

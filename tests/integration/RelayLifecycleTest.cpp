@@ -489,11 +489,7 @@ TEST_F(RelayReloadTest, SighupWithBrokenConfigKeepsRunningConfig) {
 
     writeConfig(first(echoA_) + "bogus_reload_key = 1\n");
     daemon.signal(SIGHUP);
-    Deadline deadline = deadlineIn(milliseconds(3000));
-    while (grepLines(daemon.log(), "bogus_reload_key").empty() && Clock::now() < deadline) {
-        std::this_thread::sleep_for(milliseconds(20));
-    }
-    EXPECT_FALSE(grepLines(daemon.log(), "bogus_reload_key").empty())
+    EXPECT_EQ(daemon.waitLogLines("bogus_reload_key", 1, milliseconds(3000)), 1u)
         << "the log does not name the bad key after SIGHUP" << daemon.why();
     ASSERT_TRUE(daemon.running()) << "a bad config on SIGHUP killed the daemon" << daemon.why();
     EXPECT_TRUE(isListening(portFirst_)) << "a bad config on SIGHUP dropped the running routes";

@@ -70,7 +70,23 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
         }
         ASSERT_EQ(flow.next(), LaneStep::Send);
         auto slice = flow.sendSlice();
-        auto sent = lane->send(sink.a.get(), slice, slice.length);
+        lane->submitSend(sink.a.get(), slice, slice.length, 7);
+        flow.recordSendStarted(slice.length);
+        ring.submit();
+        EXPECT_EQ(flow.next(), LaneStep::WaitSend);
+        // A sink with no room keeps the send in flight (io_uring polls it) and its buffer held,
+        // until the peer reads.
+        auto done = ring.next(50);
+        for (int wait = 0; !done && wait < 100; ++wait) {
+            EXPECT_GT(lane->buffersInUse(), 0u);
+            char chunk[65536];
+            auto got = ::read(sink.b.get(), chunk, sizeof chunk);
+            if (got > 0) delivered.append(chunk, static_cast<std::size_t>(got));
+            done = ring.next(50);
+        }
+        ASSERT_TRUE(done) << "the send never completed";
+        ASSERT_EQ(done->user_data, 7u);
+        long sent = done->res;
         if (sent > 0 && static_cast<std::size_t>(sent) < slice.length) ++partial;
         ASSERT_TRUE(flow.recordSend(sent, slice.length)) << errnoText(static_cast<int>(-sent));
         auto before = lane->buffersInUse();
@@ -116,6 +132,7 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     auto sent = flow.sendSlice();
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(lane->bytes(sent).data()), sent.length),
               "0123456789abcdef");
+    flow.recordSendStarted(sent.length);
     flow.recordSend(sent.length, sent.length);  // as if sent
     lane->giveBackSent(flow);
     lane->rearmParked([&](std::uint64_t tag) {

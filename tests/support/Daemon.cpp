@@ -283,6 +283,16 @@ bool Daemon::waitReady(uint16_t port, milliseconds timeout) {
     }
 }
 
+std::size_t Daemon::waitLogLines(const std::string& needle, std::size_t count,
+                                 milliseconds timeout) {
+    Deadline deadline = deadlineIn(timeout);
+    for (;;) {
+        auto found = grepLines(log(), needle).size();
+        if (found >= count || Clock::now() >= deadline) return found;
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+}
+
 void Daemon::signal(int sig) const {
     if (!status_) ::kill(pid_, sig);
 }

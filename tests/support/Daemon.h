@@ -86,6 +86,11 @@ class Daemon {
     // On failure returns false; why() says what happened.
     bool waitReady(uint16_t port, milliseconds timeout = milliseconds(10000));
 
+    // Waits until the log has `count` lines containing `needle` (case-insensitive), at most
+    // `timeout`; returns how many it has then. A line is written after the effect it reports
+    // (a close is seen by the peer before its access line), so tests wait for it.
+    std::size_t waitLogLines(const std::string& needle, std::size_t count, milliseconds timeout);
+
     void signal(int sig) const;
     // Reaps the daemon if it exits within `timeout`.
     std::optional<ExitStatus> waitExit(milliseconds timeout);

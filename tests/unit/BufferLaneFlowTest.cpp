@@ -45,6 +45,27 @@ TEST(BufferLaneFlow, UnauditedBytesAreSentAtOnceAndTheBufferGoesBackWhenFullySen
     EXPECT_EQ(flow.next(), LaneStep::Receive);
 }
 
+TEST(BufferLaneFlow, ASendInFlightHoldsTheNextSendAndEOFUntilItCompletes) {
+    auto flow = armedFlow();
+    flow.recordRecv(10, true, 7, kMore);
+    flow.recordRecv(20, true, 2, kMore);
+    flow.recordRecv(0, false, 0, false);  // EOF behind the bytes
+    ASSERT_EQ(flow.next(), LaneStep::Send);
+    flow.recordSendStarted(10);
+    EXPECT_EQ(flow.sendInFlight(), 10u);
+    // One send at a time keeps the order; the EOF waits behind the bytes in flight.
+    EXPECT_EQ(flow.next(), LaneStep::WaitSend);
+    ASSERT_TRUE(flow.recordSend(10, 10));
+    EXPECT_EQ(flow.sendInFlight(), 0u);
+    EXPECT_EQ(flow.sentBuffers(), std::vector<std::uint16_t>{7});
+    ASSERT_EQ(flow.next(), LaneStep::Send);
+    EXPECT_EQ(flow.sendSlice().buffer, 2u);
+    flow.recordSendStarted(20);
+    EXPECT_EQ(flow.next(), LaneStep::WaitSend);
+    ASSERT_TRUE(flow.recordSend(20, 20));
+    EXPECT_EQ(flow.next(), LaneStep::ShutdownSink);
+}
+
 TEST(BufferLaneFlow, ChunksGoOutInArrivalOrderOneBufferAtATime) {
     auto flow = armedFlow();
     flow.recordRecv(10, true, 7, kMore);
