@@ -56,6 +56,19 @@ EdgeControl::EdgeControl(const Config& config) {
             " mode), ", configDeny_.size(), " deny and ", configAllow_.size(), " allow prefixes");
 }
 
+EdgeRulePlan EdgeControl::planLocked(const Config& config) const {
+    std::set<std::string> deny(config.xdpDeny.begin(), config.xdpDeny.end());
+    std::set<std::string> allow(config.xdpAllow.begin(), config.xdpAllow.end());
+    auto plan = EdgeRulePlan::make(filter_->rules(), configDeny_, configAllow_, deny, allow);
+    if (auto problem = plan.overflow(kRulesPerSet)) throw UsageError(*problem);
+    return plan;
+}
+
+void EdgeControl::checkConfig(const Config& config) const {
+    std::lock_guard lock(mutex_);
+    if (filter_) planLocked(config);
+}
+
 void EdgeControl::applyConfig(const Config& config) {
     std::lock_guard lock(mutex_);
     if (!filter_) {
@@ -63,18 +76,13 @@ void EdgeControl::applyConfig(const Config& config) {
             logWarn("xdp: --xdp-interface takes effect at the next start, not on reload");
         return;
     }
-    std::set<std::string> deny(config.xdpDeny.begin(), config.xdpDeny.end());
-    std::set<std::string> allow(config.xdpAllow.begin(), config.xdpAllow.end());
-    for (const auto& text : configDeny_)
-        if (!deny.count(text)) filter_->removeDeny(Cidr::parseOrThrow(text));
-    for (const auto& text : deny)
-        if (!configDeny_.count(text)) filter_->addDeny(Cidr::parseOrThrow(text));
-    for (const auto& text : configAllow_)
-        if (!allow.count(text)) filter_->removeAllow(Cidr::parseOrThrow(text));
-    for (const auto& text : allow)
-        if (!configAllow_.count(text)) filter_->addAllow(Cidr::parseOrThrow(text));
-    configDeny_ = std::move(deny);
-    configAllow_ = std::move(allow);
+    auto plan = planLocked(config);
+    for (const auto& cidr : plan.removeDeny) filter_->removeDeny(cidr);
+    for (const auto& cidr : plan.addDeny) filter_->addDeny(cidr);
+    for (const auto& cidr : plan.removeAllow) filter_->removeAllow(cidr);
+    for (const auto& cidr : plan.addAllow) filter_->addAllow(cidr);
+    configDeny_ = {config.xdpDeny.begin(), config.xdpDeny.end()};
+    configAllow_ = {config.xdpAllow.begin(), config.xdpAllow.end()};
     filter_->setListenPorts(listenPorts(config));
     filter_->setSynLimit(synLimit(config));
 }

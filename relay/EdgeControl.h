@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "relay/Config.h"
+#include "relay/EdgeRulePlan.h"
 #include "xdp/EdgeFilter.h"
+#include "xdp/edge_filter_shared.h"
 
 namespace splicegate {
 
@@ -20,6 +22,9 @@ public:
     explicit EdgeControl(const Config& config);
     bool enabled() const noexcept { return filter_ != nullptr; }
 
+    // Throws UsageError, with nothing changed, when applyConfig(config) could not complete:
+    // a malformed prefix, or more rules of one kind than the filter's maps hold.
+    void checkConfig(const Config& config) const;
     // SIGHUP / admin reload: rules the old config had and the new one lacks are removed, new
     // ones added (rules added through the admin stay); listen ports and SYN limits follow.
     void applyConfig(const Config& config);
@@ -31,6 +36,9 @@ public:
     std::map<std::pair<std::string, std::string>, std::uint64_t> packetCounts() const;
 
 private:
+    static constexpr std::size_t kRulesPerSet = SG_MAX_RULES_PER_TRIE;
+    EdgeRulePlan planLocked(const Config& config) const;
+
     mutable std::mutex mutex_;
     std::unique_ptr<EdgeFilter> filter_;
     std::set<std::string> configDeny_;

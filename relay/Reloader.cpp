@@ -17,7 +17,8 @@ ReloadResult Reloader::reload(std::string_view requester) {
     std::lock_guard lock(mutex_);
     try {
         ReloadResult result{loadConfig(args_), {}};
-        relay_.reload(result.config);  // binds first; throws with nothing changed
+        edge_.checkConfig(result.config);  // the filter's maps must hold the new rules
+        relay_.reload(result.config);      // binds first; throws with nothing changed
         edge_.applyConfig(result.config);
         setLogLevel(result.config.logLevel);
         // running_ keeps the start's values: the settings compared here never change until a
