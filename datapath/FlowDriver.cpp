@@ -326,6 +326,7 @@ void FlowDriver::updatePipeGauges() noexcept {
     stats_.pipesInUse.set(pool.inUse);
     stats_.pipesIdle.set(pool.idle);
     stats_.pipesOverflowInUse.set(pool.overflowInUse);
+    stats_.pipeCapRefusals.set(pool.capRefusals);
 }
 
 }  // namespace splicegate

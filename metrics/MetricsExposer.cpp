@@ -199,6 +199,13 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     addGauge(pipes, {{"state", "overflow_in_use"}}, asDouble(s.pipesOverflowInUse));
     out.push_back(std::move(pipes));
 
+    auto capRefusals = family("splicegate_pipe_cap_refusals_total",
+                              "Pipes the pool's cap refused (--lane auto: a sixteenth of the fd "
+                              "limit); each such flow went on in the buffer lane.",
+                              MetricType::Counter);
+    addCounter(capRefusals, {}, s.pipeCapRefusals);
+    out.push_back(std::move(capRefusals));
+
     auto budget = family("splicegate_pipe_budget_bytes",
                          "Cap on the total capacity of the pipe pools' pipes.", MetricType::Gauge);
     addGauge(budget, {}, asDouble(s.pipeBudgetBytes));

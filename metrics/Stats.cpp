@@ -104,6 +104,7 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
         out.pipesInUse += w->pipesInUse.get();
         out.pipesIdle += w->pipesIdle.get();
         out.pipesOverflowInUse += w->pipesOverflowInUse.get();
+        out.pipeCapRefusals += w->pipeCapRefusals.get();
         out.bufferRingDry += w->bufferRingDry.get();
         out.buffersInUse += w->buffersInUse.get();
     }

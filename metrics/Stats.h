@@ -82,6 +82,7 @@ struct alignas(64) WorkerStats {
     Counter pipesInUse;
     Counter pipesIdle;
     Counter pipesOverflowInUse;
+    Counter pipeCapRefusals;  // --lane auto: pipes the pool's cap refused
     Counter bufferRingDry;  // buffer lane: recvs that found the provided buffer ring empty
     Counter buffersInUse;   // buffer lane: provided buffers held (received, not yet sent)
 
@@ -114,7 +115,7 @@ struct StatsSnapshot {
     std::vector<std::uint64_t> fsyncBucketCounts;  // cumulative per bound, then +Inf
     std::uint64_t fsyncCount = 0;
     double fsyncSumSeconds = 0;
-    std::uint64_t pipesInUse = 0, pipesIdle = 0, pipesOverflowInUse = 0;
+    std::uint64_t pipesInUse = 0, pipesIdle = 0, pipesOverflowInUse = 0, pipeCapRefusals = 0;
     std::uint64_t pipeBudgetBytes = 0, pipeBudgetUsedBytes = 0;
     std::uint64_t bufferRingDry = 0, buffersInUse = 0;
     // {action, reason} -> packets (XDP); {command, result} -> requests (admin)

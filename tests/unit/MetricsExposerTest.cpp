@@ -110,6 +110,7 @@ StatsSnapshot knownSnapshot() {
     s.pipesInUse = 12;
     s.pipesIdle = 4;
     s.pipesOverflowInUse = 1;
+    s.pipeCapRefusals = 3;
     s.pipeBudgetBytes = 1u << 30;
     s.pipeBudgetUsedBytes = 1u << 29;
     s.xdpPackets = {{{"drop", "deny"}, 100}, {{"drop", "syn-rate"}, 50}, {{"pass", "allow"}, 7}};
@@ -147,6 +148,7 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {"splicegate_audit_errors_total", "counter"},
         {"splicegate_audit_lost_bytes_total", "counter"},
         {"splicegate_pipes", "gauge"},
+        {"splicegate_pipe_cap_refusals_total", "counter"},
         {"splicegate_pipe_budget_bytes", "gauge"},
         {"splicegate_pipe_budget_used_bytes", "gauge"},
         {"splicegate_xdp_packets_total", "counter"},
@@ -185,6 +187,7 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {R"(splicegate_pipes{state="in_use"})", 12},
         {R"(splicegate_pipes{state="idle"})", 4},
         {R"(splicegate_pipes{state="overflow_in_use"})", 1},
+        {R"(splicegate_pipe_cap_refusals_total)", 3},
         {R"(splicegate_pipe_budget_bytes)", 1073741824},
         {R"(splicegate_pipe_budget_used_bytes)", 536870912},
         {R"(splicegate_xdp_packets_total{action="drop",reason="deny"})", 100},
