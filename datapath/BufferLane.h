@@ -34,6 +34,8 @@ class BufferLane {
 
     std::size_t bufferSize() const noexcept { return buffers_.bufferSize(); }
     unsigned buffersInUse() const noexcept { return buffers_.inUse(); }
+    // Lets the ring's memory follow a past peak back down (BufferRing::trim): every few seconds.
+    void trim() noexcept { buffers_.trim(); }
     // -ENOBUFS completions so far.
     std::uint64_t dryEvents() const noexcept { return dryEvents_; }
 

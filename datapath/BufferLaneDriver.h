@@ -54,6 +54,8 @@ class BufferLaneDriver {
                      AuditTap* audit, WorkerStats& stats);
 
     void setNow(std::chrono::steady_clock::time_point now) noexcept { now_ = now; }
+    // Every few seconds: the buffer ring's memory follows a past peak back down.
+    void trim() noexcept { lane_.trim(); }
 
     // The direction starts relaying in the buffer lane (after the audit was opened).
     void start(ConnectionIo& io, Direction d) noexcept;

@@ -75,6 +75,7 @@ BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
     registered_ = true;
     window_ = std::min(entries_, kInitialWindow);
     spare_.reserve(entries_);
+    resident_.assign(entries_, false);
     for (unsigned id = entries_; id-- > 0;) spare_.push_back(static_cast<std::uint16_t>(id));
     topUp();
 }
@@ -96,6 +97,8 @@ BufferRing::BufferRing(BufferRing&& other) noexcept
       inRing_(std::exchange(other.inRing_, 0)),
       window_(std::exchange(other.window_, 0)),
       inUse_(std::exchange(other.inUse_, 0)),
+      peakInUse_(std::exchange(other.peakInUse_, 0)),
+      resident_(std::move(other.resident_)),
       registered_(std::exchange(other.registered_, false)) {}
 
 std::optional<std::uint16_t> BufferRing::bufferOf(std::uint32_t cqeFlags) noexcept {
@@ -104,8 +107,9 @@ std::optional<std::uint16_t> BufferRing::bufferOf(std::uint32_t cqeFlags) noexce
 }
 
 std::span<std::byte> BufferRing::take(std::uint16_t id, std::size_t length) noexcept {
-    ++inUse_;
+    peakInUse_ = std::max(peakInUse_, ++inUse_);
     --inRing_;  // every completion that names a buffer took it from the ring
+    resident_[id] = true;
     topUp();
     return {bufferAt(id), length < bufferSize_ ? length : bufferSize_};
 }
@@ -119,6 +123,33 @@ void BufferRing::giveBack(std::uint16_t id) noexcept {
 void BufferRing::widen() noexcept {
     window_ = std::min(entries_, window_ * 2);
     topUp();
+}
+
+unsigned BufferRing::trim() noexcept {
+    auto peak = std::exchange(peakInUse_, inUse_);
+    if (peak <= window_ / 4) window_ = std::max(std::min(entries_, kInitialWindow), window_ / 2);
+    // The stack's top feeds the ring next; below the recent peak's worth (or the window's) the
+    // buffers are cold. Keeping the peak's worth spares a steady load page faults.
+    std::size_t warm = std::min<std::size_t>(spare_.size(), std::max(window_, peak));
+    unsigned released = 0;
+    for (std::size_t i = 0; i + warm < spare_.size(); ++i) {
+        if (!resident_[spare_[i]]) continue;
+        releasePages(spare_[i]);
+        ++released;
+    }
+    return released;
+}
+
+// Only the whole pages inside the buffer: a page it shares with a neighbour stays.
+void BufferRing::releasePages(std::uint16_t id) noexcept {
+    static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    auto start = reinterpret_cast<std::uintptr_t>(bufferAt(id));
+    auto first = (start + page - 1) / page * page;
+    auto end = (start + bufferSize_) / page * page;
+    // A refusal keeps the pages, and the buffer is tried again at the next trim().
+    if (end > first && ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED) != 0)
+        return;
+    resident_[id] = false;
 }
 
 void BufferRing::topUp() noexcept {

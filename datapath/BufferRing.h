@@ -15,7 +15,10 @@
 // window of free buffers is in the ring; the others wait on a stack, and the ring is topped up
 // from its top, with the buffers given back last (still resident, still in cache). The window
 // starts at 128 and doubles, up to every buffer, each time a recv found the ring empty: memory
-// follows the peak of buffers in use, not the ring's size.
+// follows the peak of buffers in use, not the ring's size. trim(), every few seconds, lets it
+// follow the peak back down: the window halves while the recent peak stays under a quarter of
+// it, buffers given back while the ring holds more than the window wait on the stack, and the
+// stack's cold end gives its pages back to the kernel (MADV_DONTNEED).
 //
 // Ownership: one per worker ring, move-only; the io_uring must outlive it. Destroy it only when no
 // recv naming the group is armed any more (the destructor unregisters the group, then unmaps).
@@ -65,6 +68,11 @@ class BufferRing {
     // A recv found the ring empty (-ENOBUFS): the window doubles, up to every buffer.
     void widen() noexcept;
     unsigned window() const noexcept { return window_; }
+    // Called every few seconds by the owner. When the most buffers in use since the last call
+    // were at most a quarter of the window, the window halves (not below its start); then the
+    // free buffers on the stack below its warm top (the larger of the window and that peak)
+    // release their pages. Returns how many buffers released pages.
+    unsigned trim() noexcept;
 
   private:
     // A private anonymous mapping, unmapped on destruction.
@@ -90,6 +98,7 @@ class BufferRing {
         return buffers_.data() + static_cast<std::size_t>(id) * bufferSize_;
     }
     void topUp() noexcept;
+    void releasePages(std::uint16_t id) noexcept;
 
     io_uring* ring_;
     std::uint16_t groupId_;
@@ -102,6 +111,8 @@ class BufferRing {
     unsigned inRing_ = 0;               // free buffers in the ring, the kernel's to take
     unsigned window_ = 0;               // at most this many in the ring
     unsigned inUse_ = 0;
+    unsigned peakInUse_ = 0;       // since the last trim()
+    std::vector<bool> resident_;  // a recv may have written into the buffer since its release
     bool registered_ = false;
 };
 

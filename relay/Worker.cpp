@@ -28,6 +28,9 @@ constexpr unsigned kMaxBoundIoWorkers = 2;
 // threads.
 constexpr unsigned kMaxUnboundIoWorkers = 4;
 constexpr std::size_t kMaxIdlePipes = 16;
+// The buffer ring's window halves at most once per interval: a burst's buffers are released
+// within a few intervals of its end, and a steady load never sees its window shrink under it.
+constexpr auto kBufferTrimInterval = std::chrono::seconds(5);
 
 std::uint64_t timerPeriodMs(const RelaySettings& settings) {
     std::uint64_t period = 1000;
@@ -299,6 +302,10 @@ void Worker::onTimer() {
         if (auto outcome = audit_->tick()) applySync(*outcome);
     }
     closeTimedOut();
+    if (lanes_ && now_ - lastBufferTrim_ >= kBufferTrimInterval) {
+        lanes_->trim();
+        lastBufferTrim_ = now_;
+    }
     // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
     // tight loop.
     for (std::uint32_t i = 0; i < listeners_.size(); ++i)

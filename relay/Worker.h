@@ -172,6 +172,7 @@ class Worker {
     std::unique_ptr<BufferLaneDriver> lanes_;  // null with --lane splice
     std::unique_ptr<FlowDriver> driver_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};
+    std::chrono::steady_clock::time_point lastBufferTrim_{};
     std::thread thread_;
 };
 

@@ -2,11 +2,13 @@
 // recv picked, when it stays armed, back-pressure when the ring runs dry, end of stream,
 // cancellation, and that a socket with nothing to read holds no buffer.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -202,6 +204,88 @@ TEST(BufferRing, LightLoadReusesAWindowOfBuffersAndADryRingWidensIt) {
     EXPECT_EQ(buffers->window(), 256u);
     for (int i = 0; i < 6; ++i) buffers->widen();
     EXPECT_EQ(buffers->window(), 4096u) << "never more than the ring holds";
+}
+
+// Pages of the buffers' mapping that are resident (mincore).
+std::size_t residentPages(BufferRing& buffers) {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t bytes = buffers.entries() * buffers.bufferSize();
+    std::vector<unsigned char> present((bytes + page - 1) / page);
+    if (::mincore(buffers.memory(0).data(), bytes, present.data()) != 0) return SIZE_MAX;
+    std::size_t count = 0;
+    for (auto flag : present) count += flag & 1;
+    return count;
+}
+
+// Receives `count` one-byte messages one at a time and holds every buffer they filled; nothing
+// when the kernel has no multishot recv.
+std::optional<std::vector<std::uint16_t>> holdBuffers(TestRing& ring, BufferRing& buffers,
+                                                      SocketPair& pair, std::size_t count) {
+    std::vector<std::uint16_t> held;
+    ring.armRecv(pair.a.get(), kGroup, 9);
+    for (std::size_t i = 0; i < count; ++i) {
+        writeAll(pair.b.get(), "x");
+        auto cqe = ring.next();
+        if (i == 0 && cqe && cqe->res == -EINVAL) return std::nullopt;
+        if (!cqe || cqe->res != 1) {
+            ADD_FAILURE() << "recv " << i << ": " << (cqe ? errnoText(-cqe->res) : "none");
+            break;
+        }
+        auto id = BufferRing::bufferOf(cqe->flags);
+        if (!id) break;
+        buffers.take(*id, 1);
+        held.push_back(*id);
+        if (!(cqe->flags & IORING_CQE_F_MORE)) ring.armRecv(pair.a.get(), kGroup, 9);
+    }
+    ::shutdown(pair.b.get(), SHUT_WR);  // ends the multishot recv
+    for (int i = 0; i < 10; ++i) {
+        auto cqe = ring.next(1000);
+        if (!cqe || !(cqe->flags & IORING_CQE_F_MORE)) break;
+    }
+    return held;
+}
+
+TEST(BufferRing, AfterABurstTrimGivesTheColdBuffersPagesBack) {
+    TestRing ring;
+    MAKE_RING_OR_SKIP(buffers, ring, 1024, 4096);
+    SocketPair pair;
+    auto burst = holdBuffers(ring, *buffers, pair, 600);
+    if (!burst) GTEST_SKIP() << "no multishot IORING_OP_RECV here (kernel 6.0)";
+    auto& held = *burst;
+    ASSERT_EQ(held.size(), 600u);
+    const auto afterBurst = residentPages(*buffers);
+    EXPECT_GE(afterBurst, 600u);
+    for (auto id : held) buffers->giveBack(id);
+
+    EXPECT_EQ(buffers->trim(), 0u) << "the burst's peak was within the last interval";
+    EXPECT_GE(buffers->trim(), 400u) << "the stack's cold end kept its pages";
+    const auto afterTrim = residentPages(*buffers);
+    // What stays: the ring's window and the stack's warm top (128 buffers each).
+    EXPECT_LE(afterTrim, 2u * 128u + 8u) << "after the burst: " << afterBurst;
+    EXPECT_EQ(buffers->trim(), 0u) << "released pages are not released twice";
+}
+
+TEST(BufferRing, TheWindowHalvesWhileThePeakStaysUnderAQuarterOfIt) {
+    TestRing ring;
+    MAKE_RING_OR_SKIP(buffers, ring, 1024, 4096);
+    for (int i = 0; i < 3; ++i) buffers->widen();  // three dry rings
+    ASSERT_EQ(buffers->window(), 1024u);
+    for (unsigned expected : {512u, 256u}) {
+        buffers->trim();
+        EXPECT_EQ(buffers->window(), expected);
+    }
+    SocketPair pair;
+    auto load = holdBuffers(ring, *buffers, pair, 100);
+    if (!load) GTEST_SKIP() << "no multishot IORING_OP_RECV here (kernel 6.0)";
+    auto& held = *load;
+    ASSERT_EQ(held.size(), 100u);
+    for (auto id : held) buffers->giveBack(id);
+    buffers->trim();
+    EXPECT_EQ(buffers->window(), 256u) << "100 in use is more than a quarter of 256";
+    buffers->trim();
+    EXPECT_EQ(buffers->window(), 128u);
+    buffers->trim();
+    EXPECT_EQ(buffers->window(), 128u) << "never below where it started";
 }
 
 TEST(BufferRing, EndOfStreamCompletesWithZeroEndsTheMultishotAndHoldsNoBuffer) {
