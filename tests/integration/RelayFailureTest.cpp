@@ -1,7 +1,11 @@
 // Failures at either end: refused upstreams (fail over, or close the client), resets in the
 // middle of a transfer in both directions, and the daemon carrying on afterwards.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -62,7 +66,9 @@ struct SilentUpstream {
 };
 
 // Sockets of this network namespace in SYN-SENT towards 127.0.0.1:`port` (/proc/net/tcp).
-std::size_t synSentTo(uint16_t port) {
+// IPv4 sockets in TCP state `wantedState` (/proc/net/tcp's hex: "02" SYN_SENT, "04" FIN_WAIT1,
+// "08" CLOSE_WAIT) whose local (or remote) port is `port`.
+std::size_t tcpSockets(uint16_t port, const char* wantedState, bool local) {
     std::ifstream table("/proc/net/tcp");
     std::string line;
     std::getline(table, line);  // header
@@ -71,12 +77,67 @@ std::size_t synSentTo(uint16_t port) {
     std::snprintf(wanted, sizeof wanted, ":%04X", port);
     while (std::getline(table, line)) {
         std::istringstream fields(line);
-        std::string slot, local, remote, state;
-        fields >> slot >> local >> remote >> state;
-        if (state == "02" && remote.size() > 5 && remote.substr(remote.size() - 5) == wanted)
+        std::string slot, localAddress, remoteAddress, state;
+        fields >> slot >> localAddress >> remoteAddress >> state;
+        const std::string& address = local ? localAddress : remoteAddress;
+        if (state == wantedState && address.size() > 5 &&
+            address.substr(address.size() - 5) == wanted)
             ++count;
     }
     return count;
+}
+
+std::size_t synSentTo(uint16_t port) {
+    return tcpSockets(port, "02", false);
+}
+
+// rx_queue of the IPv4 socket from `localPort` to `remotePort` (bytes it holds unread); -1 when
+// there is none.
+long receiveQueue(uint16_t localPort, uint16_t remotePort) {
+    std::ifstream table("/proc/net/tcp");
+    std::string line;
+    std::getline(table, line);  // header
+    char local[16], remote[16];
+    std::snprintf(local, sizeof local, ":%04X", localPort);
+    std::snprintf(remote, sizeof remote, ":%04X", remotePort);
+    while (std::getline(table, line)) {
+        std::istringstream fields(line);
+        std::string slot, localAddress, remoteAddress, state, queues;
+        fields >> slot >> localAddress >> remoteAddress >> state >> queues;
+        if (localAddress.ends_with(local) && remoteAddress.ends_with(remote)) {
+            auto colon = queues.find(':');
+            return colon == std::string::npos ? -1 : std::stol(queues.substr(colon + 1), nullptr, 16);
+        }
+    }
+    return -1;
+}
+
+uint16_t localPort(int fd) {
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return 0;
+    return ntohs(address.sin_port);
+}
+
+// Waits up to `timeout` for a socket in `state` with `port`; true when one is there.
+bool waitTcpSocket(uint16_t port, const char* state, bool local, milliseconds timeout) {
+    Deadline deadline = deadlineIn(timeout);
+    while (tcpSockets(port, state, local) == 0) {
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    return true;
+}
+
+// The client's connection ended (EOF or a reset) within `timeout`.
+bool connectionEnds(int fd, milliseconds timeout) {
+    setIoTimeout(fd, timeout);
+    char sink[4096];
+    for (;;) {
+        ssize_t got = ::recv(fd, sink, sizeof sink, 0);
+        if (got == 0) return true;
+        if (got < 0) return errno == ECONNRESET || errno == EPIPE;
+    }
 }
 
 // First upstream refuses (nothing listens there), second is live: every connection must get
@@ -490,6 +551,88 @@ TEST(RelayLimitTest, HalfClosedTimeoutClosesOnlyConnectionsWhoseReceiverTakesNot
     EXPECT_EQ(std::string(reply, got > 0 ? static_cast<std::size_t>(got) : 0), "done")
         << "a half-closed connection whose upstream was thinking was closed" << daemon.why(20);
     EXPECT_TRUE(answered->load());
+}
+
+
+// The half-closed check's send-queue branch: a client sends a little more than a never-reading
+// upstream's small receive buffer, then its FIN. The relay passes every byte and the FIN into
+// its socket to the upstream (FIN_WAIT1: the flow is finished), where the bytes wait
+// (SIOCOUTQ) for a receiver that takes nothing. Without the check the connection would stay
+// half-closed until the idle timeout.
+TEST(RelayLimitTest, HalfClosedTimeoutSeesBytesWaitingInTheSendQueue) {
+    TestServer neverReads(nullptr);
+    neverReads.setReceiveBuffer(4096);
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {neverReads.address()},
+                            {"--half-closed-timeout-ms", "500", "--log-level", "debug"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << std::strerror(error);
+    std::vector<char> request(12 * 1024, 'q');
+    ASSERT_TRUE(sendAll(client.get(), request.data(), request.size(),
+                        deadlineIn(milliseconds(2000)), error))
+        << std::strerror(error);
+    ::shutdown(client.get(), SHUT_WR);
+    ASSERT_TRUE(waitTcpSocket(neverReads.port(), "04", false, milliseconds(3000)))
+        << "the relay never passed the FIN on behind its bytes" << daemon.why(20);
+    EXPECT_TRUE(connectionEnds(client.get(), milliseconds(4000)))
+        << "bytes waiting in the relay's send queue kept a half-closed connection open"
+        << daemon.why(20);
+    EXPECT_EQ(daemon.waitLogLines("reason=idle-timeout", 1, milliseconds(2000)), 1u)
+        << daemon.why(20);
+}
+
+// The half-closed check's CLOSE_WAIT branch: the client's FIN waits in the relay's socket behind
+// bytes the relay has not read (its flow paused: the upstream never reads), so no flow has seen
+// it; only the socket's state says the client is gone. (A FIN still in the client's own send
+// queue, behind bytes the relay's closed window refused, is not visible at the relay at all:
+// that one is left to the idle timeout.)
+TEST(RelayLimitTest, HalfClosedTimeoutSeesAFinQueuedBehindUnreadBytes) {
+    TestServer neverReads(nullptr);
+    neverReads.setReceiveBuffer(4096);
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {neverReads.address()},
+                            {"--half-closed-timeout-ms", "500", "--lane", "buffer",
+                             "--log-level", "debug"}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    int error = 0;
+    UniqueFd client = connectTcp(port, error);
+    ASSERT_TRUE(client) << std::strerror(error);
+    const uint16_t clientPort = localPort(client.get());
+    // Steps until the relay stops reading (its send queue to the upstream grows to a few MiB
+    // first): bytes then wait in its receive queue while none is left in ours, so the FIN sent
+    // next reaches it. Paused = the same bytes still unread 200 ms later. The steps are smaller
+    // than the relay's receive window, so the step that finds it paused still fits in it.
+    std::vector<char> block(16 * 1024, 'x');
+    bool paused = false;
+    for (int step = 0; step < 1024 && !paused; ++step) {
+        ASSERT_TRUE(sendAll(client.get(), block.data(), block.size(),
+                            deadlineIn(milliseconds(1000)), error))
+            << std::strerror(error);
+        // Our bytes must all reach the relay before the next step: the next FIN must not wait
+        // behind them here.
+        int unsent = -1;
+        Deadline drained = deadlineIn(milliseconds(500));
+        while ((::ioctl(client.get(), SIOCOUTQ, &unsent) != 0 || unsent != 0) &&
+               Clock::now() < drained)
+            std::this_thread::sleep_for(milliseconds(2));
+        ASSERT_EQ(unsent, 0) << "the relay's receive window closed on a step of "
+                             << block.size() << " B" << daemon.why(20);
+        long unread = receiveQueue(port, clientPort);
+        if (unread <= 0) continue;
+        std::this_thread::sleep_for(milliseconds(200));
+        paused = receiveQueue(port, clientPort) == unread;
+    }
+    ASSERT_TRUE(paused) << "the relay never left bytes unread with our send queue empty"
+                        << daemon.why(20);
+    ::shutdown(client.get(), SHUT_WR);  // a FIN, not a reset
+    ASSERT_TRUE(waitTcpSocket(port, "08", true, milliseconds(3000)))
+        << "the relay's socket of the client is not in CLOSE_WAIT" << daemon.why(20);
+    EXPECT_TRUE(connectionEnds(client.get(), milliseconds(4000)))
+        << "a FIN queued behind unread bytes kept the connection open" << daemon.why(20);
+    EXPECT_EQ(daemon.waitLogLines("reason=idle-timeout", 1, milliseconds(2000)), 1u)
+        << daemon.why(20);
 }
 
 }  // namespace

@@ -5,11 +5,18 @@
 
 #include <cerrno>
 
+#include "common/Error.h"
+
 namespace splicegate::test {
 
 TestServer::TestServer(Handler handler, bool ipv6) : handler_(std::move(handler)), ipv6_(ipv6) {
     listener_ = listenTcp(port_, ipv6_);
     acceptor_ = std::thread([this] { acceptLoop(); });
+}
+
+void TestServer::setReceiveBuffer(int bytes) {
+    checkSys(::setsockopt(listener_.get(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes),
+             "setsockopt SO_RCVBUF");
 }
 
 TestServer::~TestServer() {

@@ -35,6 +35,9 @@ class TestServer {
     std::string address() const { return loopback(port_, ipv6_); }
     std::size_t acceptedCount() const;
     bool waitAccepted(std::size_t count, Deadline deadline) const;
+    // SO_RCVBUF of the listener, inherited by connections accepted from now on: a small one
+    // makes a peer that never reads fill up after a few KiB.
+    void setReceiveBuffer(int bytes);
     // Hold mode: the fds currently held (owned by the server).
     std::vector<int> heldFds() const;
     // Handlers that have returned.
