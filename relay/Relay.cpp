@@ -55,11 +55,13 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
         [context = context_.get()] { return context->routes(); },
         std::chrono::milliseconds(settings.connectTimeoutMs));
-    std::vector<std::future<void>> started;
+    context_->workerLoads = std::make_unique<WorkerLoads>(workerCount);
     for (unsigned i = 0; i < workerCount; ++i) {
         workers_.push_back(std::make_unique<Worker>(i, *context_));
-        started.push_back(workers_.back()->start());
+        context_->workers.push_back(workers_.back().get());
     }
+    std::vector<std::future<void>> started;
+    for (auto& worker : workers_) started.push_back(worker->start());
     for (auto& future : started) future.get();  // rethrows the first set-up failure
 }
 

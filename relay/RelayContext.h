@@ -17,8 +17,11 @@
 #include "relay/ListenerSockets.h"
 #include "relay/Route.h"
 #include "relay/SourceLimiter.h"
+#include "relay/WorkerLoads.h"
 
 namespace splicegate {
+
+class Worker;
 
 struct RelaySettings {
     SpliceEngine engine = SpliceEngine::Inline;
@@ -70,6 +73,10 @@ class RelayContext {
     AuditStart auditStart;
     RouteIndex routeIndex;
     SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
+    // Set by the Relay before any worker starts, constant afterwards: the workers (for handing
+    // a new connection over) and the connections each owns.
+    std::vector<Worker*> workers;
+    std::unique_ptr<WorkerLoads> workerLoads;
 
     // The listening sockets of the route table in force (set before the routes that use them).
     std::shared_ptr<const ListenerSockets> listenerSockets() const {

@@ -28,6 +28,10 @@ constexpr unsigned kMaxBoundIoWorkers = 2;
 // threads.
 constexpr unsigned kMaxUnboundIoWorkers = 4;
 constexpr std::size_t kMaxIdlePipes = 16;
+// A worker keeps a new connection while it owns fewer than this many more than the least busy
+// worker: 64 connections over 2 workers end up at most 33/31, and only about one accept in
+// several is handed over (each hand-off costs the other worker a wake-up).
+constexpr long kHandOffSlack = 2;
 // The buffer ring's window halves at most once per interval: a burst's buffers are released
 // within a few intervals of its end, and a steady load never sees its window shrink under it.
 constexpr auto kBufferTrimInterval = std::chrono::seconds(5);
@@ -469,9 +473,46 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
                        " connections open from it (--max-connections-per-source)");
         return;  // closing the accepted socket is the refusal
     }
+    if (handOff(listener.route, client, peer)) return;
+    context_.workerLoads->add(index_, 1);  // until releaseConnection()
+    startAccepted(listener.route, std::move(client), peer);
+}
+
+// Reuseport spreads new connections at random (relay/WorkerLoads.h): a worker that owns
+// kHandOffSlack connections more than the least busy one passes a new connection to it. The
+// admission (--max-connections, per-source limit) was done here and stays booked; the other
+// worker relays it as if it had accepted it.
+bool Worker::handOff(const std::shared_ptr<const Route>& route, UniqueFd& client,
+                     const SocketAddress& peer) {
+    auto target = context_.workerLoads->lighterThan(index_, kHandOffSlack);
+    if (!target) return false;
+    Worker* to = context_.workers[*target];
+    context_.workerLoads->add(*target, 1);  // booked now: a burst spreads, not piles up there
+    // Shared, so that a task dropped by a worker that stopped still closes the socket.
+    auto socket = std::make_shared<UniqueFd>(std::move(client));
+    if (to->post([to, route, socket, peer] { to->adopt(route, std::move(*socket), peer); }))
+        return true;
+    context_.workerLoads->add(*target, -1);
+    client = std::move(*socket);
+    return false;
+}
+
+void Worker::adopt(const std::shared_ptr<const Route>& route, UniqueFd client,
+                   const SocketAddress& peer) {
+    if (draining_ || stopping_) {  // closing the socket is the refusal
+        context_.workerLoads->add(index_, -1);
+        context_.sourceLimiter.release(peer);
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        return;
+    }
+    startAccepted(route, std::move(client), peer);
+}
+
+void Worker::startAccepted(const std::shared_ptr<const Route>& route, UniqueFd client,
+                           const SocketAddress& peer) {
     Connection* c = allocateConnection();
     c->io.id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
-    c->route = listener.route;
+    c->route = route;
     c->io.counters = &routeStats(*c);
     routeStats(*c).accepted.add(1);
     routeStats(*c).active.add(1);
@@ -665,6 +706,7 @@ void Worker::releaseConnection(Connection& c) {
                                   c.io.at(Direction::UpstreamToClient).bytesForwarded(),
                                   static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
     context_.sourceLimiter.release(c.clientAddress);
+    context_.workerLoads->add(index_, -1);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     c.io.id = 0;

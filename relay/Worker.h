@@ -105,6 +105,13 @@ class Worker {
     };
 
     void signal(std::uint32_t request) noexcept;
+    bool handOff(const std::shared_ptr<const Route>& route, UniqueFd& client,
+                 const SocketAddress& peer);
+    // A connection another worker accepted and handed over (its admission is booked).
+    void adopt(const std::shared_ptr<const Route>& route, UniqueFd client,
+               const SocketAddress& peer);
+    void startAccepted(const std::shared_ptr<const Route>& route, UniqueFd client,
+                       const SocketAddress& peer);
     void run(std::promise<void>& started);
     void setUp();
     void loop();
