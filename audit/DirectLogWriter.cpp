@@ -272,12 +272,7 @@ void DirectLogWriter::pump() noexcept {
 io_uring_sqe* DirectLogWriter::sqe(unsigned needed) noexcept {
     // A hard-linked pair must go into one submission, so make room for both first.
     if (io_uring_sq_space_left(ring_.raw()) < needed) ring_.submit();
-    io_uring_sqe* entry = io_uring_get_sqe(ring_.raw());
-    while (entry == nullptr) {
-        ring_.submit();
-        entry = io_uring_get_sqe(ring_.raw());
-    }
-    return entry;
+    return ring_.sqe();
 }
 
 void DirectLogWriter::submitWrite(unsigned index) noexcept {

@@ -203,11 +203,7 @@ void DirectSegmentLog::advance() noexcept {
 }
 
 void DirectSegmentLog::submitIndexSync(int fd) noexcept {
-    io_uring_sqe* entry = io_uring_get_sqe(ring_.raw());
-    while (entry == nullptr) {
-        ring_.submit();
-        entry = io_uring_get_sqe(ring_.raw());
-    }
+    io_uring_sqe* entry = ring_.sqe();
     if (fd >= 0)
         io_uring_prep_fsync(entry, fd, IORING_FSYNC_DATASYNC);
     else

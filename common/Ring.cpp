@@ -48,13 +48,17 @@ Ring::~Ring() {
     io_uring_queue_exit(&ring_);
 }
 
-io_uring_sqe* Ring::sqe() noexcept {
-    io_uring_sqe* entry = io_uring_get_sqe(&ring_);
+io_uring_sqe* nextSqe(io_uring& ring) noexcept {
+    io_uring_sqe* entry = io_uring_get_sqe(&ring);
     while (entry == nullptr) {
-        io_uring_submit(&ring_);
-        entry = io_uring_get_sqe(&ring_);
+        io_uring_submit(&ring);
+        entry = io_uring_get_sqe(&ring);
     }
     return entry;
+}
+
+io_uring_sqe* Ring::sqe() noexcept {
+    return nextSqe(ring_);
 }
 
 int Ring::submit() noexcept {

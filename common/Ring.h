@@ -23,6 +23,10 @@ struct RingOptions {
     unsigned sqThreadIdleMs = 50;
 };
 
+// A fresh SQE of `ring`, never null: submits pending ones first when the queue is full. For code
+// that holds the raw io_uring (Ring::sqe() is the same for a Ring).
+io_uring_sqe* nextSqe(io_uring& ring) noexcept;
+
 class Ring {
   public:
     // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked

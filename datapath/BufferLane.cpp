@@ -4,26 +4,15 @@
 
 #include <cerrno>
 
+#include "common/Ring.h"
+
 namespace splicegate {
-namespace {
-
-// Never null: submits what is queued when the submission queue is full.
-io_uring_sqe* nextSqe(io_uring* ring) noexcept {
-    io_uring_sqe* sqe = io_uring_get_sqe(ring);
-    while (sqe == nullptr) {
-        io_uring_submit(ring);
-        sqe = io_uring_get_sqe(ring);
-    }
-    return sqe;
-}
-
-}  // namespace
 
 BufferLane::BufferLane(io_uring& ring, unsigned entries, std::size_t bufferSize)
     : ring_(&ring), buffers_(ring, kBufferGroup, entries, bufferSize) {}
 
 void BufferLane::armRecv(BufferLaneFlow& flow, int source, std::uint64_t tag) noexcept {
-    auto* sqe = nextSqe(ring_);
+    auto* sqe = nextSqe(*ring_);
     // Multishot recv (kernel 6.0): one SQE delivers every chunk until it ends (EOF, error,
     // -ENOBUFS, cancel), each completion with IORING_CQE_F_MORE while it stays armed.
     io_uring_prep_recv_multishot(sqe, source, nullptr, 0, 0);
@@ -35,7 +24,7 @@ void BufferLane::armRecv(BufferLaneFlow& flow, int source, std::uint64_t tag) no
 
 void BufferLane::cancelRecv(BufferLaneFlow& flow, std::uint64_t recvTag,
                             std::uint64_t cancelTag) noexcept {
-    auto* sqe = nextSqe(ring_);
+    auto* sqe = nextSqe(*ring_);
     io_uring_prep_cancel64(sqe, recvTag, 0);
     io_uring_sqe_set_data64(sqe, cancelTag);
     flow.recordCancelAsked();
@@ -68,7 +57,7 @@ std::span<const std::byte> BufferLane::bytes(const BufferLaneFlow::Slice& slice)
 void BufferLane::submitSend(int sink, const BufferLaneFlow::Slice& slice, std::size_t length,
                             std::uint64_t tag) noexcept {
     auto data = bytes(slice);
-    auto* sqe = nextSqe(ring_);
+    auto* sqe = nextSqe(*ring_);
     // Without MSG_WAITALL a stream send completes with what the socket took (a short send when
     // it filled up); a socket with no room at all is polled by io_uring, not reported.
     io_uring_prep_send(sqe, sink, data.data(), length < data.size() ? length : data.size(),
@@ -85,7 +74,7 @@ void BufferLane::giveBackSent(BufferLaneFlow& flow) noexcept {
 void BufferLane::submitWrite(int fd, std::uint64_t offset, const BufferLaneFlow::Slice& slice,
                              std::size_t length, std::uint64_t tag) noexcept {
     auto data = bytes(slice);
-    auto* sqe = nextSqe(ring_);
+    auto* sqe = nextSqe(*ring_);
     io_uring_prep_write(sqe, fd, data.data(),
                         static_cast<unsigned>(length < data.size() ? length : data.size()), offset);
     io_uring_sqe_set_data64(sqe, tag);

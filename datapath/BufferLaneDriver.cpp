@@ -9,22 +9,10 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/Ring.h"
 #include "datapath/Failpoints.h"
 
 namespace splicegate {
-namespace {
-
-// Never null: submits what is queued when the submission queue is full.
-io_uring_sqe* nextSqe(io_uring& ring) noexcept {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    while (sqe == nullptr) {
-        io_uring_submit(&ring);
-        sqe = io_uring_get_sqe(&ring);
-    }
-    return sqe;
-}
-
-}  // namespace
 
 BufferLaneDriver::BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize,
                                    bool adaptive, AuditTap* audit, WorkerStats& stats)
