@@ -183,13 +183,8 @@ BufferLaneDriver::StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction 
     }
     if (result > 0) {
         io.lastActivity = now_;
-        auto bytes = static_cast<std::uint64_t>(result);
-        if (io.auditLost) stats_.auditLostBytes.add(bytes);
-        if (io.counters != nullptr) {
-            (d == Direction::ClientToUpstream ? io.counters->bytesC2u : io.counters->bytesU2c)
-                .add(bytes);
-            io.counters->laneBytes[static_cast<int>(LaneKind::Buffer)].add(bytes);
-        }
+        io.countForwarded(d, LaneKind::Buffer, static_cast<std::uint64_t>(result),
+                          stats_.auditLostBytes);
     }
     return {Next::Continue};
 }

@@ -81,6 +81,15 @@ struct ConnectionIo {
     CompletionTag tag(Direction d) const noexcept {
         return CompletionTag{0, static_cast<std::uint8_t>(d), generation, slot};
     }
+    // `bytes` of direction `d` reached its sink through `lane`: the route's byte counters, and
+    // the worker's count of bytes relayed unaudited when the audit gave up on the connection.
+    void countForwarded(Direction d, LaneKind lane, std::uint64_t bytes,
+                        Counter& auditLostBytes) noexcept {
+        if (auditLost) auditLostBytes.add(bytes);
+        if (counters == nullptr) return;
+        (d == Direction::ClientToUpstream ? counters->bytesC2u : counters->bytesU2c).add(bytes);
+        counters->laneBytes[static_cast<int>(lane)].add(bytes);
+    }
     // Data-path operations whose completion is still due (both lanes).
     unsigned movesInFlight() const noexcept {
         return flows[0].spliceMovesInFlight() + flows[1].spliceMovesInFlight() + flows[0].laneOps +

@@ -230,7 +230,9 @@ FlowDriver::StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
             }
             case MoveStage::Forward: {
                 if (result == -ECANCELED) break;  // a broken link: nothing moved
-                countForwarded(io, d, result);
+                if (result > 0)
+                    io.countForwarded(d, LaneKind::Splice, static_cast<std::uint64_t>(result),
+                                      stats_.auditLostBytes);
                 auto outcome = flow.recordForward(result);
                 if (outcome == MoveOutcome::Failed) return moveFailed(io, d, result);
                 if (outcome == MoveOutcome::Moved) io.lastActivity = now_;
@@ -276,16 +278,6 @@ MoveEnds FlowDriver::endsOf(const ConnectionIo& io, Direction d) const noexcept 
     return MoveEnds{io.sourceFd(d),          io.sinkFd(d),
                     flow.pipe.readFd(),      flow.pipe.writeFd(),
                     flow.auditPipe.readFd(), flow.auditPipe.writeFd()};
-}
-
-void FlowDriver::countForwarded(ConnectionIo& io, Direction d, int result) noexcept {
-    if (result <= 0) return;
-    if (io.auditLost) stats_.auditLostBytes.add(static_cast<std::uint64_t>(result));
-    if (io.counters == nullptr) return;
-    (d == Direction::ClientToUpstream ? io.counters->bytesC2u : io.counters->bytesU2c)
-        .add(static_cast<std::uint64_t>(result));
-    io.counters->laneBytes[static_cast<int>(LaneKind::Splice)].add(
-        static_cast<std::uint64_t>(result));
 }
 
 void FlowDriver::returnPipes(Flow& flow) noexcept {

@@ -500,9 +500,7 @@ bool Worker::handOff(const std::shared_ptr<const Route>& route, UniqueFd& client
 void Worker::adopt(const std::shared_ptr<const Route>& route, UniqueFd client,
                    const SocketAddress& peer) {
     if (draining_ || stopping_) {  // closing the socket is the refusal
-        context_.workerLoads->add(index_, -1);
-        context_.sourceLimiter.release(peer);
-        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        releaseAdmission(peer);
         return;
     }
     startAccepted(route, std::move(client), peer);
@@ -705,14 +703,20 @@ void Worker::releaseConnection(Connection& c) {
                                   c.io.at(Direction::ClientToUpstream).bytesForwarded(),
                                   c.io.at(Direction::UpstreamToClient).bytesForwarded(),
                                   static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
-    context_.sourceLimiter.release(c.clientAddress);
-    context_.workerLoads->add(index_, -1);
+    releaseAdmission(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     c.io.id = 0;
     c.route.reset();
     freeSlots_.push_back(c.io.slot);
     --liveConnections_;
+}
+
+// What onAccept() booked for a connection this worker owns: its place under --max-connections
+// and the per-source limit, and its count in the spread over the workers.
+void Worker::releaseAdmission(const SocketAddress& peer) {
+    context_.workerLoads->add(index_, -1);
+    context_.sourceLimiter.release(peer);
     context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -112,6 +112,7 @@ class Worker {
                const SocketAddress& peer);
     void startAccepted(const std::shared_ptr<const Route>& route, UniqueFd client,
                        const SocketAddress& peer);
+    void releaseAdmission(const SocketAddress& peer);
     void run(std::promise<void>& started);
     void setUp();
     void loop();
