@@ -61,6 +61,20 @@ void addGauge(MetricFamily& f, Labels labels, double value) {
     f.metric.push_back(std::move(metric));
 }
 
+// A family of one unlabelled value.
+void addSingleCounter(std::vector<MetricFamily>& out, const char* name, const char* help,
+                      std::uint64_t value) {
+    auto f = family(name, help, MetricType::Counter);
+    addCounter(f, {}, value);
+    out.push_back(std::move(f));
+}
+void addSingleGauge(std::vector<MetricFamily>& out, const char* name, const char* help,
+                    double value) {
+    auto f = family(name, help, MetricType::Gauge);
+    addGauge(f, {}, value);
+    out.push_back(std::move(f));
+}
+
 // The fsync latency histogram from the snapshot's cumulative bucket counts (one per bound of
 // fsyncBucketBounds(), then +Inf). The counters are read one by one without a common lock, so a
 // scrape racing an fsync could see a later bucket lag an earlier one: counts are clamped to be
@@ -159,17 +173,13 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
                           MetricType::Gauge);
     addGauge(buffers, {{"state", "in_use"}}, asDouble(s.buffersInUse));
     out.push_back(std::move(buffers));
-    auto bufferRingDry = family("splicegate_buffer_ring_empty_total",
-                                "Buffer lane recvs that found the provided buffer ring empty "
-                                "(-ENOBUFS: back-pressure, re-armed once buffers return).",
-                                MetricType::Counter);
-    addCounter(bufferRingDry, {}, s.bufferRingDry);
-    out.push_back(std::move(bufferRingDry));
+    addSingleCounter(out, "splicegate_buffer_ring_empty_total",
+                     "Buffer lane recvs that found the provided buffer ring empty "
+                     "(-ENOBUFS: back-pressure, re-armed once buffers return).",
+                     s.bufferRingDry);
 
-    auto auditBytes = family("splicegate_audit_bytes_total",
-                             "Relayed bytes written to the audit log.", MetricType::Counter);
-    addCounter(auditBytes, {}, s.auditBytes);
-    out.push_back(std::move(auditBytes));
+    addSingleCounter(out, "splicegate_audit_bytes_total",
+                     "Relayed bytes written to the audit log.", s.auditBytes);
 
     auto fsync =
         family("splicegate_audit_fsync_seconds",
@@ -183,12 +193,10 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
         addCounter(auditErrors, {{"kind", kind}}, count);
     out.push_back(std::move(auditErrors));
 
-    auto lost = family("splicegate_audit_lost_bytes_total",
-                       "Relayed bytes that could not be audited (fail-open mode after an audit "
-                       "error).",
-                       MetricType::Counter);
-    addCounter(lost, {}, s.auditLostBytes);
-    out.push_back(std::move(lost));
+    addSingleCounter(out, "splicegate_audit_lost_bytes_total",
+                     "Relayed bytes that could not be audited (fail-open mode after an audit "
+                     "error).",
+                     s.auditLostBytes);
 
     auto pipes = family("splicegate_pipes",
                         "Kernel pipes of the pipe pools, by state (in_use, idle, overflow_in_use: "
@@ -199,21 +207,17 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     addGauge(pipes, {{"state", "overflow_in_use"}}, asDouble(s.pipesOverflowInUse));
     out.push_back(std::move(pipes));
 
-    auto capRefusals = family("splicegate_pipe_cap_refusals_total",
-                              "Pipes the pool's cap refused (--lane auto: a sixteenth of the fd "
-                              "limit); each such flow went on in the buffer lane.",
-                              MetricType::Counter);
-    addCounter(capRefusals, {}, s.pipeCapRefusals);
-    out.push_back(std::move(capRefusals));
+    addSingleCounter(out, "splicegate_pipe_cap_refusals_total",
+                     "Pipes the pool's cap refused (--lane auto: a sixteenth of the fd "
+                     "limit); each such flow went on in the buffer lane.",
+                     s.pipeCapRefusals);
 
-    auto budget = family("splicegate_pipe_budget_bytes",
-                         "Cap on the total capacity of the pipe pools' pipes.", MetricType::Gauge);
-    addGauge(budget, {}, asDouble(s.pipeBudgetBytes));
-    out.push_back(std::move(budget));
-    auto budgetUsed = family("splicegate_pipe_budget_used_bytes",
-                             "Capacity of the pipe pools' budgeted pipes now.", MetricType::Gauge);
-    addGauge(budgetUsed, {}, asDouble(s.pipeBudgetUsedBytes));
-    out.push_back(std::move(budgetUsed));
+    addSingleGauge(out, "splicegate_pipe_budget_bytes",
+                   "Cap on the total capacity of the pipe pools' pipes.",
+                   asDouble(s.pipeBudgetBytes));
+    addSingleGauge(out, "splicegate_pipe_budget_used_bytes",
+                   "Capacity of the pipe pools' budgeted pipes now.",
+                   asDouble(s.pipeBudgetUsedBytes));
 
     auto xdp = family("splicegate_xdp_packets_total",
                       "Packets seen by the XDP edge filter, by action (pass, drop) and reason.",
@@ -238,10 +242,7 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
 template <typename T>
 void addOptionalGauge(std::vector<MetricFamily>& out, const char* name, const char* help,
                       const std::optional<T>& value) {
-    if (!value) return;
-    auto f = family(name, help, MetricType::Gauge);
-    addGauge(f, {}, static_cast<double>(*value));
-    out.push_back(std::move(f));
+    if (value) addSingleGauge(out, name, help, static_cast<double>(*value));
 }
 
 // The gauges every Prometheus client library exports for its process (same names and units).
