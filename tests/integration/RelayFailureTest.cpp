@@ -1,9 +1,7 @@
 // Failures at either end: refused upstreams (fail over, or close the client), resets in the
 // middle of a transfer in both directions, and the daemon carrying on afterwards.
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <linux/sockios.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -11,9 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,62 +61,29 @@ struct SilentUpstream {
     }
 };
 
-// Sockets of this network namespace in SYN-SENT towards 127.0.0.1:`port` (/proc/net/tcp).
-// IPv4 sockets in TCP state `wantedState` (/proc/net/tcp's hex: "02" SYN_SENT, "04" FIN_WAIT1,
-// "08" CLOSE_WAIT) whose local (or remote) port is `port`.
-std::size_t tcpSockets(uint16_t port, const char* wantedState, bool local) {
-    std::ifstream table("/proc/net/tcp");
-    std::string line;
-    std::getline(table, line);  // header
+// IPv4 sockets in TCP state `state` (TcpTableRow) whose local (or remote) port is `port`.
+std::size_t tcpSockets(uint16_t port, int state, bool local) {
     std::size_t count = 0;
-    char wanted[16];
-    std::snprintf(wanted, sizeof wanted, ":%04X", port);
-    while (std::getline(table, line)) {
-        std::istringstream fields(line);
-        std::string slot, localAddress, remoteAddress, state;
-        fields >> slot >> localAddress >> remoteAddress >> state;
-        const std::string& address = local ? localAddress : remoteAddress;
-        if (state == wantedState && address.size() > 5 &&
-            address.substr(address.size() - 5) == wanted)
-            ++count;
-    }
+    for (const auto& row : tcpTable(false))
+        if (row.state == state && (local ? row.localPort : row.remotePort) == port) ++count;
     return count;
 }
 
+// Sockets of this network namespace in SYN-SENT towards 127.0.0.1:`port`.
 std::size_t synSentTo(uint16_t port) {
-    return tcpSockets(port, "02", false);
+    return tcpSockets(port, 0x02, false);
 }
 
 // rx_queue of the IPv4 socket from `localPort` to `remotePort` (bytes it holds unread); -1 when
 // there is none.
 long receiveQueue(uint16_t localPort, uint16_t remotePort) {
-    std::ifstream table("/proc/net/tcp");
-    std::string line;
-    std::getline(table, line);  // header
-    char local[16], remote[16];
-    std::snprintf(local, sizeof local, ":%04X", localPort);
-    std::snprintf(remote, sizeof remote, ":%04X", remotePort);
-    while (std::getline(table, line)) {
-        std::istringstream fields(line);
-        std::string slot, localAddress, remoteAddress, state, queues;
-        fields >> slot >> localAddress >> remoteAddress >> state >> queues;
-        if (localAddress.ends_with(local) && remoteAddress.ends_with(remote)) {
-            auto colon = queues.find(':');
-            return colon == std::string::npos ? -1 : std::stol(queues.substr(colon + 1), nullptr, 16);
-        }
-    }
+    for (const auto& row : tcpTable(false))
+        if (row.localPort == localPort && row.remotePort == remotePort) return row.rxQueue;
     return -1;
 }
 
-uint16_t localPort(int fd) {
-    sockaddr_in address{};
-    socklen_t length = sizeof address;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return 0;
-    return ntohs(address.sin_port);
-}
-
 // Waits up to `timeout` for a socket in `state` with `port`; true when one is there.
-bool waitTcpSocket(uint16_t port, const char* state, bool local, milliseconds timeout) {
+bool waitTcpSocket(uint16_t port, int state, bool local, milliseconds timeout) {
     Deadline deadline = deadlineIn(timeout);
     while (tcpSockets(port, state, local) == 0) {
         if (Clock::now() >= deadline) return false;
@@ -574,7 +537,7 @@ TEST(RelayLimitTest, HalfClosedTimeoutSeesBytesWaitingInTheSendQueue) {
                         deadlineIn(milliseconds(2000)), error))
         << std::strerror(error);
     ::shutdown(client.get(), SHUT_WR);
-    ASSERT_TRUE(waitTcpSocket(neverReads.port(), "04", false, milliseconds(3000)))
+    ASSERT_TRUE(waitTcpSocket(neverReads.port(), 0x04, false, milliseconds(3000)))
         << "the relay never passed the FIN on behind its bytes" << daemon.why(20);
     EXPECT_TRUE(connectionEnds(client.get(), milliseconds(4000)))
         << "bytes waiting in the relay's send queue kept a half-closed connection open"
@@ -627,7 +590,7 @@ TEST(RelayLimitTest, HalfClosedTimeoutSeesAFinQueuedBehindUnreadBytes) {
     ASSERT_TRUE(paused) << "the relay never left bytes unread with our send queue empty"
                         << daemon.why(20);
     ::shutdown(client.get(), SHUT_WR);  // a FIN, not a reset
-    ASSERT_TRUE(waitTcpSocket(port, "08", true, milliseconds(3000)))
+    ASSERT_TRUE(waitTcpSocket(port, 0x08, true, milliseconds(3000)))
         << "the relay's socket of the client is not in CLOSE_WAIT" << daemon.why(20);
     EXPECT_TRUE(connectionEnds(client.get(), milliseconds(4000)))
         << "a FIN queued behind unread bytes kept the connection open" << daemon.why(20);

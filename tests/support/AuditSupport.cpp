@@ -318,16 +318,6 @@ uint16_t portOf(const std::string& address) {
     }
 }
 
-uint16_t localPort(int fd) {
-    sockaddr_storage storage{};
-    socklen_t length = sizeof storage;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return 0;
-    if (storage.ss_family == AF_INET)
-        return ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
-    if (storage.ss_family == AF_INET6)
-        return ntohs(reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port);
-    return 0;
-}
 
 std::string expectedBytes(const ExpectedStream& stream, uint64_t size) {
     std::string bytes(size, '\0');

@@ -84,8 +84,6 @@ std::string fileSha256(const std::string& path, uint64_t skip = 0);
 
 // The port of "127.0.0.1:PORT" / "[::1]:PORT" (0 when it does not parse).
 uint16_t portOf(const std::string& address);
-// The local port of a connected socket.
-uint16_t localPort(int fd);
 
 // What one direction of a test connection must carry: `header` (if any) then PatternStream(seed).
 struct ExpectedStream {

@@ -150,25 +150,51 @@ void resetClose(UniqueFd& fd) {
     fd.reset();
 }
 
-bool isListening(uint16_t port) {
-    char wanted[8];
-    std::snprintf(wanted, sizeof wanted, "%04X", static_cast<unsigned>(port));
+uint16_t localPort(int fd) {
+    sockaddr_storage storage{};
+    socklen_t length = sizeof storage;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) return 0;
+    if (storage.ss_family == AF_INET)
+        return ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
+    if (storage.ss_family == AF_INET6)
+        return ntohs(reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port);
+    return 0;
+}
+
+namespace {
+// "0100007F:1F90" -> 0x1F90; the part after the last colon, in hex.
+unsigned long hexAfterColon(const std::string& field) {
+    auto colon = field.rfind(':');
+    return colon == std::string::npos ? 0 : std::stoul(field.substr(colon + 1), nullptr, 16);
+}
+}  // namespace
+
+std::vector<TcpTableRow> tcpTable(bool withIpv6) {
+    std::vector<TcpTableRow> rows;
     for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        if (!withIpv6 && std::string(path).ends_with('6')) break;
         std::ifstream in(path);
         std::string line;
         std::getline(in, line);  // header
         while (std::getline(in, line)) {
             std::istringstream fields(line);
-            std::string slot, local, remote, state;
-            fields >> slot >> local >> remote >> state;
-            if (state != "0A") continue;  // TCP_LISTEN
-            auto colon = local.rfind(':');
-            if (colon != std::string::npos && local.compare(colon + 1, 4, wanted) == 0 &&
-                local.size() == colon + 5) {
-                return true;
-            }
+            std::string slot, local, remote, state, queues;
+            fields >> slot >> local >> remote >> state >> queues;
+            TcpTableRow row;
+            row.localPort = static_cast<uint16_t>(hexAfterColon(local));
+            row.remotePort = static_cast<uint16_t>(hexAfterColon(remote));
+            row.state = static_cast<int>(std::stoul(state, nullptr, 16));
+            row.txQueue = std::stol(queues.substr(0, queues.find(':')), nullptr, 16);
+            row.rxQueue = static_cast<long>(hexAfterColon(queues));
+            rows.push_back(row);
         }
     }
+    return rows;
+}
+
+bool isListening(uint16_t port) {
+    for (const auto& row : tcpTable(true))
+        if (row.state == 0x0A && row.localPort == port) return true;  // TCP_LISTEN
     return false;
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
@@ -54,6 +55,22 @@ void setIoTimeout(int fd, milliseconds timeout);
 void resetClose(UniqueFd& fd);
 // Arms SO_LINGER {on, 0} only (the owner closes later).
 void armReset(int fd);
+
+// The local port of a socket (0 when getsockname fails).
+uint16_t localPort(int fd);
+
+// One socket of /proc/net/tcp (and tcp6): its ports, its TCP state as the kernel numbers it
+// (0x01 ESTABLISHED, 0x02 SYN_SENT, 0x04 FIN_WAIT1, 0x08 CLOSE_WAIT, 0x0A LISTEN) and the bytes
+// in its send (tx) and receive (rx) queues.
+struct TcpTableRow {
+    uint16_t localPort = 0;
+    uint16_t remotePort = 0;
+    int state = 0;
+    long txQueue = 0;
+    long rxQueue = 0;
+};
+// The sockets of this network namespace; IPv4 only unless `withIpv6`.
+std::vector<TcpTableRow> tcpTable(bool withIpv6);
 
 // True when a socket in LISTEN state has this local port (from /proc/net/tcp and tcp6). Used as
 // the readiness probe, so no stray probe connection reaches an upstream.
