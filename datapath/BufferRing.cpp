@@ -16,9 +16,13 @@ namespace {
 
 constexpr unsigned kInitialWindow = 128;
 
+std::size_t pageSize() {
+    static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return page;
+}
+
 std::size_t roundToPages(std::size_t bytes) {
-    auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    return (bytes + page - 1) / page * page;
+    return (bytes + pageSize() - 1) / pageSize() * pageSize();
 }
 
 }  // namespace
@@ -133,23 +137,22 @@ unsigned BufferRing::trim() noexcept {
     std::size_t warm = std::min<std::size_t>(spare_.size(), std::max(window_, peak));
     unsigned released = 0;
     for (std::size_t i = 0; i + warm < spare_.size(); ++i) {
-        if (!resident_[spare_[i]]) continue;
-        releasePages(spare_[i]);
-        ++released;
+        if (resident_[spare_[i]] && releasePages(spare_[i])) ++released;
     }
     return released;
 }
 
 // Only the whole pages inside the buffer: a page it shares with a neighbour stays.
-void BufferRing::releasePages(std::uint16_t id) noexcept {
-    static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+bool BufferRing::releasePages(std::uint16_t id) noexcept {
+    const auto page = static_cast<std::uintptr_t>(pageSize());
     auto start = reinterpret_cast<std::uintptr_t>(bufferAt(id));
     auto first = (start + page - 1) / page * page;
     auto end = (start + bufferSize_) / page * page;
     // A refusal keeps the pages, and the buffer is tried again at the next trim().
     if (end > first && ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED) != 0)
-        return;
+        return false;
     resident_[id] = false;
+    return true;
 }
 
 void BufferRing::topUp() noexcept {

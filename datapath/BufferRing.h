@@ -98,7 +98,7 @@ class BufferRing {
         return buffers_.data() + static_cast<std::size_t>(id) * bufferSize_;
     }
     void topUp() noexcept;
-    void releasePages(std::uint16_t id) noexcept;
+    bool releasePages(std::uint16_t id) noexcept;  // false: madvise refused
 
     io_uring* ring_;
     std::uint16_t groupId_;
