@@ -325,6 +325,9 @@ po::options_description relayOptions(const Config& d) {
          "provided buffers per worker ring (a power of two, at most 32768)")
         ("buffer-size", scalar("BYTES", std::to_string(d.bufferSize)),
          "size of each provided buffer (512..16 MiB)")
+        ("delayed-ack", scalar("on|off", nameOf(kOnOffNames, d.delayedAck)),
+         "the relay's sockets delay their ACKs so that they ride on the reply; off: the "
+         "kernel's quick ACKs at connection start")
         ("sqpoll", scalar("on|off")->implicit_value("on"),
          "kernel-side submission polling for the workers' rings (off by default)")
         ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
@@ -589,6 +592,7 @@ class ConfigParser {
                              text("buffer-ring-entries") + "' is not a power of two");
         config.bufferSize = number<uint32_t>("buffer-size", kMinBufferSize, kMaxBufferSize);
         if (values_.count("sqpoll")) config.sqpoll = choice(kOnOffNames, "sqpoll");
+        config.delayedAck = choice(kOnOffNames, "delayed-ack");
     }
 
     void applyXdpOptions(Config& config) const {
@@ -769,6 +773,7 @@ std::vector<std::string> settingsNeedingRestart(const Config& running, const Con
     check("buffer-ring-entries", running.bufferRingEntries, next.bufferRingEntries);
     check("buffer-size", running.bufferSize, next.bufferSize);
     check("sqpoll", running.sqpoll, next.sqpoll);
+    check("delayed-ack", running.delayedAck, next.delayedAck);
     check("pipe-size", running.pipeSize, next.pipeSize);
     check("pipe-budget", running.pipeBudgetBytes, next.pipeBudgetBytes);
     check("max-connections", running.maxConnections, next.maxConnections);

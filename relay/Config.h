@@ -77,6 +77,9 @@ struct Config {
     uint32_t bufferRingEntries = 4096;  // power of two (io_uring buffer rings require it)
     uint32_t bufferSize = 16384;
     bool sqpoll = false;
+    // Sockets start in the kernel's delayed-ACK ("pingpong") mode: the ACK of a request rides on
+    // the reply instead of costing a packet of its own (docs/kernel-notes.md).
+    bool delayedAck = true;
     std::string xdpInterface;
     XdpMode xdpMode = XdpMode::Auto;
     std::vector<std::string> xdpDeny;   // validated CIDR text

@@ -106,6 +106,7 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.bufferRingEntries = config.bufferRingEntries;
     settings.bufferSize = config.bufferSize;
     settings.sqpoll = config.sqpoll;
+    settings.delayedAck = config.delayedAck;
     settings.auditWriter = config.auditWriter;
     settings.auditBufferBytes = config.auditBufferBytes;
     settings.accessLog = config.accessLog;

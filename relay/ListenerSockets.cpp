@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/Error.h"
+#include "relay/SocketOptions.h"
 
 namespace splicegate {
 namespace {
@@ -15,7 +16,8 @@ constexpr int kBacklog = 4096;
 }
 
 std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const Route& route,
-                                                                           unsigned workers) {
+                                                                           unsigned workers,
+                                                                           bool delayedAck) {
     const auto& address = route.config.listen;
     const auto where = "route " + route.config.name + ": listen on " + address.toString();
     auto bound = std::make_shared<Bound>();
@@ -39,6 +41,9 @@ std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const
                  where + ": TCP_NODELAY");
         checkSys(::bind(fd.get(), address.get(), address.length()), where);
         checkSys(::listen(fd.get(), kBacklog), where + ": listen");
+        // Inherited like TCP_NODELAY, but only when set after listen(), which resets the
+        // socket's ACK state.
+        if (delayedAck) checkNeg(enterDelayedAckMode(fd.get()), where + ": TCP_QUICKACK");
         bound->perWorker.push_back(std::move(fd));
     }
     return bound;
@@ -46,7 +51,8 @@ std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const
 
 std::shared_ptr<const ListenerSockets> ListenerSockets::bind(const RouteTable& table,
                                                              unsigned workers,
-                                                             const ListenerSockets* current) {
+                                                             const ListenerSockets* current,
+                                                             bool delayedAck) {
     auto next = std::make_shared<ListenerSockets>();
     for (const auto& route : table) {
         std::shared_ptr<const Bound> reused;
@@ -54,7 +60,7 @@ std::shared_ptr<const ListenerSockets> ListenerSockets::bind(const RouteTable& t
             for (const auto& held : current->bound_)
                 if (held->address == route->config.listen && held->perWorker.size() == workers)
                     reused = held;
-        next->bound_.push_back(reused ? reused : bindAddress(*route, workers));
+        next->bound_.push_back(reused ? reused : bindAddress(*route, workers, delayedAck));
     }
     return next;
 }

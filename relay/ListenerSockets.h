@@ -19,9 +19,11 @@ class ListenerSockets {
     // Binds the listeners of `table` for `workers` workers. Addresses that `current` already
     // holds are shared, not bound again (no gap in accepting, no EADDRINUSE with ourselves).
     // Throws std::system_error naming the route, the address and the call on the first failure;
-    // the sockets bound so far are closed again.
+    // the sockets bound so far are closed again. `delayedAck`: accepted sockets start in the
+    // kernel's delayed-ACK mode (--delayed-ack).
     static std::shared_ptr<const ListenerSockets> bind(const RouteTable& table, unsigned workers,
-                                                       const ListenerSockets* current);
+                                                       const ListenerSockets* current,
+                                                       bool delayedAck);
 
     // A duplicate of worker `worker`'s socket for `address`, owned by the caller. Throws
     // std::system_error (dup) or std::out_of_range when no such socket is held.
@@ -33,7 +35,8 @@ class ListenerSockets {
         SocketAddress address;
         std::vector<UniqueFd> perWorker;
     };
-    static std::shared_ptr<const Bound> bindAddress(const Route& route, unsigned workers);
+    static std::shared_ptr<const Bound> bindAddress(const Route& route, unsigned workers,
+                                                    bool delayedAck);
 
     std::vector<std::shared_ptr<const Bound>> bound_;
 };

@@ -50,7 +50,8 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
     auto table = buildRouteTable(config, context_->routeIndex);
-    context_->setListenerSockets(ListenerSockets::bind(*table, workerCount, nullptr));
+    context_->setListenerSockets(
+        ListenerSockets::bind(*table, workerCount, nullptr, settings.delayedAck));
     context_->setRoutes(table);
     upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
         [context = context_.get()] { return context->routes(); },
@@ -73,8 +74,8 @@ void Relay::reload(const Config& config) {
     auto table = buildRouteTable(config, context_->routeIndex, running.get());
     // Bound before anything changes: a failure here leaves the running set as it was. Workers
     // close an old listener only after this, so no address stops accepting in between.
-    auto sockets = ListenerSockets::bind(*table, workerCount(),
-                                         context_->listenerSockets().get());
+    auto sockets = ListenerSockets::bind(*table, workerCount(), context_->listenerSockets().get(),
+                                         context_->settings.delayedAck);
     context_->setListenerSockets(std::move(sockets));
     context_->setRoutes(std::move(table));
     for (auto& worker : workers_) worker->requestReload();

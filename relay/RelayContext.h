@@ -34,6 +34,7 @@ struct RelaySettings {
     // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
     // while traffic flows, one more busy thread per worker (--sqpoll).
     bool sqpoll = false;
+    bool delayedAck = true;  // --delayed-ack (Config.h)
     // Audit: empty directory = off.
     std::string auditDir;
     AuditDurability auditDurability = AuditDurability::Batch;

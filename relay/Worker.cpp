@@ -18,6 +18,7 @@
 #include "datapath/Failpoints.h"
 #include "datapath/SegmentAuditLog.h"
 #include "relay/AccessLog.h"
+#include "relay/SocketOptions.h"
 
 namespace splicegate {
 namespace {
@@ -99,16 +100,6 @@ AuditPolicy auditPolicy(const RelaySettings& settings, const AuditLog& log) noex
     return policy;
 }
 
-void setNoDelay(int fd) noexcept {
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-// A close with SO_LINGER {1, 0} sends RST: how a reset on one side is passed to the other.
-void armReset(int fd) noexcept {
-    linger option{1, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
-}
 }  // namespace
 
 Worker::Worker(unsigned index, RelayContext& context)
@@ -568,7 +559,8 @@ void Worker::startConnect(Connection& c) {
         return;
     }
     c.io.upstream.reset(fd);
-    setNoDelay(fd);
+    if (int rc = setNoDelay(fd); rc < 0)
+        logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
     ++c.connectAttempts;
     auto* sqe = ring_->sqe();
     io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
@@ -614,6 +606,12 @@ void Worker::onConnect(Connection& c, int result) {
             auto* sqe = ring_->sqe();
             io_uring_prep_poll_remove(sqe, clientWatchTag(c));
             io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
+        }
+        // After the handshake, not before: a socket in delayed-ACK mode while connecting would
+        // also delay the handshake's last ACK, and a server that speaks first would wait for it.
+        if (context_.settings.delayedAck) {
+            if (int rc = enterDelayedAckMode(c.io.upstream.get()); rc < 0)
+                logDebug("connection ", c.id(), ": TCP_QUICKACK: ", errnoText(-rc));
         }
         startRelaying(c);
         return;
@@ -680,8 +678,11 @@ void Worker::closeConnection(Connection& c, CloseReason reason, bool resetPeers)
     // issued, and must never meet a reused number), so no fd number can be reused before.
     for (auto* fd : {&c.io.client, &c.io.upstream}) {
         if (!*fd) continue;
-        if (resetPeers)
-            armReset(fd->get());  // RST goes out when the fd is closed
+        if (resetPeers) {
+            // RST goes out when the fd is closed; without the option, a FIN does.
+            if (int rc = armReset(fd->get()); rc < 0)
+                logDebug("connection ", c.id(), ": SO_LINGER: ", errnoText(-rc));
+        }
         else if (pending)
             ::shutdown(fd->get(), SHUT_RDWR);  // FIN now, not when the last operation ends
     }

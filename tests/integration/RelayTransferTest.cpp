@@ -2,6 +2,8 @@
 // orders, back-pressure from a slow reader, a tiny pipe budget, IPv6. Every transfer is checked
 // by SHA-256 at both ends against an independently computed digest (docs/kernel-notes.md §10).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -274,6 +276,64 @@ TEST(RelayIpv6Test, ListenAndUpstreamOnIpv6Loopback) {
     board->waitSize(1, deadlineIn(milliseconds(5000)));
     EXPECT_TRUE(duplexMatches(runs, *board, kSize, kSize)) << daemon.why(20);
 }
+
+// --delayed-ack: both of the relay's sockets of a connection are in the kernel's delayed-ACK
+// mode (getsockopt TCP_QUICKACK reads 0) before they have received anything, so the ACK of a
+// request rides on the reply; with `off` they keep the kernel's quick ACKs. Each socket is read
+// before data arrives on it: the first delayed-ACK timeout would end the mode by itself.
+class RelayDelayedAckTest : public ::testing::TestWithParam<bool> {};
+
+int quickAckOf(int fd) {
+    int value = -1;
+    socklen_t length = sizeof value;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &value, &length) != 0) return -errno;
+    return value;
+}
+
+TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
+    const bool delayedAck = GetParam();
+    auto relayPorts = std::make_shared<std::atomic<int>>(0);
+    TestServer upstream([relayPorts](int fd, std::size_t) {
+        char byte = 0;
+        if (::recv(fd, &byte, 1, 0) != 1) return;  // the relay has connected and relayed
+        sockaddr_storage peer{};
+        socklen_t length = sizeof peer;
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length);
+        relayPorts->store(ntohs(reinterpret_cast<sockaddr_in*>(&peer)->sin_port));
+        receiveAll(fd, deadlineIn(milliseconds(10000)));
+    });
+    uint16_t port = pickFreePort();
+    std::vector<std::string> options;
+    if (!delayedAck) options = {"--delayed-ack", "off"};
+    Daemon daemon(relayArgs(port, {upstream.address()}, options));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    UniqueFd client;
+    ASSERT_TRUE(connectToRelay(port, daemon, client));
+    const int expected = delayedAck ? 0 : 1;
+
+    UniqueFd clientSide =
+        borrowSocket(daemon.pid(), port, localPort(client.get()), deadlineIn(milliseconds(5000)));
+    ASSERT_TRUE(clientSide) << "the daemon's socket of the client connection: "
+                            << std::strerror(errno) << daemon.why();
+    EXPECT_EQ(quickAckOf(clientSide.get()), expected) << "socket accepted from the client";
+
+    ASSERT_EQ(::send(client.get(), "x", 1, MSG_NOSIGNAL), 1);
+    Deadline deadline = deadlineIn(milliseconds(5000));
+    while (relayPorts->load() == 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(5));
+    ASSERT_NE(relayPorts->load(), 0) << "the upstream never got the client's byte" << daemon.why();
+    UniqueFd upstreamSide = borrowSocket(daemon.pid(), static_cast<uint16_t>(relayPorts->load()),
+                                         upstream.port(), deadlineIn(milliseconds(5000)));
+    ASSERT_TRUE(upstreamSide) << "the daemon's socket of the upstream connection: "
+                              << std::strerror(errno) << daemon.why();
+    EXPECT_EQ(quickAckOf(upstreamSide.get()), expected) << "socket connected to the upstream";
+}
+
+std::string delayedAckName(const ::testing::TestParamInfo<bool>& mode) {
+    return mode.param ? "On" : "Off";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RelayDelayedAckTest, ::testing::Bool(), delayedAckName);
 
 }  // namespace
 }  // namespace splicegate::test

@@ -7,10 +7,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <system_error>
@@ -178,18 +180,53 @@ std::vector<TcpTableRow> tcpTable(bool withIpv6) {
         std::getline(in, line);  // header
         while (std::getline(in, line)) {
             std::istringstream fields(line);
-            std::string slot, local, remote, state, queues;
-            fields >> slot >> local >> remote >> state >> queues;
+            std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout;
+            fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+                timeout;
             TcpTableRow row;
             row.localPort = static_cast<uint16_t>(hexAfterColon(local));
             row.remotePort = static_cast<uint16_t>(hexAfterColon(remote));
             row.state = static_cast<int>(std::stoul(state, nullptr, 16));
             row.txQueue = std::stol(queues.substr(0, queues.find(':')), nullptr, 16);
             row.rxQueue = static_cast<long>(hexAfterColon(queues));
+            fields >> row.inode;
             rows.push_back(row);
         }
     }
     return rows;
+}
+
+namespace {
+// The descriptor under which process `pid` holds the socket `inode`, or -1.
+int descriptorOfSocket(pid_t pid, unsigned long inode) {
+    const std::string wanted = "socket:[" + std::to_string(inode) + "]";
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(
+             "/proc/" + std::to_string(pid) + "/fd", error)) {
+        std::error_code readError;
+        auto target = std::filesystem::read_symlink(entry.path(), readError);
+        if (!readError && target.string() == wanted)
+            return std::stoi(entry.path().filename().string());
+    }
+    return -1;
+}
+}  // namespace
+
+UniqueFd borrowSocket(pid_t pid, uint16_t localPort, uint16_t remotePort, Deadline deadline) {
+    UniqueFd process(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!process) return {};
+    for (;;) {
+        for (const auto& row : tcpTable(true)) {
+            if (row.localPort != localPort || row.remotePort != remotePort || row.inode == 0)
+                continue;
+            int descriptor = descriptorOfSocket(pid, row.inode);
+            if (descriptor >= 0)
+                return UniqueFd(
+                    static_cast<int>(::syscall(SYS_pidfd_getfd, process.get(), descriptor, 0)));
+        }
+        if (Clock::now() >= deadline) return {};
+        std::this_thread::sleep_for(milliseconds(5));
+    }
 }
 
 bool isListening(uint16_t port) {

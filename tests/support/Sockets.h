@@ -68,9 +68,15 @@ struct TcpTableRow {
     int state = 0;
     long txQueue = 0;
     long rxQueue = 0;
+    unsigned long inode = 0;  // the socket's inode: /proc/PID/fd links read "socket:[INODE]"
 };
 // The sockets of this network namespace; IPv4 only unless `withIpv6`.
 std::vector<TcpTableRow> tcpTable(bool withIpv6);
+
+// A duplicate (pidfd_getfd) of the socket that process `pid` holds for the TCP connection
+// localPort -> remotePort, so a test can read that socket's options; polls until the process
+// holds it or the deadline passes (then an invalid fd). Needs CAP_SYS_PTRACE over `pid`.
+UniqueFd borrowSocket(pid_t pid, uint16_t localPort, uint16_t remotePort, Deadline deadline);
 
 // True when a socket in LISTEN state has this local port (from /proc/net/tcp and tcp6). Used as
 // the readiness probe, so no stray probe connection reaches an upstream.

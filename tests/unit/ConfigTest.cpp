@@ -106,6 +106,7 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.bufferRingEntries, 4096u);
     EXPECT_EQ(config.bufferSize, 16384u);
     EXPECT_FALSE(config.sqpoll);
+    EXPECT_TRUE(config.delayedAck);
     EXPECT_EQ(config.auditWriter, AuditWriterKind::Direct);
     EXPECT_EQ(config.auditBufferBytes, 67108864u);
     EXPECT_EQ(config.auditGroup, "");
@@ -179,6 +180,7 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
                                                 "--buffer-size",
                                                 "4096",
                                                 "--sqpoll",
+                                                "--delayed-ack=off",
                                                 "--audit-writer=splice",
                                                 "--audit-buffer-bytes",
                                                 "2097152",
@@ -219,6 +221,7 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
     EXPECT_EQ(config.bufferRingEntries, 256u);
     EXPECT_EQ(config.bufferSize, 4096u);
     EXPECT_TRUE(config.sqpoll);
+    EXPECT_FALSE(config.delayedAck);
     EXPECT_EQ(config.auditWriter, AuditWriterKind::Splice);
     EXPECT_EQ(config.auditBufferBytes, 2097152u);
     EXPECT_EQ(config.auditGroup, "auditors");
@@ -260,6 +263,7 @@ TEST(ConfigTest, EveryEnumValueIsAccepted) {
     EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-writer", "direct"})).auditWriter,
               AuditWriterKind::Direct);
     EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).accessLog);
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--delayed-ack", "on"})).delayedAck);
     EXPECT_STREQ(toString(Lane::Buffer), "buffer");
     EXPECT_STREQ(toString(AuditWriterKind::Splice), "splice");
 }
@@ -283,10 +287,12 @@ TEST(ConfigTest, SettingsNeedingRestartAreNamed) {
     auto running = parseConfig(withDefaultRoute());
     auto next = parseConfig(
         withDefaultRoute({"--workers", "3", "--idle-timeout-ms", "5", "--log-level", "debug",
-                          "--xdp-deny", "10.0.0.0/8", "--audit-durability", "strict"}));
+                          "--xdp-deny", "10.0.0.0/8", "--audit-durability", "strict",
+                          "--delayed-ack", "off"}));
     next.routes.at(0).audit = false;  // routes are applied by a reload
     EXPECT_EQ(settingsNeedingRestart(running, next),
-              (std::vector<std::string>{"workers", "audit-durability", "idle-timeout-ms"}));
+              (std::vector<std::string>{"workers", "audit-durability", "delayed-ack",
+                                        "idle-timeout-ms"}));
     EXPECT_TRUE(settingsNeedingRestart(running, running).empty());
 }
 
@@ -819,6 +825,9 @@ const BadInput kBadInputs[] = {
      nullptr,
      {"--audit-hmac-key-file", "empty"}},
     {"BadAccessLog", routeAnd({"--access-log", "loud"}), nullptr, {"--access-log", "'loud'"}},
+    {"BadDelayedAck", routeAnd({"--delayed-ack", "sometimes"}), nullptr,
+     {"--delayed-ack", "'sometimes'"}},
+    {"BadDelayedAckInFile", kRoute, "delayed-ack = 2\n", {"@FILE@", "delayed-ack", "2"}},
     {"NegativePerSource",
      routeAnd({"--max-connections-per-source", "-1"}),
      nullptr,

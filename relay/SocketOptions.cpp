@@ -1,0 +1,23 @@
+#include "relay/SocketOptions.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace splicegate {
+namespace {
+template <typename Value>
+int setOption(int fd, int level, int name, const Value& value) noexcept {
+    return ::setsockopt(fd, level, name, &value, sizeof value) < 0 ? -errno : 0;
+}
+}  // namespace
+
+int setNoDelay(int fd) noexcept { return setOption(fd, IPPROTO_TCP, TCP_NODELAY, 1); }
+
+int armReset(int fd) noexcept { return setOption(fd, SOL_SOCKET, SO_LINGER, linger{1, 0}); }
+
+int enterDelayedAckMode(int fd) noexcept { return setOption(fd, IPPROTO_TCP, TCP_QUICKACK, 0); }
+
+}  // namespace splicegate

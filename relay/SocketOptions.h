@@ -1,0 +1,19 @@
+#pragma once
+// The TCP options the relay sets on its sockets, one wrapper each: 0 on success, -errno on
+// failure (the caller decides whether a failure matters).
+namespace splicegate {
+
+// Nagle off: the relay forwards what it has at once (its peers set their own).
+int setNoDelay(int fd) noexcept;
+
+// A close with SO_LINGER {1, 0} sends RST: how a reset on one side is passed to the other.
+int armReset(int fd) noexcept;
+
+// TCP_QUICKACK 0 puts the socket in the kernel's delayed-ACK ("pingpong") mode: the ACK of
+// received data waits up to the delayed-ACK timeout for data going the other way and rides on
+// it, instead of the quick ACKs a new connection sends for its first segments. The kernel
+// leaves the mode by itself the first time the timer fires with nothing to carry the ACK.
+// On a listening socket it must come after listen(); accepted sockets inherit it.
+int enterDelayedAckMode(int fd) noexcept;
+
+}  // namespace splicegate
