@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <climits>
 #include <ctime>
 #include <map>
 #include <mutex>
@@ -145,6 +146,26 @@ void logLine(LogLevel level, std::string_view message) noexcept {
     } catch (...) {
         // Logging must never take the process down (allocation failure while formatting).
     }
+}
+
+void LogBatch::add(LogLevel level, std::string_view message) noexcept {
+    if (level < logLevel()) return;
+    try {
+        auto line = formatLogLine(level, message, logsToJournal());
+        line += '\n';
+        if (pending_.size() + line.size() > PIPE_BUF) flush();
+        pending_ += line;
+        if (pending_.size() >= PIPE_BUF) flush();
+    } catch (...) {
+        // As logLine: logging never takes the process down.
+    }
+}
+
+void LogBatch::flush() noexcept {
+    if (pending_.empty()) return;
+    // As logLine: a short write to stderr is not worth a retry loop.
+    [[maybe_unused]] auto written = ::write(fd_, pending_.data(), pending_.size());
+    pending_.clear();
 }
 
 bool WarningLimiter::admit(std::string_view kind, std::uint64_t& report, Clock::time_point now) {

@@ -57,6 +57,27 @@ void logError(Args&&... args) {
     logAt(LogLevel::Error, std::forward<Args>(args)...);
 }
 
+// Lines gathered over one turn of a worker's loop and written together: a turn that closes many
+// connections logs their access lines with one write(2) instead of one each. A batch is whole
+// lines of at most PIPE_BUF bytes (a longer line goes alone), so when stderr is a pipe, no batch
+// is split by or interleaved with another thread's line. Each line is formatted (time stamp
+// included) when added. Thread affinity: one owner; the destructor flushes.
+class LogBatch {
+  public:
+    explicit LogBatch(int fd = 2) noexcept : fd_(fd) {}
+    ~LogBatch() { flush(); }
+    LogBatch(const LogBatch&) = delete;
+    LogBatch& operator=(const LogBatch&) = delete;
+
+    void add(LogLevel level, std::string_view message) noexcept;
+    void flush() noexcept;
+    bool empty() const noexcept { return pending_.empty(); }
+
+  private:
+    int fd_;
+    std::string pending_;
+};
+
 // Repeated warnings of one kind (e.g. "connect failed on route web"): the first of each window
 // is logged; the rest are counted and reported as one line when the window is over, at the
 // next warning of that kind or at flushSuppressedWarnings(). Thread-safe (one mutex, taken only

@@ -1,10 +1,10 @@
 #include "relay/Worker.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <linux/sockios.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -187,6 +187,7 @@ void Worker::setUp() {
 
 void Worker::loop() {
     while (!(stopping_ && liveConnections_ == 0) && !(draining_ && liveConnections_ == 0)) {
+        accessLines_.flush();
         // One submission per turn: everything prepared while handling the last batch goes in
         // here (connects, polls, re-armed accepts, cancels).
         // A non-blocking enter first (it submits and runs the deferred task work): under load
@@ -209,6 +210,7 @@ void Worker::loop() {
             if (auto outcome = audit_->afterTurn()) applySync(*outcome);
         }
     }
+    accessLines_.flush();
 }
 
 void Worker::handleCompletion(const io_uring_cqe& cqe) {
@@ -335,8 +337,10 @@ void Worker::closeTimedOut() {
             closeConnection(*c, CloseReason::UpstreamReset, true);
         } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream, clientState) ||
                    senderGoneUndelivered(c->io, Direction::UpstreamToClient, upstreamState)) {
-            logDebug("connection ", c->id(), ": one side sent its FIN and the other has taken "
-                     "nothing for ", halfClosed.count(), " ms (--half-closed-timeout-ms)");
+            logDebug("connection ", c->id(),
+                     ": one side sent its FIN and the other has taken "
+                     "nothing for ",
+                     halfClosed.count(), " ms (--half-closed-timeout-ms)");
             closeConnection(*c, CloseReason::IdleTimeout, false);
         }
     }
@@ -682,9 +686,9 @@ void Worker::closeConnection(Connection& c, CloseReason reason, bool resetPeers)
             // RST goes out when the fd is closed; without the option, a FIN does.
             if (int rc = armReset(fd->get()); rc < 0)
                 logDebug("connection ", c.id(), ": SO_LINGER: ", errnoText(-rc));
-        }
-        else if (pending)
+        } else if (pending) {
             ::shutdown(fd->get(), SHUT_RDWR);  // FIN now, not when the last operation ends
+        }
     }
     if (!pending) releaseConnection(c);  // closed now: FIN (or RST) goes out with the close
 }
@@ -700,10 +704,12 @@ void Worker::releaseConnection(Connection& c) {
              lifetime.count(), " ms: c2u ", c.io.at(Direction::ClientToUpstream).bytesForwarded(),
              " B, u2c ", c.io.at(Direction::UpstreamToClient).bytesForwarded(), " B");
     if (context_.settings.accessLog)
-        logInfo(formatAccessLine({c.route->config.name, c.id(), c.clientAddress, c.upstreamAddress,
-                                  c.io.at(Direction::ClientToUpstream).bytesForwarded(),
-                                  c.io.at(Direction::UpstreamToClient).bytesForwarded(),
-                                  static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
+        accessLines_.add(
+            LogLevel::Info,
+            formatAccessLine({c.route->config.name, c.id(), c.clientAddress, c.upstreamAddress,
+                              c.io.at(Direction::ClientToUpstream).bytesForwarded(),
+                              c.io.at(Direction::UpstreamToClient).bytesForwarded(),
+                              static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
     releaseAdmission(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
@@ -726,10 +732,9 @@ void Worker::applySync(const SyncOutcome& outcome) {
     if (outcome.closeUndurable) {
         for (auto& c : connections_)
             if (c && c->id() != 0 && audit_->lostBySyncFailure(c->io))
-                closeConnection(*c,
-                                outcome.writeFailed ? CloseReason::AuditError
-                                                    : CloseReason::AuditSyncError,
-                                true);
+                closeConnection(
+                    *c, outcome.writeFailed ? CloseReason::AuditError : CloseReason::AuditSyncError,
+                    true);
     }
     for (const auto& flow : outcome.roomFreed) {
         Connection* c = lookup(flow.slot, flow.generation);

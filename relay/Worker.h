@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/CompletionTag.h"
+#include "common/Log.h"
 #include "common/Ring.h"
 #include "common/UniqueFd.h"
 #include "datapath/AuditTap.h"
@@ -168,6 +169,8 @@ class Worker {
     __kernel_timespec timerInterval_{};
     __kernel_timespec connectTimeout_{};
     std::chrono::steady_clock::time_point now_;
+    // Access lines of the connections closed in this turn: one write at the next turn's start.
+    LogBatch accessLines_;
     std::shared_ptr<const RouteTable> appliedRoutes_;
     std::vector<Listener> listeners_;
     std::vector<std::unique_ptr<Connection>> connections_;

@@ -1,13 +1,17 @@
 // Log lines: journald priorities instead of time stamps when stderr is the journal, the
-// suppression of repeated warnings, and the access line's fields.
+// suppression of repeated warnings, batches of lines, and the access line's fields.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <regex>
 #include <string>
 
 #include "common/Log.h"
+#include "common/UniqueFd.h"
 #include "relay/AccessLog.h"
 #include "tests/support/Sockets.h"
 
@@ -47,6 +51,57 @@ TEST(LogTest, JournalIsDetectedOnlyWhenTheStreamIsStderr) {
     EXPECT_FALSE(logsToJournal());
     detectJournal(nullptr);
     EXPECT_FALSE(logsToJournal());
+}
+
+// What a pipe holds now (non-blocking reads until empty).
+std::string drain(int fd) {
+    std::string text;
+    char buffer[8192];
+    for (;;) {
+        auto got = ::read(fd, buffer, sizeof buffer);
+        if (got <= 0) return text;
+        text.append(buffer, static_cast<std::size_t>(got));
+    }
+}
+
+TEST(LogTest, ABatchWritesItsLinesOnlyWhenFlushedAndInOrder) {
+    int ends[2];
+    ASSERT_EQ(::pipe2(ends, O_NONBLOCK | O_CLOEXEC), 0);
+    UniqueFd reader(ends[0]), writer(ends[1]);
+    detectJournal(nullptr);
+    {
+        LogBatch batch(writer.get());
+        batch.add(LogLevel::Info, "access id=1");
+        batch.add(LogLevel::Debug, "below the level: dropped");
+        batch.add(LogLevel::Warn, "access id=2");
+        EXPECT_EQ(drain(reader.get()), "") << "written before the flush";
+        batch.flush();
+        EXPECT_TRUE(batch.empty());
+        EXPECT_TRUE(std::regex_match(drain(reader.get()),
+                                     std::regex(R"(\S+ info access id=1\n\S+ warn access id=2\n)")));
+        batch.add(LogLevel::Info, "access id=3");
+    }
+    EXPECT_TRUE(std::regex_match(drain(reader.get()), std::regex(R"(\S+ info access id=3\n)")))
+        << "the destructor flushes";
+}
+
+TEST(LogTest, ABatchIsWrittenInPiecesOfWholeLinesOfAtMostPipeBuf) {
+    int ends[2];
+    ASSERT_EQ(::pipe2(ends, O_NONBLOCK | O_CLOEXEC), 0);
+    UniqueFd reader(ends[0]), writer(ends[1]);
+    detectJournal(nullptr);
+    LogBatch batch(writer.get());
+    const std::string message(100, 'x');
+    std::size_t lineSize = formatLogLine(LogLevel::Info, message, false).size() + 1;
+    std::size_t perPiece = PIPE_BUF / lineSize;
+    for (std::size_t i = 0; i < perPiece; ++i) batch.add(LogLevel::Info, message);
+    EXPECT_EQ(drain(reader.get()), "") << "a piece that fits stays pending";
+    batch.add(LogLevel::Info, message);  // does not fit: the full piece goes first
+    auto piece = drain(reader.get());
+    EXPECT_EQ(piece.size(), perPiece * lineSize);
+    EXPECT_EQ(piece.back(), '\n');
+    batch.flush();
+    EXPECT_EQ(drain(reader.get()).size(), lineSize);
 }
 
 TEST(LogTest, RepeatedWarningsOfOneKindAreCountedNotLogged) {
