@@ -1,7 +1,9 @@
 #include "relay/SocketOptions.h"
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -14,10 +16,21 @@ int setOption(int fd, int level, int name, const Value& value) noexcept {
 }
 }  // namespace
 
-int setNoDelay(int fd) noexcept { return setOption(fd, IPPROTO_TCP, TCP_NODELAY, 1); }
+int setNoDelay(int fd) noexcept {
+    return setOption(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+}
 
-int armReset(int fd) noexcept { return setOption(fd, SOL_SOCKET, SO_LINGER, linger{1, 0}); }
+int armReset(int fd) noexcept {
+    return setOption(fd, SOL_SOCKET, SO_LINGER, linger{1, 0});
+}
 
-int enterDelayedAckMode(int fd) noexcept { return setOption(fd, IPPROTO_TCP, TCP_QUICKACK, 0); }
+int enterDelayedAckMode(int fd) noexcept {
+    return setOption(fd, IPPROTO_TCP, TCP_QUICKACK, 0);
+}
+
+int bytesWaiting(int fd) noexcept {
+    int bytes = 0;
+    return ::ioctl(fd, SIOCINQ, &bytes) < 0 ? -errno : bytes;
+}
 
 }  // namespace splicegate

@@ -1,6 +1,6 @@
 #pragma once
-// The TCP options the relay sets on its sockets, one wrapper each: 0 on success, -errno on
-// failure (the caller decides whether a failure matters).
+// The TCP options the relay sets on its sockets, and what it asks them, one wrapper each: the
+// result, or -errno on failure (the caller decides whether a failure matters).
 namespace splicegate {
 
 // Nagle off: the relay forwards what it has at once (its peers set their own).
@@ -15,5 +15,8 @@ int armReset(int fd) noexcept;
 // leaves the mode by itself the first time the timer fires with nothing to carry the ACK.
 // On a listening socket it must come after listen(); accepted sockets inherit it.
 int enterDelayedAckMode(int fd) noexcept;
+
+// Bytes received and not yet read (SIOCINQ).
+int bytesWaiting(int fd) noexcept;
 
 }  // namespace splicegate

@@ -565,6 +565,11 @@ void Worker::startConnect(Connection& c) {
     c.io.upstream.reset(fd);
     if (int rc = setNoDelay(fd); rc < 0)
         logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
+    // A client that has spoken already: its bytes go out as soon as the handshake is done, and
+    // the handshake's last ACK can ride on them, one packet fewer. One that has not may be
+    // waiting for a server that speaks first, whose accept must not wait for that ACK.
+    c.upstreamDelaysAcks = context_.settings.delayedAck && bytesWaiting(c.io.client.get()) > 0 &&
+                           enterDelayedAckMode(fd) == 0;
     ++c.connectAttempts;
     auto* sqe = ring_->sqe();
     io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
@@ -613,7 +618,7 @@ void Worker::onConnect(Connection& c, int result) {
         }
         // After the handshake, not before: a socket in delayed-ACK mode while connecting would
         // also delay the handshake's last ACK, and a server that speaks first would wait for it.
-        if (context_.settings.delayedAck) {
+        if (context_.settings.delayedAck && !c.upstreamDelaysAcks) {
             if (int rc = enterDelayedAckMode(c.io.upstream.get()); rc < 0)
                 logDebug("connection ", c.id(), ": TCP_QUICKACK: ", errnoText(-rc));
         }

@@ -329,6 +329,34 @@ TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
     EXPECT_EQ(quickAckOf(upstreamSide.get()), expected) << "socket connected to the upstream";
 }
 
+// The upstream socket enters delayed-ACK mode before its connect only when the client has spoken
+// already (its bytes then carry the handshake's last ACK). A client that waits for a server
+// that speaks first must not make that server wait: the handshake's ACK would be held up to
+// 200 ms, and the server's accept() with it. The fastest of three greetings shows it (one slow
+// run on a loaded machine is not the delay).
+TEST(RelayDelayedAckTest, AServerThatSpeaksFirstIsNotKeptWaiting) {
+    constexpr char kGreeting[] = "220 ready\r\n";
+    TestServer upstream([&kGreeting](int fd, std::size_t) {
+        ::send(fd, kGreeting, sizeof kGreeting - 1, MSG_NOSIGNAL);
+        receiveAll(fd, deadlineIn(milliseconds(10000)));
+    });
+    uint16_t port = pickFreePort();
+    Daemon daemon(relayArgs(port, {upstream.address()}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    auto fastest = milliseconds::max();
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        auto started = Clock::now();
+        UniqueFd client;
+        ASSERT_TRUE(connectToRelay(port, daemon, client));
+        char first = 0;
+        ASSERT_EQ(::recv(client.get(), &first, 1, 0), 1) << "no greeting" << daemon.why();
+        EXPECT_EQ(first, '2');
+        fastest =
+            std::min(fastest, std::chrono::duration_cast<milliseconds>(Clock::now() - started));
+    }
+    EXPECT_LT(fastest.count(), 150) << "the greeting of a server that speaks first was held";
+}
+
 std::string delayedAckName(const ::testing::TestParamInfo<bool>& mode) {
     return mode.param ? "On" : "Off";
 }
