@@ -14,17 +14,40 @@ std::shared_ptr<audit::DirectChunk> chunkOf(AuditSlot& slot) noexcept {
 
 DirectAuditLog::DirectAuditLog(std::unique_ptr<audit::AuditWriter> writer, Ring& ring,
                                const audit::DirectLogOptions& options)
-    : log_(std::move(writer), ring, options, CompletionTag::make(kOp).encode()) {}
+    : log_(std::move(writer), ring, options, CompletionTag::make(kOp).encode()) {
+    spareChunks_.reserve(kSpareChunks);
+}
+
+std::shared_ptr<audit::DirectChunk> DirectAuditLog::takeChunk() {
+    if (spareChunks_.empty()) return std::make_shared<audit::DirectChunk>();
+    auto chunk = std::move(spareChunks_.back());
+    spareChunks_.pop_back();
+    return chunk;
+}
+
+void DirectAuditLog::keepChunk(std::shared_ptr<audit::DirectChunk> chunk) noexcept {
+    // Only a holder nobody else shares, emptied, and never beyond the reserved capacity (so the
+    // push cannot allocate).
+    if (!chunk || chunk.use_count() != 1 || spareChunks_.size() >= kSpareChunks) return;
+    *chunk = audit::DirectChunk{};
+    spareChunks_.push_back(std::move(chunk));
+}
 
 int DirectAuditLog::reserve(std::uint32_t length, AuditSlot& out) noexcept {
     std::shared_ptr<audit::DirectChunk> chunk;
     try {
-        chunk = std::make_shared<audit::DirectChunk>();
+        chunk = takeChunk();
     } catch (const std::bad_alloc&) {
         return -ENOMEM;
     }
-    if (int rc = log_.reserve(length, *chunk); rc < 0) return rc;
-    if (chunk->memory.empty()) return -ENOBUFS;  // back-pressure, not an error
+    if (int rc = log_.reserve(length, *chunk); rc < 0) {
+        keepChunk(std::move(chunk));
+        return rc;
+    }
+    if (chunk->memory.empty()) {
+        keepChunk(std::move(chunk));
+        return -ENOBUFS;  // back-pressure, not an error
+    }
     out.destination = AuditDestination{-1, chunk->segment.offset, chunk->memory};
     out.length = static_cast<std::uint32_t>(chunk->memory.size());
     out.owner = std::move(chunk);
@@ -37,13 +60,17 @@ int DirectAuditLog::recordChunk(AuditSlot& slot, std::uint64_t connection, std::
     auto chunk = chunkOf(slot);
     slot = AuditSlot{};
     if (!chunk) return -EINVAL;
-    return log_.recordChunk(*chunk, connection, direction, written);
+    int rc = log_.recordChunk(*chunk, connection, direction, written);
+    keepChunk(std::move(chunk));
+    return rc;
 }
 
 void DirectAuditLog::abandon(AuditSlot& slot) noexcept {
     auto chunk = chunkOf(slot);
     slot = AuditSlot{};
-    if (chunk) log_.abandon(*chunk);
+    if (!chunk) return;
+    log_.abandon(*chunk);
+    keepChunk(std::move(chunk));
 }
 
 int DirectAuditLog::recordOpen(std::uint64_t connection, std::string_view route,

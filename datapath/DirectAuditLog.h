@@ -5,6 +5,7 @@
 // (room()), never into an audit failure. The writer's own completions (data writes, their
 // fdatasync, the index fdatasync) carry op kOp and reach syncCompleted() through the tap.
 #include <memory>
+#include <vector>
 
 #include "audit/DirectSegmentLog.h"
 #include "datapath/AuditLog.h"
@@ -45,7 +46,14 @@ class DirectAuditLog final : public AuditLog {
     std::vector<AuditLoss> takeLosses() noexcept override;
 
   private:
+    // A chunk's holder, reused: the buffer lane reserves one per small message, and an
+    // allocation each showed in its profile.
+    std::shared_ptr<audit::DirectChunk> takeChunk();
+    void keepChunk(std::shared_ptr<audit::DirectChunk> chunk) noexcept;
+
+    static constexpr std::size_t kSpareChunks = 256;
     audit::DirectSegmentLog log_;
+    std::vector<std::shared_ptr<audit::DirectChunk>> spareChunks_;  // capacity kSpareChunks
 };
 
 }  // namespace splicegate

@@ -6,12 +6,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/AuditSegmentBuilder.h"
@@ -31,13 +33,26 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
     return files;
 }
 
+// A daemon that has just reported ready may still write its first sync tick (the splice
+// writer's segment header, say): the directory has settled once two looks 100 ms apart agree.
+std::map<std::string, std::string> settledSnapshot(const std::string& dir) {
+    auto last = snapshot(dir);
+    for (int look = 0; look < 30; ++look) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        auto now = snapshot(dir);
+        if (now == last) break;
+        last = std::move(now);
+    }
+    return last;
+}
+
 TEST(AuditIntegrityDaemonTest, SecondDaemonOnAHeldDirectoryChangesNothingAndNamesTheHolder) {
     TempDir root;
     const std::string auditDir = root.path() + "/audit";
     uint16_t port = pickFreePort();
     Daemon first(relayArgs(port, {"127.0.0.1:9"}, {"--audit-dir", auditDir}));
     ASSERT_TRUE(first.waitReady(port)) << first.why();
-    auto before = snapshot(auditDir);
+    auto before = settledSnapshot(auditDir);
     ASSERT_TRUE(before.count("w00-0000000001.index")) << "the live segment";
 
     for (uint16_t secondPort : {pickFreePort(), port}) {
