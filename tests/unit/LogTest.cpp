@@ -64,11 +64,20 @@ std::string drain(int fd) {
     }
 }
 
-TEST(LogTest, ABatchWritesItsLinesOnlyWhenFlushedAndInOrder) {
-    int ends[2];
-    ASSERT_EQ(::pipe2(ends, O_NONBLOCK | O_CLOEXEC), 0);
-    UniqueFd reader(ends[0]), writer(ends[1]);
-    detectJournal(nullptr);
+// A batch writing into a pipe the test reads, in the time-stamped (not journal) format.
+class LogBatchTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        int ends[2];
+        ASSERT_EQ(::pipe2(ends, O_NONBLOCK | O_CLOEXEC), 0);
+        reader.reset(ends[0]);
+        writer.reset(ends[1]);
+        detectJournal(nullptr);
+    }
+    UniqueFd reader, writer;
+};
+
+TEST_F(LogBatchTest, LinesAreWrittenOnlyWhenFlushedAndInOrder) {
     {
         LogBatch batch(writer.get());
         batch.add(LogLevel::Info, "access id=1");
@@ -85,11 +94,7 @@ TEST(LogTest, ABatchWritesItsLinesOnlyWhenFlushedAndInOrder) {
         << "the destructor flushes";
 }
 
-TEST(LogTest, ABatchIsWrittenInPiecesOfWholeLinesOfAtMostPipeBuf) {
-    int ends[2];
-    ASSERT_EQ(::pipe2(ends, O_NONBLOCK | O_CLOEXEC), 0);
-    UniqueFd reader(ends[0]), writer(ends[1]);
-    detectJournal(nullptr);
+TEST_F(LogBatchTest, PiecesAreWholeLinesOfAtMostPipeBuf) {
     LogBatch batch(writer.get());
     const std::string message(100, 'x');
     std::size_t lineSize = formatLogLine(LogLevel::Info, message, false).size() + 1;
