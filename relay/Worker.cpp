@@ -338,8 +338,7 @@ void Worker::closeTimedOut() {
         } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream, clientState) ||
                    senderGoneUndelivered(c->io, Direction::UpstreamToClient, upstreamState)) {
             logDebug("connection ", c->id(),
-                     ": one side sent its FIN and the other has taken "
-                     "nothing for ",
+                     ": one side sent its FIN and the other has taken nothing for ",
                      halfClosed.count(), " ms (--half-closed-timeout-ms)");
             closeConnection(*c, CloseReason::IdleTimeout, false);
         }
@@ -616,8 +615,9 @@ void Worker::onConnect(Connection& c, int result) {
             io_uring_prep_poll_remove(sqe, clientWatchTag(c));
             io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
         }
-        // After the handshake, not before: a socket in delayed-ACK mode while connecting would
-        // also delay the handshake's last ACK, and a server that speaks first would wait for it.
+        // Unless startConnect did it already (the client had spoken), here, after the handshake:
+        // in delayed-ACK mode while connecting, the socket would also hold back the handshake's
+        // last ACK, and a server that speaks first would wait for it.
         if (context_.settings.delayedAck && !c.upstreamDelaysAcks) {
             if (int rc = enterDelayedAckMode(c.io.upstream.get()); rc < 0)
                 logDebug("connection ", c.id(), ": TCP_QUICKACK: ", errnoText(-rc));
