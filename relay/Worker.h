@@ -139,6 +139,7 @@ class Worker {
     void startConnect(Connection& c);
     void onConnect(Connection& c, int result);
     void watchClient(Connection& c);
+    void watchSlowConnects();
     void onClientWatch(Connection& c, int result);
     static std::uint64_t clientWatchTag(const Connection& c) noexcept;
     void closeTimedOut();
@@ -177,6 +178,11 @@ class Worker {
     std::vector<std::uint32_t> freeSlots_;
     std::size_t liveConnections_ = 0;
     std::vector<CompletionTag> deferred_;  // flows that yielded: driven again next turn
+    // Clients whose upstream connect started this turn (watchSoon_) and last turn (watchDue_).
+    // A connect still running a turn later gets its client watched (watchClient); most (on
+    // loopback) are done by then, and the watch's two SQEs and two completions are saved.
+    std::vector<CompletionTag> watchSoon_;
+    std::vector<CompletionTag> watchDue_;
     // The data path, made once in setUp(): mover (the engine), audit tap, buffer lane, flow driver.
     std::unique_ptr<Mover> mover_;
     std::unique_ptr<AuditTap> audit_;
