@@ -40,13 +40,10 @@ int DirectAuditLog::reserve(std::uint32_t length, AuditSlot& out) noexcept {
     } catch (const std::bad_alloc&) {
         return -ENOMEM;
     }
-    if (int rc = log_.reserve(length, *chunk); rc < 0) {
+    int rc = log_.reserve(length, *chunk);
+    if (rc < 0 || chunk->memory.empty()) {
         keepChunk(std::move(chunk));
-        return rc;
-    }
-    if (chunk->memory.empty()) {
-        keepChunk(std::move(chunk));
-        return -ENOBUFS;  // back-pressure, not an error
+        return rc < 0 ? rc : -ENOBUFS;  // an empty reservation is back-pressure, not an error
     }
     out.destination = AuditDestination{-1, chunk->segment.offset, chunk->memory};
     out.length = static_cast<std::uint32_t>(chunk->memory.size());

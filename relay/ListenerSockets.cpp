@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <stdexcept>
@@ -37,8 +36,7 @@ std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const
             checkSys(::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one),
                      where + ": IPV6_V6ONLY");
         // Accepted sockets inherit TCP_NODELAY: one setsockopt per listener, not per connection.
-        checkSys(::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one),
-                 where + ": TCP_NODELAY");
+        checkNeg(setNoDelay(fd.get()), where + ": TCP_NODELAY");
         checkSys(::bind(fd.get(), address.get(), address.length()), where);
         checkSys(::listen(fd.get(), kBacklog), where + ": listen");
         // Inherited like TCP_NODELAY, but only when set after listen(), which resets the

@@ -14,6 +14,11 @@ template <typename Value>
 int setOption(int fd, int level, int name, const Value& value) noexcept {
     return ::setsockopt(fd, level, name, &value, sizeof value) < 0 ? -errno : 0;
 }
+
+int queuedBytes(int fd, unsigned long request) noexcept {
+    int bytes = 0;
+    return ::ioctl(fd, request, &bytes) < 0 ? -errno : bytes;
+}
 }  // namespace
 
 int setNoDelay(int fd) noexcept {
@@ -29,8 +34,11 @@ int enterDelayedAckMode(int fd) noexcept {
 }
 
 int bytesWaiting(int fd) noexcept {
-    int bytes = 0;
-    return ::ioctl(fd, SIOCINQ, &bytes) < 0 ? -errno : bytes;
+    return queuedBytes(fd, SIOCINQ);
+}
+
+int bytesUnsent(int fd) noexcept {
+    return queuedBytes(fd, SIOCOUTQ);
 }
 
 }  // namespace splicegate

@@ -18,5 +18,7 @@ int enterDelayedAckMode(int fd) noexcept;
 
 // Bytes received and not yet read (SIOCINQ).
 int bytesWaiting(int fd) noexcept;
+// Bytes written and not yet acknowledged by the peer (SIOCOUTQ).
+int bytesUnsent(int fd) noexcept;
 
 }  // namespace splicegate

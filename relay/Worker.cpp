@@ -1,12 +1,10 @@
 #include "relay/Worker.h"
 
 #include <fcntl.h>
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -58,8 +56,7 @@ int tcpState(int fd) noexcept {
 bool senderGoneUndelivered(const ConnectionIo& io, Direction d, int sourceState) noexcept {
     const FlowIo& flow = io.flows[static_cast<int>(d)];
     if (!flow.sourceEnded() && sourceState != TCP_CLOSE_WAIT) return false;
-    int unsent = 0;
-    return !flow.finished() || (::ioctl(io.sinkFd(d), SIOCOUTQ, &unsent) == 0 && unsent > 0);
+    return !flow.finished() || bytesUnsent(io.sinkFd(d)) > 0;
 }
 
 __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
