@@ -318,7 +318,6 @@ uint16_t portOf(const std::string& address) {
     }
 }
 
-
 std::string expectedBytes(const ExpectedStream& stream, uint64_t size) {
     std::string bytes(size, '\0');
     ExpectedGenerator generator(stream);
