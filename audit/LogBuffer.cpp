@@ -29,6 +29,10 @@ LogBuffer::LogBuffer(std::size_t limitBytes, std::size_t maxBufferBytes) {
     if (mapping == MAP_FAILED)
         throwErrno(errno, "mmap of the audit buffer (" + std::to_string(totalBytes()) + " bytes)");
     base_ = static_cast<std::byte*>(mapping);
+    // Huge pages: the copy out of the audit pipe writes the whole buffer round after round, and
+    // with 4 KiB pages it pays a TLB miss every page (docs/kernel-notes.md §15). A hint only: a
+    // kernel without transparent huge pages refuses it, and the buffer works the same.
+    (void)::madvise(mapping, totalBytes(), MADV_HUGEPAGE);
 }
 
 LogBuffer::LogBuffer(LogBuffer&& other) noexcept

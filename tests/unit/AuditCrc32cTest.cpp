@@ -1,5 +1,5 @@
 // CRC-32C (audit/Crc32c.h): known vectors (RFC 3720 appendix B.4 and the common check value),
-// hardware and portable paths equal on every length and alignment, and chaining.
+// the hardware, folding and portable paths equal on every length and alignment, and chaining.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -44,7 +44,20 @@ TEST(AuditCrc32cTest, HardwareMatchesKnownVectors) {
         EXPECT_EQ(crc32cHardware(0, v.bytes.data(), v.bytes.size()), v.crc) << v.bytes.size();
 }
 
-TEST(AuditCrc32cTest, BothPathsAgreeOnEveryLengthAndAlignment) {
+TEST(AuditCrc32cTest, FoldingMatchesKnownVectorsAndALongRun) {
+    if (!crc32cFoldingAvailable()) GTEST_SKIP() << "this CPU has no AVX-512 VPCLMULQDQ";
+    for (const auto& v : knownVectors())
+        EXPECT_EQ(crc32cFolding(0, v.bytes.data(), v.bytes.size()), v.crc) << v.bytes.size();
+    // Long enough to fold: 4 KiB of zeros, then of 0xFF, against the table.
+    for (std::uint8_t fill : {std::uint8_t{0x00}, std::uint8_t{0xFF}}) {
+        std::vector<std::uint8_t> block(4096, fill);
+        EXPECT_EQ(crc32cFolding(0, block.data(), block.size()),
+                  crc32cPortable(0, block.data(), block.size()))
+            << int(fill);
+    }
+}
+
+TEST(AuditCrc32cTest, AllPathsAgreeOnEveryLengthAndAlignment) {
     std::vector<std::uint8_t> data(100000 + 16);
     std::uint32_t state = 12345;
     for (auto& byte : data) {
@@ -52,13 +65,22 @@ TEST(AuditCrc32cTest, BothPathsAgreeOnEveryLengthAndAlignment) {
         byte = static_cast<std::uint8_t>(state >> 16);
     }
     for (std::size_t start = 0; start < 9; ++start) {
-        // Up to and past the three-stream blocks (3 x 256 and 3 x 8192 bytes) and their ends.
+        // Up to and past the three-stream blocks (3 x 256 and 3 x 8192 bytes), the folding's
+        // threshold (1 KiB) and its 256-byte rounds, and their ends.
         for (std::size_t length : {0u, 1u, 7u, 8u, 9u, 15u, 63u, 64u, 65u, 767u, 768u, 769u, 1000u,
-                                   4096u, 24575u, 24576u, 24577u, 50000u, 100000u}) {
+                                   1023u, 1024u, 1025u, 1279u, 1280u, 1281u, 1535u, 4096u, 24575u,
+                                   24576u, 24577u, 50000u, 65536u, 100000u}) {
             auto expected = crc32cPortable(0, data.data() + start, length);
             EXPECT_EQ(crc32c(0, data.data() + start, length), expected) << start << "+" << length;
             if (crc32cHardwareAvailable()) {
                 EXPECT_EQ(crc32cHardware(0, data.data() + start, length), expected);
+            }
+            if (crc32cFoldingAvailable()) {
+                EXPECT_EQ(crc32cFolding(0, data.data() + start, length), expected)
+                    << start << "+" << length;
+                // A register carried in from earlier bytes joins the first four.
+                EXPECT_EQ(crc32cFolding(0xDEADBEEF, data.data() + start, length),
+                          crc32cPortable(0xDEADBEEF, data.data() + start, length));
             }
         }
     }
