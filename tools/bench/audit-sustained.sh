@@ -44,8 +44,11 @@ bench_setup sustained splicegate splicegate-bench splicegate-audit
 
 # A daemon built without --audit-writer has the direct writer only: its party runs without the
 # option and the splice party is skipped, with a note in the report.
+# (The help text is read whole first: `grep -q` in a pipe would exit at its match, and under
+# pipefail the daemon's SIGPIPE would then read as "no such option".)
 WRITER_OPTION=1
-"$BIN/splicegate" --help 2>/dev/null | grep -q -- '--audit-writer' || WRITER_OPTION=0
+daemon_help=$("$BIN/splicegate" --help 2>/dev/null) || true
+[[ $daemon_help == *--audit-writer* ]] || WRITER_OPTION=0
 
 SINK=127.0.0.1:65312 RELAY=127.0.0.1:65311
 bench_start_sink "$SINK"
