@@ -203,9 +203,9 @@ constexpr FoldPair foldBy(unsigned bits) {
 constexpr FoldPair kFold2048 = foldBy(2048);  // four registers ahead: one round
 constexpr FoldPair kFold512 = foldBy(512);    // one register ahead
 constexpr FoldPair kFold384 = foldBy(384), kFold256 = foldBy(256), kFold128 = foldBy(128);
+// One round is the least folding takes, and it pays from there on: 256-byte pieces checksum at
+// 15.6 GB/s folded against 11.7 with the crc32 instruction (splicegate-crc32c-bench).
 constexpr std::size_t kFoldRound = 256;
-// Below this the crc32 instruction's streams are as fast; the folding's set-up would not pay.
-constexpr std::size_t kFoldMinimum = 1024;
 
 #define SPLICEGATE_FOLD_TARGET __attribute__((target("sse4.2,avx512f,vpclmulqdq")))
 
@@ -217,8 +217,7 @@ SPLICEGATE_FOLD_TARGET __m512i broadcastPair(FoldPair pair) noexcept {
 // lane * x^bits + next, lane by lane (0x96: three-way XOR).
 SPLICEGATE_FOLD_TARGET __m512i fold(__m512i lanes, __m512i constants, __m512i next) noexcept {
     return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(lanes, constants, 0x00),
-                                     _mm512_clmulepi64_epi128(lanes, constants, 0x11), next,
-                                     0x96);
+                                     _mm512_clmulepi64_epi128(lanes, constants, 0x11), next, 0x96);
 }
 
 SPLICEGATE_FOLD_TARGET std::uint64_t foldRounds(std::uint64_t state, const std::uint8_t*& p,
@@ -244,13 +243,10 @@ SPLICEGATE_FOLD_TARGET std::uint64_t foldRounds(std::uint64_t state, const std::
     r2 = fold(r1, oneRegister, r2);
     r3 = fold(r2, oneRegister, r3);
     // Lanes 0-2 of the last register move 48, 32 and 16 bytes on to lane 3's place.
-    const __m512i toLastLane =
-        _mm512_set_epi64(0, 0, static_cast<long long>(kFold128.highQword),
-                         static_cast<long long>(kFold128.lowQword),
-                         static_cast<long long>(kFold256.highQword),
-                         static_cast<long long>(kFold256.lowQword),
-                         static_cast<long long>(kFold384.highQword),
-                         static_cast<long long>(kFold384.lowQword));
+    const __m512i toLastLane = _mm512_set_epi64(
+        0, 0, static_cast<long long>(kFold128.highQword), static_cast<long long>(kFold128.lowQword),
+        static_cast<long long>(kFold256.highQword), static_cast<long long>(kFold256.lowQword),
+        static_cast<long long>(kFold384.highQword), static_cast<long long>(kFold384.lowQword));
     __m512i lanes = fold(r3, toLastLane, _mm512_maskz_mov_epi64(0xC0, r3));
     // XOR of the four lanes: swap halves, then neighbours (shuffles of whole lanes; the masked
     // forms because GCC 12's unmasked ones trip -Wuninitialized in its own header).
@@ -260,6 +256,8 @@ SPLICEGATE_FOLD_TARGET std::uint64_t foldRounds(std::uint64_t state, const std::
     _mm512_store_si512(qwords, lanes);
     return _mm_crc32_u64(_mm_crc32_u64(0, qwords[0]), qwords[1]);
 }
+
+#undef SPLICEGATE_FOLD_TARGET
 
 }  // namespace
 
@@ -272,7 +270,7 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc
 std::uint32_t crc32cFolding(std::uint32_t crc, const void* data, std::size_t size) noexcept {
     auto* p = static_cast<const std::uint8_t*>(data);
     std::uint64_t state = ~crc;
-    if (size >= kFoldMinimum) state = foldRounds(state, p, size);
+    if (size >= kFoldRound) state = foldRounds(state, p, size);
     return ~static_cast<std::uint32_t>(crc32Instruction(state, p, size));
 }
 

@@ -3,8 +3,8 @@
 // (audit/FORMAT.md "Records", Chunk). Debian ships no C library for it, so it lives here once.
 // The fastest path the CPU has, checked once at run time with cpuid:
 // - folding with AVX-512 VPCLMULQDQ (carry-less multiplies on sixteen 128-bit lanes, 256 bytes
-//   a round) for 1 KiB and more; the audit checksums every payload byte, and this is 2-2.5x
-//   the crc32 instruction's speed where we measured (docs/kernel-notes.md);
+//   a round) for 256 bytes and more; the audit checksums every payload byte, and this is 2-2.5x
+//   the crc32 instruction's speed where we measured (docs/kernel-notes.md §15);
 // - SSE4.2's crc32 instruction: three interleaved streams joined by a table-driven shift, about
 //   4x one stream;
 // - a portable slicing-by-8 table.
@@ -21,7 +21,7 @@ std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t size) noex
 
 // The implementations, for tests and benchmarks. crc32cHardware (the crc32 instruction) must only
 // be called when crc32cHardwareAvailable() is true, crc32cFolding (VPCLMULQDQ, the crc32
-// instruction below 1 KiB and for the last bytes) only when crc32cFoldingAvailable() is.
+// instruction below 256 bytes and for the last bytes) only when crc32cFoldingAvailable() is.
 std::uint32_t crc32cPortable(std::uint32_t crc, const void* data, std::size_t size) noexcept;
 std::uint32_t crc32cHardware(std::uint32_t crc, const void* data, std::size_t size) noexcept;
 std::uint32_t crc32cFolding(std::uint32_t crc, const void* data, std::size_t size) noexcept;

@@ -949,10 +949,12 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
 
         // ExecReload= (SIGHUP) keeps it running. (Signals go to the daemon's pid: the Daemon
         // object's pid is strace's.)
+        // (The reload is awaited by its log line: under strace and a loaded machine it can take
+        // longer than any fixed pause.)
         ASSERT_EQ(::kill(pid, SIGHUP), 0);
-        std::this_thread::sleep_for(500ms);
+        EXPECT_TRUE(waitForLog(daemon, "configuration reloaded", milliseconds(10000)))
+            << daemon.why();
         EXPECT_TRUE(daemon.running()) << daemon.why();
-        EXPECT_FALSE(grepLines(daemon.log(), "configuration reloaded").empty()) << daemon.why();
 
         // KillSignal=SIGTERM drains and exits 0 within TimeoutStopSec.
         ASSERT_EQ(::kill(pid, SIGTERM), 0);

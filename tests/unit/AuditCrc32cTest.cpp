@@ -66,10 +66,11 @@ TEST(AuditCrc32cTest, AllPathsAgreeOnEveryLengthAndAlignment) {
     }
     for (std::size_t start = 0; start < 9; ++start) {
         // Up to and past the three-stream blocks (3 x 256 and 3 x 8192 bytes), the folding's
-        // threshold (1 KiB) and its 256-byte rounds, and their ends.
-        for (std::size_t length : {0u, 1u, 7u, 8u, 9u, 15u, 63u, 64u, 65u, 767u, 768u, 769u, 1000u,
-                                   1023u, 1024u, 1025u, 1279u, 1280u, 1281u, 1535u, 4096u, 24575u,
-                                   24576u, 24577u, 50000u, 65536u, 100000u}) {
+        // 256-byte rounds (one at least), and their ends.
+        for (std::size_t length :
+             {0u,    1u,    7u,    8u,    9u,     15u,    63u,    64u,    65u,    255u,
+              256u,  257u,  511u,  512u,  513u,   767u,   768u,   769u,   1000u,  1023u,
+              1024u, 1025u, 1535u, 4096u, 24575u, 24576u, 24577u, 50000u, 65536u, 100000u}) {
             auto expected = crc32cPortable(0, data.data() + start, length);
             EXPECT_EQ(crc32c(0, data.data() + start, length), expected) << start << "+" << length;
             if (crc32cHardwareAvailable()) {
