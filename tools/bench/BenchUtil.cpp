@@ -17,6 +17,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -260,6 +261,25 @@ extern "C" void onStopSignal(int) {
     gStop.store(true, std::memory_order_relaxed);
 }
 }  // namespace
+
+int runTool(const char* name, int (*run)(int argc, char** argv), int argc, char** argv) {
+    if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+        std::cout << name << ' ' << SPLICEGATE_VERSION << '\n';
+        return 0;
+    }
+    try {
+        return run(argc, argv);
+    } catch (const HelpRequested& help) {
+        std::cout << help.what();
+        return 0;
+    } catch (const UsageError& e) {
+        std::cerr << name << ": " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << name << ": " << e.what() << '\n';
+        return 1;
+    }
+}
 
 void installSignalHandlers() {
     struct sigaction action {};

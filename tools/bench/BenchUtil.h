@@ -140,6 +140,11 @@ std::size_t raiseFdLimit();
 // Throws std::runtime_error when `needed` fds do not fit under the (raised) soft limit.
 void requireFds(std::size_t needed, const std::string& what);
 // SIGINT/SIGTERM set the stop flag; SIGPIPE is ignored (sends use MSG_NOSIGNAL anyway).
+// main() of a tool with one command: prints the version for a lone --version, else runs `run`
+// and turns what it throws into an exit code: HelpRequested printed (0), UsageError (2) and any
+// other exception (1) as one line naming the tool.
+int runTool(const char* name, int (*run)(int argc, char** argv), int argc, char** argv);
+
 void installSignalHandlers();
 bool stopRequested();
 

@@ -4,8 +4,6 @@
 // in 1 MiB pieces: mostly out of cache, as in the daemon. One result line per path the CPU has.
 #include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <iostream>
 #include <random>
 #include <vector>
 
@@ -84,21 +82,6 @@ int runCrc32cSpeed(int argc, char** argv) {
 }  // namespace splicegate::bench
 
 int main(int argc, char** argv) {
-    using namespace splicegate::bench;
-    if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
-        std::cout << "splicegate-crc32c-bench " << SPLICEGATE_VERSION << '\n';
-        return 0;
-    }
-    try {
-        return runCrc32cSpeed(argc, argv);
-    } catch (const HelpRequested& help) {
-        std::cout << help.what();
-        return 0;
-    } catch (const UsageError& e) {
-        std::cerr << "splicegate-crc32c-bench: " << e.what() << '\n';
-        return 2;
-    } catch (const std::exception& e) {
-        std::cerr << "splicegate-crc32c-bench: " << e.what() << '\n';
-        return 1;
-    }
+    return splicegate::bench::runTool("splicegate-crc32c-bench", splicegate::bench::runCrc32cSpeed,
+                                      argc, argv);
 }

@@ -11,8 +11,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -186,21 +184,6 @@ int runLogWriterProbe(int argc, char** argv) {
 }  // namespace splicegate::bench
 
 int main(int argc, char** argv) {
-    using namespace splicegate::bench;
-    if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
-        std::cout << "splicegate-logwriter-probe " << SPLICEGATE_VERSION << '\n';
-        return 0;
-    }
-    try {
-        return runLogWriterProbe(argc, argv);
-    } catch (const HelpRequested& help) {
-        std::cout << help.what();
-        return 0;
-    } catch (const UsageError& e) {
-        std::cerr << "splicegate-logwriter-probe: " << e.what() << '\n';
-        return 2;
-    } catch (const std::exception& e) {
-        std::cerr << "splicegate-logwriter-probe: " << e.what() << '\n';
-        return 1;
-    }
+    return splicegate::bench::runTool("splicegate-logwriter-probe",
+                                      splicegate::bench::runLogWriterProbe, argc, argv);
 }
