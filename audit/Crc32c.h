@@ -3,8 +3,8 @@
 // (audit/FORMAT.md "Records", Chunk). Debian ships no C library for it, so it lives here once.
 // The fastest path the CPU has, checked once at run time with cpuid:
 // - folding with AVX-512 VPCLMULQDQ (carry-less multiplies on sixteen 128-bit lanes, 256 bytes
-//   a round) for 256 bytes and more; the audit checksums every payload byte, and this is 2-2.5x
-//   the crc32 instruction's speed where we measured (docs/kernel-notes.md §15);
+//   a round) for 256 bytes and more; the audit checksums every payload byte, and this is about
+//   twice the crc32 instruction's speed where we measured (docs/kernel-notes.md §15);
 // - SSE4.2's crc32 instruction: three interleaved streams joined by a table-driven shift, about
 //   4x one stream;
 // - a portable slicing-by-8 table.
