@@ -307,4 +307,10 @@ std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t size) noex
     return crc32cPortable(crc, data, size);
 }
 
+const char* crc32cPathName() noexcept {
+    if (crc32cFoldingAvailable()) return "VPCLMULQDQ folding";
+    if (crc32cHardwareAvailable()) return "the crc32 instruction";
+    return "a table (no SSE4.2)";
+}
+
 }  // namespace splicegate::audit

@@ -28,4 +28,7 @@ std::uint32_t crc32cFolding(std::uint32_t crc, const void* data, std::size_t siz
 bool crc32cHardwareAvailable() noexcept;
 bool crc32cFoldingAvailable() noexcept;
 
+// The path crc32c() takes on this CPU, in words, for the daemon's start-up line.
+const char* crc32cPathName() noexcept;
+
 }  // namespace splicegate::audit

@@ -19,6 +19,7 @@
 #include "common/ServiceNotifier.h"
 #include "audit/AuditDirectory.h"
 #include "audit/AuditWriter.h"
+#include "audit/Crc32c.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "metrics/HttpServer.h"
@@ -135,7 +136,7 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     // The floor covers ids whose segments retention has deleted since they were handed out.
     firstConnectionId = std::max({report.maxConnectionId + 1, report.maxIdFloor, std::uint64_t{1}});
     logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
-            " durability)");
+            " durability; payload CRC-32C by ", audit::crc32cPathName(), ")");
     return start;
 }
 

@@ -87,6 +87,16 @@ TEST(AuditCrc32cTest, AllPathsAgreeOnEveryLengthAndAlignment) {
     }
 }
 
+TEST(AuditCrc32cTest, ThePathNamedIsTheFastestTheCpuHas) {
+    std::string name = crc32cPathName();
+    if (crc32cFoldingAvailable())
+        EXPECT_EQ(name, "VPCLMULQDQ folding");
+    else if (crc32cHardwareAvailable())
+        EXPECT_EQ(name, "the crc32 instruction");
+    else
+        EXPECT_EQ(name, "a table (no SSE4.2)");
+}
+
 TEST(AuditCrc32cTest, ChainedCallsEqualOneCall) {
     std::string text = "The quick brown fox jumps over the lazy dog, twice over.";
     auto whole = crc32c(0, text.data(), text.size());
