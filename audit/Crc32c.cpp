@@ -301,16 +301,30 @@ bool crc32cFoldingAvailable() noexcept {
 }
 #endif
 
+namespace {
+
+struct Path {
+    const char* name;
+    std::uint32_t (*checksum)(std::uint32_t crc, const void* data, std::size_t size) noexcept;
+};
+
+// The fastest path this CPU has, picked once; crc32c() and crc32cPathName() both follow it.
+const Path& chosenPath() noexcept {
+    static const Path path = crc32cFoldingAvailable() ? Path{"VPCLMULQDQ folding", crc32cFolding}
+                             : crc32cHardwareAvailable()
+                                 ? Path{"the crc32 instruction", crc32cHardware}
+                                 : Path{"a table (no SSE4.2)", crc32cPortable};
+    return path;
+}
+
+}  // namespace
+
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t size) noexcept {
-    if (crc32cFoldingAvailable()) return crc32cFolding(crc, data, size);
-    if (crc32cHardwareAvailable()) return crc32cHardware(crc, data, size);
-    return crc32cPortable(crc, data, size);
+    return chosenPath().checksum(crc, data, size);
 }
 
 const char* crc32cPathName() noexcept {
-    if (crc32cFoldingAvailable()) return "VPCLMULQDQ folding";
-    if (crc32cHardwareAvailable()) return "the crc32 instruction";
-    return "a table (no SSE4.2)";
+    return chosenPath().name;
 }
 
 }  // namespace splicegate::audit

@@ -23,7 +23,6 @@ struct Speed {
 // GB/s of `checksum` over `span` in `piece`-sized calls, for about `seconds`.
 Speed measure(Checksum checksum, const std::vector<std::uint8_t>& span, std::size_t piece,
               double seconds) {
-    using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::uint64_t bytes = 0;
     std::uint32_t check = 0;
