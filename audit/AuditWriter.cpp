@@ -14,6 +14,7 @@
 #include "audit/Records.h"
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/Ring.h"
 
 namespace splicegate::audit {
 
@@ -79,6 +80,9 @@ AuditWriter::~AuditWriter() {
         // Writes still in flight cannot complete after the ring is gone: seal what we have.
         segment->writesInFlight = 0;
         segment->syncing = false;
+        // Nor may the index write of a sync that never ended have run: its records go now.
+        if (int rc = writeHandedOffIndex(*segment); rc < 0)
+            logError("audit: writing ", segment->dataPath, " index: ", errnoText(rc));
     }
     sealReady();
 }
@@ -332,21 +336,50 @@ std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
     if (!dirty_ || syncInFlight_ || !current_) return nullptr;
     dirty_ = false;
     ++startedSyncs_;
-    int rc = writePending(*current_);
-    if (rc < 0) {
-        logError("audit: writing ", current_->dataPath, " index: ", errnoText(rc));
-        syncInFlight_ = true;
-        endSync(current_, rc);
-        return nullptr;
-    }
+    Segment& segment = *current_;
+    // Records encoded from now on go after these: flush() writes them at the offset past.
+    segment.indexHandedOff.swap(segment.pendingRecords);
+    segment.pendingRecords.clear();
+    segment.indexHandedOffAt = segment.indexBytes;
+    segment.indexBytes += segment.indexHandedOff.size();
     syncInFlight_ = true;
-    current_->syncing = true;
+    segment.syncing = true;
     return current_;
+}
+
+int AuditWriter::writeHandedOffIndex(Segment& segment) noexcept {
+    std::size_t done = 0;
+    while (done < segment.indexHandedOff.size()) {
+        auto written = ::pwrite(segment.index.get(), segment.indexHandedOff.data() + done,
+                                segment.indexHandedOff.size() - done,
+                                static_cast<off_t>(segment.indexHandedOffAt + done));
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) return written < 0 ? -errno : -EIO;
+        done += static_cast<std::size_t>(written);
+    }
+    return 0;
+}
+
+bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {
+    if (segment.indexHandedOff.empty()) return false;
+    io_uring_sqe* entry = ring.sqe();
+    io_uring_prep_write(entry, segment.index.get(), segment.indexHandedOff.data(),
+                        static_cast<unsigned>(segment.indexHandedOff.size()),
+                        segment.indexHandedOffAt);
+    io_uring_sqe_set_data64(entry, tag);
+    entry->flags |= IOSQE_IO_LINK;  // the index fdatasync that follows must see these records
+    return true;
+}
+
+int indexWriteResult(const Segment& segment, int result) noexcept {
+    if (result < 0) return result;
+    return static_cast<std::size_t>(result) == segment.indexHandedOff.size() ? 0 : -EIO;
 }
 
 void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
     syncInFlight_ = false;
     segment->syncing = false;
+    segment->indexHandedOff.clear();
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
         sealReady();  // it may have rolled while the sync ran

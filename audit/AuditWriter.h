@@ -2,11 +2,11 @@
 // The runtime side of the audit log: one writer per worker (not thread-safe), appending to that
 // worker's segments (FORMAT.md). Payload reaches the data file by splice from the worker's ring
 // (or by a writer that has the bytes in user memory) at offsets reserved here; index records are
-// buffered here and written with pwrite before each sync. The worker submits the fdatasyncs
-// (group commit) and reports their results back. Files are created relative to the directory's
-// fd without following symlinks, and the directory is fsynced once both files of a new segment
-// exist. Segments are sealed in order, each seal chaining to its predecessor's (FORMAT.md "Hash
-// chain").
+// buffered here and handed to each sync, whose owner writes them on its ring ahead of the
+// fdatasyncs (group commit) and reports the results back. Files are created relative to the
+// directory's fd without following symlinks, and the directory is fsynced once both files of a new
+// segment exist. Segments are sealed in order, each seal chaining to its predecessor's (FORMAT.md
+// "Hash chain").
 //
 // Error contract: set-up throws std::system_error naming the file; run-time calls are noexcept
 // and return -errno.
@@ -20,6 +20,10 @@
 
 #include "audit/SealChain.h"
 #include "common/UniqueFd.h"
+
+namespace splicegate {
+class Ring;
+}
 
 namespace splicegate::audit {
 
@@ -37,6 +41,10 @@ struct Segment {
     std::uint64_t indexAllocated = 0;
     std::uint64_t indexPromised = 0;
     std::string pendingRecords;        // encoded, not yet written
+    // Records a running group commit took (beginSync()), at index offset indexHandedOffAt. An
+    // io_uring write may be reading this buffer until endSync().
+    std::string indexHandedOff;
+    std::uint64_t indexHandedOffAt = 0;
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
     bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
@@ -119,12 +127,17 @@ class AuditWriter {
                                   std::uint64_t c2uBytes, std::uint64_t u2cBytes,
                                   std::string_view reason) noexcept;
 
-    // Group commit. beginSync() writes the buffered index records and returns the segment to
-    // fdatasync (data file, then index file), or null when nothing is dirty. A sync covers every
-    // chunk recorded before it began. endSync() takes the result of both fdatasyncs: an error is
+    // Group commit. beginSync() hands the buffered index records to the sync
+    // (Segment::indexHandedOff, their file offset already counted in indexBytes) and returns the
+    // segment to fdatasync (data file, then index file), or null when nothing is dirty. The
+    // caller writes them: queueIndexWrite() on the worker's ring, linked before the index
+    // fdatasync, so that the worker never waits in write(2) for the journal the last commit
+    // holds; writeHandedOffIndex() where blocking is fine. A sync covers every chunk recorded
+    // before it began. endSync() takes the result of the write and both fdatasyncs: an error is
     // never retried (the kernel may have dropped the pages), the segment is sealed as failed and
     // a new one started.
     std::shared_ptr<Segment> beginSync() noexcept;
+    [[nodiscard]] int writeHandedOffIndex(Segment& segment) noexcept;
     void endSync(const std::shared_ptr<Segment>& segment, int result) noexcept;
     bool dirty() const noexcept { return dirty_; }
     bool syncInFlight() const noexcept { return syncInFlight_; }
@@ -173,5 +186,13 @@ class AuditWriter {
 };
 
 std::int64_t wallClockNs() noexcept;
+
+// Queues the write of `segment`'s handed-off index records on `ring`, linked to the SQE queued
+// next (the index fdatasync; make room for both first). Returns false, queueing nothing, when
+// there are none.
+bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept;
+// That write's completion as 0 or -errno (a short write is -EIO: the fdatasync after it was
+// cancelled, and the records past it are not in the file).
+int indexWriteResult(const Segment& segment, int result) noexcept;
 
 }  // namespace splicegate::audit

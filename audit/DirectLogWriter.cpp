@@ -270,8 +270,7 @@ void DirectLogWriter::pump() noexcept {
 }
 
 io_uring_sqe* DirectLogWriter::sqe(unsigned needed) noexcept {
-    // A hard-linked pair must go into one submission, so make room for both first.
-    if (io_uring_sq_space_left(ring_.raw()) < needed) ring_.submit();
+    ring_.makeRoom(needed);  // a hard-linked pair must go into one submission
     return ring_.sqe();
 }
 

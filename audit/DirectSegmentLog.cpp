@@ -176,7 +176,12 @@ int DirectSegmentLog::startSync() noexcept {
 }
 
 std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noexcept {
+    if (tag == kIndexWriteTag) {
+        if (indexSegment_) indexWriteResult_ = indexWriteResult(*indexSegment_, result);
+        return std::nullopt;
+    }
     if (tag == kIndexSyncTag) {
+        if (indexWriteResult_ < 0) result = indexWriteResult_;  // not the fdatasync's -ECANCELED
         if (indexSegment_) segments_->endSync(indexSegment_, result);
         indexSegment_.reset();
         return finish(result < 0 ? result : syncError_);
@@ -194,15 +199,15 @@ void DirectSegmentLog::advance() noexcept {
         writer_.durableLsn() < std::min(target_, writer_.appendedLsn()))
         return;
     state_ = State::WaitingIndex;
-    auto failuresBefore = segments_->failedSyncs();
     indexSegment_ = segments_->beginSync();
-    if (!indexSegment_ && segments_->failedSyncs() != failuresBefore)
-        noteSyncError(-EIO, true);  // writing the index failed (beginSync sealed it as failed)
     // Even with nothing to fdatasync the sync ends through a completion, as every sync does.
     submitIndexSync(indexSegment_ ? indexSegment_->index.get() : -1);
 }
 
 void DirectSegmentLog::submitIndexSync(int fd) noexcept {
+    indexWriteResult_ = 0;
+    ring_.makeRoom(2);
+    if (indexSegment_) queueIndexWrite(ring_, *indexSegment_, tagBase_ | kIndexWriteTag);
     io_uring_sqe* entry = ring_.sqe();
     if (fd >= 0)
         io_uring_prep_fsync(entry, fd, IORING_FSYNC_DATASYNC);

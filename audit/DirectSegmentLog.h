@@ -98,6 +98,8 @@ class DirectSegmentLog {
     // The tag of the index fdatasync (or the NOP that ends a sync with nothing to write): kind 3
     // in DirectLogWriter's scheme, which the writer leaves to its owner.
     static constexpr std::uint32_t kIndexSyncTag = 0xffffffffu;
+    // The tag of the index records' write, linked before that fdatasync (kind 3 as well).
+    static constexpr std::uint32_t kIndexWriteTag = 0xfffffffeu;
 
   private:
     enum class State : std::uint8_t { Idle, WaitingData, WaitingIndex };
@@ -138,6 +140,7 @@ class DirectSegmentLog {
     State state_ = State::Idle;
     std::uint64_t target_ = 0;  // LSN the sync in flight makes durable
     std::shared_ptr<Segment> indexSegment_;
+    int indexWriteResult_ = 0;  // of the index records' write in this sync
     int syncError_ = 0;  // a data failure during this sync
     bool syncErrorInWrite_ = false;
     bool lastFailureInWrite_ = false;

@@ -61,6 +61,10 @@ io_uring_sqe* Ring::sqe() noexcept {
     return nextSqe(ring_);
 }
 
+void Ring::makeRoom(unsigned entries) noexcept {
+    if (io_uring_sq_space_left(&ring_) < entries) io_uring_submit(&ring_);
+}
+
 int Ring::submit() noexcept {
     return io_uring_submit(&ring_);
 }

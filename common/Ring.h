@@ -39,6 +39,9 @@ class Ring {
 
     // A fresh SQE, never null: submits pending ones first when the queue is full.
     io_uring_sqe* sqe() noexcept;
+    // Submits pending SQEs unless `entries` more fit, so that a linked chain of that many goes
+    // into one submission (a chain cut by a submit would run its tail unordered).
+    void makeRoom(unsigned entries) noexcept;
     // Submits pending SQEs and waits for at least one completion or until `timeoutMs`.
     // Returns -errno (-ETIME and -EINTR are normal).
     int submitAndWait(unsigned timeoutMs) noexcept;

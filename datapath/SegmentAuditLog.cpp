@@ -10,7 +10,7 @@
 
 namespace splicegate {
 namespace {
-enum SyncStep : std::uint32_t { kSyncData = 0, kSyncIndex = 1 };
+enum SyncStep : std::uint32_t { kSyncData = 0, kSyncIndex = 1, kWriteIndex = 2 };
 }
 
 audit::Reservation SegmentAuditLog::toReservation(AuditSlot& slot) noexcept {
@@ -59,16 +59,19 @@ int SegmentAuditLog::recordClose(std::uint64_t connection, std::uint64_t c2uByte
 }
 
 int SegmentAuditLog::startSync(CompletionTag tag) noexcept {
-    auto failuresBefore = writer_->failedSyncs();
     auto segment = writer_->beginSync();
-    if (!segment) return writer_->failedSyncs() != failuresBefore ? -EIO : 0;  // index write
+    if (!segment) return 0;
     syncing_ = segment;
     syncDataResult_ = 0;
+    indexWriteResult_ = 0;
+    ring_.makeRoom(3);
     auto* sqe = ring_.sqe();
     io_uring_prep_fsync(sqe, segment->data.get(), IORING_FSYNC_DATASYNC);
     tag.slot = kSyncData;
     io_uring_sqe_set_data64(sqe, tag.encode());
     sqe->flags |= IOSQE_IO_LINK;  // data first, then the index that points into it
+    tag.slot = kWriteIndex;
+    audit::queueIndexWrite(ring_, *segment, tag.encode());
     sqe = ring_.sqe();
     io_uring_prep_fsync(sqe, segment->index.get(), IORING_FSYNC_DATASYNC);
     tag.slot = kSyncIndex;
@@ -81,16 +84,25 @@ std::optional<int> SegmentAuditLog::syncCompleted(CompletionTag tag, int result)
         syncDataResult_ = result;
         return std::nullopt;
     }
-    result = failpointResult(FailSite::AuditSync, syncDataResult_ < 0 ? syncDataResult_ : result);
+    if (tag.slot == kWriteIndex) {
+        if (syncing_) indexWriteResult_ = audit::indexWriteResult(*syncing_, result);
+        return std::nullopt;
+    }
+    // The first step that failed cancelled the rest: report it, not their -ECANCELED.
+    int first = syncDataResult_ < 0     ? syncDataResult_
+                : indexWriteResult_ < 0 ? indexWriteResult_
+                                        : result;
+    result = failpointResult(FailSite::AuditSync, first);
     if (auto segment = std::move(syncing_)) writer_->endSync(segment, result);
     return result;
 }
 
 void SegmentAuditLog::syncNow() noexcept {
     if (auto segment = writer_->beginSync()) {
-        int rc = ::fdatasync(segment->data.get());
-        if (rc == 0) rc = ::fdatasync(segment->index.get());
-        writer_->endSync(segment, rc < 0 ? -errno : 0);
+        int rc = ::fdatasync(segment->data.get()) == 0 ? 0 : -errno;
+        if (rc == 0) rc = writer_->writeHandedOffIndex(*segment);
+        if (rc == 0) rc = ::fdatasync(segment->index.get()) == 0 ? 0 : -errno;
+        writer_->endSync(segment, rc);
     }
 }
 

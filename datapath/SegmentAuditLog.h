@@ -44,6 +44,7 @@ class SegmentAuditLog final : public AuditLog {
     Ring& ring_;
     std::shared_ptr<audit::Segment> syncing_;
     int syncDataResult_ = 0;
+    int indexWriteResult_ = 0;
 };
 
 }  // namespace splicegate

@@ -3,6 +3,7 @@
 // commit is queued (the fds it names must stay open until it ends), a failed sync on a segment
 // that already rolled, a directory that verifies after each, and the connection id floor each
 // segment's SegmentStart takes from the daemon's counter.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -12,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,11 +43,17 @@ void writeChunk(AuditWriter& writer, char fill) {
     ASSERT_EQ(writer.recordChunk(slot, 1, 0, kChunk, wallClockNs()), 0);
 }
 
+// A writer on `dir` with connection 1 open and one chunk of 'a' recorded, no sync begun.
+std::unique_ptr<AuditWriter> writerWithOneChunk(const TempDir& dir) {
+    auto writer = std::make_unique<AuditWriter>(dir.path(), 0, 1, kSegmentBytes);
+    EXPECT_EQ(writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
+    writeChunk(*writer, 'a');
+    return writer;
+}
+
 TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     TempDir dir;
-    auto writer = std::make_unique<AuditWriter>(dir.path(), 0, 1, kSegmentBytes);
-    ASSERT_EQ(writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
-    writeChunk(*writer, 'a');
+    auto writer = writerWithOneChunk(dir);
     std::shared_ptr<Segment> syncing = writer->beginSync();
     ASSERT_TRUE(syncing);
     for (char fill : {'b', 'c', 'd'}) writeChunk(*writer, fill);  // the third one rolls
@@ -52,6 +61,7 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     EXPECT_TRUE(syncing->data.valid()) << "the queued fdatasync would fail with EBADF";
     EXPECT_TRUE(syncing->index.valid());
     EXPECT_EQ(::fdatasync(syncing->data.get()), 0);
+    ASSERT_EQ(writer->writeHandedOffIndex(*syncing), 0);
 
     writer->endSync(syncing, 0);
     EXPECT_FALSE(syncing->data.valid()) << "sealed once the sync ended";
@@ -61,6 +71,50 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     writer.reset();  // seals the current segment, as the worker's shutdown does
     auto problems = verifyDirectory(dir.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
+}
+
+// The worker writes a sync's index records on its ring while it goes on recording: records
+// encoded meanwhile may reach the file first (flush()) and must land after the handed-off ones.
+TEST(AuditWriterTest, RecordsEncodedDuringASyncFollowTheHandedOffOnesInTheIndex) {
+    TempDir dir;
+    auto writer = writerWithOneChunk(dir);
+    std::shared_ptr<Segment> syncing = writer->beginSync();
+    ASSERT_TRUE(syncing);
+    ASSERT_FALSE(syncing->indexHandedOff.empty());
+    EXPECT_TRUE(syncing->pendingRecords.empty()) << "the sync took every record so far";
+    writeChunk(*writer, 'b');
+    ASSERT_EQ(writer->flush(), 0);  // 'b' reaches the file before the sync's own write
+    ASSERT_EQ(writer->writeHandedOffIndex(*syncing), 0);
+    writer->endSync(syncing, 0);
+    EXPECT_TRUE(syncing->indexHandedOff.empty());
+    ASSERT_EQ(writer->recordClose(1, wallClockNs(), 2 * kChunk, 0, "closed"), 0);
+    writer.reset();
+    auto problems = verifyDirectory(dir.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    // The stream reads back in order: 'a' (handed off) before 'b' (written first).
+    const std::string out = dir.path() + "/c2u.out";
+    auto extracted = extractConnection(dir.path(), 1, 0, [&] {
+        return ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    });
+    EXPECT_EQ(extracted.chunks, 2u);
+    std::ifstream in(out, std::ios::binary);
+    const std::string stream{std::istreambuf_iterator<char>(in), {}};
+    EXPECT_EQ(stream, std::string(kChunk, 'a') + std::string(kChunk, 'b'));
+}
+
+// A worker that stops while a group commit is queued destroys its ring before the linked index
+// write may have run: the writer's destructor writes those records itself before sealing.
+TEST(AuditWriterTest, ASyncThatNeverEndedStillLeavesItsIndexRecordsBehind) {
+    TempDir dir;
+    auto writer = writerWithOneChunk(dir);
+    ASSERT_TRUE(writer->beginSync());
+    writeChunk(*writer, 'b');
+    writer.reset();
+    auto problems = verifyDirectory(dir.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    auto listed = listConnections(dir.path());
+    ASSERT_EQ(listed.connections.size(), 1u);
+    EXPECT_EQ(listed.connections[0].c2uBytes, 2 * kChunk);
 }
 
 TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
