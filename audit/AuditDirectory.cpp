@@ -107,6 +107,19 @@ int syncDirectory(int dirFd) noexcept {
     return ::fsync(dirFd) == 0 ? 0 : -errno;
 }
 
+int writeFullyAt(int fd, std::string_view bytes, std::uint64_t offset,
+                 std::size_t& written) noexcept {
+    written = 0;
+    while (written < bytes.size()) {
+        ssize_t n = ::pwrite(fd, bytes.data() + written, bytes.size() - written,
+                             static_cast<off_t>(offset + written));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? -errno : -EIO;
+        written += static_cast<std::size_t>(n);
+    }
+    return 0;
+}
+
 AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t> group) {
     if (path.empty())
         throw std::system_error(ENOENT, std::system_category(), "empty audit directory");

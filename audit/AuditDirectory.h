@@ -10,9 +10,12 @@
 // holds the lock); checkAuditDirectory() never throws for what it finds, it lists it.
 #include <sys/types.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/UniqueFd.h"
@@ -30,6 +33,10 @@ UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::st
                                 int flags, mode_t mode = 0640);
 // fsync of the directory itself (entries created, renamed or removed in it).
 int syncDirectory(int dirFd) noexcept;
+// pwrite of all of `bytes` at `offset`, retried on EINTR and short writes. Returns 0 or -errno
+// (-EIO for a write that wrote nothing); `written` is what reached the file either way.
+int writeFullyAt(int fd, std::string_view bytes, std::uint64_t offset,
+                 std::size_t& written) noexcept;
 
 class AuditDirectoryHeld : public std::runtime_error {
   public:

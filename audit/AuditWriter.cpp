@@ -222,19 +222,12 @@ void AuditWriter::releasePromise(Reservation& reservation) noexcept {
 }
 
 int AuditWriter::writePending(Segment& segment) noexcept {
-    while (!segment.pendingRecords.empty()) {
-        auto written =
-            ::pwrite(segment.index.get(), segment.pendingRecords.data(),
-                     segment.pendingRecords.size(), static_cast<off_t>(segment.indexBytes));
-        if (written < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        // A short write leaves a whole prefix on disk; the rest goes next time.
-        segment.indexBytes += static_cast<std::uint64_t>(written);
-        segment.pendingRecords.erase(0, static_cast<std::size_t>(written));
-    }
-    return 0;
+    std::size_t written = 0;
+    int rc = writeFullyAt(segment.index.get(), segment.pendingRecords, segment.indexBytes, written);
+    // A failed write leaves a whole prefix on disk; the rest goes next time.
+    segment.indexBytes += written;
+    segment.pendingRecords.erase(0, written);
+    return rc;
 }
 
 int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
@@ -348,16 +341,9 @@ std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
 }
 
 int AuditWriter::writeHandedOffIndex(Segment& segment) noexcept {
-    std::size_t done = 0;
-    while (done < segment.indexHandedOff.size()) {
-        auto written = ::pwrite(segment.index.get(), segment.indexHandedOff.data() + done,
-                                segment.indexHandedOff.size() - done,
-                                static_cast<off_t>(segment.indexHandedOffAt + done));
-        if (written < 0 && errno == EINTR) continue;
-        if (written <= 0) return written < 0 ? -errno : -EIO;
-        done += static_cast<std::size_t>(written);
-    }
-    return 0;
+    std::size_t written = 0;
+    return writeFullyAt(segment.index.get(), segment.indexHandedOff, segment.indexHandedOffAt,
+                        written);
 }
 
 bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {

@@ -42,14 +42,8 @@ std::uint64_t fileSize(int fd, const std::string& path) {
 }
 
 void writeAt(int fd, const std::string& bytes, std::uint64_t offset, const std::string& path) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done,
-                             static_cast<off_t>(offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throwErrno(errno, "write " + path);
-        done += static_cast<std::size_t>(n);
-    }
+    std::size_t written = 0;
+    if (int rc = writeFullyAt(fd, bytes, offset, written); rc < 0) throwErrno(-rc, "write " + path);
 }
 
 void truncateTo(int fd, std::uint64_t size, const std::string& path) {

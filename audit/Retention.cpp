@@ -509,14 +509,9 @@ void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uin
                           log.lastMac);
     bool existed = ::faccessat(dirFd, kRetentionLogName, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
     UniqueFd fd = openInDirectoryOrThrow(dirFd, dir_, kRetentionLogName, O_WRONLY | O_CREAT, 0640);
-    std::size_t done = 0;
-    while (done < record.size()) {
-        ssize_t n = ::pwrite(fd.get(), record.data() + done, record.size() - done,
-                             static_cast<off_t>(log.goodEnd + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throwErrno(errno, "write " + path);
-        done += static_cast<std::size_t>(n);
-    }
+    std::size_t written = 0;
+    if (int rc = writeFullyAt(fd.get(), record, log.goodEnd, written); rc < 0)
+        throwErrno(-rc, "write " + path);
     checkSys(::ftruncate(fd.get(), static_cast<off_t>(log.goodEnd + record.size())),
              "truncate " + path);
     checkSys(::fdatasync(fd.get()), "fdatasync " + path);
