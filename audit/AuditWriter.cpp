@@ -75,6 +75,16 @@ AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t fi
 }
 
 AuditWriter::~AuditWriter() {
+    // The owner's ring is gone, and with it whatever disk work it had not run: that runs here.
+    diskWorkOnRing_ = false;
+    if (allocating_) {
+        Segment& segment = *allocating_->segment;
+        segment.allocating = false;
+        // It may have run after the data file was cut to its last byte.
+        if (allocating_->mode == 0) segment.grewAfterRetire = true;
+        allocating_.reset();
+    }
+    if (auto segment = std::move(sealing_)) finishSeal(*segment, runDiskWork(pendingSeal_));
     if (current_) retire(current_, false);
     for (auto& segment : retired_) {
         // Writes still in flight cannot complete after the ring is gone: seal what we have.
@@ -135,7 +145,9 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     // The new names must survive a power loss before any chunk in them is counted durable: the
     // group commit syncs the files' contents, not the directory entries. Rolls are rare (one
     // per segment size), so this runs synchronously.
-    if (rc == 0) rc = syncDirectory(dirFd_.get());
+    // On the ring the first group commit of the segment (or its seal) fsyncs the directory.
+    if (rc == 0 && diskWorkOnRing_) segment->namesDurable = false;
+    if (rc == 0 && !diskWorkOnRing_) rc = syncDirectory(dirFd_.get());
     if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number
         ::unlinkat(dirFd_.get(), (base + ".data").c_str(), 0);
         if (segment->index) ::unlinkat(dirFd_.get(), (base + ".index").c_str(), 0);
@@ -362,12 +374,80 @@ int indexWriteResult(const Segment& segment, int result) noexcept {
     return static_cast<std::size_t>(result) == segment.indexHandedOff.size() ? 0 : -EIO;
 }
 
+void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept {
+    auto queue = [&](DiskStep step, unsigned char flags) {
+        io_uring_sqe* entry = ring.sqe();
+        io_uring_sqe_set_data64(entry, tagBase + static_cast<std::uint64_t>(step));
+        entry->flags |= flags;
+        return entry;
+    };
+    if (work.kind == DiskWork::Kind::Allocate) {
+        ring.makeRoom(1);
+        io_uring_prep_fallocate(queue(DiskStep::Allocate, 0), work.fd, work.mode,
+                                static_cast<__u64>(work.from),
+                                static_cast<__u64>(work.to - work.from));
+        return;
+    }
+    const Segment& segment = *work.segment;
+    ring.makeRoom(kDiskSteps - 1);  // one chain, one submission
+    auto* punch = queue(DiskStep::SealPunch, IOSQE_IO_HARDLINK);
+    if (work.to > work.from)
+        io_uring_prep_fallocate(
+            punch, segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            static_cast<__u64>(work.from), static_cast<__u64>(work.to - work.from));
+    else
+        io_uring_prep_nop(punch);
+    auto* directory = queue(DiskStep::SealDirectorySync, IOSQE_IO_LINK);
+    if (work.fd >= 0)
+        io_uring_prep_fsync(directory, work.fd, 0);
+    else
+        io_uring_prep_nop(directory);
+    io_uring_prep_fsync(queue(DiskStep::SealDataSync, IOSQE_IO_LINK), segment.data.get(),
+                        IORING_FSYNC_DATASYNC);
+    io_uring_prep_write(queue(DiskStep::SealWrite, IOSQE_IO_LINK), segment.index.get(),
+                        segment.indexHandedOff.data(),
+                        static_cast<unsigned>(segment.indexHandedOff.size()),
+                        segment.indexHandedOffAt);
+    io_uring_prep_fsync(queue(DiskStep::SealIndexSync, 0), segment.index.get(),
+                        IORING_FSYNC_DATASYNC);
+}
+
+void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,
+                        std::uint64_t tag) noexcept {
+    if (segment.namesDurable) return;
+    io_uring_sqe* entry = ring.sqe();
+    io_uring_prep_fsync(entry, writer.directoryFd(), 0);
+    io_uring_sqe_set_data64(entry, tag);
+    entry->flags |= IOSQE_IO_LINK;  // the group commit counts on the names being durable
+}
+
+int runDiskWork(const DiskWork& work) noexcept {
+    auto sysResult = [](int rc) { return rc == 0 ? 0 : -errno; };
+    if (work.kind == DiskWork::Kind::Allocate)
+        return sysResult(::fallocate(work.fd, work.mode, static_cast<off_t>(work.from),
+                                     static_cast<off_t>(work.to - work.from)));
+    const Segment& segment = *work.segment;
+    if (work.to > work.from)
+        ::fallocate(segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(work.from), static_cast<off_t>(work.to - work.from));
+    int rc = work.fd >= 0 ? sysResult(::fsync(work.fd)) : 0;
+    // A failed segment's seal record is written, not synced: its data may be gone already.
+    if (rc == 0 && !segment.failed) rc = sysResult(::fdatasync(segment.data.get()));
+    std::size_t written = 0;
+    if (rc == 0)
+        rc = writeFullyAt(segment.index.get(), segment.indexHandedOff, segment.indexHandedOffAt,
+                          written);
+    if (rc == 0 && !segment.failed) rc = sysResult(::fdatasync(segment.index.get()));
+    return rc;
+}
+
 void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
     syncInFlight_ = false;
     segment->syncing = false;
     segment->indexHandedOff.clear();
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
+        segment->namesDurable = true;  // a directory fsync was in its chain if they were not
         sealReady();  // it may have rolled while the sync ran
         return;
     }
@@ -445,14 +525,16 @@ void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) n
 void AuditWriter::sealReady() noexcept {
     while (!retired_.empty()) {
         auto& oldest = *retired_.front();
-        if (oldest.writesInFlight > 0 || oldest.syncing) return;
-        auto keep = retired_.front();  // seal() erases it from retired_
-        seal(oldest);
+        if (oldest.writesInFlight > 0 || oldest.syncing || oldest.allocating || oldest.sealing)
+            return;
+        seal(retired_.front());  // erases it from retired_, now or when its seal ends
     }
 }
 
-// Rolls are rare (one per segment size), so the final fdatasync here runs synchronously.
-void AuditWriter::seal(Segment& segment) noexcept {
+// The seal's fdatasyncs can wait for the journal: on the owner's ring when it has one
+// (runDiskWorkOnRing()), in place otherwise (tests, and the destructor, whose ring is gone).
+void AuditWriter::seal(std::shared_ptr<Segment> sealed) noexcept {
+    Segment& segment = *sealed;
     if (segment.index && segment.chain) {
         try {
             prevDigest_ = encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes,
@@ -468,25 +550,105 @@ void AuditWriter::seal(Segment& segment) noexcept {
         segment.chain.reset();
     }
     // Index space taken ahead and not used goes back (the file's size never included it).
-    if (segment.index && segment.indexAllocated > segment.indexBytes + segment.pendingRecords.size())
-        ::fallocate(segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    static_cast<off_t>(segment.indexBytes + segment.pendingRecords.size()),
-                    static_cast<off_t>(segment.indexAllocated - segment.indexBytes -
-                                       segment.pendingRecords.size()));
-    if (writePending(segment) == 0 && !segment.failed) {
-        int rc = ::fdatasync(segment.data.get()) == 0 && ::fdatasync(segment.index.get()) == 0
-                     ? 0
-                     : -errno;
-        if (rc < 0) {
-            // Its chunks were counted durable by a group commit on the next segment: say so.
-            ++failedSyncs_;
-            logError("audit: sealing ", segment.dataPath, ": fdatasync failed: ", errnoText(rc),
-                     "; its last chunks may not be durable");
-        }
+    DiskWork work{DiskWork::Kind::Seal, sealed};
+    if (!segment.namesDurable) work.fd = dirFd_.get();
+    work.from = segment.indexBytes + segment.pendingRecords.size();
+    work.to = std::max(work.from, segment.indexAllocated);
+    segment.indexHandedOff.swap(segment.pendingRecords);
+    segment.pendingRecords.clear();
+    segment.indexHandedOffAt = segment.indexBytes;
+    segment.indexBytes += segment.indexHandedOff.size();
+    segment.sealing = true;
+    if (diskWorkOnRing_ && !segment.failed) {
+        sealing_ = std::move(sealed);
+        sealHandedOut_ = false;
+        sealError_ = 0;
+        pendingSeal_ = std::move(work);
+        return;
     }
+    finishSeal(segment, runDiskWork(work));
+}
+
+void AuditWriter::finishSeal(Segment& segment, int result) noexcept {
+    if (result < 0 && !segment.failed) {
+        // Its chunks were counted durable by a group commit on the next segment: say so.
+        ++failedSyncs_;
+        logError("audit: sealing ", segment.dataPath, ": ", errnoText(result),
+                 "; its last chunks may not be durable");
+    }
+    // An allocation ahead that ended after the roll may have grown the file past its last byte.
+    if (segment.grewAfterRetire && segment.data)
+        ::ftruncate(segment.data.get(), static_cast<off_t>(segment.reservedBytes));
+    segment.sealing = false;
+    segment.indexHandedOff.clear();
     segment.data.reset();
     segment.index.reset();
     std::erase_if(retired_, [&](const auto& s) { return s.get() == &segment; });
+}
+
+std::optional<DiskWork> AuditWriter::takeDiskWork() noexcept {
+    if (sealing_ && !sealHandedOut_) {
+        sealHandedOut_ = true;
+        return pendingSeal_;
+    }
+    if (allocating_ || !diskWorkOnRing_) return std::nullopt;
+    allocating_ = spaceAhead();
+    if (allocating_) allocating_->segment->allocating = true;
+    return allocating_;
+}
+
+// Keeps the current segment's data one step (kDataAhead) and its index half a step
+// (kIndexAhead) allocated ahead of what is reserved, so that reserve() finds the space taken.
+std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
+    if (!reserveAhead_ || !current_ || current_->retired) return std::nullopt;
+    Segment& segment = *current_;
+    DiskWork work{DiskWork::Kind::Allocate, current_};
+    std::uint64_t dataEnd = std::max(segmentBytes_, segment.reservedBytes);
+    if (reserveDataAhead_ && segment.dataAllocated < dataEnd &&
+        segment.dataAllocated < segment.reservedBytes + kDataAhead) {
+        work.fd = segment.data.get();
+        work.from = segment.dataAllocated;
+        work.to = std::min(segment.dataAllocated + kDataAhead, dataEnd);
+        return work;
+    }
+    std::uint64_t indexUsed =
+        segment.indexBytes + segment.pendingRecords.size() + segment.indexPromised + kIndexSlack;
+    if (segment.indexAllocated < indexUsed + kIndexAhead / 2) {
+        work.fd = segment.index.get();
+        work.mode = FALLOC_FL_KEEP_SIZE;
+        work.from = std::max(segment.indexAllocated, segment.indexBytes);
+        work.to = indexUsed + kIndexAhead;
+        return work;
+    }
+    return std::nullopt;
+}
+
+std::optional<int> AuditWriter::diskWorkDone(DiskStep step, int result) noexcept {
+    if (step == DiskStep::Allocate) {
+        if (!allocating_) return std::nullopt;
+        DiskWork work = std::move(*allocating_);
+        allocating_.reset();
+        Segment& segment = *work.segment;
+        segment.allocating = false;
+        if (result >= 0) {
+            bool data = work.mode == 0;  // the index's space is taken with KEEP_SIZE
+            auto& allocated = data ? segment.dataAllocated : segment.indexAllocated;
+            allocated = std::max(allocated, work.to);
+            if (data && segment.retired) segment.grewAfterRetire = true;
+        }
+        if (segment.retired) sealReady();
+        return std::nullopt;
+    }
+    if (!sealing_) return std::nullopt;
+    if (step == DiskStep::SealWrite) result = indexWriteResult(*sealing_, result);
+    if (step == DiskStep::SealPunch) result = 0;  // only space not given back
+    if (sealError_ == 0 && result < 0) sealError_ = result;
+    if (step != DiskStep::SealIndexSync) return std::nullopt;
+    auto segment = std::move(sealing_);
+    int sealed = sealError_;
+    finishSeal(*segment, sealed);
+    sealReady();
+    return sealed;
 }
 
 }  // namespace splicegate::audit

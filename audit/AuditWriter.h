@@ -48,8 +48,48 @@ struct Segment {
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
     bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
+    bool allocating = false;       // an allocation ahead of it is on the owner's ring
+    bool grewAfterRetire = false;  // that allocation ended after the roll: cut the data at seal
+    bool sealing = false;          // its seal is on the owner's ring
+    // Its files' names are durable (the directory was fsynced since they were made). With the
+    // disk work on the ring, the first group commit or the seal makes them so.
+    bool namesDurable = true;
     bool retired = false;
     bool failed = false;
+};
+
+// Work on a segment's files that can wait for the filesystem's journal (tens of milliseconds
+// under writeback, measured), which a worker thread must not do: with runDiskWorkOnRing() the
+// writer hands it to its owner (takeDiskWork()), which queues it on its ring (queueDiskWork())
+// and reports the end (diskWorkDone()).
+// The SQEs of disk work, one completion each; a seal's run in this order, linked.
+enum class DiskStep : std::uint8_t {
+    Allocate,
+    SealPunch,
+    SealDirectorySync,
+    SealDataSync,
+    SealWrite,
+    SealIndexSync,
+};
+inline constexpr unsigned kDiskSteps = 6;
+
+struct DiskWork {
+    enum class Kind : std::uint8_t {
+        // fallocate(fd, mode, from, to - from): space ahead of the reservations, taken before it
+        // is needed so that reserve() rarely allocates in place.
+        Allocate,
+        // The seal of a rolled segment: the index's unused space [from, to) given back, the
+        // directory fsynced (fd, when the segment's names are not durable yet), the data
+        // fdatasync'd, the last index records (Segment::indexHandedOff, ending with
+        // SegmentSealed) written and the index fdatasync'd. A failed segment's seal only writes.
+        Seal,
+    };
+    Kind kind = Kind::Allocate;
+    std::shared_ptr<Segment> segment;
+    int fd = -1;  // Allocate: the file; Seal: the directory, or -1 when no fsync of it is due
+    int mode = 0;
+    std::uint64_t from = 0;
+    std::uint64_t to = 0;
 };
 
 struct Reservation {
@@ -146,6 +186,19 @@ class AuditWriter {
     std::uint64_t durableSequence() const noexcept { return durableSyncs_; }
     std::uint64_t failedSyncs() const noexcept { return failedSyncs_; }
 
+    // Disk work (DiskWork) goes to the owner's ring from now on; without this call the writer
+    // does it in place. takeDiskWork() gives the next piece, or nothing; at most one of each
+    // kind is out at a time. diskWorkDone() takes each step's completion. An allocation that
+    // failed is not an error: reserve() allocates in place when it needs the space, and meets a
+    // full disk there.
+    void runDiskWorkOnRing() noexcept { diskWorkOnRing_ = true; }
+    std::optional<DiskWork> takeDiskWork() noexcept;
+    // Returns the seal's result when its last step is in.
+    std::optional<int> diskWorkDone(DiskStep step, int result) noexcept;
+    bool diskWorkInFlight() const noexcept { return allocating_ || sealing_; }
+    bool sealInFlight() const noexcept { return sealing_ != nullptr; }
+    int directoryFd() const noexcept { return dirFd_.get(); }
+
     // Writes buffered records (no sync); for durability mode none and at shutdown.
     int flush() noexcept;
     // Rolls to a new segment now (admin "audit-rotate").
@@ -162,7 +215,9 @@ class AuditWriter {
     // writes and its sync are in): each seal needs its predecessor's digest.
     void sealReady() noexcept;
     void sealFailed(const std::shared_ptr<Segment>& segment) noexcept;
-    void seal(Segment& segment) noexcept;
+    void seal(std::shared_ptr<Segment> sealed) noexcept;
+    void finishSeal(Segment& segment, int result) noexcept;
+    std::optional<DiskWork> spaceAhead() noexcept;
     template <typename Encode>
     int append(Segment& segment, Encode encode) noexcept;
 
@@ -180,6 +235,12 @@ class AuditWriter {
     bool reserveAhead_ = false;
     bool reserveDataAhead_ = false;
     bool syncInFlight_ = false;
+    bool diskWorkOnRing_ = false;
+    std::shared_ptr<Segment> sealing_;  // its seal is queued (sealHandedOut_) or about to be
+    DiskWork pendingSeal_;
+    bool sealHandedOut_ = false;
+    int sealError_ = 0;                   // the first failed step of the seal on the ring
+    std::optional<DiskWork> allocating_;  // out on the owner's ring
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;
@@ -194,5 +255,16 @@ bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noex
 // That write's completion as 0 or -errno (a short write is -EIO: the fdatasync after it was
 // cancelled, and the records past it are not in the file).
 int indexWriteResult(const Segment& segment, int result) noexcept;
+// Queues `work` on `ring` (making room for all of it first); each SQE's user_data is `tagBase`
+// plus its DiskStep. A seal is a linked chain in DiskStep's order (the index follows the data),
+// ending in the index fdatasync: a failed step cancels what follows, except a failed punch.
+void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept;
+// Queues an fsync of `writer`'s directory, linked to the SQE queued next, when `segment`'s names
+// are not durable yet (with the disk work on the ring, a new segment's first group commit does
+// it; make room first).
+void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,
+                        std::uint64_t tag) noexcept;
+// The same work in place, blocking: 0 or the first -errno.
+int runDiskWork(const DiskWork& work) noexcept;
 
 }  // namespace splicegate::audit

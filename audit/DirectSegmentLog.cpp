@@ -15,7 +15,9 @@ DirectSegmentLog::DirectSegmentLog(std::unique_ptr<AuditWriter> segments, Ring& 
     : segments_(std::move(segments)),
       ring_(ring),
       tagBase_(tagBase),
-      writer_(ring, options, tagBase) {}
+      writer_(ring, options, tagBase) {
+    segments_->runDiskWorkOnRing();
+}
 
 DirectSegmentLog::~DirectSegmentLog() {
     for (auto& waiting : waiting_)
@@ -65,6 +67,7 @@ int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept
         return rc;
     }
     chunk.memory = chunk.log.memory;
+    queueDiskWork();
     return 0;
 }
 
@@ -116,6 +119,7 @@ void DirectSegmentLog::abandon(DirectChunk& chunk) noexcept {
     if (writer_.appendedLsn() < appendedBefore) segments_->shrink(chunk.segment, 0);
     segments_->abandon(chunk.segment);
     chunk = DirectChunk{};
+    queueDiskWork();
 }
 
 int DirectSegmentLog::recordOpen(std::uint64_t connection, std::string_view route,
@@ -172,23 +176,55 @@ int DirectSegmentLog::startSync() noexcept {
     state_ = State::WaitingData;
     writer_.commit();
     advance();
+    queueDiskWork();
     return 1;
 }
 
 std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noexcept {
+    if (tag >= kDiskWorkTag && tag < kDiskWorkTag + kDiskSteps) {
+        auto sealed = segments_->diskWorkDone(static_cast<DiskStep>(tag - kDiskWorkTag), result);
+        queueDiskWork();
+        if (sealed && *sealed < 0 && heldResult_ && *heldResult_ >= 0) heldResult_ = *sealed;
+        if (!heldResult_ || segments_->sealInFlight()) return std::nullopt;
+        int held = *heldResult_;
+        heldResult_.reset();
+        return finish(held);
+    }
     if (tag == kIndexWriteTag) {
         if (indexSegment_) indexWriteResult_ = indexWriteResult(*indexSegment_, result);
         return std::nullopt;
     }
+    if (tag == kDirectorySyncTag) {
+        directorySyncResult_ = result;
+        return std::nullopt;
+    }
     if (tag == kIndexSyncTag) {
-        if (indexWriteResult_ < 0) result = indexWriteResult_;  // not the fdatasync's -ECANCELED
+        // The first step that failed cancelled the rest: report it, not their -ECANCELED.
+        if (directorySyncResult_ < 0)
+            result = directorySyncResult_;
+        else if (indexWriteResult_ < 0)
+            result = indexWriteResult_;
         if (indexSegment_) segments_->endSync(indexSegment_, result);
         indexSegment_.reset();
-        return finish(result < 0 ? result : syncError_);
+        queueDiskWork();  // the sync may have let a rolled segment's seal go
+        result = result < 0 ? result : syncError_;
+        // Chunks this sync booked into a rolled segment are in that segment's seal: the sync
+        // ends when the seal does.
+        if (segments_->sealInFlight()) {
+            heldResult_ = result;
+            return std::nullopt;
+        }
+        return finish(result);
     }
     writer_.onCompletion(tag, result);
     advance();
+    queueDiskWork();
     return std::nullopt;
+}
+
+void DirectSegmentLog::queueDiskWork() noexcept {
+    while (auto work = segments_->takeDiskWork())
+        audit::queueDiskWork(ring_, *work, tagBase_ | kDiskWorkTag);
 }
 
 void DirectSegmentLog::advance() noexcept {
@@ -206,8 +242,12 @@ void DirectSegmentLog::advance() noexcept {
 
 void DirectSegmentLog::submitIndexSync(int fd) noexcept {
     indexWriteResult_ = 0;
-    ring_.makeRoom(2);
-    if (indexSegment_) queueIndexWrite(ring_, *indexSegment_, tagBase_ | kIndexWriteTag);
+    directorySyncResult_ = 0;
+    ring_.makeRoom(3);
+    if (indexSegment_) {
+        queueDirectorySync(ring_, *segments_, *indexSegment_, tagBase_ | kDirectorySyncTag);
+        queueIndexWrite(ring_, *indexSegment_, tagBase_ | kIndexWriteTag);
+    }
     io_uring_sqe* entry = ring_.sqe();
     if (fd >= 0)
         io_uring_prep_fsync(entry, fd, IORING_FSYNC_DATASYNC);
@@ -289,6 +329,7 @@ std::optional<int> DirectSegmentLog::finish(int result) noexcept {
 int DirectSegmentLog::flush() noexcept {
     handleFailures();
     bookDurable();
+    queueDiskWork();
     return segments_->flush();
 }
 
@@ -297,24 +338,39 @@ int DirectSegmentLog::rotate() noexcept {
     // The retired segment is sealed once its waiting chunks are booked: start the commit that
     // books them now rather than at the next interval.
     if (rc == 0) startSync();
+    queueDiskWork();
     return rc;
 }
 
-void DirectSegmentLog::syncNow() noexcept {
+template <typename Done>
+bool DirectSegmentLog::waitFor(Done done, std::optional<int>& ended) noexcept {
     // Bounded: each wait is at most 100 ms, and a disk that answers nothing for a minute is gone.
     for (int round = 0; round < 600; ++round) {
-        if (state_ == State::Idle && !dirty() && writer_.idle()) return;
-        if (state_ == State::Idle) startSync();
+        queueDiskWork();
+        if (done()) return true;
         ring_.submitAndWait(100);
-        std::optional<int> ended;
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
             if ((cqe.user_data & ~std::uint64_t{0xffffffff}) != tagBase_) return;
             if (auto result = complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res))
                 ended = result;
         });
-        if (ended && *ended < 0) return;  // failed: what could be sealed is sealed
     }
-    logError("audit: the audit log did not become durable within a minute at shutdown");
+    return false;
+}
+
+void DirectSegmentLog::syncNow() noexcept {
+    std::optional<int> ended;
+    bool done = waitFor(
+        [&] {
+            if (ended && *ended < 0) return true;  // failed: what could be sealed is sealed
+            if (state_ == State::Idle && !dirty() && writer_.idle() &&
+                !segments_->diskWorkInFlight())
+                return true;
+            if (state_ == State::Idle) startSync();
+            return false;
+        },
+        ended);
+    if (!done) logError("audit: the audit log did not become durable within a minute at shutdown");
 }
 
 void DirectSegmentLog::finishFile() noexcept {
@@ -322,13 +378,8 @@ void DirectSegmentLog::finishFile() noexcept {
     // The data file is cut to its last byte once written and synced (no padding, no
     // preallocation left); the segment's seal then makes that durable.
     writer_.closeFile();
-    for (int round = 0; round < 600 && !writer_.idle(); ++round) {
-        ring_.submitAndWait(100);
-        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-            if ((cqe.user_data & ~std::uint64_t{0xffffffff}) == tagBase_)
-                complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
-        });
-    }
+    std::optional<int> ended;
+    waitFor([&] { return writer_.idle() && !segments_->diskWorkInFlight(); }, ended);
 }
 
 }  // namespace splicegate::audit

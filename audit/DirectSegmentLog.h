@@ -100,6 +100,10 @@ class DirectSegmentLog {
     static constexpr std::uint32_t kIndexSyncTag = 0xffffffffu;
     // The tag of the index records' write, linked before that fdatasync (kind 3 as well).
     static constexpr std::uint32_t kIndexWriteTag = 0xfffffffeu;
+    // The directory's fsync, linked before that write when the segment's names are new.
+    static constexpr std::uint32_t kDirectorySyncTag = 0xfffffffdu;
+    // The segments' disk work (AuditWriter's DiskWork), one tag per DiskStep from here up.
+    static constexpr std::uint32_t kDiskWorkTag = kDirectorySyncTag - kDiskSteps;
 
   private:
     enum class State : std::uint8_t { Idle, WaitingData, WaitingIndex };
@@ -125,6 +129,12 @@ class DirectSegmentLog {
     void handleFailures() noexcept;
     void bookDurable() noexcept;
     void submitIndexSync(int fd) noexcept;
+    // Queues the disk work the segments have for the ring (allocation ahead, seals).
+    void queueDiskWork() noexcept;
+    // Routes completions until `done` holds or a minute passed (shutdown); `ended` gets the
+    // result of each sync that ends meanwhile.
+    template <typename Done>
+    bool waitFor(Done done, std::optional<int>& ended) noexcept;
     void noteSyncError(int error, bool inWrite) noexcept;
     std::optional<int> finish(int result) noexcept;
 
@@ -141,6 +151,8 @@ class DirectSegmentLog {
     std::uint64_t target_ = 0;  // LSN the sync in flight makes durable
     std::shared_ptr<Segment> indexSegment_;
     int indexWriteResult_ = 0;  // of the index records' write in this sync
+    int directorySyncResult_ = 0;
+    std::optional<int> heldResult_;  // of the sync that waits for a seal to end
     int syncError_ = 0;  // a data failure during this sync
     bool syncErrorInWrite_ = false;
     bool lastFailureInWrite_ = false;

@@ -5,6 +5,7 @@
 // the writer's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "audit/AuditReader.h"
 #include "audit/DirectSegmentLog.h"
+#include "audit/Records.h"
 #include "common/Ring.h"
 #include "tests/support/Daemon.h"
 
@@ -91,6 +93,34 @@ class DirectSegmentLogTest : public ::testing::Test {
             ASSERT_EQ(log.recordChunk(chunk, id, 0, size), 0);
             done += size;
         }
+    }
+    // Routes completions until `done` holds (bounded: 400 waits of 50 ms).
+    bool driveUntil(DirectSegmentLog& log, const std::function<bool()>& done) {
+        for (int round = 0; round < 400 && !done(); ++round) {
+            ring_.submitAndWait(50);
+            ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+                log.complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+            });
+        }
+        return done();
+    }
+    std::string segmentPath(std::uint64_t segment, const char* suffix) const {
+        return dir_.path() + "/" + segmentBaseName(0, segment) + suffix;
+    }
+    std::uint64_t fileSize(const std::string& path) const {
+        struct stat st {};
+        EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+        return static_cast<std::uint64_t>(st.st_size);
+    }
+    bool sealed(std::uint64_t segment) const {
+        std::string path = segmentPath(segment, ".index");
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) return false;
+        IndexReader reader(fd.get(), path);
+        Record record;
+        while (reader.next(record) == IndexReader::Status::Record)
+            if (record.type == RecordType::SegmentSealed) return true;
+        return false;
     }
     std::string extract(std::uint64_t id) {
         std::string path = dir_.path() + "/extract.out";
@@ -193,6 +223,79 @@ TEST_F(DirectSegmentLogTest, FullBufferGivesNoMemoryAndTheSegmentOffsetsStayInSt
     }
     auto problems = verifyDirectory(dir_.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
+}
+
+// The data file's space is taken ahead on the ring (fallocate there, not on the worker): past
+// the step reserve() takes in place, the next one arrives by completion. At the roll the file
+// is cut to its last byte, and the seal (on the ring too) makes the segment verifiable.
+TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToItsData) {
+    constexpr std::uint64_t kStep = std::uint64_t{64} << 20;
+    auto bytes = pattern(100000, 4);
+    {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, 4 * kStep);
+        ASSERT_TRUE(writer->reserveSpaceAhead(true));
+        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+        send(log, 1, bytes, 30000);
+        EXPECT_TRUE(driveUntil(log, [&] { return fileSize(segmentPath(1, ".data")) >= 2 * kStep; }))
+            << "the step ahead of the first one is allocated by a completion";
+        ASSERT_EQ(log.rotate(), 0);
+        send(log, 1, bytes, 30000);
+        ASSERT_EQ(log.recordClose(1, 2 * bytes.size(), 0, "client-closed"), 0);
+        EXPECT_TRUE(driveUntil(log, [&] { return sealed(1); }));
+        EXPECT_EQ(fileSize(segmentPath(1, ".data")), bytes.size());
+        log.finishFile();
+    }
+    EXPECT_EQ(fileSize(segmentPath(2, ".data")), bytes.size());
+    auto problems = verifyDirectory(dir_.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(extract(1), bytes + bytes);
+}
+
+// A sync that books chunks into a segment that has rolled ends only once that segment's seal,
+// which carries their index records, is durable: strict mode forwards those chunks then. The
+// seal's completions are handed to the log after the group commit's own (the kernel may end
+// them in either order).
+TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto) {
+    constexpr std::uint64_t kSegmentBytes = 300 * 1024;
+    constexpr auto kSealEnd =
+        DirectSegmentLog::kDiskWorkTag + static_cast<std::uint32_t>(DiskStep::SealIndexSync);
+    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes), ring_,
+                         smallOptions(kSegmentBytes), kTagBase);
+    ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+    auto bytes = pattern(400 * 1024, 5);
+    send(log, 1, bytes, 50000);  // rolls once, the first segment's chunks not yet durable
+    EXPECT_FALSE(sealed(1));
+    ASSERT_EQ(log.startSync(), 1);
+    std::vector<io_uring_cqe> held;
+    bool groupCommitIn = false, sealEnded = false;
+    std::optional<int> ended;
+    auto deliver = [&](const io_uring_cqe& cqe) {
+        auto tag = static_cast<std::uint32_t>(cqe.user_data);
+        if (tag == kSealEnd) sealEnded = true;
+        if (auto result = log.complete(tag, cqe.res)) {
+            ended = result;
+            EXPECT_TRUE(sealEnded) << "the sync ended before the seal holding its records";
+        }
+    };
+    for (int round = 0; round < 400 && !ended; ++round) {
+        ring_.submitAndWait(50);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            auto tag = static_cast<std::uint32_t>(cqe.user_data);
+            bool diskWork = tag >= DirectSegmentLog::kDiskWorkTag &&
+                            tag < DirectSegmentLog::kDiskWorkTag + kDiskSteps;
+            if (diskWork && !groupCommitIn) return held.push_back(cqe);
+            deliver(cqe);
+            if (tag != DirectSegmentLog::kIndexSyncTag) return;
+            groupCommitIn = true;
+            for (const auto& later : held) deliver(later);
+        });
+    }
+    EXPECT_TRUE(sealEnded) << "the first segment was sealed on the ring";
+    EXPECT_EQ(ended, std::optional<int>(0));
+    EXPECT_TRUE(sealed(1));
+    EXPECT_FALSE(sealed(2));
+    log.syncNow();
 }
 
 }  // namespace
