@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -88,15 +89,27 @@ UniqueFd listenTcp(uint16_t& port, bool ipv6, int backlog) {
     return fd;
 }
 
+// The port stays bound (SO_REUSEADDR, not listening) by this process until it exits, so that
+// no test running beside it is handed the same port in the meantime (a port picked and let go
+// was seen taken by a parallel test before the daemon bound it). Binding it explicitly still
+// works for a socket with SO_REUSEADDR (the daemon's listeners, listenLoopback()); a bind to
+// port 0 and a connect's ephemeral port pass it over.
 uint16_t pickFreePort() {
+    static std::mutex mutex;
+    static std::vector<UniqueFd> reserved;
     UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) throwErrno("socket");
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_storage storage{};
     socklen_t length = makeLoopback(storage, 0, false);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&storage), length) != 0) {
         throwErrno("bind 127.0.0.1:0");
     }
-    return boundPort(fd.get());
+    uint16_t port = boundPort(fd.get());
+    std::lock_guard lock(mutex);
+    reserved.push_back(std::move(fd));
+    return port;
 }
 
 void setIoTimeout(int fd, milliseconds timeout) {
