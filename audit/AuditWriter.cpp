@@ -90,9 +90,15 @@ AuditWriter::~AuditWriter() {
         // Writes still in flight cannot complete after the ring is gone: seal what we have.
         segment->writesInFlight = 0;
         segment->syncing = false;
-        // Nor may the index write of a sync that never ended have run: its records go now.
-        if (int rc = writeHandedOffIndex(*segment); rc < 0)
-            logError("audit: writing ", segment->dataPath, " index: ", errnoText(rc));
+        // Nor may the index writes of a sync or a flush that never ended have run: their
+        // records go now.
+        std::size_t written = 0;
+        int rc = writeHandedOffIndex(*segment);
+        if (rc == 0)
+            rc = writeFullyAt(segment->index.get(), segment->indexFlushing,
+                              segment->indexFlushingAt, written);
+        segment->indexFlushing.clear();
+        if (rc < 0) logError("audit: writing ", segment->dataPath, " index: ", errnoText(rc));
     }
     sealReady();
 }
@@ -358,20 +364,57 @@ int AuditWriter::writeHandedOffIndex(Segment& segment) noexcept {
                         written);
 }
 
+namespace {
+io_uring_sqe* queueRecordsWrite(Ring& ring, int fd, const std::string& records, std::uint64_t at,
+                                std::uint64_t tag) noexcept {
+    io_uring_sqe* entry = ring.sqe();
+    io_uring_prep_write(entry, fd, records.data(), static_cast<unsigned>(records.size()), at);
+    io_uring_sqe_set_data64(entry, tag);
+    return entry;
+}
+
+int recordsWriteResult(const std::string& records, int result) noexcept {
+    if (result < 0) return result;
+    return static_cast<std::size_t>(result) == records.size() ? 0 : -EIO;
+}
+}  // namespace
+
 bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {
     if (segment.indexHandedOff.empty()) return false;
-    io_uring_sqe* entry = ring.sqe();
-    io_uring_prep_write(entry, segment.index.get(), segment.indexHandedOff.data(),
-                        static_cast<unsigned>(segment.indexHandedOff.size()),
-                        segment.indexHandedOffAt);
-    io_uring_sqe_set_data64(entry, tag);
+    auto* entry = queueRecordsWrite(ring, segment.index.get(), segment.indexHandedOff,
+                                    segment.indexHandedOffAt, tag);
     entry->flags |= IOSQE_IO_LINK;  // the index fdatasync that follows must see these records
     return true;
 }
 
 int indexWriteResult(const Segment& segment, int result) noexcept {
-    if (result < 0) return result;
-    return static_cast<std::size_t>(result) == segment.indexHandedOff.size() ? 0 : -EIO;
+    return recordsWriteResult(segment.indexHandedOff, result);
+}
+
+void queueFlushWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {
+    ring.makeRoom(1);
+    queueRecordsWrite(ring, segment.index.get(), segment.indexFlushing, segment.indexFlushingAt,
+                      tag);
+}
+
+std::shared_ptr<Segment> AuditWriter::beginFlush() noexcept {
+    if (!current_ || syncInFlight_ || current_->pendingRecords.empty() ||
+        !current_->indexFlushing.empty())
+        return nullptr;
+    Segment& segment = *current_;
+    segment.indexFlushing.swap(segment.pendingRecords);
+    segment.pendingRecords.clear();
+    segment.indexFlushingAt = segment.indexBytes;
+    segment.indexBytes += segment.indexFlushing.size();
+    return current_;
+}
+
+int AuditWriter::endFlush(const std::shared_ptr<Segment>& segment, int result) noexcept {
+    result = recordsWriteResult(segment->indexFlushing, result);
+    segment->indexFlushing.clear();
+    if (result < 0) failSegment(segment, result);  // its index has a hole: never trusted again
+    if (segment->retired) sealReady();
+    return result;
 }
 
 void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept {
@@ -494,8 +537,10 @@ int AuditWriter::ensureSegment() noexcept {
     return 0;
 }
 
+// Not while a sync's records are out to be written: records written past them first would leave
+// a hole in the index if the daemon died before that write (readers would see it meanwhile).
 int AuditWriter::flush() noexcept {
-    return current_ ? writePending(*current_) : 0;
+    return current_ && !syncInFlight_ ? writePending(*current_) : 0;
 }
 
 int AuditWriter::rotate() noexcept {
@@ -525,7 +570,8 @@ void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) n
 void AuditWriter::sealReady() noexcept {
     while (!retired_.empty()) {
         auto& oldest = *retired_.front();
-        if (oldest.writesInFlight > 0 || oldest.syncing || oldest.allocating || oldest.sealing)
+        if (oldest.writesInFlight > 0 || oldest.syncing || oldest.allocating || oldest.sealing ||
+            !oldest.indexFlushing.empty())
             return;
         seal(retired_.front());  // erases it from retired_, now or when its seal ends
     }

@@ -45,6 +45,9 @@ struct Segment {
     // io_uring write may be reading this buffer until endSync().
     std::string indexHandedOff;
     std::uint64_t indexHandedOffAt = 0;
+    // Records a flush took (beginFlush()), at index offset indexFlushingAt; the same rule.
+    std::string indexFlushing;
+    std::uint64_t indexFlushingAt = 0;
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
     unsigned writesInFlight = 0;
     bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
@@ -199,8 +202,18 @@ class AuditWriter {
     bool sealInFlight() const noexcept { return sealing_ != nullptr; }
     int directoryFd() const noexcept { return dirFd_.get(); }
 
-    // Writes buffered records (no sync); for durability mode none and at shutdown.
+    // Writes buffered records (no sync); for durability mode none and at shutdown. Nothing while
+    // a sync is in flight: its handed-off records must reach the file before any after them.
     int flush() noexcept;
+    // The same on the owner's ring: beginFlush() hands the current segment's buffered records
+    // to Segment::indexFlushing (their offset counted at once) and returns the segment, or null
+    // when there are none, a sync is in flight or the last flush is still out; the owner writes
+    // them (queueFlushWrite()) and reports the write's result to endFlush(), where a failed one
+    // seals the segment as failed (endFlush() returns it as 0 or -errno; a short write is -EIO). A
+    // group commit must not start its index write and fdatasync before the flush's write is in, or
+    // it could count records not yet written.
+    std::shared_ptr<Segment> beginFlush() noexcept;
+    int endFlush(const std::shared_ptr<Segment>& segment, int result) noexcept;
     // Rolls to a new segment now (admin "audit-rotate").
     int rotate() noexcept;
     const std::string& directory() const noexcept { return dir_; }
@@ -264,6 +277,8 @@ void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noex
 // it; make room first).
 void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,
                         std::uint64_t tag) noexcept;
+// Queues the write of `segment`'s flushed records (Segment::indexFlushing) on `ring`.
+void queueFlushWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept;
 // The same work in place, blocking: 0 or the first -errno.
 int runDiskWork(const DiskWork& work) noexcept;
 

@@ -198,6 +198,15 @@ std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noe
         directorySyncResult_ = result;
         return std::nullopt;
     }
+    if (tag == kIndexFlushTag) {
+        // Records lost with a failed write fail the sync that would count their chunks durable.
+        if (auto segment = std::move(flushSegment_))
+            if (int rc = segments_->endFlush(segment, result); rc < 0) noteSyncError(rc, true);
+        handleFailures();
+        advance();  // a sync may wait for this write
+        queueDiskWork();
+        return std::nullopt;
+    }
     if (tag == kIndexSyncTag) {
         // The first step that failed cancelled the rest: report it, not their -ECANCELED.
         if (directorySyncResult_ < 0)
@@ -231,8 +240,9 @@ void DirectSegmentLog::advance() noexcept {
     handleFailures();
     bookDurable();
     // A reservation given back after the sync began lowers the appended end below the target.
+    // The records of a flush still being written must be in before the index is synced.
     if (state_ != State::WaitingData ||
-        writer_.durableLsn() < std::min(target_, writer_.appendedLsn()))
+        writer_.durableLsn() < std::min(target_, writer_.appendedLsn()) || flushSegment_)
         return;
     state_ = State::WaitingIndex;
     indexSegment_ = segments_->beginSync();
@@ -330,7 +340,10 @@ int DirectSegmentLog::flush() noexcept {
     handleFailures();
     bookDurable();
     queueDiskWork();
-    return segments_->flush();
+    if (flushSegment_) return 0;
+    flushSegment_ = segments_->beginFlush();
+    if (flushSegment_) queueFlushWrite(ring_, *flushSegment_, tagBase_ | kIndexFlushTag);
+    return 0;
 }
 
 int DirectSegmentLog::rotate() noexcept {
@@ -364,7 +377,7 @@ void DirectSegmentLog::syncNow() noexcept {
         [&] {
             if (ended && *ended < 0) return true;  // failed: what could be sealed is sealed
             if (state_ == State::Idle && !dirty() && writer_.idle() &&
-                !segments_->diskWorkInFlight())
+                !segments_->diskWorkInFlight() && !flushSegment_)
                 return true;
             if (state_ == State::Idle) startSync();
             return false;
@@ -379,7 +392,8 @@ void DirectSegmentLog::finishFile() noexcept {
     // preallocation left); the segment's seal then makes that durable.
     writer_.closeFile();
     std::optional<int> ended;
-    waitFor([&] { return writer_.idle() && !segments_->diskWorkInFlight(); }, ended);
+    waitFor([&] { return writer_.idle() && !segments_->diskWorkInFlight() && !flushSegment_; },
+            ended);
 }
 
 }  // namespace splicegate::audit

@@ -87,7 +87,8 @@ class DirectSegmentLog {
     std::uint64_t failedSyncs() const noexcept { return failedSyncs_; }
     // The last failed sync failed in a write (of data or index), not in an fdatasync.
     bool lastFailureInWrite() const noexcept { return lastFailureInWrite_; }
-    // Index records whose data is durable reach the page cache (no sync).
+    // Index records whose data is durable go to the page cache (no sync), by a write on the
+    // ring; a flush while the last one's write is out waits for the next.
     int flush() noexcept;
     int rotate() noexcept;
 
@@ -102,8 +103,10 @@ class DirectSegmentLog {
     static constexpr std::uint32_t kIndexWriteTag = 0xfffffffeu;
     // The directory's fsync, linked before that write when the segment's names are new.
     static constexpr std::uint32_t kDirectorySyncTag = 0xfffffffdu;
+    // The write of the records a flush took (durability none, or a tick during a sync).
+    static constexpr std::uint32_t kIndexFlushTag = 0xfffffffcu;
     // The segments' disk work (AuditWriter's DiskWork), one tag per DiskStep from here up.
-    static constexpr std::uint32_t kDiskWorkTag = kDirectorySyncTag - kDiskSteps;
+    static constexpr std::uint32_t kDiskWorkTag = kIndexFlushTag - kDiskSteps;
 
   private:
     enum class State : std::uint8_t { Idle, WaitingData, WaitingIndex };
@@ -153,6 +156,7 @@ class DirectSegmentLog {
     int indexWriteResult_ = 0;  // of the index records' write in this sync
     int directorySyncResult_ = 0;
     std::optional<int> heldResult_;  // of the sync that waits for a seal to end
+    std::shared_ptr<Segment> flushSegment_;  // its flushed records' write is out
     int syncError_ = 0;  // a data failure during this sync
     bool syncErrorInWrite_ = false;
     bool lastFailureInWrite_ = false;

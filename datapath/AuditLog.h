@@ -73,7 +73,8 @@ class AuditLog {
     virtual std::uint64_t nextSyncSequence() const noexcept = 0;
     virtual std::uint64_t durableSequence() const noexcept = 0;
 
-    // Writes buffered records without a sync (durability none, and every tick).
+    // Writes buffered records without a sync (durability none); a writer with a ring may queue
+    // the write there rather than wait for it.
     virtual int flush() noexcept = 0;
     virtual int rotate() noexcept = 0;
     // Payload bytes reserve() could take now; a writer without a buffer of its own has no bound.

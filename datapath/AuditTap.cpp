@@ -113,12 +113,13 @@ std::optional<SyncOutcome> AuditTap::afterTurn() noexcept {
 }
 
 std::optional<SyncOutcome> AuditTap::tick() noexcept {
-    // Index records reach the page cache every tick even while an fdatasync is still running,
-    // so a crash of the daemon loses at most one interval of them.
-    if (!policy_.groupCommit || log_->syncInFlight()) {
+    if (!policy_.groupCommit) {
         log_->flush();
         return std::nullopt;
     }
+    // A sync still running has its index records to write: those recorded since wait for the
+    // next one (written first, they could leave a hole in the index if the daemon died).
+    if (log_->syncInFlight()) return std::nullopt;
     return startSync();
 }
 

@@ -181,10 +181,13 @@ TEST_F(DirectSegmentLogTest, CloseRecordWaitsForItsChunksToBeDurable) {
     ASSERT_EQ(log.recordOpen(7, "web", "c", "u"), 0);
     send(log, 7, bytes, bytes.size());
     ASSERT_EQ(log.recordClose(7, bytes.size(), 0, "client-closed"), 0);
-    ASSERT_EQ(log.flush(), 0);
-    // Nothing is durable yet: the index holds the Open record only.
+    ASSERT_EQ(log.flush(), 0);  // the Open record, written on the ring
     auto listed = listConnections(dir_.path());
-    ASSERT_EQ(listed.connections.size(), 1u);
+    ASSERT_TRUE(driveUntil(log, [&] {
+        listed = listConnections(dir_.path());
+        return listed.connections.size() == 1;
+    }));
+    // Nothing is durable yet: the index holds the Open record only.
     EXPECT_EQ(listed.connections[0].state, ConnectionState::Open);
     EXPECT_EQ(listed.connections[0].c2uBytes, 0u);
 
@@ -296,6 +299,45 @@ TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto
     EXPECT_TRUE(sealed(1));
     EXPECT_FALSE(sealed(2));
     log.syncNow();
+}
+
+// A flush writes the index records on the ring; a group commit that starts meanwhile syncs the
+// index only once that write is in (else its fdatasync could miss records it counts durable).
+TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
+    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
+                         smallOptions(0), kTagBase);
+    auto bytes = pattern(20000, 6);
+    ASSERT_EQ(log.recordOpen(3, "web", "c", "u"), 0);
+    ASSERT_EQ(log.flush(), 0);
+    send(log, 3, bytes, bytes.size());
+    ASSERT_EQ(log.startSync(), 1);
+    bool flushHeld = false;
+    int flushResult = 0;  // of the flush's write, held back
+    bool indexSyncedBeforeFlush = false;
+    std::optional<int> ended;
+    for (int round = 0; round < 400 && !ended; ++round) {
+        ring_.submitAndWait(50);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            auto tag = static_cast<std::uint32_t>(cqe.user_data);
+            if (tag == DirectSegmentLog::kIndexFlushTag) {
+                flushHeld = true;
+                flushResult = cqe.res;
+                return;
+            }
+            if (tag == DirectSegmentLog::kIndexSyncTag && flushHeld) indexSyncedBeforeFlush = true;
+            if (auto result = log.complete(tag, cqe.res)) ended = result;
+        });
+        // Handed back late: after 10 rounds (500 ms at most) of everything else.
+        if (flushHeld && round == 10) {
+            ASSERT_FALSE(log.complete(DirectSegmentLog::kIndexFlushTag, flushResult));
+            flushHeld = false;
+        }
+    }
+    EXPECT_FALSE(indexSyncedBeforeFlush);
+    ASSERT_EQ(ended, std::optional<int>(0));
+    ASSERT_EQ(log.recordClose(3, bytes.size(), 0, "client-closed"), 0);
+    log.syncNow();
+    EXPECT_EQ(extract(3), bytes);
 }
 
 }  // namespace

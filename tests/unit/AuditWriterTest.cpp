@@ -74,8 +74,9 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
 }
 
 // The worker writes a sync's index records on its ring while it goes on recording: records
-// encoded meanwhile may reach the file first (flush()) and must land after the handed-off ones.
-TEST(AuditWriterTest, RecordsEncodedDuringASyncFollowTheHandedOffOnesInTheIndex) {
+// encoded meanwhile wait for that write (a flush writes nothing past the handed-off records, so
+// the index never has a hole) and land after them.
+TEST(AuditWriterTest, RecordsEncodedDuringASyncWaitForItsIndexWrite) {
     TempDir dir;
     auto writer = writerWithOneChunk(dir);
     std::shared_ptr<Segment> syncing = writer->beginSync();
@@ -83,15 +84,19 @@ TEST(AuditWriterTest, RecordsEncodedDuringASyncFollowTheHandedOffOnesInTheIndex)
     ASSERT_FALSE(syncing->indexHandedOff.empty());
     EXPECT_TRUE(syncing->pendingRecords.empty()) << "the sync took every record so far";
     writeChunk(*writer, 'b');
-    ASSERT_EQ(writer->flush(), 0);  // 'b' reaches the file before the sync's own write
+    ASSERT_EQ(writer->flush(), 0);
+    struct stat st {};
+    ASSERT_EQ(::fstat(syncing->index.get(), &st), 0);
+    EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), syncing->indexHandedOffAt)
+        << "a record was written past the sync's, which are not in the file yet";
     ASSERT_EQ(writer->writeHandedOffIndex(*syncing), 0);
     writer->endSync(syncing, 0);
     EXPECT_TRUE(syncing->indexHandedOff.empty());
+    ASSERT_EQ(writer->flush(), 0);  // now 'b' goes
     ASSERT_EQ(writer->recordClose(1, wallClockNs(), 2 * kChunk, 0, "closed"), 0);
     writer.reset();
     auto problems = verifyDirectory(dir.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
-    // The stream reads back in order: 'a' (handed off) before 'b' (written first).
     const std::string out = dir.path() + "/c2u.out";
     auto extracted = extractConnection(dir.path(), 1, 0, [&] {
         return ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
