@@ -255,6 +255,11 @@ void DirectLogWriter::commit() noexcept {
     pump();
 }
 
+void DirectLogWriter::writeOut() noexcept {
+    writeTarget_ = appendedLsn_;
+    pump();
+}
+
 // Writes, oldest first, what is full or what a commit needs; then the syncs that are due.
 void DirectLogWriter::pump() noexcept {
     for (unsigned index : active_) {
@@ -262,7 +267,8 @@ void DirectLogWriter::pump() noexcept {
         const Slot& slot = slots_[index];
         std::size_t ready = readyBytes(slot);
         if (slot.writing || slot.discard || slot.written >= ready) continue;
-        if ((slot.sealed && ready == slot.fill) || slot.lsn + slot.written < commitTarget_)
+        if ((slot.sealed && ready == slot.fill) ||
+            slot.lsn + slot.written < std::max(commitTarget_, writeTarget_))
             submitWrite(index);
     }
     startSyncs();

@@ -126,6 +126,9 @@ class DirectLogWriter {
     // Makes every byte appended so far (and completed, for reservations) durable. Group commit:
     // call it once per loop turn, not per chunk. Progress shows in durableLsn().
     void commit() noexcept;
+    // Writes every byte appended so far (a partial tail padded, as for a commit) without making
+    // it durable (durability none). Progress shows in writtenLsn().
+    void writeOut() noexcept;
     void onCompletion(std::uint32_t tag, int result) noexcept;
     std::vector<LogFailure> takeFailures() noexcept;
 
@@ -208,6 +211,7 @@ class DirectLogWriter {
     std::uint32_t nextSerial_ = 1;
     std::uint64_t appendedLsn_ = 0;
     std::uint64_t commitTarget_ = 0;
+    std::uint64_t writeTarget_ = 0;  // writeOut()'s: written, not synced
     unsigned writesInFlight_ = 0;
     unsigned inFlight_ = 0;  // writes, syncs and delays: the kernel still holds references
     bool warnedBuffered_ = false;

@@ -295,8 +295,11 @@ void DirectSegmentLog::handleFailures() noexcept {
 }
 
 void DirectSegmentLog::bookDurable() noexcept {
-    const std::uint64_t durable = writer_.durableLsn();
-    while (!waiting_.empty() && waiting_.front().lsnEnd <= durable) {
+    bookUpTo(writer_.durableLsn());
+}
+
+void DirectSegmentLog::bookUpTo(std::uint64_t lsn) noexcept {
+    while (!waiting_.empty() && waiting_.front().lsnEnd <= lsn) {
         Waiting& waiting = waiting_.front();
         if (waiting.close) {
             // The Close record counts what the log holds: chunks lost to a write error are out.
@@ -336,9 +339,12 @@ std::optional<int> DirectSegmentLog::finish(int result) noexcept {
     return result;
 }
 
+// Durability none: records follow their data once it is written (not synced), the tail written
+// out each time, so neither the index nor the records held for it wait for a roll.
 int DirectSegmentLog::flush() noexcept {
     handleFailures();
-    bookDurable();
+    bookUpTo(writer_.writtenLsn());
+    writer_.writeOut();
     queueDiskWork();
     if (flushSegment_) return 0;
     flushSegment_ = segments_->beginFlush();

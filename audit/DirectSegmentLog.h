@@ -87,8 +87,8 @@ class DirectSegmentLog {
     std::uint64_t failedSyncs() const noexcept { return failedSyncs_; }
     // The last failed sync failed in a write (of data or index), not in an fdatasync.
     bool lastFailureInWrite() const noexcept { return lastFailureInWrite_; }
-    // Index records whose data is durable go to the page cache (no sync), by a write on the
-    // ring; a flush while the last one's write is out waits for the next.
+    // Durability none: index records whose data is written (not synced) go to the page cache,
+    // by a write on the ring; a flush while the last one's write is out waits for the next.
     int flush() noexcept;
     int rotate() noexcept;
 
@@ -131,6 +131,8 @@ class DirectSegmentLog {
     void advance() noexcept;
     void handleFailures() noexcept;
     void bookDurable() noexcept;
+    // Books the records held for data below `lsn` into the index (the segments' buffers).
+    void bookUpTo(std::uint64_t lsn) noexcept;
     void submitIndexSync(int fd) noexcept;
     // Queues the disk work the segments have for the ring (allocation ahead, seals).
     void queueDiskWork() noexcept;

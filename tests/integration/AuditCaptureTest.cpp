@@ -125,14 +125,34 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
     }
     ASSERT_EQ(broken, 0) << "connections not relayed byte-exact" << daemon.why(30);
 
-    // 2. Drain: SIGTERM makes the audit durable and exits 0.
+    // 2. The index keeps up while the daemon runs (every mode, durability none too): within a
+    // few intervals every connection reads closed, with the bytes it moved, without a stop.
+    uint64_t wantBytes = 0, listedBytes = 0;
+    std::size_t listedClosed = 0;
+    for (const auto& c : clients) wantBytes += sizeof(StreamHeader) + c.c2uSize + c.u2cSize;
+    for (Deadline deadline = deadlineIn(milliseconds(10000)); Clock::now() < deadline;
+         std::this_thread::sleep_for(milliseconds(100))) {
+        auto live = auditList(auditDir);
+        listedBytes = 0;
+        listedClosed = 0;
+        for (const auto& row : live.rows) {
+            listedBytes += row.c2u + row.u2c;
+            listedClosed += row.state == "closed";
+        }
+        if (live.ok() && listedClosed == kConnections && listedBytes == wantBytes) break;
+    }
+    EXPECT_EQ(listedClosed, kConnections) << "connections the live index shows closed";
+    EXPECT_EQ(listedBytes, wantBytes) << "bytes the live index holds";
+    phase("live index caught up");
+
+    // 3. Drain: SIGTERM makes the audit durable and exits 0.
     ASSERT_TRUE(terminatesCleanly(daemon, milliseconds(20000))) << "daemon did not drain cleanly";
 
     phase("drained");
-    // 3. verify exits 0.
+    // 4. verify exits 0.
     EXPECT_TRUE(auditVerifies(auditDir)) << "after a clean drain";
 
-    // 4. list: 100 closed connections with the right byte counts (c2u includes the 16-byte
+    // 5. list: 100 closed connections with the right byte counts (c2u includes the 16-byte
     //    header the client sends first).
     auto listing = auditList(auditDir);
     ASSERT_TRUE(listing.ok()) << listing.describe();
@@ -150,7 +170,7 @@ TEST_P(AuditCaptureTest, HundredConcurrentConnectionsExtractEqualsWhatEachEndRec
     }
 
     phase("verified and listed");
-    // 5. extract (the shipped binary) equals what the other end received, by SHA-256.
+    // 6. extract (the shipped binary) equals what the other end received, by SHA-256.
     ScratchDir out;
     int mismatches = 0;
     for (const auto& c : clients) {

@@ -301,6 +301,29 @@ TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto
     log.syncNow();
 }
 
+// Durability none never syncs: a flush books the chunks whose data is written (the tail written
+// out, padded, for it), so the index keeps up while the daemon runs and nothing piles up in
+// memory waiting for a roll.
+TEST_F(DirectSegmentLogTest, WithoutSyncsAFlushBooksTheChunksWhoseDataIsWritten) {
+    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
+                         smallOptions(0), kTagBase);
+    auto bytes = pattern(70000, 7);
+    ASSERT_EQ(log.recordOpen(4, "web", "c", "u"), 0);
+    send(log, 4, bytes, 30000);
+    ASSERT_EQ(log.recordClose(4, bytes.size(), 0, "client-closed"), 0);
+    ListResult listed;
+    EXPECT_TRUE(driveUntil(log, [&] {
+        log.flush();  // as the timer does, once per interval
+        listed = listConnections(dir_.path());
+        return listed.connections.size() == 1 &&
+               listed.connections[0].state == ConnectionState::Closed;
+    })) << "the Close record never reached the index without a sync";
+    EXPECT_EQ(listed.connections[0].c2uBytes, bytes.size());
+    EXPECT_EQ(log.durableSequence(), 0u) << "no sync ran";
+    EXPECT_EQ(extract(4), bytes);
+    log.syncNow();
+}
+
 // A flush writes the index records on the ring; a group commit that starts meanwhile syncs the
 // index only once that write is in (else its fdatasync could miss records it counts durable).
 TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
