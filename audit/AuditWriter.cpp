@@ -149,9 +149,9 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
         if (rc == 0) rc = writePending(*segment);
     }
     // The new names must survive a power loss before any chunk in them is counted durable: the
-    // group commit syncs the files' contents, not the directory entries. Rolls are rare (one
-    // per segment size), so this runs synchronously.
-    // On the ring the first group commit of the segment (or its seal) fsyncs the directory.
+    // group commit syncs the files' contents, not the directory entries. With the disk work on
+    // the ring, the segment's first group commit (or its seal) fsyncs the directory; otherwise
+    // it is done here, once per segment.
     if (rc == 0 && diskWorkOnRing_) segment->namesDurable = false;
     if (rc == 0 && !diskWorkOnRing_) rc = syncDirectory(dirFd_.get());
     if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number
