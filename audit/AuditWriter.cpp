@@ -128,6 +128,7 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     }
     segment->worker = worker_;
     segment->number = number;
+    spaceWantedTo_ = 0;  // an offset in the segment that was current
     auto base = segmentBaseName(worker_, number);
     segment->dataPath = dir_ + "/" + base + ".data";
     // O_EXCL: never reuse or follow an existing name; the data file is readable for
@@ -213,6 +214,13 @@ bool AuditWriter::reserveSpaceAhead(bool data) noexcept {
 // never found by a write after the bytes were forwarded.
 int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
                                std::uint64_t indexNeed) noexcept {
+    if (reserveDataAhead_ && dataEnd > segment.dataAllocated && diskWorkOnRing_ &&
+        !allocateInPlace_) {
+        // Not in place: the allocation goes on the ring (spaceAhead()) and the chunk waits for
+        // it, as for a full buffer, rather than the worker waiting for the journal.
+        spaceWantedTo_ = std::max(spaceWantedTo_, dataEnd);
+        return -EAGAIN;
+    }
     if (reserveDataAhead_ && dataEnd > segment.dataAllocated) {
         std::uint64_t wanted = std::max(dataEnd, std::min(segment.dataAllocated + kDataAhead,
                                                            std::max(segmentBytes_, dataEnd)));
@@ -649,12 +657,13 @@ std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
     if (!reserveAhead_ || !current_ || current_->retired) return std::nullopt;
     Segment& segment = *current_;
     DiskWork work{DiskWork::Kind::Allocate, current_};
-    std::uint64_t dataEnd = std::max(segmentBytes_, segment.reservedBytes);
+    std::uint64_t dataEnd = std::max({segmentBytes_, segment.reservedBytes, spaceWantedTo_});
     if (reserveDataAhead_ && segment.dataAllocated < dataEnd &&
-        segment.dataAllocated < segment.reservedBytes + kDataAhead) {
+        (segment.dataAllocated < segment.reservedBytes + kDataAhead ||
+         segment.dataAllocated < spaceWantedTo_)) {
         work.fd = segment.data.get();
         work.from = segment.dataAllocated;
-        work.to = std::min(segment.dataAllocated + kDataAhead, dataEnd);
+        work.to = std::max(spaceWantedTo_, std::min(segment.dataAllocated + kDataAhead, dataEnd));
         return work;
     }
     std::uint64_t indexUsed =
@@ -676,6 +685,10 @@ std::optional<int> AuditWriter::diskWorkDone(DiskStep step, int result) noexcept
         allocating_.reset();
         Segment& segment = *work.segment;
         segment.allocating = false;
+        // A chunk that waited for this space asks again; after a failure it allocates in place,
+        // which meets a full disk with the exact space it needs.
+        spaceWantedTo_ = 0;
+        allocateInPlace_ = result < 0;
         if (result >= 0) {
             bool data = work.mode == 0;  // the index's space is taken with KEEP_SIZE
             auto& allocated = data ? segment.dataAllocated : segment.indexAllocated;

@@ -131,7 +131,8 @@ class AuditWriter {
 
     // Space for a chunk's payload in the current segment (rolling first when it is full).
     // Returns -errno when a new segment cannot be created, or (reserveSpaceAhead()) its space
-    // cannot be allocated.
+    // cannot be allocated; -EAGAIN when the disk work runs on the ring and the data space is
+    // not allocated yet (waitingForSpace(): the allocation is the owner's next DiskWork).
     int reserve(std::uint32_t length, Reservation& out) noexcept;
     // The payload of `reservation` landed (`written` bytes of it, at its offset); the
     // reservation is released either way. The record* calls return 0, or -ENOMEM when the
@@ -200,6 +201,9 @@ class AuditWriter {
     std::optional<int> diskWorkDone(DiskStep step, int result) noexcept;
     bool diskWorkInFlight() const noexcept { return allocating_ || sealing_; }
     bool sealInFlight() const noexcept { return sealing_ != nullptr; }
+    // A reservation was refused (-EAGAIN) until the data space allocated on the ring arrives:
+    // back-pressure, as for a full buffer.
+    bool waitingForSpace() const noexcept { return spaceWantedTo_ != 0; }
     int directoryFd() const noexcept { return dirFd_.get(); }
 
     // Writes buffered records (no sync); for durability mode none and at shutdown. Nothing while
@@ -254,6 +258,10 @@ class AuditWriter {
     bool sealHandedOut_ = false;
     int sealError_ = 0;                   // the first failed step of the seal on the ring
     std::optional<DiskWork> allocating_;  // out on the owner's ring
+    // A reservation waits for data space up to here (0: none waits): the next allocation on the
+    // ring covers it. After an allocation on the ring failed, reserve() allocates in place.
+    std::uint64_t spaceWantedTo_ = 0;
+    bool allocateInPlace_ = false;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;

@@ -43,7 +43,11 @@ int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept
     chunk = DirectChunk{};
     auto want = static_cast<std::uint32_t>(std::min<std::size_t>(length, writer_.room()));
     if (want == 0) return 0;  // full: the caller stops reading until room() grows
-    if (int rc = segments_->reserve(want, chunk.segment); rc < 0) return rc;
+    if (int rc = segments_->reserve(want, chunk.segment); rc < 0) {
+        if (rc != -EAGAIN) return rc;
+        queueDiskWork();  // the allocation it waits for; room() is 0 until it is in
+        return 0;
+    }
     if (chunk.segment.segment != current_) {
         if (int rc = follow(chunk.segment.segment); rc < 0) {
             segments_->shrink(chunk.segment, 0);

@@ -11,8 +11,9 @@
 //   fdatasync'd; that completion returns the sync's result. A write or fdatasync error of the
 //   data (never retried) seals its segment as failed, starts a new one, drops the chunks it lost
 //   and fails the sync in progress.
-// Back-pressure: reserve() gives less memory than asked, or none when the buffer is full; the
-// caller stops reading its source and tries again after completions (room()).
+// Back-pressure: reserve() gives less memory than asked, or none when the buffer is full or the
+// segment's data space is still being allocated; the caller stops reading its source and tries
+// again after completions (room()).
 //
 // Thread affinity: the owning worker. Run-time calls are noexcept and return -errno.
 #include <array>
@@ -92,7 +93,9 @@ class DirectSegmentLog {
     int flush() noexcept;
     int rotate() noexcept;
 
-    std::size_t room() const noexcept { return writer_.room(); }
+    // Payload bytes reserve() could take now: none while the buffer is full or a chunk waits for
+    // data space being allocated on the ring.
+    std::size_t room() const noexcept { return segments_->waitingForSpace() ? 0 : writer_.room(); }
     bool reservesSpaceAhead() const noexcept { return segments_->reservesSpaceAhead(); }
     const DirectLogWriter& writer() const noexcept { return writer_; }
 

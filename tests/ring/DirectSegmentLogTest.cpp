@@ -228,9 +228,10 @@ TEST_F(DirectSegmentLogTest, FullBufferGivesNoMemoryAndTheSegmentOffsetsStayInSt
     EXPECT_TRUE(problems.empty()) << problems.front();
 }
 
-// The data file's space is taken ahead on the ring (fallocate there, not on the worker): past
-// the step reserve() takes in place, the next one arrives by completion. At the roll the file
-// is cut to its last byte, and the seal (on the ring too) makes the segment verifiable.
+// The data file's space is taken ahead on the ring (fallocate there, not on the worker): a new
+// segment's first chunk waits for its space as for a full buffer (no room meanwhile), and the
+// next step arrives by completion before it is needed. At the roll the file is cut to its last
+// byte, and the seal (on the ring too) makes the segment verifiable.
 TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToItsData) {
     constexpr std::uint64_t kStep = std::uint64_t{64} << 20;
     auto bytes = pattern(100000, 4);
@@ -243,6 +244,11 @@ TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToIt
         EXPECT_TRUE(driveUntil(log, [&] { return fileSize(segmentPath(1, ".data")) >= 2 * kStep; }))
             << "the step ahead of the first one is allocated by a completion";
         ASSERT_EQ(log.rotate(), 0);
+        DirectChunk first;
+        ASSERT_EQ(log.reserve(30000, first), 0);
+        EXPECT_TRUE(first.memory.empty()) << "the new segment's space was allocated in place";
+        EXPECT_EQ(log.room(), 0u);
+        ASSERT_TRUE(driveRoom(log));
         send(log, 1, bytes, 30000);
         ASSERT_EQ(log.recordClose(1, 2 * bytes.size(), 0, "client-closed"), 0);
         EXPECT_TRUE(driveUntil(log, [&] { return sealed(1); }));
