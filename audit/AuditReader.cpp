@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 
@@ -265,6 +266,43 @@ bool IndexReader::resync() {
     }
 }
 
+DeletedHeads::DeletedHeads(const std::vector<RetentionLogEntry>& deleted) {
+    for (const auto& entry : deleted) {
+        auto [it, inserted] = afterDeleted_.try_emplace(entry.worker, entry.last + 1);
+        if (!inserted) it->second = std::min(it->second, entry.last + 1);
+    }
+}
+
+DeletedHeads DeletedHeads::fromDirectory(int dirFd, const std::string& dir, std::string& problem) {
+    try {
+        return DeletedHeads(repairRetentionLog(dirFd, dir, false).entries);
+    } catch (const std::system_error& error) {
+        problem = error.what();
+        return DeletedHeads();
+    }
+}
+
+DeletedHeads DeletedHeads::fromDirectory(const std::string& dir, std::string& problem) {
+    try {
+        UniqueFd dirFd = openDirectory(dir);
+        return fromDirectory(dirFd.get(), dir, problem);
+    } catch (const std::system_error& error) {
+        problem = error.what();
+        return DeletedHeads();
+    }
+}
+
+void DeletedHeads::segmentStart(unsigned worker, std::uint64_t segment, std::uint64_t idFloor) {
+    if (!started_.insert(worker).second) return;
+    auto it = afterDeleted_.find(worker);
+    if (it != afterDeleted_.end() && it->second <= segment) floor_[worker] = idFloor;
+}
+
+bool DeletedHeads::continues(unsigned worker, std::uint64_t id) const {
+    auto it = floor_.find(worker);
+    return it != floor_.end() && id < it->second;
+}
+
 std::string placeText(const std::string& file, std::uint64_t offset, const std::string& what) {
     return file + ":" + std::to_string(offset) + ": " + what;
 }
@@ -287,7 +325,7 @@ namespace {
 
 // Adds the connections of one index file to `result`.
 void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
-                 std::unordered_map<std::uint64_t, std::size_t>& byId) {
+                 std::unordered_map<std::uint64_t, std::size_t>& byId, DeletedHeads& heads) {
     Record record;
     UniqueFd fd = openIn(dirFd, files, true);
     IndexReader reader(fd.get(), files.indexPath);
@@ -313,6 +351,19 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
             result.problems.push_back(
                 placeText(files.indexPath, 0, "the first record is not SegmentStart"));
         first = false;
+        if (record.type == RecordType::SegmentStart)
+            heads.segmentStart(files.worker, files.segment, record.idFloor);
+        bool endsOrChunk = record.type == RecordType::Chunk || record.type == RecordType::Close ||
+                           record.type == RecordType::Truncated;
+        if (endsOrChunk && byId.count(record.id) == 0 && heads.continues(files.worker, record.id)) {
+            byId.emplace(record.id, result.connections.size());
+            ConnectionSummary summary;
+            summary.id = record.id;
+            summary.worker = files.worker;
+            summary.segment = files.segment;
+            summary.headDeleted = true;
+            result.connections.push_back(std::move(summary));
+        }
         switch (record.type) {
             case RecordType::Open: {
                 if (byId.count(record.id) != 0) break;
@@ -346,6 +397,7 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
                 summary.state = ConnectionState::Closed;
                 summary.closedNs = record.timeNs;
                 summary.reason = record.reason;
+                if (summary.headDeleted) break;  // its counts include the deleted bytes
                 summary.c2uBytes = record.c2uBytes;
                 summary.u2cBytes = record.u2cBytes;
                 break;
@@ -373,13 +425,16 @@ ListResult listConnections(const std::string& dir) {
     auto segments = listSegments(dirFd.get(), dir);
     ListResult result;
     std::unordered_map<std::uint64_t, std::size_t> byId;
+    std::string logProblem;
+    auto heads = DeletedHeads::fromDirectory(dirFd.get(), dir, logProblem);
+    if (!logProblem.empty()) result.problems.push_back(logProblem);
     for (const auto& files : segments) {
         if (files.unsafe)
             result.problems.push_back(placeText(
                 files.indexPath, 0, "a segment file that is not a regular file (not followed)"));
         if (!files.hasIndex) continue;
         try {
-            listSegment(dirFd.get(), files, result, byId);
+            listSegment(dirFd.get(), files, result, byId, heads);
         } catch (const std::system_error& error) {
             // An unreadable file is one problem; the other segments are still listed.
             result.problems.push_back(placeText(files.indexPath, 0, error.what()));
@@ -444,6 +499,8 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
     UniqueFd dirFd = openDirectory(dir);
     auto segments = listSegments(dirFd.get(), dir);
     auto last = lastIndexedSegments(segments);
+    std::string logProblem;  // verify reports it; without the log no head counts as deleted
+    auto heads = DeletedHeads::fromDirectory(dirFd.get(), dir, logProblem);
     ExtractResult result;
     unsigned worker = 0;
     std::optional<PendingCopy> output;
@@ -483,10 +540,19 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 if (!reader.resync()) break;
                 continue;
             }
+            if (record.type == RecordType::SegmentStart)
+                heads.segmentStart(files.worker, files.segment, record.idFloor);
             if (record.id != id || record.type == RecordType::SegmentStart ||
                 record.type == RecordType::SegmentSealed ||
                 record.type == RecordType::SegmentsDeleted)
                 continue;
+            if (!result.found && record.type != RecordType::Open &&
+                heads.continues(files.worker, id)) {
+                result.found = true;
+                result.headDeleted = true;
+                worker = files.worker;
+                output.emplace(openOutput());
+            }
             if (record.type == RecordType::Open) {
                 if (result.found) continue;
                 result.found = true;
@@ -593,6 +659,7 @@ class CoveredRanges {
 struct ConnectionCheck {
     unsigned worker = 0;
     bool opened = false;
+    bool continued = false;  // its head was deleted by retention (DeletedHeads)
     bool closed = false;
     bool truncated = false;
     std::uint64_t bytes[2] = {0, 0};
@@ -628,6 +695,7 @@ class Verifier {
         UniqueFd dirFd = openDirectory(dir_);
         dirFd_ = dirFd.get();
         retentionLog();
+        heads_ = DeletedHeads(retained_);
         auto segments = listSegments(dirFd_, dir_);
         // A running daemon's current segments are sealed only when they roll or it stops: while
         // it holds the directory, each worker's newest segment being unsealed is not a problem.
@@ -729,6 +797,8 @@ class Verifier {
             }
             previous = record.entryMac;
             summary_.deletedByRetention += record.lastSegment - record.firstSegment + 1;
+            retained_.push_back(
+                {record.worker, record.firstSegment, record.lastSegment, record.digest});
             deleted_[record.worker].push_back(
                 {record.firstSegment, record.lastSegment, record.digest});
         }
@@ -855,6 +925,7 @@ class Verifier {
                         damaged = true;
                     } else {
                         version = record.version;
+                        heads_.segmentStart(files.worker, files.segment, record.idFloor);
                     }
                     break;
                 case RecordType::SegmentSealed:
@@ -929,6 +1000,11 @@ class Verifier {
         auto& check = it->second;
         std::string what = std::string(recordTypeName(record.type)) + " record for connection " +
                            std::to_string(record.id);
+        if (!check.opened && inserted && heads_.continues(files.worker, record.id)) {
+            check.opened = check.continued = true;
+            check.worker = files.worker;
+            ++summary_.headsDeleted;
+        }
         if (!check.opened) {
             // One report per connection: its later records would only repeat it.
             if (inserted) report(files.indexPath, offset, what + " without an earlier Open record");
@@ -994,8 +1070,12 @@ class Verifier {
             return;
         }
         check->closed = true;
-        if (record.c2uBytes != check->bytes[kDirectionC2U] ||
-            record.u2cBytes != check->bytes[kDirectionU2C])
+        // Where the head was deleted the Close still counts every byte: at least those left.
+        bool counted = check->continued ? record.c2uBytes >= check->bytes[kDirectionC2U] &&
+                                              record.u2cBytes >= check->bytes[kDirectionU2C]
+                                        : record.c2uBytes == check->bytes[kDirectionC2U] &&
+                                              record.u2cBytes == check->bytes[kDirectionU2C];
+        if (!counted)
             report(files.indexPath, offset,
                    "Close record of connection " + std::to_string(record.id) + " counts c2u " +
                        std::to_string(record.c2uBytes) + " / u2c " +
@@ -1013,6 +1093,8 @@ class Verifier {
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
     std::map<unsigned, WorkerChain> chains_;
     std::map<unsigned, std::vector<DeletedSegments>> deleted_;
+    std::vector<RetentionLogEntry> retained_;  // the retention log's entries that verified
+    DeletedHeads heads_;
 };
 
 }  // namespace

@@ -14,11 +14,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "audit/Records.h"
+#include "audit/Retention.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::audit {
@@ -78,6 +81,37 @@ class IndexReader {
 // "FILE:OFFSET: what" as printed by verify and the other commands.
 std::string placeText(const std::string& file, std::uint64_t offset, const std::string& what);
 
+// ---- connections whose head retention deleted
+
+// Retention deletes a worker's oldest sealed segments whole, also where a long-lived connection
+// has records in them (FORMAT.md "Retention"), so the records left of such a connection start
+// without its Open. Connection ids below a segment's id floor were all handed out before that
+// segment began: in a worker whose older segments retention deleted, a record with no Open
+// before it, of an id below the first remaining segment's floor, continues a connection whose
+// head was deleted. Fed the segments' starts in (worker, segment) order.
+class DeletedHeads {
+  public:
+    DeletedHeads() = default;
+    // `deleted`: the retention log's entries.
+    explicit DeletedHeads(const std::vector<RetentionLogEntry>& deleted);
+    // The retention log of the directory open as `dirFd`; one that cannot be read counts as no
+    // deletion, and `problem` says why (verify reports it).
+    static DeletedHeads fromDirectory(int dirFd, const std::string& dir, std::string& problem);
+    static DeletedHeads fromDirectory(const std::string& dir, std::string& problem);
+
+    // A SegmentStart record, in log order; only each worker's first one counts.
+    void segmentStart(unsigned worker, std::uint64_t segment, std::uint64_t idFloor);
+    // Whether a record of `id` in `worker`'s log, with no Open before it, continues a connection
+    // whose head retention deleted.
+    bool continues(unsigned worker, std::uint64_t id) const;
+
+  private:
+    // worker -> the lowest segment number that follows one retention deleted
+    std::map<unsigned, std::uint64_t> afterDeleted_;
+    std::map<unsigned, std::uint64_t> floor_;  // worker -> id floor, where its head is cut
+    std::set<unsigned> started_;
+};
+
 // ---- list
 
 enum class ConnectionState { Open, Closed, Truncated };
@@ -93,10 +127,14 @@ struct ConnectionSummary {
     std::int64_t openedNs = 0;
     std::optional<std::int64_t> closedNs;  // Close record's time (closed connections only)
     std::string reason;                    // Close record's reason
-    // Closed: the Close record's counts. Otherwise: the bytes of the chunks recorded so far.
+    // Closed: the Close record's counts. Otherwise, and where the head was deleted: the bytes of
+    // the chunks the log holds.
     std::uint64_t c2uBytes = 0;
     std::uint64_t u2cBytes = 0;
     ConnectionState state = ConnectionState::Open;
+    // Retention deleted the segments with its Open and first chunks (DeletedHeads): route,
+    // client, upstream and openedNs are unknown (empty, 0); `segment` is its first one left.
+    bool headDeleted = false;
 };
 
 struct ListResult {
@@ -113,18 +151,19 @@ ListResult listConnections(const std::string& dir);
 // ---- extract
 
 struct ExtractResult {
-    bool found = false;  // an Open record with the id exists
+    bool found = false;        // an Open record with the id exists, or its head was deleted
+    bool headDeleted = false;  // retention deleted its first bytes: the output starts later
     std::uint64_t bytes = 0;
     std::uint64_t chunks = 0;
     ConnectionState state = ConnectionState::Open;
 };
 
 // Copies the bytes of one direction of connection `id`, in stream order, into the fd returned by
-// `openOutput`, which is called once, when the connection's Open record is found (so an unknown id
-// creates no output). Throws std::runtime_error ("FILE:OFFSET: what") when damage makes the exact
-// bytes unavailable (a corrupt index record after the Open in the connection's worker, a missing
-// data file, a chunk beyond its data file), std::system_error on I/O errors. Bytes copied before
-// the error stay in the output.
+// `openOutput`, which is called once, when the connection's Open record is found, or its first
+// record left where retention deleted its head (so an unknown id creates no output). Throws
+// std::runtime_error ("FILE:OFFSET: what") when damage makes the exact bytes unavailable (a corrupt
+// index record after the Open in the connection's worker, a missing data file, a chunk beyond its
+// data file), std::system_error on I/O errors. Bytes copied before the error stay in the output.
 ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
                                 const std::function<int()>& openOutput);
 
@@ -155,6 +194,7 @@ struct VerifySummary {
     std::uint64_t checkedPayloadBytes = 0;  // payload bytes whose CRC-32C was checked
     std::uint64_t uncheckedChunks = 0;     // chunks without a payload CRC (splice writer, old logs)
     std::uint64_t deletedByRetention = 0;  // segments the retention log records as deleted
+    std::uint64_t headsDeleted = 0;  // connections whose first records went with those segments
     std::uint64_t segments = 0;
     std::uint64_t records = 0;
     std::uint64_t connections = 0;

@@ -115,6 +115,13 @@ struct RepairedSegment {
     Digest digest{};  // its seal's chain digest, once sealed
 };
 
+// One worker's connections whose Open retention deleted: which ids continue one, and which of
+// those have ended (a Chunk after the end must not reopen them).
+struct HeadsLeft {
+    DeletedHeads deleted;
+    std::set<std::uint64_t> ended;
+};
+
 class Recovery {
   public:
     Recovery(int dirFd, const std::string& dir, const ChainKey* key)
@@ -152,6 +159,8 @@ class Recovery {
             report_.lastSegment[worker] = segments[i].segment;  // sorted: the last one wins
         }
         std::set<std::uint64_t> open;  // connections with an Open but no Close or Truncated
+        // ...or with no Open left, where retention deleted it (FORMAT.md "Retention").
+        HeadsLeft heads{DeletedHeads(retention_.entries), {}};
         std::optional<RepairedSegment> last;
         // The chain continues from the newest segment retention deleted, when there was one.
         prevDigest_ = Digest{};
@@ -164,7 +173,7 @@ class Recovery {
                 removeLoneData(files);
                 continue;
             }
-            RepairedSegment segment = repair(files, open);
+            RepairedSegment segment = repair(files, open, heads);
             if (files.segment == lastIndexed) {
                 last = std::move(segment);
             } else {
@@ -190,7 +199,8 @@ class Recovery {
     }
 
     // Steps 1 and 2 of FORMAT.md "Crash recovery" for one segment; updates `open`.
-    RepairedSegment repair(const SegmentFiles& files, std::set<std::uint64_t>& open) {
+    RepairedSegment repair(const SegmentFiles& files, std::set<std::uint64_t>& open,
+                           HeadsLeft& heads) {
         RepairedSegment segment;
         segment.files = files;
         const std::string indexName = baseName(files.indexPath);
@@ -274,13 +284,19 @@ class Recovery {
                     break;
                 case RecordType::Chunk:
                     maxChunkEnd = std::max(maxChunkEnd, record.chunkEnd());
+                    if (heads.deleted.continues(files.worker, record.id) &&
+                        !heads.ended.count(record.id))
+                        open.insert(record.id);
                     break;
                 case RecordType::Close:
                 case RecordType::Truncated:
                     open.erase(record.id);
+                    if (heads.deleted.continues(files.worker, record.id))
+                        heads.ended.insert(record.id);
                     break;
                 case RecordType::SegmentStart:
                     report_.maxIdFloor = std::max(report_.maxIdFloor, record.idFloor);
+                    heads.deleted.segmentStart(files.worker, files.segment, record.idFloor);
                     break;
                 case RecordType::SegmentSealed:
                 case RecordType::SegmentsDeleted:

@@ -185,10 +185,8 @@ struct Entry {
 };
 
 struct ConnectionRefs {
-    bool ended = false;
     bool manyWorkers = false;
     unsigned worker = 0;
-    std::size_t lastPosition = 0;  // in its worker's list of indexed segments
 };
 
 // Segments [first, last] (positions in a worker's indexed list) deleted together.
@@ -349,35 +347,22 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
                                       std::to_string(worker) +
                                       "; neither is deleted while both exist"));
                 }
-                ref.ended = ref.ended || conn.end;
-                if (ref.worker == worker) ref.lastPosition = std::max(ref.lastPosition, pos);
             }
         }
     }
 
-    // ---- deletable groups: between the cut points of each worker's deletable prefix
+    // ---- deletable groups: each segment of each worker's deletable prefix. A connection with
+    // records in a deleted segment and in a later one keeps those (DeletedHeads).
     std::map<unsigned, std::vector<Group>> groups;
     for (const auto& [worker, list] : indexed) {
-        std::size_t reach = 0;  // furthest position a connection of the prefix has records at
-        std::size_t groupStart = 0;
         // The newest indexed segment stays (the writer's, or the worker's segment numbering).
         for (std::size_t pos = 0; pos + 1 < list.size(); ++pos) {
             const auto& summary = *list[pos]->summary;
             if (!summary.deletable()) break;
-            bool blocked = false;
-            for (const auto& conn : summary.connections) {
-                const auto& ref = refs[conn.id];
-                if (!ref.ended || ref.manyWorkers) {
-                    blocked = true;  // open: this segment and every later one stay
-                    break;
-                }
-                reach = std::max(reach, ref.lastPosition);
-            }
-            if (blocked) break;
-            if (reach <= pos) {
-                groups[worker].push_back({worker, groupStart, pos});
-                groupStart = pos + 1;
-            }
+            bool tangled = std::any_of(summary.connections.begin(), summary.connections.end(),
+                                       [&](const auto& conn) { return refs[conn.id].manyWorkers; });
+            if (tangled) break;
+            groups[worker].push_back({worker, pos, pos});
         }
     }
 

@@ -244,7 +244,8 @@ AuditListing auditList(const std::string& dir) {
             row.route = text("route", false);
             row.client = text("client", false);
             row.upstream = text("upstream", false);
-            text("opened", false);
+            text("opened", true);
+            row.headDeleted = isNull;
             text("closed", true);
             row.closed = !isNull;
             row.c2u = number("c2u_bytes");

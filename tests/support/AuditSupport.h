@@ -47,6 +47,7 @@ struct AuditRow {
     uint64_t u2c = 0;
     std::string state;   // open | closed | truncated
     std::string reason;  // empty when null
+    bool headDeleted = false;  // "opened" is null: retention deleted its first segments
 };
 
 struct AuditListing {

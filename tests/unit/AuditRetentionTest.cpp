@@ -1,7 +1,8 @@
-// Audit retention (audit/Retention.h) on crafted directories: the age and size rules, whole
-// connections only (the prefix rule), open connections and current segments kept, damaged
-// segments skipped and reported, cached summaries reused and refreshed; after every run the
-// directory still verifies and every remaining connection lists and extracts as before.
+// Audit retention (audit/Retention.h) on crafted directories: the age and size rules, oldest
+// segments first, connections that span a deleted segment keeping their tail (DeletedHeads),
+// current segments kept, damaged segments skipped and reported, cached summaries reused and
+// refreshed; after every run the directory still verifies and every remaining connection lists
+// and extracts.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
+#include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "common/UniqueFd.h"
 #include "tests/support/AuditSegmentBuilder.h"
@@ -54,12 +56,14 @@ std::string joined(const std::vector<std::string>& lines) {
 // One segment pair built with the real encoders; every record at an explicit time.
 class Seg {
 public:
-  Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs)
+  // `idFloor`: the ids handed out before the segment began are below it.
+  Seg(const std::string& dir, unsigned worker, std::uint64_t segment, std::int64_t startNs,
+      std::uint64_t idFloor = 0)
       : dir_(dir),
         worker_(worker),
         segment_(segment),
         base_(dir + "/" + segmentBaseName(worker, segment)) {
-      encodeSegmentStart(index_, worker, segment, startNs, 0);
+      encodeSegmentStart(index_, worker, segment, startNs, idFloor);
   }
     Seg& open(std::uint64_t id, std::int64_t t) {
         encodeOpen(index_, id, t, "web", "198.51.100.1:4000", "192.0.2.1:443");
@@ -238,71 +242,136 @@ TEST(AuditRetentionTest, BytesDeleteOldestFirstAcrossWorkers) {
     expectConsistent(dir.path(), before);
 }
 
-TEST(AuditRetentionTest, ConnectionSpanningSegmentsIsDeletedWhole) {
-    TempDir dir;
-    Seg s1(dir.path(), 0, 1, kT0);
-    s1.open(10, kT0).chunk(10, kDirectionC2U, "abc", kT0).whole(11, kT0).seal().write();
-    Seg s2(dir.path(), 0, 2, kT0 + kHour);
-    s2.chunk(10, kDirectionU2C, "defg", kT0 + kHour).seal().write();
-    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour);
-    s3.whole(12, kT0 + 2 * kHour).close(10, 3, 4, kT0 + 50 * kHour).write();  // current
-    auto before = listConnections(dir.path());
-
-    RetentionPlanner planner(dir.path());
-    // Connection 10 reaches the current segment: s1 and s2 stay although they are sealed.
-    auto result = planner.apply({1, 1}, kT0 + 1000 * kHour);
-    EXPECT_TRUE(result.deleted.empty()) << joined(result.deleted);
-    expectConsistent(dir.path(), before);
-
-    // The daemon rolls: s3 sealed, s4 current.
-    s3.seal().write();
-    Seg s4(dir.path(), 0, 4, kT0 + 60 * kHour);
-    s4.open(13, kT0 + 60 * kHour).write();
-    before = listConnections(dir.path());
-    // s1 and s2 are old, but connection 10 closed in s3 (50h), which is not: nothing goes.
-    result = planner.apply({0, 24}, kT0 + 60 * kHour);
-    EXPECT_TRUE(result.deleted.empty()) << joined(result.deleted);
-    // By size, s1..s3 go together, newest first.
-    result = planner.apply({1, 0}, kT0 + 60 * kHour);
-    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
-    EXPECT_EQ(result.deleted,
-              (std::vector<std::string>{s3.indexPath(), s3.dataPath(), s2.indexPath(),
-                                        s2.dataPath(), s1.indexPath(), s1.dataPath()}));
-    expectConsistent(dir.path(), before);
+std::string extracted(const std::string& dir, std::uint64_t id, std::uint8_t direction,
+                      ExtractResult& result) {
+    TempDir out;
+    std::string path = out.path() + "/stream";
+    UniqueFd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    result = extractConnection(dir, id, direction, [&] { return file.get(); });
+    std::string bytes(static_cast<std::size_t>(fileSize(path)), '\0');
+    EXPECT_EQ(::pread(file.get(), bytes.data(), bytes.size(), 0),
+              static_cast<ssize_t>(bytes.size()));
+    return bytes;
 }
 
-TEST(AuditRetentionTest, OpenConnectionBlocksItsSegmentsAndLaterOnes) {
+const ConnectionSummary* findConnection(const ListResult& list, std::uint64_t id) {
+    for (const auto& c : list.connections)
+        if (c.id == id) return &c;
+    return nullptr;
+}
+
+// A long-lived connection must not pin the log: its oldest segments go like any others, and
+// what is left of it reads as a connection whose head was deleted.
+TEST(AuditRetentionTest, ConnectionSpanningDeletedSegmentsKeepsItsTail) {
     TempDir dir;
-    Seg s1(dir.path(), 0, 1, kT0);
+    Seg s1(dir.path(), 0, 1, kT0, 10);
+    s1.open(10, kT0).chunk(10, kDirectionC2U, "abc", kT0).whole(11, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + kHour, 12);
+    s2.chunk(10, kDirectionU2C, "defg", kT0 + kHour).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour, 12);
+    s3.whole(12, kT0 + 2 * kHour).chunk(10, kDirectionC2U, "hi", kT0 + 2 * kHour).write();
+
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply({0, 1}, kT0 + 2 * kHour + 1);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    // Oldest first, one segment at a time: each has its own retention log entry.
+    EXPECT_EQ(result.deleted, (std::vector<std::string>{s1.indexPath(), s1.dataPath(),
+                                                        s2.indexPath(), s2.dataPath()}));
+    std::vector<std::string> problems;
+    auto summary =
+        verifyDirectory(dir.path(), [&](const std::string& line) { problems.push_back(line); });
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    EXPECT_EQ(summary.deletedByRetention, 2u);
+    EXPECT_EQ(summary.headsDeleted, 1u);
+
+    auto list = listConnections(dir.path());
+    EXPECT_TRUE(list.problems.empty()) << joined(list.problems);
+    const auto* tail = findConnection(list, 10);
+    ASSERT_NE(tail, nullptr);
+    EXPECT_TRUE(tail->headDeleted);
+    EXPECT_EQ(tail->state, ConnectionState::Open);
+    EXPECT_EQ(tail->segment, 3u);
+    EXPECT_EQ(tail->openedNs, 0);
+    EXPECT_TRUE(tail->route.empty());
+    EXPECT_EQ(tail->c2uBytes, 2u);
+    EXPECT_EQ(tail->u2cBytes, 0u);
+    ASSERT_NE(findConnection(list, 12), nullptr);
+    EXPECT_FALSE(findConnection(list, 12)->headDeleted);
+    EXPECT_EQ(findConnection(list, 11), nullptr);
+    ExtractResult got;
+    EXPECT_EQ(extracted(dir.path(), 10, kDirectionC2U, got), "hi");
+    EXPECT_TRUE(got.found);
+    EXPECT_TRUE(got.headDeleted);
+
+    // It closes: the Close counts all its bytes, the list the bytes the log still holds.
+    s3.close(10, 5, 4, kT0 + 3 * kHour).write();
+    problems.clear();
+    verifyDirectory(dir.path(), [&](const std::string& line) { problems.push_back(line); });
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    tail = findConnection(listConnections(dir.path()), 10);
+    ASSERT_NE(tail, nullptr);
+    EXPECT_EQ(tail->state, ConnectionState::Closed);
+    EXPECT_EQ(tail->c2uBytes, 2u);
+}
+
+// Only ids below the first remaining segment's floor can have lost their Open to retention: a
+// record of a later id without its Open is still damage, and so is a Close that counts fewer
+// bytes than the chunks left.
+TEST(AuditRetentionTest, OnlyIdsBelowTheFloorContinueADeletedHead) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0, 1);
+    s1.open(1, kT0).chunk(1, kDirectionC2U, "abc", kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 1, 2);
+    s2.chunk(1, kDirectionC2U, "de", kT0 + 1).chunk(2, kDirectionC2U, "x", kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2, 3);
+    s3.write();
+    RetentionPlanner planner(dir.path());
+    EXPECT_EQ(asSet(planner.apply({0, 1}, kT0 + kHour + 1).deleted), pathsOf({&s1}));
+    auto problems = withoutUnsealed(verifyDirectory(dir.path()));
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find("Chunk record for connection 2 without an earlier Open record"),
+              std::string::npos)
+        << problems[0];
+
+    s3.close(1, 1, 0, kT0 + 3).write();
+    problems = withoutUnsealed(verifyDirectory(dir.path()));
+    ASSERT_EQ(problems.size(), 2u) << joined(problems);
+    EXPECT_NE(problems[1].find("Close record of connection 1 counts c2u 1"), std::string::npos)
+        << problems[1];
+}
+
+// An open connection no longer holds back the segments before it; after a crash, recovery
+// truncates it although its Open is gone.
+TEST(AuditRetentionTest, SizeCapDeletesThroughAnOpenConnection) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0, 1);
     s1.whole(1, kT0).seal().write();
-    Seg s2(dir.path(), 0, 2, kT0 + 1);
+    Seg s2(dir.path(), 0, 2, kT0 + 1, 2);
     s2.open(2, kT0 + 1).chunk(2, kDirectionC2U, "xyz", kT0 + 1).whole(3, kT0 + 1).seal().write();
-    Seg s3(dir.path(), 0, 3, kT0 + 2);
-    s3.whole(4, kT0 + 2).seal().write();
-    Seg s4(dir.path(), 0, 4, kT0 + 3);
-    s4.whole(5, kT0 + 3).write();
-    auto before = listConnections(dir.path());
+    Seg s3(dir.path(), 0, 3, kT0 + 2, 4);
+    s3.chunk(2, kDirectionC2U, "more", kT0 + 2).whole(4, kT0 + 2).seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 3, 5);
+    s4.chunk(2, kDirectionC2U, "end", kT0 + 3).whole(5, kT0 + 3).write();
 
     RetentionPlanner planner(dir.path());
     auto result = planner.apply({1, 0}, kT0);
-    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1}));
-    expectConsistent(dir.path(), before);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&s1, &s2, &s3}));
+    EXPECT_TRUE(withoutUnsealed(verifyDirectory(dir.path())).empty());
     auto left = listConnections(dir.path());
-    ASSERT_FALSE(left.connections.empty());
+    ASSERT_EQ(left.connections.size(), 2u);
     EXPECT_EQ(left.connections[0].id, 2u);
-    EXPECT_EQ(left.connections[0].state, ConnectionState::Open);
+    EXPECT_TRUE(left.connections[0].headDeleted);
+    EXPECT_EQ(left.connections[0].c2uBytes, 3u);
+    ExtractResult got;
+    EXPECT_EQ(extracted(dir.path(), 2, kDirectionC2U, got), "end");
 
-    // Connection 2 closes in the current segment: still nothing (it reaches s4).
-    s4.close(2, 3, 0, kT0 + 4).write();
-    EXPECT_TRUE(planner.apply({1, 0}, kT0).deleted.empty());
-    // After the roll s2..s4 go.
-    s4.seal().write();
-    Seg s5(dir.path(), 0, 5, kT0 + 5);
-    s5.write();
-    before = listConnections(dir.path());
-    result = planner.apply({1, 0}, kT0);
-    EXPECT_EQ(asSet(result.deleted), pathsOf({&s2, &s3, &s4}));
-    expectConsistent(dir.path(), before);
+    // The daemon died with connection 2 open.
+    auto report = recoverAuditDirectory(dir.path());
+    EXPECT_EQ(report.truncatedConnections, 1u) << joined(report.actions);
+    EXPECT_TRUE(verifyDirectory(dir.path()).empty()) << joined(verifyDirectory(dir.path()));
+    left = listConnections(dir.path());
+    ASSERT_EQ(left.connections.size(), 2u);
+    EXPECT_EQ(left.connections[0].state, ConnectionState::Truncated);
 }
 
 TEST(AuditRetentionTest, CurrentAndNewestSegmentsAreNeverDeleted) {
@@ -419,23 +488,18 @@ TEST(AuditRetentionTest, CachedSummariesAreReusedAndRefreshed) {
     EXPECT_TRUE(planner.apply({kNoLimit, 0}, kT0).deleted.empty());
     EXPECT_EQ(planner.indexScans(), 5u);  // only the unsealed s4 again
 
-    // s2 is rewritten: now it holds a connection that never closed. A stale summary would let
-    // it (and with it the Open of connection 2) be deleted.
+    // s2 is rewritten without its seal. A stale summary would still call it sealed, and let it
+    // (and s3 after it) be deleted.
     Seg s2b(dir.path(), 0, 2, kT0 + 1);
-    s2b.open(2, kT0 + 1).chunk(2, kDirectionC2U, "still going", kT0 + 1).seal().write();
-    // Rewriting a sealed segment is an edit: s3's seal no longer chains to it.
-    auto edited = verifyDirectory(dir.path());
-    ASSERT_EQ(withoutUnsealed(edited).size(), 1u) << joined(edited);
-    EXPECT_NE(edited[0].find(s3.indexPath() + ":"), std::string::npos) << edited[0];
-    EXPECT_NE(edited[0].find("hash chain broken"), std::string::npos) << edited[0];
+    s2b.whole(2, kT0 + 1).write();
     auto before = listConnections(dir.path());
     auto result = planner.apply({1, 0}, kT0);
     EXPECT_EQ(asSet(result.deleted), pathsOf({&s1}));
     EXPECT_EQ(planner.indexScans(), 7u);  // s2 and s4
-    expectConsistent(dir.path(), before, edited);
+    expectConsistent(dir.path(), before);
 
     EXPECT_TRUE(planner.apply({1, 0}, kT0).deleted.empty());
-    EXPECT_EQ(planner.indexScans(), 8u);
+    EXPECT_EQ(planner.indexScans(), 9u);  // both unsealed: read each run
 
     // A fresh planner reads everything again and decides the same.
     RetentionPlanner other(dir.path());

@@ -53,21 +53,6 @@ daemon_help=$("$BIN/splicegate" --help 2>/dev/null) || true
 SINK=127.0.0.1:65312 RELAY=127.0.0.1:65311
 bench_start_sink "$SINK"
 
-# The disk's sequential O_DIRECT write bandwidth in Gbit/s (sets DISK), on the audit directory's
-# filesystem. Its file lives in $AUDIT, so the cleanup trap removes it on every exit path.
-measure_disk() {
-    AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-fio.XXXXXX")
-    if ! fio --name=disk --filename="$AUDIT/fio.data" --rw=write --bs=2M --direct=1 \
-        --ioengine=io_uring --iodepth=8 --size="$FIO_SIZE" --output-format=json \
-        >"$WORK/fio.json" 2>"$WORK/fio.err"; then
-        echo "audit-sustained.sh: fio failed: $(tail -n 1 "$WORK/fio.err")" >&2
-        exit 1
-    fi
-    rm -rf "$AUDIT"
-    AUDIT=""
-    DISK=$(jq -r '.jobs[0].write.bw_bytes * 8 / 1e9 * 1000 | round / 1000' "$WORK/fio.json")
-}
-
 # Refuses to start a party that could fill the filesystem (at most about 40 GB live at a time).
 check_free_space() {
     local free_gb
@@ -149,7 +134,7 @@ measure() {
 }
 
 echo "audit-sustained.sh: fio, $FIO_SIZE O_DIRECT on $AUDIT_ROOT" >&2
-measure_disk
+bench_measure_disk "$AUDIT_ROOT" "$FIO_SIZE"
 echo "audit-sustained.sh: disk $DISK Gbit/s" >&2
 : >"$WORK/rows"
 for party in ${PARTIES//,/ }; do

@@ -6,6 +6,7 @@
 #                                                  every PID in PIDS (by PID) and removes $WORK
 #                                                  and $AUDIT on any exit
 #   bench_start_sink ADDR                          `splicegate-bench server --mode sink`
+#   bench_measure_disk ROOT SIZE                   the disk's O_DIRECT write Gbit/s (fio) in DISK
 #   bench_archive_sealed DIR PID                   while PID runs, empties the data files of
 #                                                  sealed audit segments in DIR (run it with &)
 #   field KEY LINE / median                        read result lines, take medians
@@ -64,6 +65,23 @@ bench_archive_sealed() {
         done
         sleep 1
     done
+}
+
+# The disk's sequential O_DIRECT write bandwidth in Gbit/s on the filesystem of directory ROOT
+# (sets DISK): fio, SIZE bytes in 2 MiB writes, 8 in flight. Its file lives in $AUDIT while fio
+# runs, so the cleanup trap removes it on every exit path.
+bench_measure_disk() {
+    local root=$1 size=$2
+    AUDIT=$(mktemp -d "$root/splicegate-bench-fio.XXXXXX")
+    if ! fio --name=disk --filename="$AUDIT/fio.data" --rw=write --bs=2M --direct=1 \
+        --ioengine=io_uring --iodepth=8 --size="$size" --output-format=json \
+        >"$WORK/fio.json" 2>"$WORK/fio.err"; then
+        echo "$(basename "$0"): fio failed: $(tail -n 1 "$WORK/fio.err")" >&2
+        exit 1
+    fi
+    rm -rf "$AUDIT"
+    AUDIT=""
+    DISK=$(jq -r '.jobs[0].write.bw_bytes * 8 / 1e9 * 1000 | round / 1000' "$WORK/fio.json")
 }
 
 # The value of KEY in a "result=... KEY=VALUE ..." line.

@@ -27,9 +27,11 @@ const char* const kListUsage =
 const char* const kListAbout =
     "One row per connection: id, route, client, upstream, opened, closed (ISO-8601 UTC),\n"
     "c2u_bytes, u2c_bytes, state (open, closed or truncated), reason. Byte counts are the\n"
-    "Close record's, or the bytes recorded so far. The table is sorted by id; --json and\n"
-    "--jsonl stream in log order: a connection when it closes (worker by worker), those still\n"
-    "open at the end of their worker's log after it. Filters combine (all must match);\n"
+    "Close record's, or the bytes recorded so far. A connection whose first segments retention\n"
+    "deleted shows opened (deleted) (JSON: null), no route or addresses, and the bytes the log\n"
+    "still holds. The table is sorted by id; --json and --jsonl stream in log order: a\n"
+    "connection when it closes (worker by worker), those still open at the end of their\n"
+    "worker's log after it. Filters combine (all must match);\n"
     "--since/--until keep the connections that overlap the interval. A --route or\n"
     "--connection that names nothing in the log is an error (exit 1).";
 
@@ -140,11 +142,30 @@ void forEachConnection(const std::string& dir,
         }(),
         false);
     Record record;
+    std::string logProblem;
+    auto heads = audit::DeletedHeads::fromDirectory(dir, logProblem);
+    if (!logProblem.empty()) onProblem(logProblem);
     for (auto& segments : workers) {
         // The connections of this worker not yet closed or truncated.
         std::map<std::uint64_t, ConnectionSummary> live;
+        std::set<std::uint64_t> continued;  // ids whose head was deleted, seen so far
         WorkerRecords records(std::move(segments), onProblem);
         while (records.next(record)) {
+            const auto& segment = records.segment();
+            if (record.type == RecordType::SegmentStart)
+                heads.segmentStart(segment.worker, segment.segment, record.idFloor);
+            bool chunkOrEnd = record.type == RecordType::Chunk ||
+                              record.type == RecordType::Close ||
+                              record.type == RecordType::Truncated;
+            if (chunkOrEnd && heads.continues(segment.worker, record.id) &&
+                !live.count(record.id) && continued.insert(record.id).second) {
+                ConnectionSummary summary;
+                summary.id = record.id;
+                summary.worker = segment.worker;
+                summary.segment = segment.segment;
+                summary.headDeleted = true;
+                live.emplace(record.id, std::move(summary));
+            }
             switch (record.type) {
                 case RecordType::Open: {
                     ConnectionSummary summary;
@@ -173,8 +194,10 @@ void forEachConnection(const std::string& dir,
                     it->second.state = ConnectionState::Closed;
                     it->second.closedNs = record.timeNs;
                     it->second.reason = record.reason;
-                    it->second.c2uBytes = record.c2uBytes;
-                    it->second.u2cBytes = record.u2cBytes;
+                    if (!it->second.headDeleted) {  // else its counts include deleted bytes
+                        it->second.c2uBytes = record.c2uBytes;
+                        it->second.u2cBytes = record.u2cBytes;
+                    }
                     emit(it->second);
                     live.erase(it);
                     break;
@@ -213,9 +236,9 @@ void printTable(std::vector<ConnectionSummary> connections) {
     rows.reserve(connections.size());
     for (const auto& c : connections) {
         rows.push_back({std::to_string(c.id), cell(c.route), cell(c.client), cell(c.upstream),
-                        isoTime(c.openedNs), c.closedNs ? isoTime(*c.closedNs) : "-",
-                        std::to_string(c.c2uBytes), std::to_string(c.u2cBytes),
-                        connectionStateName(c.state), cell(c.reason)});
+                        c.headDeleted ? "(deleted)" : isoTime(c.openedNs),
+                        c.closedNs ? isoTime(*c.closedNs) : "-", std::to_string(c.c2uBytes),
+                        std::to_string(c.u2cBytes), connectionStateName(c.state), cell(c.reason)});
     }
     std::vector<std::size_t> widths;
     for (const auto& header : headers) widths.push_back(header.size());
@@ -244,7 +267,7 @@ void printTable(std::vector<ConnectionSummary> connections) {
 std::string jsonObject(const ConnectionSummary& c) {
     return "{\"id\": " + std::to_string(c.id) + ", \"route\": " + jsonString(c.route) +
            ", \"client\": " + jsonString(c.client) + ", \"upstream\": " + jsonString(c.upstream) +
-           ", \"opened\": " + jsonString(isoTime(c.openedNs)) +
+           ", \"opened\": " + (c.headDeleted ? "null" : jsonString(isoTime(c.openedNs))) +
            ", \"closed\": " + (c.closedNs ? jsonString(isoTime(*c.closedNs)) : "null") +
            ", \"c2u_bytes\": " + std::to_string(c.c2uBytes) +
            ", \"u2c_bytes\": " + std::to_string(c.u2cBytes) +

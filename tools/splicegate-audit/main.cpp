@@ -147,6 +147,10 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
             std::cerr << kProgram << ": no connection " << id << " in " << dir << "\n";
             return 1;
         }
+        if (result.headDeleted)
+            std::cerr << kProgram << ": warning: connection " << id
+                      << ": retention deleted its first segments; the " << result.bytes
+                      << " bytes extracted are the end of its stream\n";
         if (file) checkSys(::close(file.release()), "close " + output);
         return 0;
     } catch (...) {
@@ -173,7 +177,8 @@ int runVerify(const std::string& dir, const std::string& keyFile) {
               << (key ? " (HMAC-SHA256)" : " (SHA-256)") << ", " << summary.checkedPayloadBytes
               << " payload bytes checked, " << summary.uncheckedChunks
               << " chunks without payload CRC, " << summary.deletedByRetention
-              << " segments deleted by retention)\n";
+              << " segments deleted by retention, " << summary.headsDeleted
+              << " connections continuing from them)\n";
     return 0;
 }
 
