@@ -17,7 +17,6 @@
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "common/Error.h"
-#include "common/Log.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::audit {
@@ -457,7 +456,7 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             failed[g.worker] = true;
             continue;
         }
-        // Newest first, index before data: see Retention.h "Deletion order".
+        // Index before data: see Retention.h "Deletion order".
         for (auto pos = g.last + 1; pos-- > g.first;) {
             const auto& entry = *indexed[g.worker][pos];
             const auto& summary = *entry.summary;
@@ -471,14 +470,9 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             cache_->sealed.erase({entry.files.worker, entry.files.segment});
         }
     }
-    if (!result.deleted.empty()) {
-        if (::fsync(dirFd.get()) != 0) {
-            int err = errno;
-            result.problems.push_back("cannot fsync audit directory " + dir_ + ": " +
-                                      errnoText(err));
-        }
-        logInfo("audit retention: deleted ", result.deleted.size(), " files (",
-                result.freedBytes, " bytes) in ", dir_);
+    if (!result.deleted.empty() && ::fsync(dirFd.get()) != 0) {
+        int err = errno;
+        result.problems.push_back("cannot fsync audit directory " + dir_ + ": " + errnoText(err));
     }
     result.totalBytesAfter = total - result.freedBytes;
     return result;
@@ -487,20 +481,32 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
 void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first,
                                             std::uint64_t last, const Digest& lastDigest,
                                             std::int64_t nowNs) {
-    auto log = repairRetentionLog(dirFd, dir_, false);
+    auto tail = logTail_;
+    logTail_.reset();  // until this append has succeeded
+    struct stat st {};
+    bool existed = ::fstatat(dirFd, kRetentionLogName, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    bool known = tail && existed && static_cast<std::uint64_t>(st.st_dev) == tail->device &&
+                 static_cast<std::uint64_t>(st.st_ino) == tail->inode &&
+                 static_cast<std::uint64_t>(st.st_size) == tail->end;
+    if (!known) {
+        auto log = repairRetentionLog(dirFd, dir_, false);
+        tail = LogTail{0, 0, log.goodEnd, log.lastMac};
+    }
     std::string path = dir_ + "/" + kRetentionLogName;
     std::string record;
-    encodeSegmentsDeleted(record, worker, first, last, nowNs, chainKey_.get(), lastDigest,
-                          log.lastMac);
-    bool existed = ::faccessat(dirFd, kRetentionLogName, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    Digest mac = encodeSegmentsDeleted(record, worker, first, last, nowNs, chainKey_.get(),
+                                       lastDigest, tail->lastMac);
     UniqueFd fd = openInDirectoryOrThrow(dirFd, dir_, kRetentionLogName, O_WRONLY | O_CREAT, 0640);
     std::size_t written = 0;
-    if (int rc = writeFullyAt(fd.get(), record, log.goodEnd, written); rc < 0)
+    if (int rc = writeFullyAt(fd.get(), record, tail->end, written); rc < 0)
         throwErrno(-rc, "write " + path);
-    checkSys(::ftruncate(fd.get(), static_cast<off_t>(log.goodEnd + record.size())),
-             "truncate " + path);
+    std::uint64_t end = tail->end + record.size();
+    checkSys(::ftruncate(fd.get(), static_cast<off_t>(end)), "truncate " + path);
     checkSys(::fdatasync(fd.get()), "fdatasync " + path);
     if (!existed) checkSys(::fsync(dirFd), "fsync " + dir_);
+    checkSys(::fstat(fd.get(), &st), "fstat " + path);
+    logTail_ = LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                       end, mac};
 }
 
 }  // namespace splicegate::audit

@@ -1,36 +1,33 @@
 #pragma once
 // Audit retention (--audit-retention-bytes, --audit-retention-hours; FORMAT.md "Files"): deletes
-// the oldest *closed* audit data so that what remains still passes `verify` and every remaining
-// connection can still be listed and extracted.
+// the oldest *closed* audit data, that is sealed segments, so that what remains still passes
+// `verify` and every remaining connection can still be listed and extracted.
 //
 // What may be deleted. Per worker, only a prefix of its segments [first..k] (so segment numbers
-// stay contiguous from the newest one down), and only when
-//   - every segment in it is sealed (ends with SegmentSealed), undamaged and readable,
-//   - every connection with a record in it is closed or truncated, and
-//   - no connection with a record in it has records in any segment outside it (a connection's
-//     records span consecutive segments of one worker: Open, Chunks, Close are deleted together).
-// The newest indexed segment of a worker is never deleted, sealed or not: the running daemon
-// writes it, and after a restart it keeps the worker's segment numbers from being reused. The
-// prefixes that satisfy this end at "cut points"; the segments between two cut points form a
-// group that is deleted whole or not at all.
+// stay contiguous from the newest one down), and only when every segment in it is sealed
+// (ends with SegmentSealed), undamaged and readable, and none holds records of a connection that
+// also has records in another worker's log (damage). The newest indexed segment of a worker is
+// never deleted, sealed or not: the running daemon writes it, and after a restart it keeps the
+// worker's segment numbers from being reused. Open connections do not hold segments back: a
+// connection with records in a deleted segment and in one that stays keeps the latter, and the
+// readers continue it from there (DeletedHeads in AuditReader.h). Otherwise one long-lived
+// connection would pin every later segment until the disk filled.
 //   - maxAgeHours: deletes the longest deletable prefix whose segments' newest record times are
 //     all older than nowNs - maxAgeHours.
-//   - maxBytes: then deletes groups, oldest first by SegmentStart time across workers, while the
-//     directory's audit bytes (data + index files of every segment) exceed maxBytes. Data that
-//     is still open cannot go: totalBytesAfter may stay above maxBytes, which is not a problem.
+//   - maxBytes: then deletes segments, oldest first by SegmentStart time across workers, while
+//     the directory's audit bytes (data + index files of every segment) exceed maxBytes. What is
+//     current or damaged cannot go: totalBytesAfter may stay above maxBytes.
 //   - Both 0: nothing is deleted (apply() only measures).
 // When a limit is set, data files without an index file numbered below their worker's newest
 // indexed segment (left by a deletion interrupted between its two unlinks; recovery would remove
 // them too) are removed as well. A lone data file at or above it may be a segment being created
 // and is left alone.
 //
-// Deletion order. Groups go oldest first (between groups, a worker's remaining segments are a
-// suffix of its log); within a group the newest segment goes first, and of each segment the
-// index file before the data file: an interrupted deletion never leaves a Chunk or Close record
-// whose Open is gone (verify would report it); at worst a closed connection loses its Close and
-// looks open until recovery marks it truncated. A data file briefly without its index is ignored
-// by list/extract (verify reports it) and removed by recovery or the next run. The directory is
-// fsynced after deleting.
+// Deletion order. Segments go one at a time, oldest first, each announced by its own retention
+// log entry; of each segment the index file goes before the data file. An interrupted deletion
+// leaves at most one segment announced but still there (verify accepts the chain either way) or
+// a data file without its index, which list/extract ignore (verify reports it) and recovery or
+// the next run removes. The directory is fsynced after deleting.
 //
 // Caching. A sealed segment never changes, so its summary (the connections that cross its
 // boundaries, its times, its damage) is kept between runs and reused while the index file's
@@ -45,6 +42,7 @@
 // a directory that cannot be read throws std::system_error naming it.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +114,16 @@ private:
     std::shared_ptr<const ChainKey> chainKey_;
     std::unique_ptr<Cache> cache_;
     std::uint64_t indexScans_ = 0;
+    // Where the retention log ended after this planner's last append, so that the next append
+    // need not read the whole log again (one entry per deleted segment: it grows for ever).
+    // Trusted only while the file is the same one and has exactly that size.
+    struct LogTail {
+        std::uint64_t device = 0;
+        std::uint64_t inode = 0;
+        std::uint64_t end = 0;
+        Digest lastMac{};
+    };
+    std::optional<LogTail> logTail_;
 };
 
 }  // namespace splicegate::audit

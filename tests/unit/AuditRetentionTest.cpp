@@ -374,6 +374,36 @@ TEST(AuditRetentionTest, SizeCapDeletesThroughAnOpenConnection) {
     EXPECT_EQ(left.connections[0].state, ConnectionState::Truncated);
 }
 
+// The planner remembers where the retention log ended after its own append; a log that changed
+// since (here: a torn tail, as a crash in the middle of an append leaves) is read again, and the
+// next entry goes after its last good one.
+TEST(AuditRetentionTest, RetentionLogChangedBetweenRunsIsReadAgain) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0, 1);
+    s1.whole(1, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + kHour, 2);
+    s2.whole(2, kT0 + kHour).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour, 3);
+    s3.whole(3, kT0 + 2 * kHour).seal().write();
+    Seg s4(dir.path(), 0, 4, kT0 + 3 * kHour, 4);
+    s4.write();
+    RetentionPlanner planner(dir.path());
+    EXPECT_EQ(asSet(planner.apply({0, 1}, kT0 + kHour + 1).deleted), pathsOf({&s1}));
+    {
+        UniqueFd log(::open((dir.path() + "/" + kRetentionLogName).c_str(),
+                            O_WRONLY | O_APPEND | O_CLOEXEC));
+        ASSERT_TRUE(log.valid());
+        ASSERT_EQ(::write(log.get(), "torn entry", 10), 10);
+    }
+    EXPECT_EQ(asSet(planner.apply({0, 1}, kT0 + 2 * kHour + 1).deleted), pathsOf({&s2}));
+    EXPECT_EQ(asSet(planner.apply({0, 1}, kT0 + 3 * kHour + 1).deleted), pathsOf({&s3}));
+    std::vector<std::string> problems;
+    auto summary =
+        verifyDirectory(dir.path(), [&](const std::string& line) { problems.push_back(line); });
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    EXPECT_EQ(summary.deletedByRetention, 3u);
+}
+
 TEST(AuditRetentionTest, CurrentAndNewestSegmentsAreNeverDeleted) {
     TempDir dir;
     Seg s1(dir.path(), 0, 1, kT0);

@@ -118,12 +118,14 @@ awk -v ticks="$TICKS" -v interval="$INTERVAL" '
     }
     { t = $1; c = $2; a = $3; cpu = $4 }' "$WORK/samples" >"$WORK/rows"
 
-summary=$(awk -F'|' 'NR > 1 { print $3 }' "$WORK/rows" | median)
-lowest=$(awk -F'|' 'NR > 1 { print $3 }' "$WORK/rows" | sort -g | head -n 1)
-cpu_median=$(awk -F'|' 'NR > 1 { print $5 }' "$WORK/rows" | median)
-rss_first=$(awk -F'|' 'NR == 2 { print $6 + 0 }' "$WORK/rows")
+# Column N of the interval rows from the second on, as numbers.
+column() { awk -F'|' -v n="$1" 'NR > 1 { print $n + 0 }' "$WORK/rows"; }
+summary=$(column 3 | median)
+lowest=$(column 3 | sort -g | head -n 1)
+cpu_median=$(column 5 | median)
+rss_first=$(awk -F'|' 'NR == 1 { print $6 + 0 }' "$WORK/rows")
 rss_last=$(awk -F'|' 'END { print $6 + 0 }' "$WORK/rows")
-stored_max=$(awk -F'|' '{ print $7 }' "$WORK/rows" | sort -g | tail -n 1)
+stored_max=$(column 7 | sort -g | tail -n 1)
 
 report() {
     echo "# splicegate audit soak, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -147,7 +149,8 @@ report() {
     echo "relayed Gbit/s median **$summary** (lowest $lowest) = $(awk -v g="$summary" -v d="$DISK_BEFORE" \
         'BEGIN { printf "%.2f", (d > 0 ? g / d : 0) }')x the disk before the run;"
     echo "relay CPU-s/GiB median $cpu_median; RSS $rss_first MiB in interval 1, $rss_last MiB at the end;"
-    echo "audit directory at most $stored_max GiB (retention cap $RETENTION_GIB GiB, applied every 10 s);"
+    echo "audit directory at most $stored_max GiB from interval 2 on (retention cap $RETENTION_GIB GiB;"
+    echo "splicegate_audit_stored_bytes, itself recomputed at most every 10 s);"
     echo "\`splicegate-audit verify\` of the $kept_gib GiB kept: **$verify** ($verify_seconds s)."
     if [[ $verify != ok ]]; then
         echo
