@@ -188,11 +188,10 @@ struct ConnectionRefs {
     unsigned worker = 0;
 };
 
-// Segments [first, last] (positions in a worker's indexed list) deleted together.
-struct Group {
+// A segment chosen for deletion: its position in its worker's list of indexed segments.
+struct Chosen {
     unsigned worker = 0;
-    std::size_t first = 0;
-    std::size_t last = 0;
+    std::size_t position = 0;
 };
 
 }  // namespace
@@ -350,31 +349,31 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         }
     }
 
-    // ---- deletable groups: each segment of each worker's deletable prefix. A connection with
-    // records in a deleted segment and in a later one keeps those (DeletedHeads).
-    std::map<unsigned, std::vector<Group>> groups;
+    // ---- per worker: how many of its oldest segments may go. A connection with records in a
+    // deleted segment and in a later one keeps those (DeletedHeads).
+    std::map<unsigned, std::size_t> deletable;
     for (const auto& [worker, list] : indexed) {
+        auto& count = deletable[worker];
         // The newest indexed segment stays (the writer's, or the worker's segment numbering).
-        for (std::size_t pos = 0; pos + 1 < list.size(); ++pos) {
-            const auto& summary = *list[pos]->summary;
+        for (; count + 1 < list.size(); ++count) {
+            const auto& summary = *list[count]->summary;
             if (!summary.deletable()) break;
             bool tangled = std::any_of(summary.connections.begin(), summary.connections.end(),
                                        [&](const auto& conn) { return refs[conn.id].manyWorkers; });
             if (tangled) break;
-            groups[worker].push_back({worker, pos, pos});
         }
     }
 
     // ---- choose
-    auto groupBytes = [&](const Group& g) {
-        std::uint64_t bytes = 0;
-        for (auto pos = g.first; pos <= g.last; ++pos) bytes += indexed[g.worker][pos]->bytes;
-        return bytes;
-    };
     std::vector<Entry*> orphans;
-    std::vector<Group> chosen;
-    std::map<unsigned, std::size_t> nextGroup;  // per worker: first group not chosen
+    std::vector<Chosen> chosen;
+    std::map<unsigned, std::size_t> next;  // per worker: the first deletable segment not chosen
     std::uint64_t remaining = total;
+    auto choose = [&](unsigned worker) {
+        auto position = next[worker]++;
+        chosen.push_back({worker, position});
+        remaining -= indexed[worker][position]->bytes;
+    };
     if (limited) {
         for (auto* entry : lone) {
             auto it = indexed.find(entry->files.worker);
@@ -393,37 +392,26 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             auto span = static_cast<std::int64_t>(policy.maxAgeHours) * kNsPerHour;
             cutoff = nowNs < kMin + span ? kMin : nowNs - span;
         }
-        for (const auto& [worker, list] : groups) {
-            auto& next = nextGroup[worker];
-            for (; next < list.size(); ++next) {
-                const auto& g = list[next];
-                bool old = true;
-                for (auto pos = g.first; pos <= g.last && old; ++pos)
-                    old = indexed[worker][pos]->summary->newestNs < cutoff;
-                if (!old) break;
-                chosen.push_back(g);
-                remaining -= groupBytes(g);
-            }
-        }
+        for (const auto& [worker, count] : deletable)
+            while (next[worker] < count &&
+                   indexed[worker][next[worker]]->summary->newestNs < cutoff)
+                choose(worker);
     }
     if (policy.maxBytes > 0) {
         while (remaining > policy.maxBytes) {
-            const Group* oldest = nullptr;
+            std::optional<unsigned> oldest;
             std::int64_t oldestStart = 0;
-            for (const auto& [worker, list] : groups) {
-                auto next = nextGroup[worker];
-                if (next >= list.size()) continue;
-                auto start = indexed[worker][list[next].first]->summary->startNs;
+            for (const auto& [worker, count] : deletable) {
+                if (next[worker] >= count) continue;
+                auto start = indexed[worker][next[worker]]->summary->startNs;
                 // Ties (and equal clocks) go to the lower worker: the map is in worker order.
-                if (oldest == nullptr || start < oldestStart) {
-                    oldest = &list[next];
+                if (!oldest || start < oldestStart) {
+                    oldest = worker;
                     oldestStart = start;
                 }
             }
-            if (oldest == nullptr) break;  // the rest is open, damaged or current
-            ++nextGroup[oldest->worker];
-            chosen.push_back(*oldest);
-            remaining -= groupBytes(*oldest);
+            if (!oldest) break;  // the rest is damaged, unsealed or current
+            choose(*oldest);
         }
     }
 
@@ -443,32 +431,29 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
     };
     for (auto* entry : orphans) unlinkFile(entry->files.dataPath, entry->bytes);
     std::map<unsigned, bool> failed;
-    for (const auto& g : chosen) {
-        if (failed[g.worker]) continue;  // keep the worker's remaining log a contiguous suffix
+    for (const auto& [worker, position] : chosen) {
+        if (failed[worker]) continue;  // keep the worker's remaining log a contiguous suffix
+        const auto& entry = *indexed[worker][position];
+        const auto& summary = *entry.summary;
         // Announce the deletion first (synced): the chain's first remaining link then points
         // at a digest the log records, even if the deletion below is interrupted.
-        const auto& newest = *indexed[g.worker][g.last];
         try {
-            appendRetentionEntry(dirFd.get(), g.worker, indexed[g.worker][g.first]->files.segment,
-                                 newest.files.segment, newest.summary->sealDigest, nowNs);
+            appendRetentionEntry(dirFd.get(), worker, entry.files.segment, entry.files.segment,
+                                 summary.sealDigest, nowNs);
         } catch (const std::exception& error) {
             result.problems.push_back(std::string("not deleting: ") + error.what());
-            failed[g.worker] = true;
+            failed[worker] = true;
             continue;
         }
         // Index before data: see Retention.h "Deletion order".
-        for (auto pos = g.last + 1; pos-- > g.first;) {
-            const auto& entry = *indexed[g.worker][pos];
-            const auto& summary = *entry.summary;
-            if (!unlinkFile(entry.files.indexPath, summary.index.size)) {
-                failed[g.worker] = true;
-                break;
-            }
-            // A failure here leaves only a data file without index: readers ignore it, the next
-            // run (or recovery) removes it.
-            unlinkFile(entry.files.dataPath, summary.data.size);
-            cache_->sealed.erase({entry.files.worker, entry.files.segment});
+        if (!unlinkFile(entry.files.indexPath, summary.index.size)) {
+            failed[worker] = true;
+            continue;
         }
+        // A failure here leaves only a data file without index: readers ignore it, the next
+        // run (or recovery) removes it.
+        unlinkFile(entry.files.dataPath, summary.data.size);
+        cache_->sealed.erase({entry.files.worker, entry.files.segment});
     }
     if (!result.deleted.empty() && ::fsync(dirFd.get()) != 0) {
         int err = errno;

@@ -148,10 +148,11 @@ sigset_t controlSignals() {
 }
 
 // Deletes closed audit data beyond --audit-retention-bytes/-hours. Runs on the main thread:
-// unlinking a large segment can take a while and must not stall a worker. Every second: at a
-// GB/s of audit, a slower pace lets the directory outgrow its cap by that many seconds of
-// traffic (a run reads only the directory and the current segments' indexes; sealed segments'
-// summaries are cached). What it deleted is logged once a minute, summed.
+// unlinking a large segment can take a while and must not stall a worker. While it finds work
+// (it deleted something, or the directory is still above the cap) it runs every second: at a
+// GB/s of audit, a slower pace lets the directory outgrow its cap by that many GB. Otherwise
+// every 10 s, since a run lists and stats every segment (sealed segments' summaries are cached,
+// the current ones' indexes are read again). What it deleted is logged once a minute, summed.
 class RetentionJob {
 public:
     explicit RetentionJob(const Config& config)
@@ -159,31 +160,43 @@ public:
         if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
             planner_.emplace(config.auditDir);
     }
+    // Called about once a second.
     void tick() {
         if (!planner_) return;
+        ++ticks_;
+        if (ticks_ >= nextRunTick_) run();
+        if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ == 0) return;
+        logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_,
+                " bytes) in the last ", kReportEverySeconds, " s in ", planner_->directory());
+        deletedFiles_ = freedBytes_ = 0;
+    }
+
+  private:
+    void run() {
+        bool busy = false;
         try {
             auto result = planner_->apply(policy_, audit::wallClockNs());
             for (const auto& problem : result.problems)
                 if (reported_.insert(problem).second) logWarn("audit retention: ", problem);
             deletedFiles_ += result.deleted.size();
             freedBytes_ += result.freedBytes;
+            busy = !result.deleted.empty() ||
+                   (policy_.maxBytes != 0 && result.totalBytesAfter > policy_.maxBytes);
         } catch (const std::exception& error) {
             logError("audit retention: ", error.what());
         }
-        if (++ticks_ % kReportEverySeconds != 0 || deletedFiles_ == 0) return;
-        logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_,
-                " bytes) in the last ", kReportEverySeconds, " s in ", planner_->directory());
-        deletedFiles_ = freedBytes_ = 0;
+        nextRunTick_ = ticks_ + (busy ? 1 : kIdleEverySeconds);
     }
 
-private:
-  static constexpr unsigned kReportEverySeconds = 60;
-  audit::RetentionPolicy policy_;
-  std::optional<audit::RetentionPlanner> planner_;
-  std::set<std::string> reported_;
-  unsigned ticks_ = 0;
-  std::uint64_t deletedFiles_ = 0;
-  std::uint64_t freedBytes_ = 0;
+    static constexpr unsigned kIdleEverySeconds = 10;
+    static constexpr unsigned kReportEverySeconds = 60;
+    audit::RetentionPolicy policy_;
+    std::optional<audit::RetentionPlanner> planner_;
+    std::set<std::string> reported_;
+    std::uint64_t ticks_ = 0;
+    std::uint64_t nextRunTick_ = 1;
+    std::uint64_t deletedFiles_ = 0;
+    std::uint64_t freedBytes_ = 0;
 };
 
 // Serves signals until a drain is asked for; then drains and stops the relay.
