@@ -303,6 +303,16 @@ bool DeletedHeads::continues(unsigned worker, std::uint64_t id) const {
     return it != floor_.end() && id < it->second;
 }
 
+ConnectionSummary ConnectionSummary::withHeadDeleted(std::uint64_t id, unsigned worker,
+                                                     std::uint64_t segment) {
+    ConnectionSummary summary;
+    summary.id = id;
+    summary.worker = worker;
+    summary.segment = segment;
+    summary.headDeleted = true;
+    return summary;
+}
+
 std::string placeText(const std::string& file, std::uint64_t offset, const std::string& what) {
     return file + ":" + std::to_string(offset) + ": " + what;
 }
@@ -353,16 +363,11 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
         first = false;
         if (record.type == RecordType::SegmentStart)
             heads.segmentStart(files.worker, files.segment, record.idFloor);
-        bool endsOrChunk = record.type == RecordType::Chunk || record.type == RecordType::Close ||
-                           record.type == RecordType::Truncated;
-        if (endsOrChunk && byId.count(record.id) == 0 && heads.continues(files.worker, record.id)) {
+        if (followsOpen(record.type) && byId.count(record.id) == 0 &&
+            heads.continues(files.worker, record.id)) {
             byId.emplace(record.id, result.connections.size());
-            ConnectionSummary summary;
-            summary.id = record.id;
-            summary.worker = files.worker;
-            summary.segment = files.segment;
-            summary.headDeleted = true;
-            result.connections.push_back(std::move(summary));
+            result.connections.push_back(
+                ConnectionSummary::withHeadDeleted(record.id, files.worker, files.segment));
         }
         switch (record.type) {
             case RecordType::Open: {
@@ -546,8 +551,7 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 record.type == RecordType::SegmentSealed ||
                 record.type == RecordType::SegmentsDeleted)
                 continue;
-            if (!result.found && record.type != RecordType::Open &&
-                heads.continues(files.worker, id)) {
+            if (!result.found && followsOpen(record.type) && heads.continues(files.worker, id)) {
                 result.found = true;
                 result.headDeleted = true;
                 worker = files.worker;

@@ -135,6 +135,10 @@ struct ConnectionSummary {
     // Retention deleted the segments with its Open and first chunks (DeletedHeads): route,
     // client, upstream and openedNs are unknown (empty, 0); `segment` is its first one left.
     bool headDeleted = false;
+
+    // The summary of a connection first seen by a record that continues it (DeletedHeads).
+    static ConnectionSummary withHeadDeleted(std::uint64_t id, unsigned worker,
+                                             std::uint64_t segment);
 };
 
 struct ListResult {

@@ -426,6 +426,10 @@ DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& ou
     return DecodeStatus::Ok;
 }
 
+bool followsOpen(RecordType type) noexcept {
+    return type == RecordType::Chunk || type == RecordType::Close || type == RecordType::Truncated;
+}
+
 const char* recordTypeName(RecordType type) noexcept {
     switch (type) {
         case RecordType::SegmentStart:

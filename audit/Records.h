@@ -149,6 +149,8 @@ DecodeStatus decodeRecord(const std::uint8_t* data, std::size_t size, Record& ou
                           std::size_t& consumed, std::string& problem);
 
 const char* recordTypeName(RecordType type) noexcept;
+// Chunk, Close and Truncated: the records that follow a connection's Open.
+bool followsOpen(RecordType type) noexcept;
 const char* directionName(std::uint8_t direction) noexcept;  // "c2u", "u2c" or "?"
 
 // "w00-0000000001": worker zero-padded to at least 2 digits, segment to at least 10.

@@ -444,5 +444,36 @@ TEST(AuditReaderTest, VerifySurvivesGarbage) {
     EXPECT_THROW(extractToString(dir.path(), 1, kDirectionC2U), std::runtime_error);
 }
 
+// DeletedHeads, the rule behind reading a log whose oldest segments retention deleted: only ids
+// below the floor of a worker's first remaining segment, only where a segment below it was
+// deleted, only that worker.
+TEST(DeletedHeadsTest, IdsBelowTheFirstRemainingSegmentsFloorContinue) {
+    DeletedHeads heads({{0, 1, 1, {}}, {0, 2, 2, {}}});
+    heads.segmentStart(0, 3, 12);
+    heads.segmentStart(1, 1, 4);
+    EXPECT_TRUE(heads.continues(0, 11));
+    EXPECT_FALSE(heads.continues(0, 12));  // handed out after segment 3 began: needs its Open
+    EXPECT_FALSE(heads.continues(1, 3));   // worker 1 lost nothing
+}
+
+TEST(DeletedHeadsTest, OnlyEachWorkersFirstSegmentCounts) {
+    DeletedHeads heads({{0, 1, 1, {}}});
+    heads.segmentStart(0, 2, 5);
+    heads.segmentStart(0, 3, 20);
+    EXPECT_TRUE(heads.continues(0, 4));
+    EXPECT_FALSE(heads.continues(0, 15));
+}
+
+// An interrupted deletion: the entry for segment 3 was written but segment 3 is still there. Its
+// connections still have their Open records in it.
+TEST(DeletedHeadsTest, AnAnnouncedSegmentStillThereCutsNothing) {
+    DeletedHeads heads({{0, 3, 3, {}}});
+    heads.segmentStart(0, 3, 12);
+    EXPECT_FALSE(heads.continues(0, 11));
+    DeletedHeads none;
+    none.segmentStart(0, 3, 12);
+    EXPECT_FALSE(none.continues(0, 11));
+}
+
 }  // namespace
 }  // namespace splicegate::audit

@@ -154,18 +154,10 @@ void forEachConnection(const std::string& dir,
             const auto& segment = records.segment();
             if (record.type == RecordType::SegmentStart)
                 heads.segmentStart(segment.worker, segment.segment, record.idFloor);
-            bool chunkOrEnd = record.type == RecordType::Chunk ||
-                              record.type == RecordType::Close ||
-                              record.type == RecordType::Truncated;
-            if (chunkOrEnd && heads.continues(segment.worker, record.id) &&
-                !live.count(record.id) && continued.insert(record.id).second) {
-                ConnectionSummary summary;
-                summary.id = record.id;
-                summary.worker = segment.worker;
-                summary.segment = segment.segment;
-                summary.headDeleted = true;
-                live.emplace(record.id, std::move(summary));
-            }
+            if (audit::followsOpen(record.type) && heads.continues(segment.worker, record.id) &&
+                !live.count(record.id) && continued.insert(record.id).second)
+                live.emplace(record.id, ConnectionSummary::withHeadDeleted(
+                                            record.id, segment.worker, segment.segment));
             switch (record.type) {
                 case RecordType::Open: {
                     ConnectionSummary summary;
