@@ -678,13 +678,6 @@ struct WorkerChain {
     Digest digest{};
 };
 
-// One entry of the retention log.
-struct DeletedSegments {
-    std::uint64_t first = 0;
-    std::uint64_t last = 0;
-    Digest lastDigest{};
-};
-
 std::string shortHex(const Digest& digest) {
     return hexText(digest.data(), 8) + "...";
 }
@@ -699,7 +692,7 @@ class Verifier {
         UniqueFd dirFd = openDirectory(dir_);
         dirFd_ = dirFd.get();
         retentionLog();
-        heads_ = DeletedHeads(retained_);
+        heads_ = DeletedHeads(deleted_);
         auto segments = listSegments(dirFd_, dir_);
         // A running daemon's current segments are sealed only when they roll or it stops: while
         // it holds the directory, each worker's newest segment being unsealed is not a problem.
@@ -801,21 +794,17 @@ class Verifier {
             }
             previous = record.entryMac;
             summary_.deletedByRetention += record.lastSegment - record.firstSegment + 1;
-            retained_.push_back(
+            deleted_.push_back(
                 {record.worker, record.firstSegment, record.lastSegment, record.digest});
-            deleted_[record.worker].push_back(
-                {record.firstSegment, record.lastSegment, record.digest});
         }
     }
 
     // Whether the retention log records deleting segments up to one whose digest is `digest`,
     // below segment `before` of `worker`.
     bool deletedByRetention(unsigned worker, std::uint64_t before, const Digest& digest) const {
-        auto it = deleted_.find(worker);
-        if (it == deleted_.end()) return false;
-        for (const auto& entry : it->second)
-            if (entry.last < before && entry.lastDigest == digest) return true;
-        return false;
+        return std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
+            return entry.worker == worker && entry.last < before && entry.lastDigest == digest;
+        });
     }
 
     void checkLink(const SegmentFiles& files, std::uint64_t offset, const Record& seal) {
@@ -1096,8 +1085,7 @@ class Verifier {
     VerifySummary summary_;
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
     std::map<unsigned, WorkerChain> chains_;
-    std::map<unsigned, std::vector<DeletedSegments>> deleted_;
-    std::vector<RetentionLogEntry> retained_;  // the retention log's entries that verified
+    std::vector<RetentionLogEntry> deleted_;  // the retention log's entries that verified
     DeletedHeads heads_;
 };
 

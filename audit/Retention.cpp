@@ -58,13 +58,6 @@ int statFile(int dirFd, const std::string& name, FileIdentity& out) {
     return errno == ENOENT ? 0 : errno;
 }
 
-// A connection with records in a segment that are not its whole life (Open and Close/Truncated
-// both here): only those can be referenced from another segment.
-struct CrossingConnection {
-    std::uint64_t id = 0;
-    bool end = false;  // its Close or Truncated record is in this segment
-};
-
 struct SegmentSummary {
     FileIdentity index;
     FileIdentity data;
@@ -74,8 +67,10 @@ struct SegmentSummary {
     std::string problem;  // unreadable or damaged: the first problem found
     std::int64_t startNs = std::numeric_limits<std::int64_t>::min();
     std::int64_t newestNs = std::numeric_limits<std::int64_t>::min();
-    std::vector<CrossingConnection> connections;  // sorted by id
-    Digest sealDigest{};                          // the chain digest in its seal (zero: version 2)
+    // Ids of the connections whose records here are not their whole life (Open and Close or
+    // Truncated both here): only those can have records in another segment. Sorted.
+    std::vector<std::uint64_t> crossing;
+    Digest sealDigest{};  // the chain digest in its seal (zero: version 2)
 
     bool deletable() const noexcept { return readable && sealed && !damaged; }
 };
@@ -158,9 +153,8 @@ void scanIndex(int dirFd, int fd, const SegmentFiles& files, SegmentSummary& sum
         first = false;
     }
     for (const auto& [id, flags] : seen)
-        if (flags != (kOpen | kEnd)) summary.connections.push_back({id, (flags & kEnd) != 0});
-    std::sort(summary.connections.begin(), summary.connections.end(),
-              [](const auto& a, const auto& b) { return a.id < b.id; });
+        if (flags != (kOpen | kEnd)) summary.crossing.push_back(id);
+    std::sort(summary.crossing.begin(), summary.crossing.end());
 
     // The data file is measured after the index was read: a chunk's payload lands before its
     // record is written, so every chunk read above lies inside the file unless it is damaged.
@@ -330,20 +324,19 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
     std::unordered_map<std::uint64_t, ConnectionRefs> refs;
     for (const auto& [worker, list] : indexed) {
         for (std::size_t pos = 0; pos < list.size(); ++pos) {
-            for (const auto& conn : list[pos]->summary->connections) {
-                auto [it, inserted] = refs.try_emplace(conn.id);
+            for (auto id : list[pos]->summary->crossing) {
+                auto [it, inserted] = refs.try_emplace(id);
                 auto& ref = it->second;
                 if (inserted) {
                     ref.worker = worker;
                 } else if (ref.worker != worker && !ref.manyWorkers) {
                     ref.manyWorkers = true;
-                    result.problems.push_back(
-                        placeText(list[pos]->files.indexPath, 0,
-                                  "connection " + std::to_string(conn.id) +
-                                      " has records in the logs of workers " +
-                                      std::to_string(ref.worker) + " and " +
-                                      std::to_string(worker) +
-                                      "; neither is deleted while both exist"));
+                    result.problems.push_back(placeText(
+                        list[pos]->files.indexPath, 0,
+                        "connection " + std::to_string(id) +
+                            " has records in the logs of workers " + std::to_string(ref.worker) +
+                            " and " + std::to_string(worker) +
+                            "; neither is deleted while both exist"));
                 }
             }
         }
@@ -358,8 +351,8 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         for (; count + 1 < list.size(); ++count) {
             const auto& summary = *list[count]->summary;
             if (!summary.deletable()) break;
-            bool tangled = std::any_of(summary.connections.begin(), summary.connections.end(),
-                                       [&](const auto& conn) { return refs[conn.id].manyWorkers; });
+            bool tangled = std::any_of(summary.crossing.begin(), summary.crossing.end(),
+                                       [&](auto id) { return refs[id].manyWorkers; });
             if (tangled) break;
         }
     }
