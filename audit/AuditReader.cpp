@@ -273,6 +273,12 @@ DeletedHeads::DeletedHeads(const std::vector<RetentionLogEntry>& deleted) {
     }
 }
 
+void DeletedHeads::restartWorker(unsigned worker, const std::vector<RetentionLogEntry>& deleted) {
+    afterDeleted_ = DeletedHeads(deleted).afterDeleted_;
+    started_.erase(worker);
+    floor_.erase(worker);
+}
+
 DeletedHeads DeletedHeads::fromDirectory(int dirFd, const std::string& dir, std::string& problem) {
     try {
         return DeletedHeads(repairRetentionLog(dirFd, dir, false).entries);
@@ -685,22 +691,30 @@ std::string shortHex(const Digest& digest) {
 class Verifier {
   public:
     Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem,
-             const ChainKey* key)
-        : dir_(dir), onProblem_(onProblem), key_(key) {}
+             const VerifyOptions& options)
+        : dir_(dir),
+          onProblem_(onProblem),
+          key_(options.key),
+          beforeSegment_(options.beforeSegment) {}
 
     VerifySummary run() {
         UniqueFd dirFd = openDirectory(dir_);
         dirFd_ = dirFd.get();
-        retentionLog();
-        heads_ = DeletedHeads(deleted_);
+        // The listing first, then the retention log: retention records a deletion before it
+        // deletes, so the log read now names every segment missing from the listing.
         auto segments = listSegments(dirFd_, dir_);
-        // A running daemon's current segments are sealed only when they roll or it stops: while
-        // it holds the directory, each worker's newest segment being unsealed is not a problem.
-        if (checkAuditDirectory(dir_).holderPid)
+        daemonRunning_ = checkAuditDirectory(dir_).holderPid.has_value();
+        retentionLog(true);
+        heads_ = DeletedHeads(deleted_);
+        // A running daemon's current segments are sealed only when they roll or it stops, and
+        // the seal of the one before may still be on its way: while it holds the directory,
+        // those two being unsealed, or ending in a record being written, is not a problem.
+        if (daemonRunning_)
             for (const auto& files : segments)
                 liveSegment_[files.worker] = std::max(liveSegment_[files.worker], files.segment);
         std::size_t indexed = 0;
         for (const auto& files : segments) {
+            if (beforeSegment_) beforeSegment_(files.worker, files.segment);
             ++summary_.segments;
             if (files.unsafe)
                 report(files.indexPath, 0,
@@ -714,6 +728,10 @@ class Verifier {
             try {
                 segment(files);
             } catch (const std::system_error& error) {
+                if (error.code().value() == ENOENT && deletedMeanwhile(files)) {
+                    --summary_.segments;
+                    continue;
+                }
                 // An unreadable file is one problem; the other segments are still checked.
                 report(files.indexPath, 0, error.what());
                 chains_[files.worker] =
@@ -747,14 +765,42 @@ class Verifier {
         return {};
     }
 
+    // A listed segment's file is gone (opening it gave ENOENT). Retention deleted it while verify
+    // ran if the retention log, read again, says so: then the worker's log now begins after it,
+    // as if verify had started later, and what was learnt of the worker's open connections and
+    // chain is let go. Otherwise the caller reports it.
+    bool deletedMeanwhile(const SegmentFiles& files) {
+        retentionLog(false);
+        bool recorded =
+            std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
+                return entry.worker == files.worker && entry.first <= files.segment &&
+                       files.segment <= entry.last;
+            });
+        if (!recorded) return false;
+        heads_.restartWorker(files.worker, deleted_);
+        chains_.erase(files.worker);
+        std::erase_if(connections_, [&](const auto& item) {
+            const ConnectionCheck& check = item.second;
+            return check.worker == files.worker && !check.closed && !check.truncated;
+        });
+        return true;
+    }
+
     // The retention log: which segments retention deleted, each entry chained to the previous.
-    void retentionLog() {
+    // Its problems are reported on the first reading only.
+    void retentionLog(bool reportProblems) {
+        deleted_.clear();
+        summary_.deletedByRetention = 0;
         std::string path = (dir_.back() == '/' ? dir_ : dir_ + "/") + kRetentionLogName;
+        auto logProblem = [&](const std::string& file, std::uint64_t offset,
+                              const std::string& what) {
+            if (reportProblems) report(file, offset, what);
+        };
         int fd = openInDirectory(dirFd_, kRetentionLogName, O_RDONLY);
         if (fd == -ENOENT) return;
         if (fd < 0) {
-            report(path, 0,
-                   fd == -ELOOP ? std::string("is a symlink (not followed)") : errnoText(-fd));
+            logProblem(path, 0,
+                       fd == -ELOOP ? std::string("is a symlink (not followed)") : errnoText(-fd));
             return;
         }
         UniqueFd owned(fd);
@@ -764,8 +810,10 @@ class Verifier {
         for (;;) {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) return;
+            // A running daemon's retention may be appending an entry as it is read.
+            if (status == IndexReader::Status::Torn && daemonRunning_) return;
             if (status != IndexReader::Status::Record) {
-                report(
+                logProblem(
                     path,
                     status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset(),
                     reader.problem());
@@ -773,23 +821,24 @@ class Verifier {
             }
             auto offset = reader.recordOffset();
             if (record.type != RecordType::SegmentsDeleted) {
-                report(path, offset,
-                       std::string(recordTypeName(record.type)) + " record in the retention log");
+                logProblem(
+                    path, offset,
+                    std::string(recordTypeName(record.type)) + " record in the retention log");
                 return;
             }
             if (auto problem = keyProblem(record); !problem.empty()) {
-                report(path, offset, "retention entry " + problem);
+                logProblem(path, offset, "retention entry " + problem);
                 return;
             }
             ChainHasher hasher(key_);
             hasher.update(reader.recordData() + kRecordHeaderSize,
                           reader.recordSize() - kRecordHeaderSize - Digest{}.size());
             if (hasher.finish() != record.entryMac || record.prevDigest != previous) {
-                report(path, offset,
-                       "retention entry for worker " + std::to_string(record.worker) +
-                           " segments " + std::to_string(record.firstSegment) + ".." +
-                           std::to_string(record.lastSegment) +
-                           " does not match its chain: the retention log was altered");
+                logProblem(path, offset,
+                           "retention entry for worker " + std::to_string(record.worker) +
+                               " segments " + std::to_string(record.firstSegment) + ".." +
+                               std::to_string(record.lastSegment) +
+                               " does not match its chain: the retention log was altered");
                 return;
             }
             previous = record.entryMac;
@@ -805,6 +854,11 @@ class Verifier {
         return std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
             return entry.worker == worker && entry.last < before && entry.lastDigest == digest;
         });
+    }
+
+    bool isLive(const SegmentFiles& files) const {
+        auto it = liveSegment_.find(files.worker);
+        return it != liveSegment_.end() && files.segment + 1 >= it->second;
     }
 
     void checkLink(const SegmentFiles& files, std::uint64_t offset, const Record& seal) {
@@ -859,9 +913,8 @@ class Verifier {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) {
                 if (first) report(index, 0, "empty index file (no SegmentStart record)");
-                bool live = liveSegment_.count(files.worker) != 0 &&
-                            liveSegment_.at(files.worker) == files.segment;
-                if (!sealed && !first && !damaged && version >= kFirstChainedVersion && !live)
+                if (!sealed && !first && !damaged && version >= kFirstChainedVersion &&
+                    !isLive(files))
                     report(index, reader.goodEnd(),
                            "the segment is not sealed: its records are not covered by the hash "
                            "chain (the running daemon's current segment, or a crash not yet "
@@ -870,7 +923,8 @@ class Verifier {
                 return;
             }
             if (status == IndexReader::Status::Torn) {
-                report(index, reader.goodEnd(), reader.problem());
+                // A running daemon's segment: a record being written as it was read.
+                if (!isLive(files)) report(index, reader.goodEnd(), reader.problem());
                 if (!sealed) finishChain(false, {});
                 return;
             }
@@ -1019,8 +1073,11 @@ class Verifier {
     }
 
     void chunk(const SegmentFiles& files, std::uint64_t offset, const Record& record,
-               std::uint64_t dataSize, CoveredRanges& covered, int dataFd) {
+               std::uint64_t& dataSize, CoveredRanges& covered, int dataFd) {
         summary_.chunkBytes = addSaturating(summary_.chunkBytes, record.length);
+        // A running daemon's segment grows while it is read: its data file as well as its index.
+        if (files.hasData && record.chunkEnd() > dataSize && isLive(files))
+            dataSize = fileSize(dataFd, files.dataPath);
         bool inside = files.hasData && record.chunkEnd() <= dataSize;
         if (files.hasData && !inside)
             report(files.indexPath, offset,
@@ -1080,8 +1137,11 @@ class Verifier {
     const std::string& dir_;
     const std::function<void(const std::string&)>& onProblem_;
     const ChainKey* key_;
+    std::function<void(unsigned, std::uint64_t)> beforeSegment_;
     int dirFd_ = -1;
-    std::map<unsigned, std::uint64_t> liveSegment_;  // worker -> its segment being written
+    bool daemonRunning_ = false;  // a splicegate process holds the directory
+    std::map<unsigned, std::uint64_t>
+        liveSegment_;  // worker -> its newest segment (daemon running)
     VerifySummary summary_;
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
     std::map<unsigned, WorkerChain> chains_;
@@ -1093,8 +1153,14 @@ class Verifier {
 
 VerifySummary verifyDirectory(const std::string& dir,
                               const std::function<void(const std::string&)>& onProblem,
+                              const VerifyOptions& options) {
+    return Verifier(dir, onProblem, options).run();
+}
+
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem,
                               const ChainKey* key) {
-    return Verifier(dir, onProblem, key).run();
+    return verifyDirectory(dir, onProblem, VerifyOptions{key, {}});
 }
 
 std::vector<std::string> verifyDirectory(const std::string& dir) {

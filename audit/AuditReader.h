@@ -101,6 +101,9 @@ class DeletedHeads {
 
     // A SegmentStart record, in log order; only each worker's first one counts.
     void segmentStart(unsigned worker, std::uint64_t segment, std::uint64_t idFloor);
+    // Retention deleted `worker`'s segments while they were being read: `deleted` is the
+    // retention log read again, and the worker's next SegmentStart counts as its first.
+    void restartWorker(unsigned worker, const std::vector<RetentionLogEntry>& deleted);
     // Whether a record of `id` in `worker`'s log, with no Open before it, continues a connection
     // whose head retention deleted.
     bool continues(unsigned worker, std::uint64_t id) const;
@@ -205,9 +208,20 @@ struct VerifySummary {
     std::uint64_t chunkBytes = 0;
 };
 
+struct VerifyOptions {
+    const ChainKey* key = nullptr;  // --key-file (null: the log must be unkeyed)
+    // Called before each listed segment is opened: a test's way to let retention delete
+    // segments while verify walks a live directory.
+    std::function<void(unsigned worker, std::uint64_t segment)> beforeSegment;
+};
+
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"
-// line per problem (in file order). `key`: --key-file (null: the log must be unkeyed). Throws
-// std::system_error when `dir` cannot be read.
+// line per problem (in file order). Works on a directory the daemon is writing: a listed
+// segment that retention deletes meanwhile is not a problem. Throws std::system_error when
+// `dir` cannot be read.
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem,
+                              const VerifyOptions& options);
 VerifySummary verifyDirectory(const std::string& dir,
                               const std::function<void(const std::string&)>& onProblem,
                               const ChainKey* key = nullptr);

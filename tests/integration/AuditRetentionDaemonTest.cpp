@@ -1,10 +1,10 @@
 // Retention in the running daemon with a connection that outlives its segments (issue 12: an
 // audit that keeps pace for hours). One worker, --audit-retention-bytes 1: the retention job
 // deletes every sealed segment but the newest. One upload longer than two 1 GiB segments stays
-// open while retention deletes the first two; the log still verifies with the daemon running, and
-// the connection lists with its head deleted. After it closes and the daemon stops, the log
-// verifies, the connection lists as closed, and extracting it gives exactly the end of what the
-// upstream received.
+// open while retention deletes the first two; verify, run again and again meanwhile, finds no
+// problem, and the connection lists with its head deleted. After it closes and the daemon stops,
+// the log verifies, the connection lists as closed, and extracting it gives exactly the end of
+// what the upstream received.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -91,16 +91,34 @@ TEST(AuditRetentionDaemonTest, LongConnectionLosesOnlyItsOldestSegments) {
     ASSERT_TRUE(client) << "connect: " << error;
     SendOptions send;
     send.shutdownWrite = false;  // open while retention runs
+    // verify runs over and over meanwhile: segments rolling, being sealed and being deleted
+    // under it are not problems.
+    std::atomic<bool> verifying{true};
+    std::vector<std::string> verifyFailures;
+    int verifyRuns = 0;
+    std::thread verifier([&] {
+        for (; verifyRuns < 200 && verifying.load(); ++verifyRuns) {
+            auto verified = auditVerifies(dir);
+            if (!verified) verifyFailures.push_back(verified.message());
+        }
+    });
     auto sent = sendPattern(client.get(), kSeed, kUpload, deadlineIn(milliseconds(120000)), send);
-    ASSERT_TRUE(sent.ok()) << sent.describe();
 
-    // Retention runs every 10 s; the third segment must exist before the second may go.
+    // Retention runs every second while it finds work; the third segment must exist before the
+    // second may go.
     bool deleted = false;
     for (int round = 0; round < 600 && !deleted; ++round) {
         deleted = fileExists(third) && !fileExists(first) && !fileExists(second);
         if (!deleted) std::this_thread::sleep_for(milliseconds(100));
     }
+    verifying = false;
+    verifier.join();
+    ASSERT_TRUE(sent.ok()) << sent.describe();
     ASSERT_TRUE(deleted) << "segments 1 and 2 still there, or no segment 3" << daemon.why();
+    EXPECT_GT(verifyRuns, 0);
+    EXPECT_TRUE(verifyFailures.empty())
+        << verifyFailures.size() << " of " << verifyRuns << " verify runs failed; the first:\n"
+        << verifyFailures.front();
     EXPECT_TRUE(auditVerifies(dir));
     auto listing = auditList(dir);
     ASSERT_TRUE(listing.ok()) << listing.describe();

@@ -340,6 +340,53 @@ TEST(AuditRetentionTest, OnlyIdsBelowTheFloorContinueADeletedHead) {
         << problems[1];
 }
 
+// verify on a live directory: retention deletes segments 1 and 2 of worker 0 and segment 1 of
+// worker 1 after verify has listed them and read worker 0's segment 1. The segments it then
+// cannot open are not a problem, nor is the connection whose Open verify saw in segment 1: it
+// continues in segment 3 as a connection whose head was deleted.
+TEST(AuditRetentionTest, VerifyTakesSegmentsRetentionDeletesWhileItReads) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0, 1);
+    s1.open(1, kT0).chunk(1, kDirectionC2U, "abc", kT0).whole(2, kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 1, 3);
+    s2.chunk(1, kDirectionC2U, "de", kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour, 3);
+    s3.chunk(1, kDirectionC2U, "fg", kT0 + 2 * kHour).close(1, 7, 0, kT0 + 2 * kHour);
+    s3.seal().write();
+    Seg(dir.path(), 0, 4, kT0 + 2 * kHour, 3).write();
+    Seg t1(dir.path(), 1, 1, kT0, 10);
+    t1.whole(10, kT0).seal().write();
+    Seg(dir.path(), 1, 2, kT0 + 2 * kHour, 11).write();
+
+    RetentionPlanner planner(dir.path());
+    std::vector<std::string> deleted;
+    VerifyOptions options;
+    options.beforeSegment = [&](unsigned worker, std::uint64_t segment) {
+        if (worker == 0 && segment == 2)
+            deleted = planner.apply({0, 1}, kT0 + 2 * kHour + 1).deleted;
+    };
+    std::vector<std::string> problems;
+    auto summary = verifyDirectory(
+        dir.path(), [&](const std::string& line) { problems.push_back(line); }, options);
+    EXPECT_EQ(asSet(deleted), pathsOf({&s1, &s2, &t1}));
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    EXPECT_EQ(summary.deletedByRetention, 3u);
+    EXPECT_EQ(summary.headsDeleted, 1u);
+    EXPECT_EQ(summary.segments, 4u);     // read: 0/1, 0/3, 0/4 and 1/2
+    EXPECT_EQ(summary.connections, 2u);  // 1 and 2 (closed in segment 1); 10 was never read
+
+    // A segment that vanishes without a retention log entry is still a problem.
+    problems.clear();
+    options.beforeSegment = [&](unsigned worker, std::uint64_t segment) {
+        if (worker == 0 && segment == 3) ::unlink(s3.indexPath().c_str());
+    };
+    verifyDirectory(
+        dir.path(), [&](const std::string& line) { problems.push_back(line); }, options);
+    ASSERT_FALSE(problems.empty());
+    EXPECT_NE(problems[0].find("cannot open " + s3.indexPath()), std::string::npos)
+        << joined(problems);
+}
+
 // An open connection no longer holds back the segments before it; after a crash, recovery
 // truncates it although its Open is gone.
 TEST(AuditRetentionTest, SizeCapDeletesThroughAnOpenConnection) {
