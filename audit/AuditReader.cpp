@@ -429,7 +429,32 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
     }
 }
 
+bool deletedSinceListed(const std::system_error& error, int dirFd, const std::string& dir,
+                        const SegmentFiles& files, std::vector<RetentionLogEntry>& entries) {
+    if (error.code().value() != ENOENT) return false;
+    try {
+        entries = repairRetentionLog(dirFd, dir, false).entries;
+    } catch (const std::system_error&) {
+        return false;
+    }
+    return std::any_of(entries.begin(), entries.end(), [&](const RetentionLogEntry& entry) {
+        return entry.worker == files.worker && entry.first <= files.segment &&
+               files.segment <= entry.last;
+    });
+}
+
 }  // namespace
+
+bool deletedSinceListed(const std::system_error& error, const std::string& dir,
+                        const SegmentFiles& files, std::vector<RetentionLogEntry>& entries) {
+    if (error.code().value() != ENOENT) return false;
+    try {
+        UniqueFd dirFd = openDirectory(dir);
+        return deletedSinceListed(error, dirFd.get(), dir, files, entries);
+    } catch (const std::system_error&) {
+        return false;
+    }
+}
 
 ListResult listConnections(const std::string& dir) {
     UniqueFd dirFd = openDirectory(dir);
@@ -447,6 +472,11 @@ ListResult listConnections(const std::string& dir) {
         try {
             listSegment(dirFd.get(), files, result, byId, heads);
         } catch (const std::system_error& error) {
+            std::vector<RetentionLogEntry> entries;
+            if (deletedSinceListed(error, dirFd.get(), dir, files, entries)) {
+                heads.restartWorker(files.worker, entries);
+                continue;
+            }
             // An unreadable file is one problem; the other segments are still listed.
             result.problems.push_back(placeText(files.indexPath, 0, error.what()));
         }
@@ -526,10 +556,26 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
     for (const auto& files : segments) {
         if (done || (result.found && files.worker != worker)) break;
         if (!files.hasIndex) continue;
-        UniqueFd indexFd = openIn(dirFd.get(), files, true);
-        IndexReader reader(indexFd.get(), files.indexPath);
+        UniqueFd indexFd;
         UniqueFd data;
-        std::uint64_t dataSize = 0;
+        try {
+            indexFd = openIn(dirFd.get(), files, true);
+            // Both files now: retention may delete them (index first) while this one is read.
+            if (files.hasData) data = openIn(dirFd.get(), files, false);
+        } catch (const std::system_error& error) {
+            std::vector<RetentionLogEntry> entries;
+            if (!deletedSinceListed(error, dirFd.get(), dir, files, entries)) throw;
+            if (result.found)
+                fail(placeText(files.indexPath, 0,
+                               "retention deleted this segment while connection " +
+                                   std::to_string(id) +
+                                   " was being extracted, so its bytes from here on are not "
+                                   "all left; extract it again for the bytes that are"));
+            heads.restartWorker(files.worker, entries);
+            continue;
+        }
+        IndexReader reader(indexFd.get(), files.indexPath);
+        std::uint64_t dataSize = data ? fileSize(data.get(), files.dataPath) : 0;
         bool isLast = last[files.worker] == files.segment;
         while (!done) {
             auto status = reader.next(record);
@@ -572,14 +618,12 @@ ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::u
                 continue;  // a record before its Open: verify reports it
             } else if (record.type == RecordType::Chunk) {
                 if (record.direction != direction) continue;
-                if (!data) {
-                    if (!files.hasData)
-                        fail(placeText(files.indexPath, reader.recordOffset(),
-                                       chunkText(record) + ": the data file " +
-                                           baseName(files.dataPath) + " is missing"));
-                    data = openIn(dirFd.get(), files, false);
-                    dataSize = fileSize(data.get(), files.dataPath);
-                }
+                if (!data)
+                    fail(placeText(files.indexPath, reader.recordOffset(),
+                                   chunkText(record) + ": the data file " +
+                                       baseName(files.dataPath) + " is missing"));
+                // A running daemon's segment grows while it is read: its data file as well.
+                if (record.chunkEnd() > dataSize) dataSize = fileSize(data.get(), files.dataPath);
                 if (record.chunkEnd() > dataSize)
                     fail(placeText(files.indexPath, reader.recordOffset(),
                                    chunkText(record) + " lies beyond the end of " +
@@ -1076,7 +1120,7 @@ class Verifier {
                std::uint64_t& dataSize, CoveredRanges& covered, int dataFd) {
         summary_.chunkBytes = addSaturating(summary_.chunkBytes, record.length);
         // A running daemon's segment grows while it is read: its data file as well as its index.
-        if (files.hasData && record.chunkEnd() > dataSize && isLive(files))
+        if (files.hasData && record.chunkEnd() > dataSize)
             dataSize = fileSize(dataFd, files.dataPath);
         bool inside = files.hasData && record.chunkEnd() <= dataSize;
         if (files.hasData && !inside)

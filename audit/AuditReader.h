@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "audit/Records.h"
@@ -114,6 +115,13 @@ class DeletedHeads {
     std::map<unsigned, std::uint64_t> floor_;  // worker -> id floor, where its head is cut
     std::set<unsigned> started_;
 };
+
+// Whether retention deleted `files`' segment after it was listed: opening one of its files gave
+// `error` ENOENT, and the retention log, read again, records the deletion (retention records it
+// before it deletes). `entries` gets that log, for DeletedHeads::restartWorker. `dir` is the
+// audit directory.
+bool deletedSinceListed(const std::system_error& error, const std::string& dir,
+                        const SegmentFiles& files, std::vector<RetentionLogEntry>& entries);
 
 // ---- list
 

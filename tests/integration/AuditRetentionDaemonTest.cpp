@@ -1,8 +1,8 @@
 // Retention in the running daemon with a connection that outlives its segments (issue 12: an
 // audit that keeps pace for hours). One worker, --audit-retention-bytes 1: the retention job
 // deletes every sealed segment but the newest. One upload longer than two 1 GiB segments stays
-// open while retention deletes the first two; verify, run again and again meanwhile, finds no
-// problem, and the connection lists with its head deleted. After it closes and the daemon stops,
+// open while retention deletes the first two; verify and list, run again and again meanwhile, find
+// no problem, and the connection lists with its head deleted. After it closes and the daemon stops,
 // the log verifies, the connection lists as closed, and extracting it gives exactly the end of
 // what the upstream received.
 #include <gtest/gtest.h>
@@ -91,8 +91,8 @@ TEST(AuditRetentionDaemonTest, LongConnectionLosesOnlyItsOldestSegments) {
     ASSERT_TRUE(client) << "connect: " << error;
     SendOptions send;
     send.shutdownWrite = false;  // open while retention runs
-    // verify runs over and over meanwhile: segments rolling, being sealed and being deleted
-    // under it are not problems.
+    // verify and list run over and over meanwhile: segments rolling, being sealed and being
+    // deleted under them are not problems.
     std::atomic<bool> verifying{true};
     std::vector<std::string> verifyFailures;
     int verifyRuns = 0;
@@ -100,6 +100,8 @@ TEST(AuditRetentionDaemonTest, LongConnectionLosesOnlyItsOldestSegments) {
         for (; verifyRuns < 200 && verifying.load(); ++verifyRuns) {
             auto verified = auditVerifies(dir);
             if (!verified) verifyFailures.push_back(verified.message());
+            auto listed = auditList(dir);
+            if (!listed.ok()) verifyFailures.push_back("list: " + listed.describe());
         }
     });
     auto sent = sendPattern(client.get(), kSeed, kUpload, deadlineIn(milliseconds(120000)), send);
@@ -116,9 +118,9 @@ TEST(AuditRetentionDaemonTest, LongConnectionLosesOnlyItsOldestSegments) {
     ASSERT_TRUE(sent.ok()) << sent.describe();
     ASSERT_TRUE(deleted) << "segments 1 and 2 still there, or no segment 3" << daemon.why();
     EXPECT_GT(verifyRuns, 0);
-    EXPECT_TRUE(verifyFailures.empty())
-        << verifyFailures.size() << " of " << verifyRuns << " verify runs failed; the first:\n"
-        << verifyFailures.front();
+    EXPECT_TRUE(verifyFailures.empty()) << verifyFailures.size() << " of " << verifyRuns
+                                        << " verify and list runs failed; the first:\n"
+                                        << verifyFailures.front();
     EXPECT_TRUE(auditVerifies(dir));
     auto listing = auditList(dir);
     ASSERT_TRUE(listing.ok()) << listing.describe();

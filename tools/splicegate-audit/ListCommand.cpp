@@ -149,7 +149,11 @@ void forEachConnection(const std::string& dir,
         // The connections of this worker not yet closed or truncated.
         std::map<std::uint64_t, ConnectionSummary> live;
         std::set<std::uint64_t> continued;  // ids whose head was deleted, seen so far
-        WorkerRecords records(std::move(segments), onProblem);
+        WorkerRecords records(dir, std::move(segments), onProblem,
+                              [&](const audit::SegmentFiles& files,
+                                  const std::vector<audit::RetentionLogEntry>& entries) {
+                                  heads.restartWorker(files.worker, entries);
+                              });
         while (records.next(record)) {
             const auto& segment = records.segment();
             if (record.type == RecordType::SegmentStart)

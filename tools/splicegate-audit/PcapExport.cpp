@@ -52,8 +52,10 @@ namespace {
 // One worker's records with the data file of the segment being read.
 class WorkerStream {
   public:
-    WorkerStream(std::vector<audit::SegmentFiles> segments, const ProblemSink& onProblem)
-        : records_(std::move(segments), onProblem) {
+    // A segment retention deletes before it is read is reported: its flows would have gaps.
+    WorkerStream(const std::string& dir, std::vector<audit::SegmentFiles> segments,
+                 const ProblemSink& onProblem)
+        : records_(dir, std::move(segments), onProblem) {
         advance();
     }
 
@@ -280,7 +282,7 @@ int runExport(const std::string& dir, const po::variables_map& values) {
     Progress progress("export", ::isatty(STDERR_FILENO) ? dataBytes(workers) : 0, true);
     std::vector<WorkerStream> streams;
     streams.reserve(workers.size());
-    for (auto& segments : workers) streams.emplace_back(std::move(segments), onProblem);
+    for (auto& segments : workers) streams.emplace_back(dir, std::move(segments), onProblem);
 
     PcapWriter pcap(path);
     Exporter exporter(pcap, only, progress, problems);

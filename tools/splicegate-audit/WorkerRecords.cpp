@@ -8,8 +8,12 @@ namespace splicegate::audittool {
 using audit::IndexReader;
 using audit::placeText;
 
-WorkerRecords::WorkerRecords(std::vector<audit::SegmentFiles> segments, ProblemSink onProblem)
-    : segments_(std::move(segments)), onProblem_(std::move(onProblem)) {}
+WorkerRecords::WorkerRecords(std::string dir, std::vector<audit::SegmentFiles> segments,
+                             ProblemSink onProblem, DeletedSink onDeletedMeanwhile)
+    : dir_(std::move(dir)),
+      segments_(std::move(segments)),
+      onProblem_(std::move(onProblem)),
+      onDeletedMeanwhile_(std::move(onDeletedMeanwhile)) {}
 
 bool WorkerRecords::openNext() {
     reader_.reset();
@@ -19,6 +23,11 @@ bool WorkerRecords::openNext() {
         try {
             reader_.emplace(files.indexPath);
         } catch (const std::system_error& error) {
+            std::vector<audit::RetentionLogEntry> entries;
+            if (onDeletedMeanwhile_ && audit::deletedSinceListed(error, dir_, files, entries)) {
+                onDeletedMeanwhile_(files, entries);
+                continue;
+            }
             // One unreadable file is one problem; the other segments are still read.
             onProblem_(placeText(files.indexPath, 0, error.what()));
             continue;

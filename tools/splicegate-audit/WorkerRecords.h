@@ -3,7 +3,9 @@
 // constant memory: what `list` and `export` walk. Damage is handled as audit::listConnections
 // handles it: a corrupt record is reported and skipped (the reader resynchronises), a torn tail
 // ends its segment (a write in progress or a crash not yet recovered), an index whose first record
-// is not SegmentStart is reported, an unreadable index file is reported and skipped.
+// is not SegmentStart is reported, an unreadable index file is reported and skipped, and one that
+// retention deleted after it was listed goes to `onDeletedMeanwhile` if given (else it is
+// reported).
 // Thread affinity: none; one object per thread. Error contract: problems go to `onProblem` as
 // "FILE:OFFSET: what"; nothing throws but std::bad_alloc.
 #include <cstddef>
@@ -18,11 +20,16 @@
 namespace splicegate::audittool {
 
 using ProblemSink = std::function<void(const std::string&)>;
+// A listed segment retention deleted before it was read, and the retention log read again.
+using DeletedSink =
+    std::function<void(const audit::SegmentFiles&, const std::vector<audit::RetentionLogEntry>&)>;
 
 class WorkerRecords {
   public:
-    // `segments`: one worker's, in segment order (as audit::listSegments sorts them).
-    WorkerRecords(std::vector<audit::SegmentFiles> segments, ProblemSink onProblem);
+    // `segments`: one worker's, in segment order (as audit::listSegments sorts them); `dir`
+    // their directory.
+    WorkerRecords(std::string dir, std::vector<audit::SegmentFiles> segments, ProblemSink onProblem,
+                  DeletedSink onDeletedMeanwhile = {});
 
     // The next good record; false after the last segment.
     bool next(audit::Record& record);
@@ -32,8 +39,10 @@ class WorkerRecords {
   private:
     bool openNext();
 
+    std::string dir_;
     std::vector<audit::SegmentFiles> segments_;
     ProblemSink onProblem_;
+    DeletedSink onDeletedMeanwhile_;
     std::size_t current_ = 0;
     std::size_t following_ = 0;  // the segment openNext() opens
     std::optional<audit::IndexReader> reader_;
