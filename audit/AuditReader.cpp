@@ -429,6 +429,14 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
     }
 }
 
+// Whether the retention log's `entries` record deleting the segment of `files`.
+bool recordsDeletion(const std::vector<RetentionLogEntry>& entries, const SegmentFiles& files) {
+    return std::any_of(entries.begin(), entries.end(), [&](const RetentionLogEntry& entry) {
+        return entry.worker == files.worker && entry.first <= files.segment &&
+               files.segment <= entry.last;
+    });
+}
+
 bool deletedSinceListed(const std::system_error& error, int dirFd, const std::string& dir,
                         const SegmentFiles& files, std::vector<RetentionLogEntry>& entries) {
     if (error.code().value() != ENOENT) return false;
@@ -437,10 +445,7 @@ bool deletedSinceListed(const std::system_error& error, int dirFd, const std::st
     } catch (const std::system_error&) {
         return false;
     }
-    return std::any_of(entries.begin(), entries.end(), [&](const RetentionLogEntry& entry) {
-        return entry.worker == files.worker && entry.first <= files.segment &&
-               files.segment <= entry.last;
-    });
+    return recordsDeletion(entries, files);
 }
 
 }  // namespace
@@ -815,12 +820,7 @@ class Verifier {
     // chain is let go. Otherwise the caller reports it.
     bool deletedMeanwhile(const SegmentFiles& files) {
         retentionLog(false);
-        bool recorded =
-            std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
-                return entry.worker == files.worker && entry.first <= files.segment &&
-                       files.segment <= entry.last;
-            });
-        if (!recorded) return false;
+        if (!recordsDeletion(deleted_, files)) return false;
         heads_.restartWorker(files.worker, deleted_);
         chains_.erase(files.worker);
         std::erase_if(connections_, [&](const auto& item) {

@@ -6,17 +6,20 @@
 # size, audit errors and lost bytes. The disk's O_DIRECT bandwidth (fio) is measured before and
 # after on the same filesystem. At the end the log that retention kept is verified
 # (`splicegate-audit verify`). The first interval holds the page cache's fill (docs/kernel-notes.md
-# §12) and is left out of the summary.
+# §12) and is left out of the summary. --live-readers: an operator reads the log meanwhile
+# (`splicegate-audit verify`, `list`, and `extract` of the first connection listed, one after
+# another until the load ends); their runs and failures go in the report. Their reads share the
+# disk with the audit, so take the throughput figures from a run without them.
 # usage: tools/bench/audit-soak.sh [--minutes 30] [--interval 60] [--streams 8] [--workers 2]
 #            [--durability batch] [--retention-gib 16] [--audit-root /var/tmp] [--fio-size 6G]
-#            [--out FILE]
+#            [--live-readers] [--out FILE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
 MINUTES=30 INTERVAL=60 STREAMS=8 WORKERS=2 DURABILITY=batch RETENTION_GIB=16
-AUDIT_ROOT=/var/tmp FIO_SIZE=6G OUT=""
+AUDIT_ROOT=/var/tmp FIO_SIZE=6G OUT="" LIVE_READERS=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -28,8 +31,9 @@ while (($#)); do
         --retention-gib) RETENTION_GIB=${2:?}; shift 2 ;;
         --audit-root) AUDIT_ROOT=${2:?}; shift 2 ;;
         --fio-size) FIO_SIZE=${2:?}; shift 2 ;;
+        --live-readers) LIVE_READERS=1; shift ;;
         --out) OUT=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "audit-soak.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -42,7 +46,8 @@ case $DURABILITY in batch|strict|none) ;; *)
 for tool in fio jq curl; do
     command -v "$tool" >/dev/null || { echo "audit-soak.sh: $tool is not installed" >&2; exit 1; }
 done
-# Retention runs every 10 s: at 2 GB/s up to 20 GB more than the cap can be live between runs.
+# Retention runs every second while it finds work, every 10 s otherwise: its first busy run
+# may find up to 20 GB (10 s at 2 GB/s) above the cap, and the 45-min soak peaked 2.1 GiB over.
 free_gb=$(df -B1G --output=avail "$AUDIT_ROOT" | tail -n 1 | tr -d ' ')
 if ((free_gb < RETENTION_GIB + 30)); then
     echo "audit-soak.sh: only $free_gb GB free on $AUDIT_ROOT; $((RETENTION_GIB + 30)) GB needed" >&2
@@ -70,6 +75,38 @@ PIDS+=("$relay")
 load=$!
 PIDS+=("$load")
 
+# An operator reading the log while the load runs: one line "COMMAND EXIT-CODE" per run in
+# $WORK/readers, the output of each failed run appended to $WORK/readers.failed.
+live_readers() {
+    local command id rc
+    local -a args
+    while kill -0 "$load" 2>/dev/null; do
+        for command in verify list extract; do
+            case $command in
+                verify) args=(verify "$AUDIT") ;;
+                list) args=(list "$AUDIT" --jsonl) ;;
+                extract)
+                    id=$(head -n 1 "$WORK/readers.list" | jq -r '.id // empty' 2>/dev/null || true)
+                    [[ $id =~ ^[0-9]+$ ]] || continue
+                    args=(extract "$AUDIT" --connection "$id" --direction c2u -o /dev/null) ;;
+            esac
+            rc=0
+            "$BIN/splicegate-audit" "${args[@]}" >"$WORK/readers.list.new" 2>"$WORK/readers.err" || rc=$?
+            [[ $command != list ]] || mv "$WORK/readers.list.new" "$WORK/readers.list"
+            echo "$command $rc" >>"$WORK/readers"
+            if ((rc != 0)); then
+                { echo "== $command: exit $rc"; head -n 5 "$WORK/readers.err"; } >>"$WORK/readers.failed"
+            fi
+        done
+    done
+}
+: >"$WORK/readers"
+: >"$WORK/readers.list"
+if ((LIVE_READERS)); then
+    live_readers &
+    PIDS+=($!)
+fi
+
 # One sample: "seconds c2u_bytes audit_bytes cpu_ticks rss_bytes stored_bytes errors lost".
 sample() {
     local metrics cpu
@@ -96,6 +133,7 @@ while ((SECONDS + INTERVAL <= deadline)) && kill -0 "$load" 2>/dev/null; do
     tail -n 1 "$WORK/samples" >&2
 done
 wait "$load" || true
+((LIVE_READERS == 0)) || wait "${PIDS[-1]}" || true
 kill -TERM "$relay"
 wait "$relay" || true
 echo "audit-soak.sh: verifying what retention kept" >&2
@@ -157,6 +195,22 @@ report() {
         echo '```'
         tail -n 20 "$WORK/verify.out"
         echo '```'
+    fi
+    if ((LIVE_READERS)); then
+        echo
+        echo "**Live readers** (runs during the load; exit codes other than 0 are failures):"
+        local command
+        for command in verify list extract; do
+            awk -v c="$command" '$1 == c { n++; if ($2 != 0) f++ }
+                END { printf "%s %d runs, %d failed; ", c, n, f }' "$WORK/readers"
+        done
+        echo
+        if [[ -s $WORK/readers.failed ]]; then
+            echo
+            echo '```'
+            head -n 30 "$WORK/readers.failed"
+            echo '```'
+        fi
     fi
     echo
     echo "Load generator's own line: \`$(tail -n 1 "$WORK/bulk.out")\`"
