@@ -179,6 +179,8 @@ struct ExtractResult {
 // std::runtime_error ("FILE:OFFSET: what") when damage makes the exact bytes unavailable (a corrupt
 // index record after the Open in the connection's worker, a missing data file, a chunk beyond its
 // data file), std::system_error on I/O errors. Bytes copied before the error stay in the output.
+// Before `openOutput` is called, the remaining segments of the connection's worker are opened
+// (up to 256), so retention deleting them while the copy runs takes nothing from it.
 ExtractResult extractConnection(const std::string& dir, std::uint64_t id, std::uint8_t direction,
                                 const std::function<int()>& openOutput);
 

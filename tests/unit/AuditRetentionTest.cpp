@@ -387,6 +387,37 @@ TEST(AuditRetentionTest, VerifyTakesSegmentsRetentionDeletesWhileItReads) {
         << joined(problems);
 }
 
+// extract on a live directory: once it has found the connection it holds the rest of the
+// worker's segments open, so retention deleting them (here when the output is opened, right
+// after) takes no byte from the copy.
+TEST(AuditRetentionTest, ExtractKeepsTheSegmentsItNeedsWhileRetentionDeletesThem) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0, 1);
+    s1.open(1, kT0).chunk(1, kDirectionC2U, "abc", kT0).seal().write();
+    Seg s2(dir.path(), 0, 2, kT0 + 1, 2);
+    s2.chunk(1, kDirectionC2U, "de", kT0 + 1).seal().write();
+    Seg s3(dir.path(), 0, 3, kT0 + 2 * kHour, 2);
+    s3.chunk(1, kDirectionC2U, "fg", kT0 + 2 * kHour).close(1, 7, 0, kT0 + 2 * kHour).write();
+
+    RetentionPlanner planner(dir.path());
+    std::vector<std::string> deleted;
+    TempDir out;
+    const std::string path = out.path() + "/c2u";
+    auto got = extractConnection(dir.path(), 1, kDirectionC2U, [&] {
+        deleted = planner.apply({0, 1}, kT0 + 2 * kHour + 1).deleted;
+        return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    });
+    EXPECT_EQ(asSet(deleted), pathsOf({&s1, &s2}));
+    EXPECT_TRUE(got.found);
+    EXPECT_FALSE(got.headDeleted);
+    EXPECT_EQ(got.state, ConnectionState::Closed);
+    EXPECT_EQ(got.bytes, 7u);
+    std::string bytes(16, '\0');
+    UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    bytes.resize(static_cast<std::size_t>(::read(in.get(), bytes.data(), bytes.size())));
+    EXPECT_EQ(bytes, "abcdefg");
+}
+
 // An open connection no longer holds back the segments before it; after a crash, recovery
 // truncates it although its Open is gone.
 TEST(AuditRetentionTest, SizeCapDeletesThroughAnOpenConnection) {

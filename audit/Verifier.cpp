@@ -1,0 +1,567 @@
+// `splicegate-audit verify` (FORMAT.md "verify"): every record, payload checksum, hash-chain
+// link, retention log entry and connection's bookkeeping, in one pass over the directory, also
+// while the daemon writes it.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+#include "audit/AuditDirectory.h"
+#include "audit/AuditReader.h"
+#include "audit/ReaderSupport.h"
+#include "audit/SealChain.h"
+#include "common/Error.h"
+
+namespace splicegate::audit {
+
+namespace {
+
+// The data-file byte ranges referenced so far in one segment, merged when adjacent: chunks arrive
+// nearly in offset order, so this stays small however many chunks there are.
+class CoveredRanges {
+  public:
+    // Adds [begin, end); on overlap returns false and sets the overlapping part.
+    bool add(std::uint64_t begin, std::uint64_t end, std::uint64_t& overlapBegin,
+             std::uint64_t& overlapEnd) {
+        if (begin >= end) return true;
+        auto next = ranges_.lower_bound(begin);  // first range starting at or after begin
+        if (next != ranges_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->second > begin) {
+                overlapBegin = begin;
+                overlapEnd = std::min(end, prev->second);
+                return false;
+            }
+        }
+        if (next != ranges_.end() && next->first < end) {
+            overlapBegin = next->first;
+            overlapEnd = std::min(end, next->second);
+            return false;
+        }
+        // Merge with the neighbours this range touches.
+        std::uint64_t newBegin = begin, newEnd = end;
+        if (next != ranges_.begin()) {
+            auto prev = std::prev(next);
+            if (prev->second == begin) {
+                newBegin = prev->first;
+                ranges_.erase(prev);
+            }
+        }
+        if (next != ranges_.end() && next->first == end) {
+            newEnd = next->second;
+            ranges_.erase(next);
+        }
+        ranges_.emplace(newBegin, newEnd);
+        return true;
+    }
+
+  private:
+    std::map<std::uint64_t, std::uint64_t> ranges_;  // begin -> end
+};
+
+struct ConnectionCheck {
+    unsigned worker = 0;
+    bool opened = false;
+    bool continued = false;  // its head was deleted by retention (DeletedHeads)
+    bool closed = false;
+    bool truncated = false;
+    std::uint64_t bytes[2] = {0, 0};
+};
+
+// What verify knows of one worker's chain while it walks the worker's segments.
+struct WorkerChain {
+    bool seen = false;          // a segment of this worker was read
+    bool known = false;         // `digest` is the previous segment's seal digest
+    std::uint64_t segment = 0;  // the previous segment's number
+    std::string indexPath;      // and its index file
+    Digest digest{};
+};
+
+std::string shortHex(const Digest& digest) {
+    return hexText(digest.data(), 8) + "...";
+}
+
+class Verifier {
+  public:
+    Verifier(const std::string& dir, const std::function<void(const std::string&)>& onProblem,
+             const VerifyOptions& options)
+        : dir_(dir),
+          onProblem_(onProblem),
+          key_(options.key),
+          beforeSegment_(options.beforeSegment) {}
+
+    VerifySummary run() {
+        UniqueFd dirFd = openDirectory(dir_);
+        dirFd_ = dirFd.get();
+        // The listing first, then the retention log: retention records a deletion before it
+        // deletes, so the log read now names every segment missing from the listing.
+        auto segments = listSegments(dirFd_, dir_);
+        daemonRunning_ = checkAuditDirectory(dir_).holderPid.has_value();
+        retentionLog(true);
+        heads_ = DeletedHeads(deleted_);
+        // A running daemon's current segments are sealed only when they roll or it stops, and
+        // the seal of the one before may still be on its way: while it holds the directory,
+        // those two being unsealed, or ending in a record being written, is not a problem.
+        if (daemonRunning_)
+            for (const auto& files : segments)
+                liveSegment_[files.worker] = std::max(liveSegment_[files.worker], files.segment);
+        std::size_t indexed = 0;
+        for (const auto& files : segments) {
+            if (beforeSegment_) beforeSegment_(files.worker, files.segment);
+            ++summary_.segments;
+            if (files.unsafe)
+                report(files.indexPath, 0,
+                       "a file with this segment's name is not a regular file (a symlink?); it "
+                       "is not followed");
+            if (!files.hasIndex) {
+                if (files.hasData) report(files.dataPath, 0, "data file without an index file");
+                continue;
+            }
+            ++indexed;
+            try {
+                segment(files);
+            } catch (const std::system_error& error) {
+                if (error.code().value() == ENOENT && deletedMeanwhile(files)) {
+                    --summary_.segments;
+                    continue;
+                }
+                // An unreadable file is one problem; the other segments are still checked.
+                report(files.indexPath, 0, error.what());
+                chains_[files.worker] =
+                    WorkerChain{true, false, files.segment, files.indexPath, {}};
+            }
+        }
+        if (indexed == 0) report(dir_, 0, "no audit log here (no segment index file)");
+        summary_.connections = connections_.size();
+        return summary_;
+    }
+
+  private:
+    void report(const std::string& file, std::uint64_t offset, const std::string& what) {
+        ++summary_.problems;
+        onProblem_(placeText(file, offset, what));
+    }
+
+    // Says what is wrong with a chained record's key, or empty when it matches --key-file.
+    std::string keyProblem(const Record& record) const {
+        if (record.chainKind == kChainHmacSha256 && key_ == nullptr)
+            return "sealed with an HMAC key (key id " +
+                   hexText(record.keyId.data(), record.keyId.size()) +
+                   "): verify it with --key-file";
+        if (record.chainKind == kChainSha256 && key_ != nullptr)
+            return "sealed without a key, but --key-file was given: whoever wrote it did not "
+                   "have the key";
+        if (key_ != nullptr && record.keyId != key_->id())
+            return "sealed with another key (key id " +
+                   hexText(record.keyId.data(), record.keyId.size()) + ", --key-file's is " +
+                   hexText(key_->id().data(), key_->id().size()) + "): wrong key";
+        return {};
+    }
+
+    // A listed segment's file is gone (opening it gave ENOENT). Retention deleted it while verify
+    // ran if the retention log, read again, says so: then the worker's log now begins after it,
+    // as if verify had started later, and what was learnt of the worker's open connections and
+    // chain is let go. Otherwise the caller reports it.
+    bool deletedMeanwhile(const SegmentFiles& files) {
+        retentionLog(false);
+        if (!recordsDeletion(deleted_, files)) return false;
+        heads_.restartWorker(files.worker, deleted_);
+        chains_.erase(files.worker);
+        std::erase_if(connections_, [&](const auto& item) {
+            const ConnectionCheck& check = item.second;
+            return check.worker == files.worker && !check.closed && !check.truncated;
+        });
+        return true;
+    }
+
+    // The retention log: which segments retention deleted, each entry chained to the previous.
+    // Its problems are reported on the first reading only.
+    void retentionLog(bool reportProblems) {
+        deleted_.clear();
+        summary_.deletedByRetention = 0;
+        std::string path = (dir_.back() == '/' ? dir_ : dir_ + "/") + kRetentionLogName;
+        auto logProblem = [&](const std::string& file, std::uint64_t offset,
+                              const std::string& what) {
+            if (reportProblems) report(file, offset, what);
+        };
+        int fd = openInDirectory(dirFd_, kRetentionLogName, O_RDONLY);
+        if (fd == -ENOENT) return;
+        if (fd < 0) {
+            logProblem(path, 0,
+                       fd == -ELOOP ? std::string("is a symlink (not followed)") : errnoText(-fd));
+            return;
+        }
+        UniqueFd owned(fd);
+        IndexReader reader(fd, path);
+        Record record;
+        Digest previous{};
+        for (;;) {
+            auto status = reader.next(record);
+            if (status == IndexReader::Status::End) return;
+            // A running daemon's retention may be appending an entry as it is read.
+            if (status == IndexReader::Status::Torn && daemonRunning_) return;
+            if (status != IndexReader::Status::Record) {
+                logProblem(
+                    path,
+                    status == IndexReader::Status::Torn ? reader.goodEnd() : reader.recordOffset(),
+                    reader.problem());
+                return;  // later entries cannot be trusted without the chain
+            }
+            auto offset = reader.recordOffset();
+            if (record.type != RecordType::SegmentsDeleted) {
+                logProblem(
+                    path, offset,
+                    std::string(recordTypeName(record.type)) + " record in the retention log");
+                return;
+            }
+            if (auto problem = keyProblem(record); !problem.empty()) {
+                logProblem(path, offset, "retention entry " + problem);
+                return;
+            }
+            ChainHasher hasher(key_);
+            hasher.update(reader.recordData() + kRecordHeaderSize,
+                          reader.recordSize() - kRecordHeaderSize - Digest{}.size());
+            if (hasher.finish() != record.entryMac || record.prevDigest != previous) {
+                logProblem(path, offset,
+                           "retention entry for worker " + std::to_string(record.worker) +
+                               " segments " + std::to_string(record.firstSegment) + ".." +
+                               std::to_string(record.lastSegment) +
+                               " does not match its chain: the retention log was altered");
+                return;
+            }
+            previous = record.entryMac;
+            summary_.deletedByRetention += record.lastSegment - record.firstSegment + 1;
+            deleted_.push_back(
+                {record.worker, record.firstSegment, record.lastSegment, record.digest});
+        }
+    }
+
+    // Whether the retention log records deleting segments up to one whose digest is `digest`,
+    // below segment `before` of `worker`.
+    bool deletedByRetention(unsigned worker, std::uint64_t before, const Digest& digest) const {
+        return std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
+            return entry.worker == worker && entry.last < before && entry.lastDigest == digest;
+        });
+    }
+
+    bool isLive(const SegmentFiles& files) const {
+        auto it = liveSegment_.find(files.worker);
+        return it != liveSegment_.end() && files.segment + 1 >= it->second;
+    }
+
+    void checkLink(const SegmentFiles& files, std::uint64_t offset, const Record& seal) {
+        auto& chain = chains_[files.worker];
+        bool linked = false;
+        std::string expected;
+        if (chain.seen && chain.known) {
+            linked = seal.prevDigest == chain.digest;
+            expected = "the previous segment " + baseName(chain.indexPath) + " ends with " +
+                       shortHex(chain.digest);
+        } else if (chain.seen) {
+            return;  // the previous segment is damaged, unsealed or older than the chain
+        } else {
+            linked = seal.prevDigest == Digest{};
+            expected = "there is no earlier segment of worker " + std::to_string(files.worker);
+        }
+        if (linked || deletedByRetention(files.worker, files.segment, seal.prevDigest)) return;
+        report(files.indexPath, offset,
+               "hash chain broken before this segment: its seal names predecessor digest " +
+                   shortHex(seal.prevDigest) + ", but " + expected +
+                   " and the retention log records no such deletion (a segment was removed, "
+                   "replaced or reordered)");
+    }
+
+    void segment(const SegmentFiles& files) {
+        const std::string& index = files.indexPath;
+        std::uint64_t dataSize = 0;
+        UniqueFd data;
+        if (files.hasData) {
+            data = openIn(dirFd_, files, false);
+            dataSize = fileSize(data.get(), files.dataPath);
+        } else {
+            report(index, 0, "the data file " + baseName(files.dataPath) + " is missing");
+        }
+        UniqueFd indexFd = openIn(dirFd_, files, true);
+        IndexReader reader(indexFd.get(), index);
+        CoveredRanges covered;
+        Record record;
+        bool first = true;
+        bool sealed = false;
+        bool damaged = false;
+        std::uint32_t version = 0;
+        // Both chain kinds are computed: which one applies is known only at the seal.
+        ChainHasher plain(nullptr);
+        std::optional<ChainHasher> keyed;
+        if (key_ != nullptr) keyed.emplace(key_);
+        auto& chain = chains_[files.worker];
+        auto finishChain = [&](bool known, const Digest& digest) {
+            chain = WorkerChain{true, known, files.segment, index, digest};
+        };
+        for (;;) {
+            auto status = reader.next(record);
+            if (status == IndexReader::Status::End) {
+                if (first) report(index, 0, "empty index file (no SegmentStart record)");
+                if (!sealed && !first && !damaged && version >= kFirstChainedVersion &&
+                    !isLive(files))
+                    report(index, reader.goodEnd(),
+                           "the segment is not sealed: its records are not covered by the hash "
+                           "chain (the running daemon's current segment, or a crash not yet "
+                           "recovered)");
+                if (!sealed) finishChain(false, {});
+                return;
+            }
+            if (status == IndexReader::Status::Torn) {
+                // A running daemon's segment: a record being written as it was read.
+                if (!isLive(files)) report(index, reader.goodEnd(), reader.problem());
+                if (!sealed) finishChain(false, {});
+                return;
+            }
+            if (status == IndexReader::Status::Corrupt) {
+                auto offset = reader.recordOffset();
+                auto problem = reader.problem();
+                bool more = reader.resync();
+                problem += more ? " (" + std::to_string(reader.position() - offset) +
+                                      " bytes skipped to the next valid record)"
+                                : " (no valid record follows)";
+                report(index, offset, problem);
+                first = false;
+                damaged = true;
+                if (!more) {
+                    finishChain(false, {});
+                    return;
+                }
+                continue;
+            }
+            ++summary_.records;
+            auto offset = reader.recordOffset();
+            if (first && record.type != RecordType::SegmentStart)
+                report(index, offset,
+                       std::string("the first record is ") + recordTypeName(record.type) +
+                           ", not SegmentStart");
+            if (sealed)
+                report(index, offset,
+                       std::string(recordTypeName(record.type)) + " record after SegmentSealed");
+            if (record.type != RecordType::SegmentSealed) {
+                plain.update(reader.recordData(), reader.recordSize());
+                if (keyed) keyed->update(reader.recordData(), reader.recordSize());
+            }
+            switch (record.type) {
+                case RecordType::SegmentStart:
+                    if (!first) {
+                        report(index, offset, "SegmentStart record that is not the first record");
+                    } else if (record.worker != files.worker || record.segment != files.segment) {
+                        report(index, offset,
+                               "SegmentStart names worker " + std::to_string(record.worker) +
+                                   " segment " + std::to_string(record.segment) +
+                                   " but the file name says worker " +
+                                   std::to_string(files.worker) + " segment " +
+                                   std::to_string(files.segment) +
+                                   " (a segment file was renamed or moved)");
+                        damaged = true;
+                    } else {
+                        version = record.version;
+                        heads_.segmentStart(files.worker, files.segment, record.idFloor);
+                    }
+                    break;
+                case RecordType::SegmentSealed:
+                    if (!sealed)
+                        seal(files, offset, record, reader, damaged, plain, keyed, finishChain);
+                    sealed = true;
+                    break;
+                case RecordType::SegmentsDeleted:
+                    report(index, offset, "SegmentsDeleted record in a segment index");
+                    break;
+                case RecordType::Open:
+                    open(files, offset, record);
+                    break;
+                case RecordType::Chunk:
+                    chunk(files, offset, record, dataSize, covered, data.get());
+                    break;
+                case RecordType::Close:
+                case RecordType::Truncated:
+                    end(files, offset, record);
+                    break;
+            }
+            first = false;
+        }
+    }
+
+    template <typename Finish>
+    void seal(const SegmentFiles& files, std::uint64_t offset, const Record& record,
+              const IndexReader& reader, bool damaged, ChainHasher& plain,
+              std::optional<ChainHasher>& keyed, Finish& finishChain) {
+        if (!record.chained) {
+            finishChain(true, Digest{});  // an old segment: a later chain starts from zero
+            return;
+        }
+        ++summary_.sealedSegments;
+        const std::uint8_t* body = reader.recordData() + kRecordHeaderSize;
+        if (auto problem = keyProblem(record); !problem.empty()) {
+            report(files.indexPath, offset, "segment " + problem);
+            finishChain(true, record.digest);
+            return;
+        }
+        ChainHasher& hasher = record.chainKind == kChainHmacSha256 ? *keyed : plain;
+        hasher.update(body, kSealDigestedBodyBytes);
+        if (!damaged && hasher.finish() != record.digest)
+            report(files.indexPath, offset,
+                   "the seal's digest does not match the segment's records: a record was "
+                   "altered, removed, inserted or reordered");
+        checkLink(files, offset, record);
+        finishChain(true, record.digest);
+    }
+
+    void open(const SegmentFiles& files, std::uint64_t offset, const Record& record) {
+        auto& check = connections_[record.id];
+        if (check.opened) {
+            report(files.indexPath, offset,
+                   "second Open record for connection " + std::to_string(record.id));
+            return;
+        }
+        if (check.closed || check.truncated || check.bytes[0] + check.bytes[1] > 0) {
+            // Records of this id came before its Open (already reported).
+            check = ConnectionCheck{};
+        }
+        check.opened = true;
+        check.worker = files.worker;
+    }
+
+    // Checks that `record` (Chunk, Close, Truncated) follows its connection's Open in the same
+    // worker and precedes its end. Returns the connection's state, or nullptr when the problem
+    // was reported.
+    ConnectionCheck* follows(const SegmentFiles& files, std::uint64_t offset,
+                             const Record& record) {
+        auto [it, inserted] = connections_.try_emplace(record.id);
+        auto& check = it->second;
+        std::string what = std::string(recordTypeName(record.type)) + " record for connection " +
+                           std::to_string(record.id);
+        if (!check.opened && inserted && heads_.continues(files.worker, record.id)) {
+            check.opened = check.continued = true;
+            check.worker = files.worker;
+            ++summary_.headsDeleted;
+        }
+        if (!check.opened) {
+            // One report per connection: its later records would only repeat it.
+            if (inserted) report(files.indexPath, offset, what + " without an earlier Open record");
+            check.closed = true;
+            return nullptr;
+        }
+        if (check.worker != files.worker) {
+            report(files.indexPath, offset,
+                   what + " in worker " + std::to_string(files.worker) +
+                       "'s log, but it was opened by worker " + std::to_string(check.worker));
+            return nullptr;
+        }
+        if (check.closed || check.truncated) {
+            report(files.indexPath, offset,
+                   what + " after its " + (check.closed ? "Close" : "Truncated") + " record");
+            return nullptr;
+        }
+        return &check;
+    }
+
+    void chunk(const SegmentFiles& files, std::uint64_t offset, const Record& record,
+               std::uint64_t& dataSize, CoveredRanges& covered, int dataFd) {
+        summary_.chunkBytes = addSaturating(summary_.chunkBytes, record.length);
+        // A running daemon's segment grows while it is read: its data file as well as its index.
+        if (files.hasData && record.chunkEnd() > dataSize)
+            dataSize = fileSize(dataFd, files.dataPath);
+        bool inside = files.hasData && record.chunkEnd() <= dataSize;
+        if (files.hasData && !inside)
+            report(files.indexPath, offset,
+                   chunkText(record) + " lies beyond the end of " + baseName(files.dataPath) +
+                       " (" + std::to_string(dataSize) + " bytes)");
+        if (!record.hasCrc) {
+            ++summary_.uncheckedChunks;
+        } else if (inside) {
+            std::uint32_t crc = 0;
+            payloadCrc(dataFd, record.offset, record.length, crc, files.dataPath);
+            summary_.checkedPayloadBytes += record.length;
+            if (crc != record.crc) {
+                auto it = connections_.find(record.id);
+                std::uint64_t streamOffset =
+                    it == connections_.end() ? 0 : it->second.bytes[record.direction];
+                report(files.indexPath, offset,
+                       "payload of connection " + std::to_string(record.id) + " " +
+                           directionName(record.direction) + " at stream offset " +
+                           std::to_string(streamOffset) + " (" + std::to_string(record.length) +
+                           " bytes at data offset " + std::to_string(record.offset) + " of " +
+                           baseName(files.dataPath) + ") fails its CRC-32C (recorded " +
+                           hex32(record.crc) + ", computed " + hex32(crc) + ")");
+            }
+        }
+        std::uint64_t overlapBegin = 0, overlapEnd = 0;
+        if (!covered.add(record.offset, record.chunkEnd(), overlapBegin, overlapEnd))
+            report(files.indexPath, offset,
+                   chunkText(record) + " overlaps data bytes " + std::to_string(overlapBegin) +
+                       ".." + std::to_string(overlapEnd) + " of an earlier chunk");
+        if (auto* check = follows(files, offset, record))
+            check->bytes[record.direction] =
+                addSaturating(check->bytes[record.direction], record.length);
+    }
+
+    void end(const SegmentFiles& files, std::uint64_t offset, const Record& record) {
+        auto* check = follows(files, offset, record);
+        if (check == nullptr) return;
+        if (record.type == RecordType::Truncated) {
+            check->truncated = true;
+            return;
+        }
+        check->closed = true;
+        // Where the head was deleted the Close still counts every byte: at least those left.
+        bool counted = check->continued ? record.c2uBytes >= check->bytes[kDirectionC2U] &&
+                                              record.u2cBytes >= check->bytes[kDirectionU2C]
+                                        : record.c2uBytes == check->bytes[kDirectionC2U] &&
+                                              record.u2cBytes == check->bytes[kDirectionU2C];
+        if (!counted)
+            report(files.indexPath, offset,
+                   "Close record of connection " + std::to_string(record.id) + " counts c2u " +
+                       std::to_string(record.c2uBytes) + " / u2c " +
+                       std::to_string(record.u2cBytes) + " bytes, but its chunks hold c2u " +
+                       std::to_string(check->bytes[kDirectionC2U]) + " / u2c " +
+                       std::to_string(check->bytes[kDirectionU2C]));
+    }
+
+    const std::string& dir_;
+    const std::function<void(const std::string&)>& onProblem_;
+    const ChainKey* key_;
+    std::function<void(unsigned, std::uint64_t)> beforeSegment_;
+    int dirFd_ = -1;
+    bool daemonRunning_ = false;  // a splicegate process holds the directory
+    std::map<unsigned, std::uint64_t>
+        liveSegment_;  // worker -> its newest segment (daemon running)
+    VerifySummary summary_;
+    std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
+    std::map<unsigned, WorkerChain> chains_;
+    std::vector<RetentionLogEntry> deleted_;  // the retention log's entries that verified
+    DeletedHeads heads_;
+};
+
+}  // namespace
+
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem,
+                              const VerifyOptions& options) {
+    return Verifier(dir, onProblem, options).run();
+}
+
+VerifySummary verifyDirectory(const std::string& dir,
+                              const std::function<void(const std::string&)>& onProblem,
+                              const ChainKey* key) {
+    return verifyDirectory(dir, onProblem, VerifyOptions{key, {}});
+}
+
+std::vector<std::string> verifyDirectory(const std::string& dir) {
+    std::vector<std::string> problems;
+    verifyDirectory(dir, [&](const std::string& line) { problems.push_back(line); });
+    return problems;
+}
+
+}  // namespace splicegate::audit
