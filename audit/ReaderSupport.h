@@ -1,7 +1,7 @@
 #pragma once
-// What the audit log's readers share (AuditReader.cpp: list and extract; Verifier.cpp: verify):
-// opening segment files, sizes, payload checksums and the wording of their messages. Internal to
-// the audit library. Errors throw std::system_error naming the file.
+// What the audit log's readers share (AuditReader.cpp: list and extract; Verifier.cpp: verify;
+// Recovery.cpp): opening segment files, sizes, payload checksums and the wording of their
+// messages. Internal to the audit library. Errors throw std::system_error naming the file.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -13,6 +13,7 @@
 
 #include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
+#include "audit/ReaderSupport.h"
 #include "audit/Records.h"
 #include "audit/Retention.h"
 #include "common/Error.h"
@@ -28,17 +29,6 @@ std::int64_t nowNs() {
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
     return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
-
-std::string baseName(const std::string& path) {
-    auto slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::uint64_t fileSize(int fd, const std::string& path) {
-    struct stat st {};
-    checkSys(::fstat(fd, &st), "fstat " + path);
-    return static_cast<std::uint64_t>(st.st_size);
 }
 
 void writeAt(int fd, const std::string& bytes, std::uint64_t offset, const std::string& path) {
