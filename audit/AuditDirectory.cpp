@@ -77,18 +77,19 @@ int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode) 
     if (!haveOpenat2.load(std::memory_order_relaxed))
         fd = ::openat(dirFd, name.c_str(), flags, mode);
     if (fd < 0) return -errno;
-    if ((flags & O_CREAT) != 0) {
-        // The umask must not narrow what --audit-group may read, and the file takes the
-        // directory's group (--audit-group). Only our own regular file is changed.
-        struct stat st {};
-        struct stat dirSt {};
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
-            if ((st.st_mode & 07777) != mode) ::fchmod(fd, mode);
-            if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid)
-                (void)::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid);
-        }
-    }
+    if ((flags & O_CREAT) != 0) adjustCreatedFile(fd, dirFd, mode);
     return fd;
+}
+
+void adjustCreatedFile(int fd, int dirFd, mode_t mode) noexcept {
+    // The umask must not narrow what --audit-group may read, and the file takes the directory's
+    // group (--audit-group). Only our own regular file is changed.
+    struct stat st {};
+    struct stat dirSt {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return;
+    if ((st.st_mode & 07777) != mode) ::fchmod(fd, mode);
+    if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid)
+        (void)::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid);
 }
 
 UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,

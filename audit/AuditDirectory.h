@@ -28,6 +28,9 @@ constexpr const char* kLockFileName = "splicegate.lock";
 // RESOLVE_BENEATH where the kernel has it (5.6), else openat with O_NOFOLLOW). With O_CREAT the
 // file gets mode `mode` whatever the umask, and the directory's group (--audit-group). Returns the fd or -errno (ELOOP for a symlink).
 int openInDirectory(int dirFd, const std::string& name, int flags, mode_t mode = 0640) noexcept;
+// What openInDirectory does to a file it created, for one created elsewhere (an openat2 on a
+// ring): mode `mode` whatever the umask, and the group of the directory `dirFd`.
+void adjustCreatedFile(int fd, int dirFd, mode_t mode = 0640) noexcept;
 // Throwing form, naming dir/name.
 UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
                                 int flags, mode_t mode = 0640);

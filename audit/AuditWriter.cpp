@@ -26,6 +26,8 @@ std::int64_t wallClockNs() noexcept {
 
 namespace {
 
+constexpr mode_t kSegmentFileMode = 0640;
+
 // The digest in the seal of `worker`'s newest indexed segment below `first` (zero when there is
 // none, or it is unsealed or older than the chain).
 Digest lastSealDigest(int dirFd, const std::string& dir, std::uint32_t worker,
@@ -77,6 +79,13 @@ AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t fi
 AuditWriter::~AuditWriter() {
     // The owner's ring is gone, and with it whatever disk work it had not run: that runs here.
     diskWorkOnRing_ = false;
+    if (created_ && !creationAdopted_) {
+        // Never used: gone, so that no empty segment outlives the daemon. A creation still out
+        // may have made the names without our hearing of it; O_EXCL made them ours.
+        ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
+        ::unlinkat(dirFd_.get(), creation_.indexName.c_str(), 0);
+        created_.reset();
+    }
     if (allocating_) {
         Segment& segment = *allocating_->segment;
         segment.allocating = false;
@@ -118,27 +127,49 @@ int AuditWriter::append(Segment& segment, Encode encode) noexcept {
     return 0;
 }
 
-int AuditWriter::openSegment(std::uint64_t number) noexcept {
-    std::shared_ptr<Segment> segment;
-    try {
-        segment = std::make_shared<Segment>();
-        segment->chain.emplace(chainKey_.get());
-    } catch (const std::bad_alloc&) {
-        return -ENOMEM;
-    }
+std::shared_ptr<Segment> AuditWriter::newSegment(std::uint64_t number) {
+    auto segment = std::make_shared<Segment>();
+    segment->chain.emplace(chainKey_.get());
     segment->worker = worker_;
     segment->number = number;
+    segment->dataPath = dir_ + "/" + segmentBaseName(worker_, number) + ".data";
+    return segment;
+}
+
+int AuditWriter::openSegment(std::uint64_t number) noexcept {
+    std::shared_ptr<Segment> segment;
+    bool createdAhead = created_ && creationSteps_ == 0 && !creationAdopted_ &&
+                        created_->number == number && created_->data && created_->index;
+    if (createdAhead) {
+        segment = std::move(created_);
+    } else {
+        try {
+            segment = newSegment(number);
+        } catch (const std::bad_alloc&) {
+            return -ENOMEM;
+        }
+    }
     spaceWantedTo_ = 0;  // an offset in the segment that was current
     auto base = segmentBaseName(worker_, number);
-    segment->dataPath = dir_ + "/" + base + ".data";
-    // O_EXCL: never reuse or follow an existing name; the data file is readable for
-    // payloadCrcFromFile().
-    int fd = openInDirectory(dirFd_.get(), base + ".data", O_RDWR | O_CREAT | O_EXCL, 0640);
-    if (fd < 0) return fd;
-    segment->data.reset(fd);
-    fd = openInDirectory(dirFd_.get(), base + ".index", O_WRONLY | O_CREAT | O_EXCL, 0640);
-    int rc = fd < 0 ? fd : 0;
-    if (fd >= 0) segment->index.reset(fd);
+    int rc = 0;
+    if (!createdAhead) {
+        // O_EXCL: never reuse or follow an existing name; the data file is readable for
+        // payloadCrcFromFile(). Only the names a creation on the ring is making right now are
+        // opened whoever makes them first.
+        int exclusive = O_EXCL;
+        if (created_ && creationSteps_ > 0 && created_->number == number) {
+            creationAdopted_ = true;
+            exclusive = 0;
+        }
+        int fd = openInDirectory(dirFd_.get(), base + ".data", O_RDWR | O_CREAT | exclusive,
+                                 kSegmentFileMode);
+        if (fd < 0) return fd;
+        segment->data.reset(fd);
+        fd = openInDirectory(dirFd_.get(), base + ".index", O_WRONLY | O_CREAT | exclusive,
+                             kSegmentFileMode);
+        rc = fd < 0 ? fd : 0;
+        if (fd >= 0) segment->index.reset(fd);
+    }
     if (rc == 0) {
         // Relaxed is enough: the floor must exceed the ids this worker recorded in its earlier
         // segments, and this thread fetched those from the counter itself.
@@ -147,7 +178,8 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
         rc = append(*segment, [&](std::string& out) {
             encodeSegmentStart(out, worker_, number, wallClockNs(), idFloor);
         });
-        if (rc == 0) rc = writePending(*segment);
+        // On the ring the record goes with the segment's first flush or group commit.
+        if (rc == 0 && !diskWorkOnRing_) rc = writePending(*segment);
     }
     // The new names must survive a power loss before any chunk in them is counted durable: the
     // group commit syncs the files' contents, not the directory entries. With the disk work on
@@ -432,6 +464,14 @@ void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noex
         entry->flags |= flags;
         return entry;
     };
+    if (work.kind == DiskWork::Kind::Create) {
+        ring.makeRoom(2);
+        io_uring_prep_openat2(queue(DiskStep::CreateData, 0), work.fd,
+                              work.creation->dataName.c_str(), &work.creation->how);
+        io_uring_prep_openat2(queue(DiskStep::CreateIndex, 0), work.fd,
+                              work.creation->indexName.c_str(), &work.creation->how);
+        return;
+    }
     if (work.kind == DiskWork::Kind::Allocate) {
         ring.makeRoom(1);
         io_uring_prep_fallocate(queue(DiskStep::Allocate, 0), work.fd, work.mode,
@@ -645,10 +685,84 @@ std::optional<DiskWork> AuditWriter::takeDiskWork() noexcept {
         sealHandedOut_ = true;
         return pendingSeal_;
     }
-    if (allocating_ || !diskWorkOnRing_) return std::nullopt;
+    if (!diskWorkOnRing_) return std::nullopt;
+    if (auto create = createAhead()) return create;
+    if (allocating_) return std::nullopt;
     allocating_ = spaceAhead();
+    if (!allocating_) allocating_ = spaceAheadOfCreated();
     if (allocating_) allocating_->segment->allocating = true;
     return allocating_;
+}
+
+std::optional<DiskWork> AuditWriter::createAhead() noexcept {
+    if (!createAhead_ || created_ || !current_ || current_->retired || sealing_ ||
+        !retired_.empty() || current_->reservedBytes < segmentBytes_ / 2)
+        return std::nullopt;
+    try {
+        created_ = newSegment(nextSegment_);
+        auto base = segmentBaseName(worker_, nextSegment_);
+        creation_.dataName = base + ".data";
+        creation_.indexName = base + ".index";
+    } catch (const std::bad_alloc&) {
+        created_.reset();
+        return std::nullopt;  // the roll opens them in place
+    }
+    creation_.how = open_how{};
+    creation_.how.flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+    creation_.how.mode = kSegmentFileMode;
+    creation_.how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
+    creationSteps_ = 2;
+    creationError_ = 0;
+    creationAdopted_ = false;
+    DiskWork work{DiskWork::Kind::Create, created_};
+    work.fd = dirFd_.get();
+    work.creation = &creation_;
+    return work;
+}
+
+void AuditWriter::createDone(DiskStep step, int result) noexcept {
+    UniqueFd fd(result >= 0 ? result : -1);
+    if (!created_ || creationSteps_ == 0) return;
+    if (result < 0 && creationError_ == 0) creationError_ = result;
+    if (fd && !creationAdopted_) {
+        adjustCreatedFile(fd.get(), dirFd_.get(), kSegmentFileMode);
+        (step == DiskStep::CreateData ? created_->data : created_->index) = std::move(fd);
+    }
+    if (--creationSteps_ == 0 && (creationAdopted_ || creationError_ != 0)) discardCreated();
+}
+
+// A creation that failed takes back the names it made; after a roll adopted them, they are the
+// current segment's.
+void AuditWriter::discardCreated() noexcept {
+    auto segment = std::move(created_);
+    if (creationAdopted_ || !segment) return;
+    if (segment->data) ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
+    if (segment->index) ::unlinkat(dirFd_.get(), creation_.indexName.c_str(), 0);
+    if (creationError_ == 0) return;
+    createAhead_ = false;
+    logWarn("audit: creating ", dir_, "/", creation_.dataName,
+            " ahead on the worker's ring failed (", errnoText(creationError_), "): worker ",
+            worker_, " creates its segments in place from now on");
+}
+
+// The created segment's first step of data and index space, once the current one has what it
+// needs: its first chunks then find their space taken.
+std::optional<DiskWork> AuditWriter::spaceAheadOfCreated() noexcept {
+    if (!reserveAhead_ || !created_ || creationSteps_ > 0 || creationAdopted_) return std::nullopt;
+    Segment& segment = *created_;
+    DiskWork work{DiskWork::Kind::Allocate, created_};
+    if (reserveDataAhead_ && segment.dataAllocated == 0) {
+        work.fd = segment.data.get();
+        work.to = std::min(kDataAhead, segmentBytes_);
+        return work;
+    }
+    if (segment.indexAllocated == 0) {
+        work.fd = segment.index.get();
+        work.mode = FALLOC_FL_KEEP_SIZE;
+        work.to = kIndexAhead;
+        return work;
+    }
+    return std::nullopt;
 }
 
 // Keeps the current segment's data one step (kDataAhead) and its index half a step
@@ -679,6 +793,10 @@ std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
 }
 
 std::optional<int> AuditWriter::diskWorkDone(DiskStep step, int result) noexcept {
+    if (step == DiskStep::CreateData || step == DiskStep::CreateIndex) {
+        createDone(step, result);
+        return std::nullopt;
+    }
     if (step == DiskStep::Allocate) {
         if (!allocating_) return std::nullopt;
         DiskWork work = std::move(*allocating_);

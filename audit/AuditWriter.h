@@ -10,6 +10,8 @@
 //
 // Error contract: set-up throws std::system_error naming the file; run-time calls are noexcept
 // and return -errno.
+#include <linux/openat2.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -73,8 +75,17 @@ enum class DiskStep : std::uint8_t {
     SealDataSync,
     SealWrite,
     SealIndexSync,
+    CreateData,
+    CreateIndex,
 };
-inline constexpr unsigned kDiskSteps = 6;
+inline constexpr unsigned kDiskSteps = 8;
+
+// The names and open flags of a Create: the ring reads them when it submits.
+struct SegmentCreation {
+    std::string dataName;
+    std::string indexName;
+    open_how how{};
+};
 
 struct DiskWork {
     enum class Kind : std::uint8_t {
@@ -86,13 +97,20 @@ struct DiskWork {
         // fdatasync'd, the last index records (Segment::indexHandedOff, ending with
         // SegmentSealed) written and the index fdatasync'd. A failed segment's seal only writes.
         Seal,
+        // The next segment's two files, created while the current one fills (openat2 relative to
+        // the directory `fd`, O_EXCL, no symlinks followed; names in `creation`), so that the
+        // roll opens nothing on the worker. Its space ahead follows as Allocate work.
+        Create,
     };
     Kind kind = Kind::Allocate;
     std::shared_ptr<Segment> segment;
-    int fd = -1;  // Allocate: the file; Seal: the directory, or -1 when no fsync of it is due
+    // Allocate: the file; Seal: the directory, or -1 when no fsync of it is due; Create: the
+    // directory.
+    int fd = -1;
     int mode = 0;
     std::uint64_t from = 0;
     std::uint64_t to = 0;
+    SegmentCreation* creation = nullptr;  // Create
 };
 
 struct Reservation {
@@ -199,7 +217,7 @@ class AuditWriter {
     std::optional<DiskWork> takeDiskWork() noexcept;
     // Returns the seal's result when its last step is in.
     std::optional<int> diskWorkDone(DiskStep step, int result) noexcept;
-    bool diskWorkInFlight() const noexcept { return allocating_ || sealing_; }
+    bool diskWorkInFlight() const noexcept { return allocating_ || sealing_ || creationSteps_ > 0; }
     bool sealInFlight() const noexcept { return sealing_ != nullptr; }
     // A reservation was refused (-EAGAIN) until the data space allocated on the ring arrives:
     // back-pressure, as for a full buffer.
@@ -224,6 +242,11 @@ class AuditWriter {
 
   private:
     int openSegment(std::uint64_t number) noexcept;
+    std::shared_ptr<Segment> newSegment(std::uint64_t number);
+    std::optional<DiskWork> createAhead() noexcept;
+    void createDone(DiskStep step, int result) noexcept;
+    void discardCreated() noexcept;
+    std::optional<DiskWork> spaceAheadOfCreated() noexcept;
     int allocateAhead(Segment& segment, std::uint64_t dataEnd, std::uint64_t indexNeed) noexcept;
     void releasePromise(Reservation& reservation) noexcept;
     int writePending(Segment& segment) noexcept;
@@ -262,6 +285,17 @@ class AuditWriter {
     // ring covers it. After an allocation on the ring failed, reserve() allocates in place.
     std::uint64_t spaceWantedTo_ = 0;
     bool allocateInPlace_ = false;
+    // The next segment, created ahead on the ring (DiskWork::Kind::Create) once the current one
+    // is half full and no seal is out: at most two segments of a worker are unsealed at a time,
+    // which is what readers of a live directory allow for.
+    std::shared_ptr<Segment> created_;
+    SegmentCreation creation_;
+    unsigned creationSteps_ = 0;  // Create completions not in yet
+    int creationError_ = 0;
+    // A roll came before the creation was in: it opened the same names in place, and what the
+    // ring opens is only closed.
+    bool creationAdopted_ = false;
+    bool createAhead_ = true;  // false once a creation on the ring failed: in place from then on
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;

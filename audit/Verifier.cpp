@@ -307,7 +307,10 @@ class Verifier {
         for (;;) {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) {
-                if (first) report(index, 0, "empty index file (no SegmentStart record)");
+                // A running daemon creates its next segment ahead, and writes a new segment's
+                // SegmentStart with its first records.
+                if (first && !isLive(files))
+                    report(index, 0, "empty index file (no SegmentStart record)");
                 if (!sealed && !first && !damaged && version >= kFirstChainedVersion &&
                     !isLive(files))
                     report(index, reader.goodEnd(),

@@ -6,9 +6,12 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 
 #include "common/Error.h"
 #include "common/Log.h"
@@ -151,6 +154,20 @@ void Worker::run(std::promise<void>& started) {
 }
 
 void Worker::setUp() {
+    if (const char* us = std::getenv("SPLICEGATE_SLICE_US")) {
+        struct {
+            uint32_t size, sched_policy;
+            uint64_t sched_flags;
+            int32_t sched_nice;
+            uint32_t sched_priority;
+            uint64_t sched_runtime, sched_deadline, sched_period;
+        } attr{};
+        attr.size = sizeof attr;
+        attr.sched_policy = 0;
+        attr.sched_runtime = std::strtoull(us, nullptr, 10) * 1000;
+        long r = syscall(SYS_sched_setattr, 0, &attr, 0);
+        logError("worker slice ", us, " -> ", r, " ", errno);
+    }
     // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq limits
     // are per submitting thread.
     const auto& settings = context_.settings;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -111,6 +112,11 @@ class DirectSegmentLogTest : public ::testing::Test {
         struct stat st {};
         EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
         return static_cast<std::uint64_t>(st.st_size);
+    }
+    // 0 while the file does not exist yet.
+    static std::uint64_t sizeIfAny(const std::string& path) {
+        struct stat st {};
+        return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
     }
     bool sealed(std::uint64_t segment) const {
         std::string path = segmentPath(segment, ".index");
@@ -259,6 +265,76 @@ TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToIt
     auto problems = verifyDirectory(dir_.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
     EXPECT_EQ(extract(1), bytes + bytes);
+}
+
+// Once the current segment is half full, the next one's files are created on the ring and its
+// first step of space taken there: the roll opens and allocates nothing on the worker, and the
+// new segment's first chunk finds its space (contrast the test above, where a roll with nothing
+// created ahead waits for it). The segment created ahead and never used is gone at shutdown.
+TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothing) {
+    constexpr std::uint64_t kSegmentBytes = 256 * 1024;
+    auto bytes = pattern(2 * kSegmentBytes + 150000, 5);
+    {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        ASSERT_TRUE(writer->reserveSpaceAhead(true));
+        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+        send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
+        EXPECT_TRUE(driveUntil(log, [&] { return sizeIfAny(segmentPath(2, ".data")) > 0; }))
+            << "segment 2 is created, and its data space taken, on the ring";
+        EXPECT_EQ(fileSize(segmentPath(2, ".data")), kSegmentBytes);
+        EXPECT_EQ(fileSize(segmentPath(2, ".index")), 0u) << "its SegmentStart waits for the roll";
+        send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000, kSegmentBytes / 2 - 1000), 30000);
+        ASSERT_TRUE(driveUntil(log, [&] { return log.room() >= 30000; }));
+        DirectChunk first;
+        ASSERT_EQ(log.reserve(30000, first), 0);
+        EXPECT_EQ(first.memory.size(), 30000u) << "the roll found segment 2 ready";
+        std::memcpy(first.memory.data(), bytes.data() + kSegmentBytes, 30000);
+        ASSERT_EQ(log.recordChunk(first, 1, 0, 30000), 0);
+        send(log, 1, bytes.substr(kSegmentBytes + 30000), 30000);  // into segment 3
+        ASSERT_EQ(log.recordClose(1, bytes.size(), 0, "client-closed"), 0);
+        EXPECT_TRUE(driveUntil(log, [&] { return sizeIfAny(segmentPath(4, ".data")) > 0; }))
+            << "segment 3 is half full: segment 4 is created ahead";
+        log.finishFile();
+    }
+    std::vector<std::string> left;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_.path()))
+        left.push_back(entry.path().filename().string());
+    std::sort(left.begin(), left.end());
+    std::vector<std::string> expected;
+    for (std::uint64_t segment : {1, 2, 3})
+        for (const char* suffix : {".data", ".index"})
+            expected.push_back(segmentBaseName(0, segment) + suffix);
+    EXPECT_EQ(left, expected) << "segment 4, created ahead and never used, is gone";
+    auto problems = verifyDirectory(dir_.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(extract(1), bytes);
+}
+
+// A roll that comes while the creation is still on the ring (here before it is even submitted)
+// opens the same names in place; the ring's O_EXCL opens then fail, and that is neither an error
+// nor a reason to unlink the files the roll is using. The next segment is created ahead again.
+TEST_F(DirectSegmentLogTest, ARollBeforeTheCreationAheadIsInUsesTheSameFiles) {
+    constexpr std::uint64_t kSegmentBytes = 256 * 1024;
+    auto bytes = pattern(kSegmentBytes + 40000, 6);
+    {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        ASSERT_TRUE(writer->reserveSpaceAhead(true));
+        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+        send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);  // queues the creation
+        ASSERT_EQ(log.rotate(), 0);
+        send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000), 30000);
+        EXPECT_TRUE(driveUntil(log, [&] { return sizeIfAny(segmentPath(3, ".data")) > 0; }))
+            << "segment 3 is created ahead as usual";
+        ASSERT_EQ(log.recordClose(1, bytes.size(), 0, "client-closed"), 0);
+        log.finishFile();
+    }
+    EXPECT_TRUE(std::filesystem::exists(segmentPath(2, ".index")));
+    EXPECT_FALSE(std::filesystem::exists(segmentPath(3, ".index")));
+    auto problems = verifyDirectory(dir_.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(extract(1), bytes);
 }
 
 // A sync that books chunks into a segment that has rolled ends only once that segment's seal,
