@@ -1,6 +1,7 @@
 #include "audit/DirectLogWriter.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -435,6 +436,15 @@ void DirectLogWriter::release(unsigned index) noexcept {
     free_.push_back(index);  // capacity reserved for every slot
 }
 
+namespace {
+// A file whose space ahead ended exactly at its last byte needs no cut: ftruncate can wait for
+// the journal even when the size does not change.
+bool endsAt(int fd, std::uint64_t size) noexcept {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == size;
+}
+}  // namespace
+
 void DirectLogWriter::closeFinishedFiles() noexcept {
     std::erase_if(files_, [this](const File& file) {
         bool done = !file.current && file.writesInFlight == 0 && !file.syncing &&
@@ -443,7 +453,7 @@ void DirectLogWriter::closeFinishedFiles() noexcept {
         // file ends with its last byte. The owner's
         // final fdatasync at sealing makes the new size durable; until then a longer file only
         // holds zeros after the last indexed byte, which readers and recovery ignore.
-        if (done && !file.failed &&
+        if (done && !file.failed && !endsAt(file.fd.get(), file.nextOffset) &&
             ::ftruncate(file.fd.get(), static_cast<off_t>(file.nextOffset)) != 0)
             logWarn(options_.label, ": cannot cut audit data file ", file.id, " to its ",
                     file.nextOffset, " bytes (", errnoText(errno), "); it ends in zeros");
