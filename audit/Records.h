@@ -51,6 +51,8 @@ constexpr std::uint8_t kChunkHasCrc = 1;  // `crc` is the CRC-32C of the payload
 
 // The retention log: SegmentsDeleted records, one per deleted group of segments (FORMAT.md).
 constexpr const char* kRetentionLogName = "retention.log";
+// The compacted retention log while it is written, before it is renamed over the log.
+constexpr const char* kRetentionLogCompacting = "retention.log.new";
 
 // Total sizes of the fixed-size records (header included).
 constexpr std::size_t kSegmentStartRecordSize = kRecordHeaderSize + 32;

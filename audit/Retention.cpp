@@ -9,9 +9,11 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
@@ -220,7 +222,7 @@ RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool re
             return result;
         }
         result.entries.push_back(
-            {record.worker, record.firstSegment, record.lastSegment, record.digest});
+            {record.worker, record.firstSegment, record.lastSegment, record.digest, record.timeNs});
         result.lastMac = record.entryMac;
         result.goodEnd = reader.goodEnd();
     }
@@ -470,6 +472,13 @@ void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uin
         auto log = repairRetentionLog(dirFd, dir_, false);
         tail = LogTail{0, 0, log.goodEnd, log.lastMac};
     }
+    if (tail->end >= compactAt_) {
+        if (compactRetentionLog(dirFd)) tail = logTail_;
+        logTail_.reset();
+        // A log that does not shrink (entries that must all stay) is tried again only at twice
+        // its size, so that appends do not each re-read it.
+        compactAt_ = std::max(compactAt_, 2 * tail->end);
+    }
     std::string path = dir_ + "/" + kRetentionLogName;
     std::string record;
     Digest mac = encodeSegmentsDeleted(record, worker, first, last, nowNs, chainKey_.get(),
@@ -485,6 +494,59 @@ void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uin
     checkSys(::fstat(fd.get(), &st), "fstat " + path);
     logTail_ = LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
                        end, mac};
+}
+
+// Readers need, per worker, which segments were deleted and the digest of the newest deleted
+// segment below the first one left (FORMAT.md "Hash chain"). So a worker's entries older than
+// the one before its newest become one entry for their whole range, with the digest and time of
+// the newest of them; the entry before the newest and the newest stay as they are (a deletion
+// interrupted after its announcement leaves the newest entry's segment in place, whose
+// predecessor's digest is then needed). The new log is a fresh chain, written beside the old
+// one, synced, and renamed over it: a reader sees one or the other, whole.
+bool RetentionPlanner::compactRetentionLog(int dirFd) {
+    auto log = repairRetentionLog(dirFd, dir_, false);
+    std::map<unsigned, std::uint64_t> newestFirst;
+    for (const auto& entry : log.entries) newestFirst[entry.worker] = entry.first;
+    std::map<unsigned, RetentionLogEntry> merged;
+    std::vector<RetentionLogEntry> kept;
+    for (const auto& entry : log.entries) {
+        if (entry.last + 1 >= newestFirst[entry.worker]) {
+            kept.push_back(entry);
+            continue;
+        }
+        auto [it, inserted] = merged.try_emplace(entry.worker, entry);
+        RetentionLogEntry& range = it->second;
+        range.first = std::min(range.first, entry.first);
+        if (!inserted && entry.last >= range.last) {
+            range.last = entry.last;
+            range.lastDigest = entry.lastDigest;
+            range.timeNs = entry.timeNs;
+        }
+    }
+    if (merged.empty()) return false;
+    std::string records;
+    Digest mac{};
+    auto add = [&](const RetentionLogEntry& entry) {
+        mac = encodeSegmentsDeleted(records, entry.worker, entry.first, entry.last, entry.timeNs,
+                                    chainKey_.get(), entry.lastDigest, mac);
+    };
+    for (const auto& [worker, entry] : merged) add(entry);
+    for (const auto& entry : kept) add(entry);
+    std::string newPath = dir_ + "/" + kRetentionLogCompacting;
+    UniqueFd fd = openInDirectoryOrThrow(dirFd, dir_, kRetentionLogCompacting,
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    std::size_t written = 0;
+    if (int rc = writeFullyAt(fd.get(), records, 0, written); rc < 0)
+        throwErrno(-rc, "write " + newPath);
+    checkSys(::fdatasync(fd.get()), "fdatasync " + newPath);
+    checkSys(::renameat(dirFd, kRetentionLogCompacting, dirFd, kRetentionLogName),
+             "rename " + newPath + " to " + kRetentionLogName);
+    checkSys(::fsync(dirFd), "fsync " + dir_);
+    struct stat st {};
+    checkSys(::fstat(fd.get(), &st), "fstat " + newPath);
+    logTail_ = LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                       records.size(), mac};
+    return true;
 }
 
 }  // namespace splicegate::audit

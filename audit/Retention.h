@@ -59,6 +59,7 @@ struct RetentionLogEntry {
     std::uint64_t first = 0;
     std::uint64_t last = 0;
     Digest lastDigest{};
+    std::int64_t timeNs = 0;  // when the deletion was announced
 };
 
 struct RetentionLogRepair {
@@ -102,6 +103,9 @@ public:
   const std::string& directory() const noexcept { return dir_; }
   // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
   std::uint64_t indexScans() const noexcept { return indexScans_; }
+  // The retention log's size from which the next append first compacts it (default 1 MiB,
+  // about 7,000 entries); tests set a small one.
+  void setLogCompactionBytes(std::uint64_t bytes) noexcept { compactAt_ = bytes; }
 
 private:
     struct Cache;  // summaries of sealed segments (Retention.cpp)
@@ -109,13 +113,16 @@ private:
     // Appends one SegmentsDeleted entry (after the log's last valid entry) and syncs it.
     void appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first, std::uint64_t last,
                               const Digest& lastDigest, std::int64_t nowNs);
+    // Rewrites the log with each worker's older entries merged into one (Retention.cpp); true
+    // when it did, with logTail_ describing the new file.
+    bool compactRetentionLog(int dirFd);
 
     std::string dir_;
     std::shared_ptr<const ChainKey> chainKey_;
     std::unique_ptr<Cache> cache_;
     std::uint64_t indexScans_ = 0;
     // Where the retention log ended after this planner's last append, so that the next append
-    // need not read the whole log again (one entry per deleted segment: it grows for ever).
+    // need not read the whole log again (one entry per deleted segment, until it is compacted).
     // Trusted only while the file is the same one and has exactly that size.
     struct LogTail {
         std::uint64_t device = 0;
@@ -124,6 +131,7 @@ private:
         Digest lastMac{};
     };
     std::optional<LogTail> logTail_;
+    std::uint64_t compactAt_ = std::uint64_t{1} << 20;
 };
 
 }  // namespace splicegate::audit

@@ -4,6 +4,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -167,6 +169,13 @@ void Worker::setUp() {
         attr.sched_runtime = std::strtoull(us, nullptr, 10) * 1000;
         long r = syscall(SYS_sched_setattr, 0, &attr, 0);
         logError("worker slice ", us, " -> ", r, " ", errno);
+    }
+    if (std::getenv("SPLICEGATE_PIN")) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(index_ % 2, &set);
+        int r = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        logError("worker pin ", index_ % 2, " -> ", r);
     }
     // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq limits
     // are per submitting thread.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <system_error>
@@ -480,6 +481,73 @@ TEST(AuditRetentionTest, RetentionLogChangedBetweenRunsIsReadAgain) {
         verifyDirectory(dir.path(), [&](const std::string& line) { problems.push_back(line); });
     EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
     EXPECT_EQ(summary.deletedByRetention, 3u);
+}
+
+// The retention log grows by one entry per deleted segment; past its compaction size it is
+// rewritten with each worker's older entries merged into one. What readers need stays: every
+// deleted segment is still recorded (verify counts them all), the first remaining segment's
+// predecessor digest is recorded (the chain verifies), a connection whose head was deleted still
+// continues, and the two newest entries of each worker stay as they were.
+TEST(AuditRetentionTest, RetentionLogIsCompactedAndStillCoversEveryDeletion) {
+    TempDir dir;
+    constexpr std::uint64_t kSegments = 14;
+    std::vector<std::unique_ptr<Seg>> segs;
+    for (unsigned worker = 0; worker < 2; ++worker) {
+        for (std::uint64_t n = 1; n <= kSegments; ++n) {
+            std::uint64_t id = 1000 * (worker + 1) + n;
+            auto seg =
+                std::make_unique<Seg>(dir.path(), worker, n, kT0 + n * kHour, n == 1 ? 0 : id - 1);
+            if (worker == 0 && n == 1) seg->open(1, kT0 + kHour);
+            if (worker == 0) seg->chunk(1, kDirectionC2U, "x", kT0 + n * kHour);
+            seg->whole(id, kT0 + n * kHour);
+            if (n < kSegments) seg->seal();
+            seg->write();
+            segs.push_back(std::move(seg));
+        }
+    }
+    RetentionPlanner planner(dir.path());
+    planner.setLogCompactionBytes(1000);  // about six entries
+    std::uint64_t deleted = 0;
+    for (std::uint64_t hour = 2; hour <= kSegments; ++hour)
+        deleted += planner.apply({0, 1}, kT0 + hour * kHour + kHour / 2).deleted.size() / 2;
+    ASSERT_EQ(deleted, 2 * (kSegments - 1));  // all but each worker's newest
+
+    UniqueFd dirFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto log = repairRetentionLog(dirFd.get(), dir.path(), false);
+    EXPECT_TRUE(log.cut.empty()) << log.cut;
+    EXPECT_LT(log.entries.size(), deleted) << "the log was compacted";
+    EXPECT_FALSE(exists(dir.path() + "/" + kRetentionLogCompacting));
+    for (unsigned worker = 0; worker < 2; ++worker) {
+        SCOPED_TRACE("worker " + std::to_string(worker));
+        std::vector<RetentionLogEntry> mine;
+        for (const auto& entry : log.entries)
+            if (entry.worker == worker) mine.push_back(entry);
+        ASSERT_GE(mine.size(), 2u);
+        std::uint64_t next = 1;  // the entries cover 1..kSegments-1, in order, without a gap
+        for (const auto& entry : mine) {
+            EXPECT_EQ(entry.first, next);
+            next = entry.last + 1;
+        }
+        EXPECT_EQ(next, kSegments);
+        EXPECT_EQ(mine[mine.size() - 2].first, mine[mine.size() - 2].last);
+        EXPECT_EQ(mine.back().first, kSegments - 1);
+        EXPECT_EQ(mine.back().last, kSegments - 1);
+    }
+    std::vector<std::string> problems;
+    auto summary =
+        verifyDirectory(dir.path(), [&](const std::string& line) { problems.push_back(line); });
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    EXPECT_EQ(summary.deletedByRetention, deleted);
+    EXPECT_EQ(summary.headsDeleted, 1u);
+    auto list = listConnections(dir.path());
+    const auto* tail = findConnection(list, 1);
+    ASSERT_NE(tail, nullptr);
+    EXPECT_TRUE(tail->headDeleted);
+    EXPECT_EQ(tail->c2uBytes, 1u);
+    ExtractResult got;
+    EXPECT_EQ(extracted(dir.path(), 1, kDirectionC2U, got), "x");
+    EXPECT_TRUE(got.headDeleted);
+    EXPECT_EQ(extracted(dir.path(), 2000 + kSegments, kDirectionU2C, got), "world!");
 }
 
 TEST(AuditRetentionTest, CurrentAndNewestSegmentsAreNeverDeleted) {
