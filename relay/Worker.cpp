@@ -4,16 +4,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 
 #include "common/Error.h"
 #include "common/Log.h"
@@ -156,27 +151,6 @@ void Worker::run(std::promise<void>& started) {
 }
 
 void Worker::setUp() {
-    if (const char* us = std::getenv("SPLICEGATE_SLICE_US")) {
-        struct {
-            uint32_t size, sched_policy;
-            uint64_t sched_flags;
-            int32_t sched_nice;
-            uint32_t sched_priority;
-            uint64_t sched_runtime, sched_deadline, sched_period;
-        } attr{};
-        attr.size = sizeof attr;
-        attr.sched_policy = 0;
-        attr.sched_runtime = std::strtoull(us, nullptr, 10) * 1000;
-        long r = syscall(SYS_sched_setattr, 0, &attr, 0);
-        logError("worker slice ", us, " -> ", r, " ", errno);
-    }
-    if (std::getenv("SPLICEGATE_PIN")) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(index_ % 2, &set);
-        int r = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-        logError("worker pin ", index_ % 2, " -> ", r);
-    }
     // The ring belongs to this thread: SINGLE_ISSUER binds it to its creator, and io-wq limits
     // are per submitting thread.
     const auto& settings = context_.settings;
