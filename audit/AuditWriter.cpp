@@ -154,13 +154,10 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     int rc = 0;
     if (!createdAhead) {
         // O_EXCL: never reuse or follow an existing name; the data file is readable for
-        // payloadCrcFromFile(). Only the names a creation on the ring is making right now are
-        // opened whoever makes them first.
-        int exclusive = O_EXCL;
-        if (created_ && creationSteps_ > 0 && created_->number == number) {
-            creationAdopted_ = true;
-            exclusive = 0;
-        }
+        // payloadCrcFromFile(). Only names this writer made, or is making on the ring right
+        // now, are opened whoever made them.
+        int exclusive = ownNames_ == number ? 0 : O_EXCL;
+        if (created_ && creationSteps_ > 0 && created_->number == number) creationAdopted_ = true;
         int fd = openInDirectory(dirFd_.get(), base + ".data", O_RDWR | O_CREAT | exclusive,
                                  kSegmentFileMode);
         if (fd < 0) return fd;
@@ -188,10 +185,14 @@ int AuditWriter::openSegment(std::uint64_t number) noexcept {
     if (rc == 0 && diskWorkOnRing_) segment->namesDurable = false;
     if (rc == 0 && !diskWorkOnRing_) rc = syncDirectory(dirFd_.get());
     if (rc < 0) {  // leave no half-made segment behind: the next attempt reuses the number
+        // Names of ours stay: a creation on the ring may be making them, and the next attempt
+        // opens them as they are.
+        if (ownNames_ == number) return rc;
         ::unlinkat(dirFd_.get(), (base + ".data").c_str(), 0);
         if (segment->index) ::unlinkat(dirFd_.get(), (base + ".index").c_str(), 0);
         return rc;
     }
+    if (ownNames_ == number) ownNames_ = 0;
     current_ = std::move(segment);
     return 0;
 }
@@ -714,6 +715,7 @@ std::optional<DiskWork> AuditWriter::createAhead() noexcept {
     creationSteps_ = 2;
     creationError_ = 0;
     creationAdopted_ = false;
+    ownNames_ = nextSegment_;
     DiskWork work{DiskWork::Kind::Create, created_};
     work.fd = dirFd_.get();
     work.creation = &creation_;
@@ -732,12 +734,13 @@ void AuditWriter::createDone(DiskStep step, int result) noexcept {
 }
 
 // A creation that failed takes back the names it made; after a roll adopted them, they are the
-// current segment's.
+// current segment's (or, if that roll failed, the next attempt's: ownNames_).
 void AuditWriter::discardCreated() noexcept {
     auto segment = std::move(created_);
     if (creationAdopted_ || !segment) return;
     if (segment->data) ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
     if (segment->index) ::unlinkat(dirFd_.get(), creation_.indexName.c_str(), 0);
+    if (ownNames_ == segment->number) ownNames_ = 0;
     if (creationError_ == 0) return;
     createAhead_ = false;
     logWarn("audit: creating ", dir_, "/", creation_.dataName,

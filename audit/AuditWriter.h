@@ -295,6 +295,9 @@ class AuditWriter {
     // A roll came before the creation was in: it opened the same names in place, and what the
     // ring opens is only closed.
     bool creationAdopted_ = false;
+    // The segment number whose names a creation made or is making (0: none): openSegment()
+    // opens them without O_EXCL, and keeps them when it fails.
+    std::uint64_t ownNames_ = 0;
     bool createAhead_ = true;  // false once a creation on the ring failed: in place from then on
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;

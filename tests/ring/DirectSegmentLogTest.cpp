@@ -5,6 +5,7 @@
 // the writer's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -335,6 +336,40 @@ TEST_F(DirectSegmentLogTest, ARollBeforeTheCreationAheadIsInUsesTheSameFiles) {
     auto problems = verifyDirectory(dir_.path());
     EXPECT_TRUE(problems.empty()) << problems.front();
     EXPECT_EQ(extract(1), bytes);
+}
+
+// The same race, with the roll's own open failing (here: no file descriptor left). The names the
+// ring then makes are this writer's: the next roll opens them as they are, where an O_EXCL open
+// would find them taken for good.
+TEST_F(DirectSegmentLogTest, ARollThatFailsDuringTheCreationAheadLeavesItsNamesToTheNextRoll) {
+    constexpr std::uint64_t kSegmentBytes = 256 * 1024;
+    auto bytes = pattern(kSegmentBytes / 2 + 1000, 7);
+    {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        ASSERT_TRUE(writer->reserveSpaceAhead(true));
+        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+        send(log, 1, bytes, 30000);  // queues the creation of segment 2
+        rlimit saved{};
+        ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+        rlimit none = saved;
+        none.rlim_cur = 3;  // below every fd this process holds
+        ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
+        int failed = log.rotate();
+        ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+        EXPECT_EQ(failed, -EMFILE);
+        EXPECT_TRUE(driveUntil(log, [&] {
+            return sizeIfAny(segmentPath(2, ".index")) == 0 &&
+                   std::filesystem::exists(segmentPath(2, ".index"));
+        }));
+        ASSERT_EQ(log.rotate(), 0) << "the next roll opens segment 2's names as they are";
+        send(log, 1, bytes, 30000);
+        ASSERT_EQ(log.recordClose(1, 2 * bytes.size(), 0, "client-closed"), 0);
+        log.finishFile();
+    }
+    auto problems = verifyDirectory(dir_.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(extract(1), bytes + bytes);
 }
 
 // A sync that books chunks into a segment that has rolled ends only once that segment's seal,
