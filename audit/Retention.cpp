@@ -468,13 +468,14 @@ void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uin
     bool known = tail && existed && static_cast<std::uint64_t>(st.st_dev) == tail->device &&
                  static_cast<std::uint64_t>(st.st_ino) == tail->inode &&
                  static_cast<std::uint64_t>(st.st_size) == tail->end;
+    std::optional<RetentionLogRepair> log;
     if (!known) {
-        auto log = repairRetentionLog(dirFd, dir_, false);
-        tail = LogTail{0, 0, log.goodEnd, log.lastMac};
+        log = repairRetentionLog(dirFd, dir_, false);
+        tail = LogTail{0, 0, log->goodEnd, log->lastMac};
     }
     if (tail->end >= compactAt_) {
-        if (compactRetentionLog(dirFd)) tail = logTail_;
-        logTail_.reset();
+        if (!log) log = repairRetentionLog(dirFd, dir_, false);
+        if (auto compacted = compactRetentionLog(dirFd, log->entries)) tail = compacted;
         // A log that does not shrink (entries that must all stay) is tried again only at twice
         // its size, so that appends do not each re-read it.
         compactAt_ = std::max(compactAt_, 2 * tail->end);
@@ -503,13 +504,13 @@ void RetentionPlanner::appendRetentionEntry(int dirFd, unsigned worker, std::uin
 // interrupted after its announcement leaves the newest entry's segment in place, whose
 // predecessor's digest is then needed). The new log is a fresh chain, written beside the old
 // one, synced, and renamed over it: a reader sees one or the other, whole.
-bool RetentionPlanner::compactRetentionLog(int dirFd) {
-    auto log = repairRetentionLog(dirFd, dir_, false);
+std::optional<RetentionPlanner::LogTail> RetentionPlanner::compactRetentionLog(
+    int dirFd, const std::vector<RetentionLogEntry>& entries) {
     std::map<unsigned, std::uint64_t> newestFirst;
-    for (const auto& entry : log.entries) newestFirst[entry.worker] = entry.first;
+    for (const auto& entry : entries) newestFirst[entry.worker] = entry.first;
     std::map<unsigned, RetentionLogEntry> merged;
     std::vector<RetentionLogEntry> kept;
-    for (const auto& entry : log.entries) {
+    for (const auto& entry : entries) {
         if (entry.last + 1 >= newestFirst[entry.worker]) {
             kept.push_back(entry);
             continue;
@@ -523,7 +524,7 @@ bool RetentionPlanner::compactRetentionLog(int dirFd) {
             range.timeNs = entry.timeNs;
         }
     }
-    if (merged.empty()) return false;
+    if (merged.empty()) return std::nullopt;
     std::string records;
     Digest mac{};
     auto add = [&](const RetentionLogEntry& entry) {
@@ -544,9 +545,8 @@ bool RetentionPlanner::compactRetentionLog(int dirFd) {
     checkSys(::fsync(dirFd), "fsync " + dir_);
     struct stat st {};
     checkSys(::fstat(fd.get(), &st), "fstat " + newPath);
-    logTail_ = LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                       records.size(), mac};
-    return true;
+    return LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                   records.size(), mac};
 }
 
 }  // namespace splicegate::audit

@@ -113,9 +113,6 @@ private:
     // Appends one SegmentsDeleted entry (after the log's last valid entry) and syncs it.
     void appendRetentionEntry(int dirFd, unsigned worker, std::uint64_t first, std::uint64_t last,
                               const Digest& lastDigest, std::int64_t nowNs);
-    // Rewrites the log with each worker's older entries merged into one (Retention.cpp); true
-    // when it did, with logTail_ describing the new file.
-    bool compactRetentionLog(int dirFd);
 
     std::string dir_;
     std::shared_ptr<const ChainKey> chainKey_;
@@ -131,6 +128,10 @@ private:
         Digest lastMac{};
     };
     std::optional<LogTail> logTail_;
+    // Rewrites the log, whose valid entries are `entries`, with each worker's older entries
+    // merged into one (Retention.cpp); the new file's tail, or nothing when no entry could merge.
+    std::optional<LogTail> compactRetentionLog(int dirFd,
+                                               const std::vector<RetentionLogEntry>& entries);
     std::uint64_t compactAt_ = std::uint64_t{1} << 20;
 };
 
