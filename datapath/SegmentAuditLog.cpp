@@ -5,6 +5,7 @@
 
 #include <cerrno>
 
+#include "common/Log.h"
 #include "common/Ring.h"
 #include "datapath/Failpoints.h"
 
@@ -62,6 +63,7 @@ int SegmentAuditLog::startSync(CompletionTag tag) noexcept {
     auto segment = writer_->beginSync();
     if (!segment) return 0;
     syncing_ = segment;
+    syncTag_ = tag;
     syncDataResult_ = 0;
     indexWriteResult_ = 0;
     ring_.makeRoom(3);
@@ -97,7 +99,27 @@ std::optional<int> SegmentAuditLog::syncCompleted(CompletionTag tag, int result)
     return result;
 }
 
+// The sync on the ring reads the index records it was handed until its last step is in: the
+// writer must not seal the segment (whose seal reuses that buffer and closes its fds) before.
+bool SegmentAuditLog::awaitRingSync() noexcept {
+    // Bounded as the direct writer's shutdown: waits of 100 ms, a minute in all.
+    for (int round = 0; round < 600 && syncing_; ++round) {
+        ring_.submitAndWait(100);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            auto tag = CompletionTag::decode(cqe.user_data);
+            if (syncing_ && tag.op == syncTag_.op && tag.generation == syncTag_.generation)
+                syncCompleted(tag, cqe.res);
+        });
+    }
+    return !syncing_;
+}
+
 void SegmentAuditLog::syncNow() noexcept {
+    if (!awaitRingSync()) {
+        logError("audit: the group commit on ", writer_->directory(),
+                 " did not end within a minute at shutdown");
+        return;
+    }
     if (auto segment = writer_->beginSync()) {
         int rc = ::fdatasync(segment->data.get()) == 0 ? 0 : -errno;
         if (rc == 0) rc = writer_->writeHandedOffIndex(*segment);

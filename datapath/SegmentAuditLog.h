@@ -39,10 +39,13 @@ class SegmentAuditLog final : public AuditLog {
 
   private:
     static audit::Reservation toReservation(AuditSlot& slot) noexcept;
+    // Reaps the ring until the sync in flight ends; false when it did not within a minute.
+    bool awaitRingSync() noexcept;
 
     std::unique_ptr<audit::AuditWriter> writer_;
     Ring& ring_;
     std::shared_ptr<audit::Segment> syncing_;
+    CompletionTag syncTag_;  // of the sync in flight; its steps differ in slot only
     int syncDataResult_ = 0;
     int indexWriteResult_ = 0;
 };

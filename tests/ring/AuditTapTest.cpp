@@ -14,6 +14,7 @@
 #include "common/Ring.h"
 #include "datapath/AuditTap.h"
 #include "datapath/SegmentAuditLog.h"
+#include "tests/support/AuditSupport.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate {
@@ -30,8 +31,9 @@ class AuditTapTest : public ::testing::Test {
         auto writer = std::make_unique<audit::AuditWriter>(dir_.path(), 0, 1, 1u << 20);
         AuditPolicy policy;
         policy.strict = true;
-        tap_ = std::make_unique<AuditTap>(
-            std::make_unique<SegmentAuditLog>(std::move(writer), *ring_), policy, stats_);
+        auto log = std::make_unique<SegmentAuditLog>(std::move(writer), *ring_);
+        log_ = log.get();
+        tap_ = std::make_unique<AuditTap>(std::move(log), policy, stats_);
         io_.id = 42;
         io_.slot = 3;
         io_.generation = 1;
@@ -55,8 +57,19 @@ class AuditTapTest : public ::testing::Test {
     std::unique_ptr<Ring> ring_;
     WorkerStats stats_;
     std::unique_ptr<AuditTap> tap_;
+    SegmentAuditLog* log_ = nullptr;  // tap_'s
     ConnectionIo io_;
 };
+
+// What a mover does with a reserved slot: the payload lands at the reserved offset; then booked.
+void writeAndBook(AuditTap& tap, ConnectionIo& io, Direction d, const std::string& payload) {
+    auto& flow = io.at(d);
+    ASSERT_EQ(tap.reserve(flow, payload.size()), 0);
+    const auto& where = flow.auditSlot.destination;
+    ASSERT_EQ(::pwrite(where.fd, payload.data(), payload.size(), static_cast<off_t>(where.offset)),
+              static_cast<ssize_t>(payload.size()));
+    ASSERT_EQ(tap.book(io, d, static_cast<int>(payload.size())), static_cast<int>(payload.size()));
+}
 
 TEST_F(AuditTapTest, ChunkBookedMadeDurableAndReadBack) {
     const auto d = Direction::ClientToUpstream;
@@ -111,6 +124,36 @@ TEST_F(AuditTapTest, AWriteThatFailedGivesItsSpaceBackAndRecordsNothing) {
     EXPECT_EQ(io_.at(d).auditedBytes, 0u);
     EXPECT_EQ(tap_->failed(io_, d, -EIO), AuditAction::Close) << "fail-closed by default";
     EXPECT_EQ(stats_.auditWriteErrors.get(), 1u);
+}
+
+// The worker stops while a group commit is on its ring (its linked index write waits behind the
+// data fdatasync). Shutdown must let it end: sealing at once would reuse the buffer that write
+// still reads, and the index then held a record with its first byte zeroed (seen in CI).
+TEST_F(AuditTapTest, ShutdownWaitsForTheGroupCommitOnTheRingBeforeSealing) {
+    const auto d = Direction::ClientToUpstream;
+    ASSERT_EQ(tap_->open(io_, "route", "c", "u"), AuditAction::Proceed);
+    const std::string payload(3000, 'p');
+    writeAndBook(*tap_, io_, d, payload);
+    tap_->waitDurable(io_, d);
+    EXPECT_FALSE(tap_->afterTurn().has_value()) << "the group commit started";
+    ASSERT_TRUE(log_->syncInFlight());
+    const auto covering = log_->nextSyncSequence() - 1;
+    tap_->close(io_, "closed");
+
+    tap_->shutdown();
+    EXPECT_FALSE(log_->syncInFlight()) << "shutdown returned with the group commit still out";
+    EXPECT_GE(log_->durableSequence(), covering) << "the booked chunk is not durable";
+    tap_.reset();
+    unsigned left = 0;
+    ring_->submitAndPeek();
+    left += ring_->drainCompletions([](const io_uring_cqe&) {});
+    EXPECT_EQ(left, 0u) << "audit operations were still on the ring when the log was gone";
+
+    EXPECT_TRUE(test::auditVerifies(dir_.path()));
+    auto listing = audit::listConnections(dir_.path());
+    ASSERT_EQ(listing.connections.size(), 1u);
+    EXPECT_EQ(listing.connections[0].c2uBytes, payload.size());
+    EXPECT_EQ(listing.connections[0].reason, "closed");
 }
 
 }  // namespace
