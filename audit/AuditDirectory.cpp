@@ -108,6 +108,21 @@ int syncDirectory(int dirFd) noexcept {
     return ::fsync(dirFd) == 0 ? 0 : -errno;
 }
 
+UniqueFd replaceFileDurably(int dirFd, const std::string& dir, const std::string& temporaryName,
+                            const std::string& name, std::string_view bytes) {
+    const std::string temporaryPath = dir + "/" + temporaryName;
+    UniqueFd fd =
+        openInDirectoryOrThrow(dirFd, dir, temporaryName, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    std::size_t written = 0;
+    if (int rc = writeFullyAt(fd.get(), bytes, 0, written); rc < 0)
+        throwErrno(-rc, "write " + temporaryPath);
+    checkSys(::fdatasync(fd.get()), "fdatasync " + temporaryPath);
+    checkSys(::renameat(dirFd, temporaryName.c_str(), dirFd, name.c_str()),
+             "rename " + temporaryPath + " to " + name);
+    checkSys(::fsync(dirFd), "fsync " + dir);
+    return fd;
+}
+
 int writeFullyAt(int fd, std::string_view bytes, std::uint64_t offset,
                  std::size_t& written) noexcept {
     written = 0;

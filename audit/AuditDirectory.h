@@ -41,6 +41,12 @@ int syncDirectory(int dirFd) noexcept;
 int writeFullyAt(int fd, std::string_view bytes, std::uint64_t offset,
                  std::size_t& written) noexcept;
 
+// Replaces `name` in `dirFd` (the directory `dir`, for messages) with `bytes` so that a reader
+// and a crash see the old file or the new one, whole: written to `temporaryName`, fdatasynced,
+// renamed over `name`, the directory fsynced. Returns the new file's fd; throws naming the file.
+UniqueFd replaceFileDurably(int dirFd, const std::string& dir, const std::string& temporaryName,
+                            const std::string& name, std::string_view bytes);
+
 class AuditDirectoryHeld : public std::runtime_error {
   public:
     AuditDirectoryHeld(const std::string& what, long holderPid)

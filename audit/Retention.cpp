@@ -533,18 +533,10 @@ std::optional<RetentionPlanner::LogTail> RetentionPlanner::compactRetentionLog(
     };
     for (const auto& [worker, entry] : merged) add(entry);
     for (const auto& entry : kept) add(entry);
-    std::string newPath = dir_ + "/" + kRetentionLogCompacting;
-    UniqueFd fd = openInDirectoryOrThrow(dirFd, dir_, kRetentionLogCompacting,
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0640);
-    std::size_t written = 0;
-    if (int rc = writeFullyAt(fd.get(), records, 0, written); rc < 0)
-        throwErrno(-rc, "write " + newPath);
-    checkSys(::fdatasync(fd.get()), "fdatasync " + newPath);
-    checkSys(::renameat(dirFd, kRetentionLogCompacting, dirFd, kRetentionLogName),
-             "rename " + newPath + " to " + kRetentionLogName);
-    checkSys(::fsync(dirFd), "fsync " + dir_);
+    UniqueFd fd =
+        replaceFileDurably(dirFd, dir_, kRetentionLogCompacting, kRetentionLogName, records);
     struct stat st {};
-    checkSys(::fstat(fd.get(), &st), "fstat " + newPath);
+    checkSys(::fstat(fd.get(), &st), "fstat " + dir_ + "/" + kRetentionLogName);
     return LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
                    records.size(), mac};
 }

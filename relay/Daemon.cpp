@@ -115,11 +115,24 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     return settings;
 }
 
+// The first connection id of this daemon: past every id the log names (`pastLog`) and past the
+// lease of the daemon that ran last (FORMAT.md "Connection id lease"). A lease that cannot be
+// read is passed by two blocks: ids the log lost beyond that would take a million connections
+// in one unsynced interval.
+std::uint64_t firstIdPastLease(const audit::AuditDirectory& held, std::uint64_t pastLog) {
+    auto lease = audit::readConnectionIdLease(held.fd(), held.path());
+    if (lease.problem.empty()) return std::max(pastLog, lease.end);
+    const auto skip = 2 * audit::ConnectionIdLease::kDefaultBlock;
+    logWarn("audit: ", lease.problem, "; connection ids skip ", skip,
+            " to stay clear of those it leased");
+    return pastLog + skip;
+}
 
 // Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
 // `held`: the directory, locked by this process (null when audit is off).
 AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId,
-                        const audit::AuditDirectory* held) {
+                        const audit::AuditDirectory* held,
+                        std::optional<audit::ConnectionIdLease>& idLease) {
     AuditStart start;
     start.firstSegment.assign(workers, 1);
     firstConnectionId = 1;
@@ -135,6 +148,9 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     }
     // The floor covers ids whose segments retention has deleted since they were handed out.
     firstConnectionId = std::max({report.maxConnectionId + 1, report.maxIdFloor, std::uint64_t{1}});
+    firstConnectionId = firstIdPastLease(*held, firstConnectionId);
+    idLease.emplace(held->fd(), held->path(), firstConnectionId);
+    start.idLease = &*idLease;
     logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
             " durability; payload CRC-32C by ", audit::crc32cPathName(), ")");
     return start;
@@ -313,8 +329,9 @@ int runDaemon(int argc, const char* const* argv) {
             auditDirectory.emplace(audit::AuditDirectory::open(config.auditDir));
             notifier.status("recovering the audit log");
         }
+        std::optional<audit::ConnectionIdLease> idLease;  // outlives the relay's workers
         auto auditStart = recoverAudit(config, workers, firstConnectionId,
-                                       auditDirectory ? &*auditDirectory : nullptr);
+                                       auditDirectory ? &*auditDirectory : nullptr, idLease);
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,
@@ -350,6 +367,8 @@ int runDaemon(int argc, const char* const* argv) {
                               " workers"));
         if (metrics) metrics->setReady(true);
         serveSignals(relay, config, reloader, notifier, metrics.get());
+        // The workers are gone: no id at or past the next was handed out.
+        if (idLease) idLease->release(relay.nextConnectionId());
         metricsSource.reset();  // before the relay and the admin server its scrapes read
         admin.reset();
         logInfo("stopped");

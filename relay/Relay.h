@@ -35,6 +35,10 @@ public:
 
     const RelayContext& context() const noexcept { return *context_; }
     bool draining() const noexcept { return draining_.load(std::memory_order_relaxed); }
+    // The id the next connection would get; after stop(), one past every id handed out.
+    std::uint64_t nextConnectionId() const noexcept {
+        return context_->nextConnectionId.load(std::memory_order_acquire);
+    }
     unsigned workerCount() const noexcept { return static_cast<unsigned>(workers_.size()); }
 
     // Any thread: the data path's counters summed over the workers (for a scrape or status).

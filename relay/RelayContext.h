@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/ConnectionIdLease.h"
 #include "common/Ring.h"
 #include "datapath/ChainMover.h"
 #include "datapath/InlineMover.h"
@@ -60,6 +61,8 @@ inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
     std::vector<std::uint64_t> firstSegment;  // per worker
+    // Covers every connection id handed out (null when audit is off); it outlives the relay.
+    audit::ConnectionIdLease* idLease = nullptr;
 };
 
 class RelayContext {

@@ -504,6 +504,7 @@ void Worker::startAccepted(const std::shared_ptr<const Route>& route, UniqueFd c
                            const SocketAddress& peer) {
     Connection* c = allocateConnection();
     c->io.id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
+    if (auto* lease = context_.auditStart.idLease) lease->cover(c->io.id);
     c->route = route;
     c->io.counters = &routeStats(*c);
     routeStats(*c).accepted.add(1);

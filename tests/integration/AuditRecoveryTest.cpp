@@ -17,6 +17,7 @@
 
 #include "audit/AuditReader.h"
 #include "audit/AuditWriter.h"
+#include "audit/ConnectionIdLease.h"
 #include "audit/Records.h"
 #include "audit/Retention.h"
 #include "tests/support/AuditSupport.h"
@@ -351,6 +352,39 @@ TEST_F(AuditRecoveryTest, GarbageIndexFileIsRepairedAndNumberingContinues) {
         << "the new segment should be number 8";
     expectOriginalIntact();
     expectFreshAudited();
+}
+
+// Ids handed out by a daemon that was killed may have left no durable record (a batch interval,
+// a torn index tail), yet the upstream saw those connections: the next daemon starts past the
+// whole lease of the killed one. A clean stop shrank the lease to the ids used.
+TEST_F(AuditRecoveryTest, IdsHandedOutBeforeACrashAreNotReused) {
+    int dirFd = ::open(auditDir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(dirFd, 0);
+    UniqueFd dir(dirFd);
+    auto leased = audit::readConnectionIdLease(dir.get(), auditDir_);
+    ASSERT_TRUE(leased.problem.empty()) << leased.problem;
+    EXPECT_EQ(leased.end, maxOldId() + 1) << "a clean stop leaves the lease at the ids used";
+    {
+        port_ = pickFreePort();
+        Daemon daemon(args());
+        ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+        CheckedClient killedIn = makeCheckedClient(60, 50 * kKiB, 40 * kKiB);
+        runCheckedClient(port_, killedIn, milliseconds(10000));
+        daemon.signal(SIGKILL);
+        auto status = daemon.waitExit(milliseconds(10000));
+        ASSERT_TRUE(status && status->signal == SIGKILL) << daemon.why();
+    }
+    const auto killedLease = audit::readConnectionIdLease(dir.get(), auditDir_).end;
+    EXPECT_EQ(killedLease, maxOldId() + 1 + audit::ConnectionIdLease::kDefaultBlock);
+
+    startOverDamage(100);
+    auto listing = auditList(auditDir_);
+    const AuditRow* fresh = nullptr;
+    for (const auto& r : listing.rows)
+        if (portOf(r.client) == fresh_.port) fresh = &r;
+    ASSERT_NE(fresh, nullptr) << listing.describe();
+    EXPECT_GE(fresh->id, killedLease) << "an id the killed daemon may have handed out is reused";
+    expectOriginalIntact();
 }
 
 // After a restart, retention deletes the segment holding every Open record (the worker's newest

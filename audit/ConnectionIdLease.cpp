@@ -1,0 +1,173 @@
+#include "audit/ConnectionIdLease.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+#include "audit/AuditDirectory.h"
+#include "audit/Crc32c.h"
+#include "common/Error.h"
+#include "common/Log.h"
+
+namespace splicegate::audit {
+namespace {
+constexpr std::uint32_t kLeaseMagic = 0x44494753;  // "SGID"
+constexpr std::uint32_t kLeaseVersion = 1;
+constexpr std::size_t kLeaseBytes = 20;
+
+template <typename T>
+void put(std::string& out, T value) {
+    char bytes[sizeof(T)];
+    std::memcpy(bytes, &value, sizeof(T));  // little-endian hosts only, as the whole format
+    out.append(bytes, sizeof(T));
+}
+
+template <typename T>
+T get(std::string_view bytes, std::size_t at) {
+    T value;
+    std::memcpy(&value, bytes.data() + at, sizeof(T));
+    return value;
+}
+}  // namespace
+
+std::string encodeConnectionIdLease(std::uint64_t end) {
+    std::string out;
+    put(out, kLeaseMagic);
+    put(out, kLeaseVersion);
+    put(out, end);
+    put(out, crc32c(0, out.data(), out.size()));
+    return out;
+}
+
+std::optional<std::uint64_t> decodeConnectionIdLease(std::string_view bytes, std::string& problem) {
+    if (bytes.size() != kLeaseBytes) {
+        problem = std::to_string(bytes.size()) + " bytes, not " + std::to_string(kLeaseBytes);
+        return std::nullopt;
+    }
+    if (get<std::uint32_t>(bytes, 0) != kLeaseMagic) {
+        problem = "bad magic";
+        return std::nullopt;
+    }
+    if (get<std::uint32_t>(bytes, 16) != crc32c(0, bytes.data(), 16)) {
+        problem = "bad CRC";
+        return std::nullopt;
+    }
+    if (auto version = get<std::uint32_t>(bytes, 4); version != kLeaseVersion) {
+        problem = "unknown version " + std::to_string(version);
+        return std::nullopt;
+    }
+    return get<std::uint64_t>(bytes, 8);
+}
+
+LeaseRead readConnectionIdLease(int dirFd, const std::string& dir) {
+    LeaseRead read;
+    const std::string path = dir + "/" + kConnectionIdsName;
+    int fd = openInDirectory(dirFd, kConnectionIdsName, O_RDONLY);
+    if (fd == -ENOENT) return read;
+    if (fd < 0) {
+        read.problem = path + ": " + errnoText(fd);
+        return read;
+    }
+    UniqueFd file(fd);
+    char bytes[kLeaseBytes + 1];
+    ssize_t n = ::pread(file.get(), bytes, sizeof bytes, 0);
+    if (n < 0) {
+        read.problem = path + ": " + errnoText(-errno);
+        return read;
+    }
+    std::string problem;
+    if (auto end = decodeConnectionIdLease({bytes, static_cast<std::size_t>(n)}, problem))
+        read.end = *end;
+    else
+        read.problem = path + ": " + problem;
+    return read;
+}
+
+ConnectionIdLease::ConnectionIdLease(int dirFd, std::string dir, std::uint64_t first,
+                                     std::uint64_t block)
+    : dirFd_(dirFd), dir_(std::move(dir)), block_(std::max<std::uint64_t>(block, 2)) {
+    end_ = first + block_;
+    write(end_);
+    renewAt_.store(end_ - block_ / 2, std::memory_order_release);
+    renewer_ = std::thread([this] { renewLoop(); });
+}
+
+ConnectionIdLease::~ConnectionIdLease() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    renewed_.notify_all();
+    if (renewer_.joinable()) renewer_.join();
+}
+
+std::uint64_t ConnectionIdLease::end() const noexcept {
+    std::lock_guard lock(mutex_);
+    return end_;
+}
+
+void ConnectionIdLease::coverSlow(std::uint64_t id) noexcept {
+    std::unique_lock lock(mutex_);
+    highest_ = std::max(highest_, id);
+    if (!wanted_) {
+        wanted_ = true;
+        wake_.notify_one();
+    }
+    renewed_.wait(lock, [&] { return id < end_ || failing_ || stopping_; });
+}
+
+void ConnectionIdLease::renewLoop() noexcept {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        wake_.wait(lock, [&] { return wanted_ || stopping_; });
+        if (stopping_) return;
+        std::uint64_t target = std::max(end_, highest_ + 1) + block_;
+        lock.unlock();
+        bool written = true;
+        try {
+            write(target);
+        } catch (const std::exception& error) {
+            written = false;
+            logError("audit: renewing the connection id lease: ", error.what(),
+                     "; ids go on past it (a crash now could let the next daemon reuse some)");
+        }
+        lock.lock();
+        if (written) end_ = target;
+        failing_ = !written;
+        // After a failure the next try waits for another half block of ids.
+        renewAt_.store(written ? end_ - block_ / 2 : highest_ + block_ / 2,
+                       std::memory_order_release);
+        wanted_ = false;
+        renewed_.notify_all();
+    }
+}
+
+void ConnectionIdLease::release(std::uint64_t next) noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    renewed_.notify_all();
+    if (renewer_.joinable()) renewer_.join();
+    if (next == end_) return;
+    try {
+        write(next);
+        end_ = next;
+    } catch (const std::exception& error) {
+        // The larger lease stays: the next daemon skips ids, it reuses none.
+        logWarn("audit: shrinking the connection id lease: ", error.what());
+    }
+}
+
+void ConnectionIdLease::write(std::uint64_t end) {
+    replaceFileDurably(dirFd_, dir_, kConnectionIdsReplacing, kConnectionIdsName,
+                       encodeConnectionIdLease(end));
+}
+
+}  // namespace splicegate::audit
