@@ -14,6 +14,13 @@ namespace {
 enum SyncStep : std::uint32_t { kSyncData = 0, kSyncIndex = 1, kWriteIndex = 2 };
 }
 
+SegmentAuditLog::~SegmentAuditLog() {
+    // A group commit that never ended may still write from the writer's buffers into its fds:
+    // both stay until the process exits, unsealed, and the next start's recovery seals the
+    // segment. Sealing now would rewrite the buffer that write reads.
+    if (syncing_) (void)writer_.release();
+}
+
 audit::Reservation SegmentAuditLog::toReservation(AuditSlot& slot) noexcept {
     audit::Reservation reservation;
     reservation.segment = std::static_pointer_cast<audit::Segment>(std::move(slot.owner));
@@ -117,7 +124,7 @@ bool SegmentAuditLog::awaitRingSync() noexcept {
 void SegmentAuditLog::syncNow() noexcept {
     if (!awaitRingSync()) {
         logError("audit: the group commit on ", writer_->directory(),
-                 " did not end within a minute at shutdown");
+                 " did not end within a minute at shutdown; its segment is left for recovery");
         return;
     }
     if (auto segment = writer_->beginSync()) {

@@ -17,6 +17,9 @@ class SegmentAuditLog final : public AuditLog {
     // Syncs are submitted on `ring`, the owning worker's.
     SegmentAuditLog(std::unique_ptr<audit::AuditWriter> writer, Ring& ring) noexcept
         : writer_(std::move(writer)), ring_(ring) {}
+    ~SegmentAuditLog() override;
+    SegmentAuditLog(const SegmentAuditLog&) = delete;
+    SegmentAuditLog& operator=(const SegmentAuditLog&) = delete;
 
     int reserve(std::uint32_t length, AuditSlot& out) noexcept override;
     int recordChunk(AuditSlot& slot, std::uint64_t connection, std::uint8_t direction,
