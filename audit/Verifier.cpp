@@ -121,7 +121,10 @@ class Verifier {
                        "a file with this segment's name is not a regular file (a symlink?); it "
                        "is not followed");
             if (!files.hasIndex) {
-                if (files.hasData) report(files.dataPath, 0, "data file without an index file");
+                if (files.hasData && dataAloneExpected(files))
+                    --summary_.segments;  // being created or deleted: not a segment yet or still
+                else if (files.hasData)
+                    report(files.dataPath, 0, "data file without an index file");
                 continue;
             }
             ++indexed;
@@ -169,6 +172,14 @@ class Verifier {
     // ran if the retention log, read again, says so: then the worker's log now begins after it,
     // as if verify had started later, and what was learnt of the worker's open connections and
     // chain is let go. Otherwise the caller reports it.
+    // A data file stands alone for a moment twice in a segment's life: a writer creates it before
+    // the index, and retention unlinks the index before it (a deletion it recorded first).
+    bool dataAloneExpected(const SegmentFiles& files) const {
+        if (recordsDeletion(deleted_, files)) return true;
+        auto live = liveSegment_.find(files.worker);
+        return daemonRunning_ && live != liveSegment_.end() && files.segment >= live->second;
+    }
+
     bool deletedMeanwhile(const SegmentFiles& files) {
         retentionLog(false);
         if (!recordsDeletion(deleted_, files)) return false;

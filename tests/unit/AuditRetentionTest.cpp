@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
 #include "audit/Records.h"
 #include "audit/Recovery.h"
@@ -385,6 +387,42 @@ TEST(AuditRetentionTest, VerifyTakesSegmentsRetentionDeletesWhileItReads) {
         dir.path(), [&](const std::string& line) { problems.push_back(line); }, options);
     ASSERT_FALSE(problems.empty());
     EXPECT_NE(problems[0].find("cannot open " + s3.indexPath()), std::string::npos)
+        << joined(problems);
+}
+
+// A data file stands alone twice in a segment's life: retention unlinks the index first (after
+// recording the deletion), and a writer creates the data file first. verify, listing the
+// directory at either moment, must not call that damage; a data file alone that is neither is.
+TEST(AuditRetentionTest, VerifyTakesADataFileWhoseIndexIsBeingDeletedOrCreated) {
+    TempDir parent;
+    const std::string path = parent.path() + "/audit";
+    std::optional<AuditDirectory> held = AuditDirectory::open(path);  // a daemon runs
+    Seg s1(path, 0, 1, kT0, 1);
+    s1.whole(1, kT0).seal().write();
+    Seg s2(path, 0, 2, kT0 + 2 * kHour, 2);
+    s2.whole(2, kT0 + 2 * kHour).seal().write();
+    Seg(path, 0, 3, kT0 + 2 * kHour, 3).write();
+    RetentionPlanner planner(path);
+    ASSERT_EQ(asSet(planner.apply({0, 1}, kT0 + 2 * kHour + 1).deleted), pathsOf({&s1}));
+    // Between retention's two unlinks: segment 1's data file is back alone.
+    writeFile(s1.dataPath(), "hello");
+    // A writer between its two creates: segment 4's data file, no index yet.
+    const std::string creating = path + "/" + segmentBaseName(0, 4) + ".data";
+    writeFile(creating, "");
+
+    std::vector<std::string> problems;
+    auto summary =
+        verifyDirectory(path, [&](const std::string& line) { problems.push_back(line); });
+    EXPECT_TRUE(withoutUnsealed(problems).empty()) << joined(problems);
+    EXPECT_EQ(summary.segments, 2u);  // 2 and 3
+
+    // With no daemon running, segment 4's data file alone is what a crash left: reported.
+    held.reset();
+    problems.clear();
+    verifyDirectory(path, [&](const std::string& line) { problems.push_back(line); });
+    problems = withoutUnsealed(problems);
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_NE(problems[0].find(creating + ":0: data file without an index file"), std::string::npos)
         << joined(problems);
 }
 
