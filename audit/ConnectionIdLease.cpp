@@ -142,7 +142,9 @@ void ConnectionIdLease::renewLoop() noexcept {
         // After a failure the next try waits for another half block of ids.
         renewAt_.store(written ? end_ - block_ / 2 : highest_ + block_ / 2,
                        std::memory_order_release);
-        wanted_ = false;
+        // Ids that passed the new mark while the file was written want the next renewal now:
+        // their workers asked once already and wait for it.
+        wanted_ = written && highest_ >= renewAt_.load(std::memory_order_relaxed);
         renewed_.notify_all();
     }
 }

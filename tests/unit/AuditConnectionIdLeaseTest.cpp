@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "audit/ConnectionIdLease.h"
 #include "common/UniqueFd.h"
@@ -95,6 +97,26 @@ TEST_F(ConnectionIdLeaseTest, IdsThatOutranTheLeaseWaitUntilItCoversThem) {
     lease.cover(5000);  // returns only once covered
     EXPECT_GT(lease.end(), 5000u);
     EXPECT_GT(leasedEnd(), 5000u) << "the id is handed out before its lease is durable";
+}
+
+// Workers racing far past the lease while a renewal is being written (here the block is tiny,
+// so every write is outrun): each one that asked is covered by a later renewal, none waits
+// for ever.
+TEST_F(ConnectionIdLeaseTest, WorkersThatOutranARenewalBeingWrittenAreCoveredByTheNext) {
+    ConnectionIdLease lease(dirFd_.get(), dir_.path(), 1, 16);
+    std::atomic<std::uint64_t> next{1};
+    constexpr int kWorkers = 4;
+    constexpr std::uint64_t kIdsEach = 3000;
+    std::vector<std::future<void>> workers;
+    for (int w = 0; w < kWorkers; ++w)
+        workers.push_back(std::async(std::launch::async, [&] {
+            for (std::uint64_t i = 0; i < kIdsEach; ++i) lease.cover(next.fetch_add(1));
+        }));
+    for (auto& worker : workers)
+        ASSERT_EQ(worker.wait_for(60s), std::future_status::ready)
+            << "a worker still waits for its id to be covered";
+    EXPECT_GE(lease.end(), next.load());
+    EXPECT_GE(leasedEnd(), next.load()) << "an id was handed out beyond the durable lease";
 }
 
 TEST_F(ConnectionIdLeaseTest, ACleanStopShrinksTheLeaseToTheIdsUsed) {
