@@ -168,10 +168,6 @@ class Verifier {
         return {};
     }
 
-    // A listed segment's file is gone (opening it gave ENOENT). Retention deleted it while verify
-    // ran if the retention log, read again, says so: then the worker's log now begins after it,
-    // as if verify had started later, and what was learnt of the worker's open connections and
-    // chain is let go. Otherwise the caller reports it.
     // A data file stands alone for a moment twice in a segment's life: a writer creates it before
     // the index, and retention unlinks the index before it (a deletion it recorded first).
     bool dataAloneExpected(const SegmentFiles& files) const {
@@ -180,6 +176,10 @@ class Verifier {
         return daemonRunning_ && live != liveSegment_.end() && files.segment >= live->second;
     }
 
+    // A listed segment's file is gone (opening it gave ENOENT). Retention deleted it while verify
+    // ran if the retention log, read again, says so: then the worker's log now begins after it,
+    // as if verify had started later, and what was learnt of the worker's open connections and
+    // chain is let go. Otherwise the caller reports it.
     bool deletedMeanwhile(const SegmentFiles& files) {
         retentionLog(false);
         if (!recordsDeletion(deleted_, files)) return false;
