@@ -97,6 +97,10 @@ ConnectionIdLease::ConnectionIdLease(int dirFd, std::string dir, std::uint64_t f
 }
 
 ConnectionIdLease::~ConnectionIdLease() {
+    stopRenewer();
+}
+
+void ConnectionIdLease::stopRenewer() noexcept {
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
@@ -150,13 +154,7 @@ void ConnectionIdLease::renewLoop() noexcept {
 }
 
 void ConnectionIdLease::release(std::uint64_t next) noexcept {
-    {
-        std::lock_guard lock(mutex_);
-        stopping_ = true;
-    }
-    wake_.notify_all();
-    renewed_.notify_all();
-    if (renewer_.joinable()) renewer_.join();
+    stopRenewer();
     if (next == end_) return;
     try {
         write(next);

@@ -59,6 +59,7 @@ class ConnectionIdLease {
   private:
     void coverSlow(std::uint64_t id) noexcept;
     void renewLoop() noexcept;
+    void stopRenewer() noexcept;
     void write(std::uint64_t end);
 
     const int dirFd_;
