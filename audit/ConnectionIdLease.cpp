@@ -5,63 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <exception>
 
 #include "audit/AuditDirectory.h"
-#include "audit/Crc32c.h"
 #include "common/Error.h"
 #include "common/Log.h"
 
 namespace splicegate::audit {
-namespace {
-constexpr std::uint32_t kLeaseMagic = 0x44494753;  // "SGID"
-constexpr std::uint32_t kLeaseVersion = 1;
-constexpr std::size_t kLeaseBytes = 20;
-
-template <typename T>
-void put(std::string& out, T value) {
-    char bytes[sizeof(T)];
-    std::memcpy(bytes, &value, sizeof(T));  // little-endian hosts only, as the whole format
-    out.append(bytes, sizeof(T));
-}
-
-template <typename T>
-T get(std::string_view bytes, std::size_t at) {
-    T value;
-    std::memcpy(&value, bytes.data() + at, sizeof(T));
-    return value;
-}
-}  // namespace
-
-std::string encodeConnectionIdLease(std::uint64_t end) {
-    std::string out;
-    put(out, kLeaseMagic);
-    put(out, kLeaseVersion);
-    put(out, end);
-    put(out, crc32c(0, out.data(), out.size()));
-    return out;
-}
-
-std::optional<std::uint64_t> decodeConnectionIdLease(std::string_view bytes, std::string& problem) {
-    if (bytes.size() != kLeaseBytes) {
-        problem = std::to_string(bytes.size()) + " bytes, not " + std::to_string(kLeaseBytes);
-        return std::nullopt;
-    }
-    if (get<std::uint32_t>(bytes, 0) != kLeaseMagic) {
-        problem = "bad magic";
-        return std::nullopt;
-    }
-    if (get<std::uint32_t>(bytes, 16) != crc32c(0, bytes.data(), 16)) {
-        problem = "bad CRC";
-        return std::nullopt;
-    }
-    if (auto version = get<std::uint32_t>(bytes, 4); version != kLeaseVersion) {
-        problem = "unknown version " + std::to_string(version);
-        return std::nullopt;
-    }
-    return get<std::uint64_t>(bytes, 8);
-}
 
 LeaseRead readConnectionIdLease(int dirFd, const std::string& dir) {
     LeaseRead read;
@@ -73,7 +23,7 @@ LeaseRead readConnectionIdLease(int dirFd, const std::string& dir) {
         return read;
     }
     UniqueFd file(fd);
-    char bytes[kLeaseBytes + 1];
+    char bytes[kConnectionIdLeaseSize + 1];
     ssize_t n = ::pread(file.get(), bytes, sizeof bytes, 0);
     if (n < 0) {
         read.problem = path + ": " + errnoText(-errno);

@@ -17,16 +17,9 @@
 #include <string>
 #include <thread>
 
+#include "audit/Records.h"
+
 namespace splicegate::audit {
-
-constexpr const char* kConnectionIdsName = "connection-ids";
-constexpr const char* kConnectionIdsReplacing = "connection-ids.new";
-
-// The file: magic "SGID", u32 version 1, u64 lease end (every id below it may have been handed
-// out), u32 CRC-32C of the 16 bytes before it. Little-endian.
-std::string encodeConnectionIdLease(std::uint64_t end);
-// The lease end, or nothing with `problem` set when the file is not a lease.
-std::optional<std::uint64_t> decodeConnectionIdLease(std::string_view bytes, std::string& problem);
 
 struct LeaseRead {
     std::uint64_t end = 0;  // 0: no lease (none written yet)

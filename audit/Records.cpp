@@ -13,6 +13,7 @@
 #include <map>
 #include <utility>
 
+#include "audit/Crc32c.h"
 #include "common/Error.h"
 #include "common/UniqueFd.h"
 
@@ -345,6 +346,49 @@ Digest encodeSegmentSealed(std::string& out, std::uint64_t dataBytes, std::uint8
     out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
     finish(out, start);
     return digest;
+}
+
+namespace {
+constexpr std::uint32_t kLeaseMagic = 0x44494753;  // "SGID"
+constexpr std::uint32_t kLeaseVersion = 1;
+constexpr std::size_t kLeaseCrcOffset = kConnectionIdLeaseSize - 4;
+}  // namespace
+
+std::string encodeConnectionIdLease(std::uint64_t end) {
+    std::string out;
+    putU32(out, kLeaseMagic);
+    putU32(out, kLeaseVersion);
+    putU64(out, end);
+    putU32(out, crc32c(0, out.data(), out.size()));
+    return out;
+}
+
+std::optional<std::uint64_t> decodeConnectionIdLease(std::string_view bytes, std::string& problem) {
+    if (bytes.size() != kConnectionIdLeaseSize) {
+        problem =
+            std::to_string(bytes.size()) + " bytes, not " + std::to_string(kConnectionIdLeaseSize);
+        return std::nullopt;
+    }
+    Reader reader(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    std::uint32_t magic = 0, version = 0, crc = 0;
+    std::uint64_t end = 0;
+    reader.u32(magic);
+    reader.u32(version);
+    reader.u64(end);
+    reader.u32(crc);  // the size was checked: every field is there
+    if (magic != kLeaseMagic) {
+        problem = "bad magic";
+        return std::nullopt;
+    }
+    if (crc != crc32c(0, bytes.data(), kLeaseCrcOffset)) {
+        problem = "bad CRC";
+        return std::nullopt;
+    }
+    if (version != kLeaseVersion) {
+        problem = "unknown version " + std::to_string(version);
+        return std::nullopt;
+    }
+    return end;
 }
 
 Digest encodeSegmentsDeleted(std::string& out, std::uint32_t worker, std::uint64_t first,

@@ -54,6 +54,14 @@ constexpr const char* kRetentionLogName = "retention.log";
 // The compacted retention log while it is written, before it is renamed over the log.
 constexpr const char* kRetentionLogCompacting = "retention.log.new";
 
+// The connection id lease (FORMAT.md "Connection id lease", audit/ConnectionIdLease.h), and the
+// lease being written before it is renamed over it.
+constexpr const char* kConnectionIdsName = "connection-ids";
+constexpr const char* kConnectionIdsReplacing = "connection-ids.new";
+// Its content: magic "SGID", u32 version 1, u64 lease end (every id below it may have been
+// handed out), u32 CRC-32C of the 16 bytes before it.
+constexpr std::size_t kConnectionIdLeaseSize = 20;
+
 // Total sizes of the fixed-size records (header included).
 constexpr std::size_t kSegmentStartRecordSize = kRecordHeaderSize + 32;
 constexpr std::size_t kSegmentStartV1RecordSize = kRecordHeaderSize + 24;
@@ -93,6 +101,10 @@ void encodeSegmentSealedV2(std::string& out, std::uint64_t dataBytes, std::uint8
 Digest encodeSegmentsDeleted(std::string& out, std::uint32_t worker, std::uint64_t first,
                              std::uint64_t last, std::int64_t timeNs, const ChainKey* key,
                              const Digest& lastDigest, const Digest& prevEntryMac);
+
+std::string encodeConnectionIdLease(std::uint64_t end);
+// The lease end, or nothing with `problem` set when `bytes` are not a lease.
+std::optional<std::uint64_t> decodeConnectionIdLease(std::string_view bytes, std::string& problem);
 
 // One decoded record. Only the fields of `type` are meaningful (the others keep whatever they
 // held, so a Record can be reused across decodeRecord calls without reallocating its strings).
