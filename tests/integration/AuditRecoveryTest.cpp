@@ -120,15 +120,21 @@ protected:
         return daemon.log();
     }
 
-    // The connection made by startOverDamage() is audited exactly, with a new id and in a new
-    // segment.
-    void expectFreshAudited() {
-        auto listing = auditList(auditDir_);
+    // The row of the connection made by startOverDamage(), closed with all its bytes; or null.
+    const AuditRow* freshRow(const AuditListing& listing) const {
         const AuditRow* row = nullptr;
         for (const auto& r : listing.rows)
             if (portOf(r.client) == fresh_.port && r.state == "closed" &&
                 r.c2u == 16 + fresh_.c2uSize)
                 row = &r;
+        return row;
+    }
+
+    // The connection made by startOverDamage() is audited exactly, with a new id and in a new
+    // segment.
+    void expectFreshAudited() {
+        auto listing = auditList(auditDir_);
+        const AuditRow* row = freshRow(listing);
         ASSERT_NE(row, nullptr) << "the connection made after recovery is not audited: "
                                 << listing.describe();
         EXPECT_GT(row->id, maxOldId()) << "connection ids must continue after the largest found";
@@ -379,9 +385,7 @@ TEST_F(AuditRecoveryTest, IdsHandedOutBeforeACrashAreNotReused) {
 
     startOverDamage(100);
     auto listing = auditList(auditDir_);
-    const AuditRow* fresh = nullptr;
-    for (const auto& r : listing.rows)
-        if (portOf(r.client) == fresh_.port) fresh = &r;
+    const AuditRow* fresh = freshRow(listing);
     ASSERT_NE(fresh, nullptr) << listing.describe();
     EXPECT_GE(fresh->id, killedLease) << "an id the killed daemon may have handed out is reused";
     expectOriginalIntact();
