@@ -36,6 +36,9 @@ Ring::Ring(unsigned entries, unsigned maxBoundWorkers, unsigned maxUnboundWorker
     }
     checkNeg(rc, "io_uring_queue_init(" + std::to_string(entries) + " entries" +
                      (options.sqpoll ? ", SQPOLL" : "") + ")");
+    // Each io_uring_enter then names the ring by its index in this thread's table instead of an
+    // fd the kernel must look up and reference (kernel 5.18); without it, the fd is used.
+    (void)io_uring_register_ring_fd(&ring_);
     unsigned limits[2] = {maxBoundWorkers, maxUnboundWorkers};
     rc = io_uring_register_iowq_max_workers(&ring_, limits);
     if (rc < 0) {

@@ -11,11 +11,12 @@ namespace splicegate {
 BufferLane::BufferLane(io_uring& ring, unsigned entries, std::size_t bufferSize)
     : ring_(&ring), buffers_(ring, kBufferGroup, entries, bufferSize) {}
 
-void BufferLane::armRecv(BufferLaneFlow& flow, int source, std::uint64_t tag) noexcept {
+void BufferLane::armRecv(BufferLaneFlow& flow, SocketRef source, std::uint64_t tag) noexcept {
     auto* sqe = nextSqe(*ring_);
     // Multishot recv (kernel 6.0): one SQE delivers every chunk until it ends (EOF, error,
     // -ENOBUFS, cancel), each completion with IORING_CQE_F_MORE while it stays armed.
-    io_uring_prep_recv_multishot(sqe, source, nullptr, 0, 0);
+    io_uring_prep_recv_multishot(sqe, source.index, nullptr, 0, 0);
+    source.mark(sqe);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = kBufferGroup;
     io_uring_sqe_set_data64(sqe, tag);
@@ -54,14 +55,15 @@ std::span<const std::byte> BufferLane::bytes(const BufferLaneFlow::Slice& slice)
     return buffers_.memory(slice.buffer).subspan(slice.offset, slice.length);
 }
 
-void BufferLane::submitSend(int sink, const BufferLaneFlow::Slice& slice, std::size_t length,
+void BufferLane::submitSend(SocketRef sink, const BufferLaneFlow::Slice& slice, std::size_t length,
                             std::uint64_t tag) noexcept {
     auto data = bytes(slice);
     auto* sqe = nextSqe(*ring_);
     // Without MSG_WAITALL a stream send completes with what the socket took (a short send when
     // it filled up); a socket with no room at all is polled by io_uring, not reported.
-    io_uring_prep_send(sqe, sink, data.data(), length < data.size() ? length : data.size(),
+    io_uring_prep_send(sqe, sink.index, data.data(), length < data.size() ? length : data.size(),
                        MSG_NOSIGNAL);
+    sink.mark(sqe);
     io_uring_sqe_set_data64(sqe, tag);
 }
 

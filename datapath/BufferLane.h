@@ -23,6 +23,7 @@
 
 #include "datapath/BufferLaneFlow.h"
 #include "datapath/BufferRing.h"
+#include "datapath/SocketTable.h"
 
 namespace splicegate {
 
@@ -40,7 +41,7 @@ class BufferLane {
     std::uint64_t dryEvents() const noexcept { return dryEvents_; }
 
     // Submits a multishot recv on `source` picking from the ring; its completions carry `tag`.
-    void armRecv(BufferLaneFlow& flow, int source, std::uint64_t tag) noexcept;
+    void armRecv(BufferLaneFlow& flow, SocketRef source, std::uint64_t tag) noexcept;
     // Asks the kernel to end the recv tagged `recvTag`; its final completion (no
     // IORING_CQE_F_MORE) follows. The cancel's own completion carries `cancelTag`.
     void cancelRecv(BufferLaneFlow& flow, std::uint64_t recvTag, std::uint64_t cancelTag) noexcept;
@@ -53,7 +54,7 @@ class BufferLane {
     std::span<const std::byte> bytes(const BufferLaneFlow::Slice& slice) const noexcept;
     // An IORING_OP_SEND of the first `length` bytes of `slice` to `sink`; the slice's buffer
     // must stay held until its completion (bytes sent, or -errno).
-    void submitSend(int sink, const BufferLaneFlow::Slice& slice, std::size_t length,
+    void submitSend(SocketRef sink, const BufferLaneFlow::Slice& slice, std::size_t length,
                     std::uint64_t tag) noexcept;
     // Gives back the buffers `flow` has fully sent.
     void giveBackSent(BufferLaneFlow& flow) noexcept;

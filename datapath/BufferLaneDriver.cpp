@@ -15,9 +15,11 @@
 namespace splicegate {
 
 BufferLaneDriver::BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize,
-                                   bool adaptive, AuditTap* audit, WorkerStats& stats)
+                                   bool adaptive, AuditTap* audit, WorkerStats& stats,
+                                   unsigned connectionSlots)
     : ring_(ring),
       lane_(ring, entries, bufferSize),
+      sockets_(ring, connectionSlots),
       adaptive_(adaptive),
       audit_(audit),
       stats_(stats) {}
@@ -34,7 +36,17 @@ void BufferLaneDriver::start(ConnectionIo& io, Direction d) noexcept {
     fio.lanePolicy = LanePolicy(adaptive_);
     fio.laneFlow.configureAudit(io.audited, io.audited && audit_ != nullptr && audit_->strict());
     fio.lane = LaneKind::Buffer;
+    if (!io.inSocketTable) installSockets(io);
     armRecv(io, d);
+}
+
+// Before the connection's first ring operation on a socket, in the same submission: the kernel
+// runs the update first, as SQEs are issued in order.
+void BufferLaneDriver::installSockets(ConnectionIo& io) noexcept {
+    io.tableFds[0] = io.client.get();
+    io.tableFds[1] = io.upstream.get();
+    io.inSocketTable = sockets_.install(io.slot, io.tableFds,
+                                        tag(io, Direction::ClientToUpstream, kSocketTableOp));
 }
 
 LaneResult BufferLaneDriver::drive(ConnectionIo& io, Direction d) noexcept {
@@ -101,7 +113,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::step(ConnectionIo& io, Direction 
 }
 
 void BufferLaneDriver::armRecv(ConnectionIo& io, Direction d) noexcept {
-    lane_.armRecv(io.at(d).laneFlow, io.sourceFd(d), tag(io, d, kRecvOp));
+    lane_.armRecv(io.at(d).laneFlow, io.sourceRef(d), tag(io, d, kRecvOp));
     ++io.at(d).laneOps;  // until the multishot's final completion (no IORING_CQE_F_MORE)
 }
 
@@ -109,7 +121,9 @@ void BufferLaneDriver::armWritable(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     fio.laneFlow.recordWritableWaitArmed();
     auto* sqe = nextSqe(ring_);
-    io_uring_prep_poll_add(sqe, io.sinkFd(d), POLLOUT);
+    auto sink = io.sinkRef(d);
+    io_uring_prep_poll_add(sqe, sink.index, POLLOUT);
+    sink.mark(sqe);
     io_uring_sqe_set_data64(sqe, tag(io, d, kWritableOp));
     ++fio.laneOps;
 }
@@ -163,7 +177,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::send(ConnectionIo& io, Direction 
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.sendSlice();
     auto length = static_cast<std::uint32_t>(failpointLength(FailSite::Forward, slice.length));
-    lane_.submitSend(io.sinkFd(d), slice, length, tag(io, d, kSendOp));
+    lane_.submitSend(io.sinkRef(d), slice, length, tag(io, d, kSendOp));
     fio.laneFlow.recordSendStarted(length);
     ++fio.laneOps;
     return {Next::Continue};
@@ -199,6 +213,12 @@ BufferLaneDriver::StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
 
 LaneResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
                                       MoveCompletion completion) noexcept {
+    if (tag.op == kSocketTableOp) {
+        if (completion.result < 0)
+            logWarn("connection ", io.id, ": io_uring fixed file table update failed (",
+                    errnoText(completion.result), "): its ring operations will fail");
+        return {};
+    }
     auto d = static_cast<Direction>(tag.direction);
     auto& fio = io.at(d);
     // A multishot recv stays one operation in flight until its final completion.
@@ -269,13 +289,23 @@ LaneResult BufferLaneDriver::durable(ConnectionIo& io, Direction d) noexcept {
     return drive(io, d);
 }
 
-void BufferLaneDriver::dropCompletion(MoveCompletion completion) noexcept {
+void BufferLaneDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
+    if (tag.op == kSocketTableOp) {
+        if (completion.result < 0)
+            logDebug("io_uring fixed file table update of a closed connection: ",
+                     errnoText(completion.result));
+        return;
+    }
     lane_.dropCompletion(completion.flags);
     updateGauge();
 }
 
 void BufferLaneDriver::release(ConnectionIo& io) noexcept {
     for (auto& fio : io.flows) lane_.release(fio.laneFlow);
+    if (io.inSocketTable) {  // the table's references are what still keeps the sockets open
+        sockets_.remove(io.slot, tag(io, Direction::ClientToUpstream, kSocketTableOp));
+        io.inSocketTable = false;
+    }
     updateGauge();
 }
 

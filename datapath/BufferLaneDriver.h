@@ -45,13 +45,15 @@ class BufferLaneDriver {
     static constexpr std::uint8_t kAuditWriteOp = 0x62;
     static constexpr std::uint8_t kWritableOp = 0x63;
     static constexpr std::uint8_t kSendOp = 0x64;
+    static constexpr std::uint8_t kSocketTableOp = 0x65;  // not counted in laneOps
     static constexpr bool isLaneOp(std::uint8_t op) noexcept { return (op & 0xf0) == 0x60; }
     static_assert(isMoverOp(kRecvOp) && isMoverOp(kSendOp));
 
     // `adaptive`: --lane auto (switch by LanePolicy); otherwise --lane buffer (never switch).
-    // `audit` is null when the worker audits nothing. Throws std::system_error (BufferRing).
+    // `audit` is null when the worker audits nothing. `connectionSlots`: how many connections
+    // the worker may hold, for the fixed file table. Throws std::system_error (BufferRing).
     BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize, bool adaptive,
-                     AuditTap* audit, WorkerStats& stats);
+                     AuditTap* audit, WorkerStats& stats, unsigned connectionSlots);
 
     void setNow(std::chrono::steady_clock::time_point now) noexcept { now_ = now; }
     // Every few seconds: the buffer ring's memory follows a past peak back down.
@@ -65,7 +67,7 @@ class BufferLaneDriver {
     LaneResult complete(ConnectionIo& io, CompletionTag tag, MoveCompletion completion) noexcept;
     LaneResult durable(ConnectionIo& io, Direction d) noexcept;
     // A lane completion whose connection is gone: its buffer, if any, goes back.
-    void dropCompletion(MoveCompletion completion) noexcept;
+    void dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept;
     // The connection is released (nothing in flight): every held buffer goes back.
     void release(ConnectionIo& io) noexcept;
 
@@ -104,6 +106,7 @@ class BufferLaneDriver {
     StepResult shutdownSink(ConnectionIo& io, Direction d) noexcept;
     StepResult received(ConnectionIo& io, Direction d, MoveCompletion completion) noexcept;
     void armRecv(ConnectionIo& io, Direction d) noexcept;
+    void installSockets(ConnectionIo& io) noexcept;
     void armWritable(ConnectionIo& io, Direction d) noexcept;
     void rearm(ConnectionIo& io, Direction d) noexcept;
     void recordSwitch(ConnectionIo& io, Direction d, LaneKind to) noexcept;
@@ -113,6 +116,7 @@ class BufferLaneDriver {
 
     io_uring& ring_;
     BufferLane lane_;
+    SocketTable sockets_;
     const bool adaptive_;
     AuditTap* audit_;
     WorkerStats& stats_;

@@ -14,6 +14,7 @@
 #include "datapath/Flow.h"
 #include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"
+#include "datapath/SocketTable.h"
 #include "metrics/Stats.h"
 
 namespace splicegate {
@@ -61,6 +62,10 @@ struct ConnectionIo {
     bool relaying = false;  // set by the connection layer; results after it are only booked
     UniqueFd client;
     UniqueFd upstream;
+    // Both sockets in the ring's fixed file table (datapath/SocketTable.h), entries of `slot`;
+    // `tableFds` is what the table's update reads when it is submitted.
+    bool inSocketTable = false;
+    int tableFds[2] = {-1, -1};
     FlowIo flows[2];
     bool audited = false;
     bool auditLost = false;  // fail-open after its Open record was lost: every byte counts lost
@@ -76,6 +81,17 @@ struct ConnectionIo {
     }
     int sinkFd(Direction d) const noexcept {
         return d == Direction::ClientToUpstream ? upstream.get() : client.get();
+    }
+    // The sockets as ring operations name them: table entries once installed, fds before.
+    SocketRef sourceRef(Direction d) const noexcept {
+        return socketRef(d == Direction::ClientToUpstream ? 0 : 1);
+    }
+    SocketRef sinkRef(Direction d) const noexcept {
+        return socketRef(d == Direction::ClientToUpstream ? 1 : 0);
+    }
+    SocketRef socketRef(unsigned side) const noexcept {
+        if (inSocketTable) return {SocketTable::entry(slot, side), true};
+        return {side == 0 ? client.get() : upstream.get(), false};
     }
     // The flow's identity in completion tags (the op is the mover's).
     CompletionTag tag(Direction d) const noexcept {

@@ -310,7 +310,8 @@ void FlowDriver::release(ConnectionIo& io) noexcept {
 }
 
 void FlowDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
-    if (lanes_ != nullptr && BufferLaneDriver::isLaneOp(tag.op)) lanes_->dropCompletion(completion);
+    if (lanes_ != nullptr && BufferLaneDriver::isLaneOp(tag.op))
+        lanes_->dropCompletion(tag, completion);
 }
 
 void FlowDriver::updatePipeGauges() noexcept {

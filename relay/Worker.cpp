@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 #include "common/Error.h"
 #include "common/Log.h"
@@ -173,7 +174,8 @@ void Worker::setUp() {
     if (settings.lane != Lane::Splice)
         lanes_ = std::make_unique<BufferLaneDriver>(
             *ring_->raw(), settings.bufferRingEntries, settings.bufferSize,
-            settings.lane == Lane::Auto, audit_.get(), *stats_);
+            settings.lane == Lane::Auto, audit_.get(), *stats_,
+            static_cast<unsigned>(std::min<std::uint64_t>(settings.maxConnections, UINT32_MAX)));
     driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, lanes_.get());
     connectTimeout_ = toTimespec(settings.connectTimeoutMs);
     now_ = std::chrono::steady_clock::now();

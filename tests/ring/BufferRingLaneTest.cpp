@@ -45,7 +45,7 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
     int small = 4096;
     ::setsockopt(sink.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
     BufferLaneFlow flow;
-    lane->armRecv(flow, source.a.get(), 1);
+    lane->armRecv(flow, SocketRef{source.a.get()}, 1);
     ring.submit();
     std::string payload(48 * 1024, '\0');
     for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>('a' + i % 26);
@@ -70,7 +70,7 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
         }
         ASSERT_EQ(flow.next(), LaneStep::Send);
         auto slice = flow.sendSlice();
-        lane->submitSend(sink.a.get(), slice, slice.length, 7);
+        lane->submitSend(SocketRef{sink.a.get()}, slice, slice.length, 7);
         flow.recordSendStarted(slice.length);
         ring.submit();
         EXPECT_EQ(flow.next(), LaneStep::WaitSend);
@@ -113,7 +113,7 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     if (!lane) GTEST_SKIP() << why;
     SocketPair source;
     BufferLaneFlow flow;
-    lane->armRecv(flow, source.a.get(), 5);
+    lane->armRecv(flow, SocketRef{source.a.get()}, 5);
     ring.submit();
     ASSERT_EQ(::write(source.b.get(), "0123456789abcdefXYZ", 19), 19);
     auto first = ring.next();
@@ -138,7 +138,7 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     lane->rearmParked([&](std::uint64_t tag) {
         EXPECT_EQ(tag, 5u);
         ++rearmed;
-        lane->armRecv(flow, source.a.get(), tag);
+        lane->armRecv(flow, SocketRef{source.a.get()}, tag);
         ring.submit();
     });
     EXPECT_EQ(rearmed, 1);
