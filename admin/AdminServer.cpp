@@ -30,6 +30,7 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/Ring.h"
+#include "common/ThreadName.h"
 #include "common/UniqueFd.h"
 #include "proto/ProtocolVersion.h"
 
@@ -846,6 +847,7 @@ void AdminServer::Impl::loop() {
 }
 
 void AdminServer::Impl::run(std::promise<void>& ready) noexcept {
+    nameThisThread("sg-admin");
     try {
         setUpRing();
     } catch (...) {

@@ -10,6 +10,7 @@
 #include "audit/AuditDirectory.h"
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/ThreadName.h"
 
 namespace splicegate::audit {
 
@@ -43,7 +44,10 @@ ConnectionIdLease::ConnectionIdLease(int dirFd, std::string dir, std::uint64_t f
     end_ = first + block_;
     write(end_);
     renewAt_.store(end_ - block_ / 2, std::memory_order_release);
-    renewer_ = std::thread([this] { renewLoop(); });
+    renewer_ = std::thread([this] {
+        nameThisThread("sg-id-lease");
+        renewLoop();
+    });
 }
 
 ConnectionIdLease::~ConnectionIdLease() {

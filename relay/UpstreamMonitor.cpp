@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/ThreadName.h"
 #include "common/UniqueFd.h"
 #include "relay/ListenerMatcher.h"
 
@@ -71,6 +72,7 @@ UpstreamMonitor::~UpstreamMonitor() {
 }
 
 void UpstreamMonitor::run() {
+    nameThisThread("sg-health");
     std::unique_lock lock(mutex_);
     while (!stopping_) {
         lock.unlock();

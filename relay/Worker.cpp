@@ -13,6 +13,7 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
+#include "common/ThreadName.h"
 #include "datapath/DirectAuditLog.h"
 #include "datapath/Failpoints.h"
 #include "datapath/SegmentAuditLog.h"
@@ -119,7 +120,10 @@ void Worker::join() {
 std::future<void> Worker::start() {
     auto started = std::make_shared<std::promise<void>>();
     auto future = started->get_future();
-    thread_ = std::thread([this, started] { run(*started); });
+    thread_ = std::thread([this, started] {
+        nameThisThread("sg-worker-" + std::to_string(index_));
+        run(*started);
+    });
     return future;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -404,6 +405,29 @@ TEST(OperatorCapabilitiesTest, WithoutXdpTheEdgeFilterCapabilitiesAreDropped) {
         }
     }
     EXPECT_TRUE(waitLogged(daemon, "dropped CAP_NET_ADMIN")) << daemon.why();
+}
+
+// ---- threads -------------------------------------------------------------------------------
+
+// `top -H` and `ps -L` show which thread is busy: each worker, the admin server and the health
+// checker have names.
+TEST(OperatorThreadsTest, WorkersAdminAndHealthThreadsAreNamed) {
+    TestServer echo(echoUpstream(milliseconds(30000)));
+    uint16_t port = pickFreePort();
+    auto admin = std::filesystem::temp_directory_path() /
+                 ("splicegate-names-" + std::to_string(::getpid()) + ".sock");
+    Daemon daemon(relayArgs(port, {echo.address()},
+                            {"--admin-socket", admin.string(), "--admin-group", "root"}, 3));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    std::vector<std::string> names;
+    std::error_code ignored;
+    for (const auto& task : std::filesystem::directory_iterator(
+             "/proc/" + std::to_string(daemon.pid()) + "/task", ignored))
+        names.push_back(textLines(readFile(task.path().string() + "/comm")).at(0));
+    for (const char* expected :
+         {"sg-worker-0", "sg-worker-1", "sg-worker-2", "sg-admin", "sg-health"})
+        EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end())
+            << expected << " missing among " << ::testing::PrintToString(names);
 }
 
 // ---- limits --------------------------------------------------------------------------------
