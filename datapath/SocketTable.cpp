@@ -1,5 +1,7 @@
 #include "datapath/SocketTable.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "common/Error.h"
@@ -15,8 +17,12 @@ constexpr int kNoSockets[2] = {-1, -1};
 
 SocketTable::SocketTable(io_uring& ring, unsigned connectionSlots) noexcept : ring_(ring) {
     unsigned slots = std::min(connectionSlots, kMaxSlots);
+    // The kernel refuses a table of more entries than RLIMIT_NOFILE: a smaller table, not none.
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+        slots = static_cast<unsigned>(std::min<rlim_t>(slots, files.rlim_cur / 2));
     if (slots == 0) return;
-    // Sparse registration (kernel 5.19); the kernel also refuses more entries than RLIMIT_NOFILE.
+    // Sparse registration: kernel 5.19.
     int rc = io_uring_register_files_sparse(&ring_, 2 * slots);
     if (rc < 0) {
         logInfo("io_uring fixed file table of ", 2 * slots, " entries refused (", errnoText(rc),

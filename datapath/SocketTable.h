@@ -32,8 +32,9 @@ struct SocketRef {
 
 class SocketTable {
   public:
-    // Room for the sockets of `connectionSlots` connections (capped at kMaxSlots), registered
-    // sparse (empty). Never throws: a refusal leaves the table disabled.
+    // Room for the sockets of `connectionSlots` connections (capped at kMaxSlots and at half of
+    // RLIMIT_NOFILE), registered sparse (empty). Never throws: a refusal leaves the table
+    // disabled.
     SocketTable(io_uring& ring, unsigned connectionSlots) noexcept;
     ~SocketTable();
     SocketTable(const SocketTable&) = delete;

@@ -4,6 +4,7 @@
 // table's end stays on plain fds.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -85,6 +86,22 @@ TEST(SocketTable, ASlotPastTheTableQueuesNothingAndStaysOnPlainFds) {
     EXPECT_FALSE(table.install(2, sockets, 7));
     table.remove(2, 8);
     EXPECT_EQ(io_uring_sq_ready(&ring.get()), 0u);
+}
+
+// The kernel refuses a table larger than RLIMIT_NOFILE; the table shrinks to fit instead.
+TEST(SocketTable, ATableLargerThanTheFdLimitShrinksToFit) {
+    rlimit saved{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+    rlimit low = saved;
+    low.rlim_cur = 256;
+    if (saved.rlim_max < low.rlim_cur) GTEST_SKIP() << "hard fd limit under 256";
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    TestRing ring;
+    SocketTable table(ring.get(), 1000);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (!table.enabled()) GTEST_SKIP() << "this kernel refused a sparse fixed file table";
+    EXPECT_TRUE(table.covers(127));
+    EXPECT_FALSE(table.covers(128));
 }
 
 }  // namespace
