@@ -459,49 +459,60 @@ int AuditWriter::endFlush(const std::shared_ptr<Segment>& segment, int result) n
 }
 
 void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept {
-    auto queue = [&](DiskStep step, unsigned char flags) {
-        io_uring_sqe* entry = ring.sqe();
+    // Tag and link after the io_uring_prep_* call: liburing's prep helpers reset the SQE's
+    // flags, and a link set before them is lost (the seal's steps would then run unordered).
+    auto tagged = [&](io_uring_sqe* entry, DiskStep step, unsigned char flags = 0) {
         io_uring_sqe_set_data64(entry, tagBase + static_cast<std::uint64_t>(step));
         entry->flags |= flags;
-        return entry;
     };
     if (work.kind == DiskWork::Kind::Create) {
         ring.makeRoom(2);
-        io_uring_prep_openat2(queue(DiskStep::CreateData, 0), work.fd,
-                              work.creation->dataName.c_str(), &work.creation->how);
-        io_uring_prep_openat2(queue(DiskStep::CreateIndex, 0), work.fd,
-                              work.creation->indexName.c_str(), &work.creation->how);
+        auto* data = ring.sqe();
+        io_uring_prep_openat2(data, work.fd, work.creation->dataName.c_str(), &work.creation->how);
+        tagged(data, DiskStep::CreateData);
+        auto* index = ring.sqe();
+        io_uring_prep_openat2(index, work.fd, work.creation->indexName.c_str(),
+                              &work.creation->how);
+        tagged(index, DiskStep::CreateIndex);
         return;
     }
     if (work.kind == DiskWork::Kind::Allocate) {
         ring.makeRoom(1);
-        io_uring_prep_fallocate(queue(DiskStep::Allocate, 0), work.fd, work.mode,
-                                static_cast<__u64>(work.from),
+        auto* allocate = ring.sqe();
+        io_uring_prep_fallocate(allocate, work.fd, work.mode, static_cast<__u64>(work.from),
                                 static_cast<__u64>(work.to - work.from));
+        tagged(allocate, DiskStep::Allocate);
         return;
     }
+    // One chain, in one submission: the index's records, SegmentSealed last, are written only
+    // once the data they point into is durable, and the seal ends with the index's fdatasync.
     const Segment& segment = *work.segment;
-    ring.makeRoom(kDiskSteps - 1);  // one chain, one submission
-    auto* punch = queue(DiskStep::SealPunch, IOSQE_IO_HARDLINK);
+    ring.makeRoom(kDiskSteps - 1);
+    auto* punch = ring.sqe();
     if (work.to > work.from)
         io_uring_prep_fallocate(
             punch, segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
             static_cast<__u64>(work.from), static_cast<__u64>(work.to - work.from));
     else
         io_uring_prep_nop(punch);
-    auto* directory = queue(DiskStep::SealDirectorySync, IOSQE_IO_LINK);
+    tagged(punch, DiskStep::SealPunch, IOSQE_IO_HARDLINK);  // space not given back is no failure
+    auto* directory = ring.sqe();
     if (work.fd >= 0)
         io_uring_prep_fsync(directory, work.fd, 0);
     else
         io_uring_prep_nop(directory);
-    io_uring_prep_fsync(queue(DiskStep::SealDataSync, IOSQE_IO_LINK), segment.data.get(),
-                        IORING_FSYNC_DATASYNC);
-    io_uring_prep_write(queue(DiskStep::SealWrite, IOSQE_IO_LINK), segment.index.get(),
-                        segment.indexHandedOff.data(),
+    tagged(directory, DiskStep::SealDirectorySync, IOSQE_IO_LINK);
+    auto* dataSync = ring.sqe();
+    io_uring_prep_fsync(dataSync, segment.data.get(), IORING_FSYNC_DATASYNC);
+    tagged(dataSync, DiskStep::SealDataSync, IOSQE_IO_LINK);
+    auto* write = ring.sqe();
+    io_uring_prep_write(write, segment.index.get(), segment.indexHandedOff.data(),
                         static_cast<unsigned>(segment.indexHandedOff.size()),
                         segment.indexHandedOffAt);
-    io_uring_prep_fsync(queue(DiskStep::SealIndexSync, 0), segment.index.get(),
-                        IORING_FSYNC_DATASYNC);
+    tagged(write, DiskStep::SealWrite, IOSQE_IO_LINK);
+    auto* indexSync = ring.sqe();
+    io_uring_prep_fsync(indexSync, segment.index.get(), IORING_FSYNC_DATASYNC);
+    tagged(indexSync, DiskStep::SealIndexSync);
 }
 
 void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,

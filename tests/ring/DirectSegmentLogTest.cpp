@@ -119,6 +119,12 @@ class DirectSegmentLogTest : public ::testing::Test {
         struct stat st {};
         return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
     }
+    // Space allocated to the file: what an fallocate with FALLOC_FL_KEEP_SIZE (the index's
+    // space ahead) changes, where the size does not.
+    static std::uint64_t blocksIfAny(const std::string& path) {
+        struct stat st {};
+        return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_blocks) : 0;
+    }
     bool sealed(std::uint64_t segment) const {
         std::string path = segmentPath(segment, ".index");
         UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -281,15 +287,19 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothin
         DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
-        EXPECT_TRUE(driveUntil(log, [&] { return sizeIfAny(segmentPath(2, ".data")) > 0; }))
-            << "segment 2 is created, and its data space taken, on the ring";
+        // The creation's steps on the ring: both files, the data's space (the file's size), then
+        // the index's (its blocks, the size stays 0).
+        EXPECT_TRUE(driveUntil(log, [&] {
+            return sizeIfAny(segmentPath(2, ".data")) > 0 &&
+                   blocksIfAny(segmentPath(2, ".index")) > 0;
+        })) << "segment 2 is created, and its data and index space taken, on the ring";
         EXPECT_EQ(fileSize(segmentPath(2, ".data")), kSegmentBytes);
         EXPECT_EQ(fileSize(segmentPath(2, ".index")), 0u) << "its SegmentStart waits for the roll";
         send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000, kSegmentBytes / 2 - 1000), 30000);
         ASSERT_TRUE(driveUntil(log, [&] { return log.room() >= 30000; }));
         DirectChunk first;
         ASSERT_EQ(log.reserve(30000, first), 0);
-        EXPECT_EQ(first.memory.size(), 30000u) << "the roll found segment 2 ready";
+        ASSERT_EQ(first.memory.size(), 30000u) << "the roll found segment 2 ready";
         std::memcpy(first.memory.data(), bytes.data() + kSegmentBytes, 30000);
         ASSERT_EQ(log.recordChunk(first, 1, 0, 30000), 0);
         send(log, 1, bytes.substr(kSegmentBytes + 30000), 30000);  // into segment 3
@@ -478,6 +488,57 @@ TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
     ASSERT_EQ(log.recordClose(3, bytes.size(), 0, "client-closed"), 0);
     log.syncNow();
     EXPECT_EQ(extract(3), bytes);
+}
+
+// A seal is one chain: nothing of the index is written before the data is durable, and the
+// seal ends (SealIndexSync) only after its write ran, since that write reads a buffer the seal's
+// end gives back. liburing's prep helpers reset an SQE's flags, so the links are checked on the
+// SQEs as queued, then by the order of the completions.
+TEST_F(DirectSegmentLogTest, ASealIsOneLinkedChainInStepOrder) {
+    auto segment = std::make_shared<Segment>();
+    auto path = dir_.path() + "/chain";
+    segment->data.reset(::open((path + ".data").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    segment->index.reset(::open((path + ".index").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_TRUE(segment->data && segment->index);
+    segment->indexHandedOff = "records";
+    DiskWork work{DiskWork::Kind::Seal, segment};
+    work.fd = ::open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    UniqueFd directory(work.fd);
+    work.from = 0;
+    work.to = 4096;
+    io_uring& raw = *ring_.raw();
+    unsigned queuedBefore = raw.sq.sqe_tail - raw.sq.sqe_head;
+    queueDiskWork(ring_, work, kTagBase);
+    const std::vector<std::pair<DiskStep, unsigned>> expected = {
+        {DiskStep::SealPunch, IOSQE_IO_HARDLINK},
+        {DiskStep::SealDirectorySync, IOSQE_IO_LINK},
+        {DiskStep::SealDataSync, IOSQE_IO_LINK},
+        {DiskStep::SealWrite, IOSQE_IO_LINK},
+        {DiskStep::SealIndexSync, 0},
+    };
+    ASSERT_EQ(raw.sq.sqe_tail - raw.sq.sqe_head - queuedBefore, expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        const io_uring_sqe& sqe =
+            raw.sq.sqes[(raw.sq.sqe_head + queuedBefore + i) & raw.sq.ring_mask];
+        EXPECT_EQ(sqe.user_data, kTagBase + static_cast<std::uint64_t>(expected[i].first))
+            << "step " << i;
+        EXPECT_EQ(sqe.flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK), expected[i].second)
+            << "step " << i;
+    }
+    std::vector<std::uint64_t> order;
+    for (int round = 0; round < 100 && order.size() < expected.size(); ++round) {
+        ring_.submitAndWait(100);
+        ring_.drainCompletions([&](const io_uring_cqe& cqe) {
+            EXPECT_GE(cqe.res, 0) << "step " << (cqe.user_data - kTagBase);
+            order.push_back(cqe.user_data - kTagBase);
+        });
+    }
+    ASSERT_EQ(order.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        EXPECT_EQ(order[i], static_cast<std::uint64_t>(expected[i].first)) << "completion " << i;
+    struct stat st {};
+    ASSERT_EQ(::fstat(segment->index.get(), &st), 0);
+    EXPECT_EQ(static_cast<std::size_t>(st.st_size), segment->indexHandedOff.size());
 }
 
 }  // namespace
