@@ -2,8 +2,8 @@
 // its own epoll set (EPOLLEXCLUSIVE on the listener, so one accept wakes one thread); level-
 // triggered events and a bounded number of reads/writes per event keep streams fair.
 // The thread that accepts a connection hands it to the thread that owns the fewest: a thread woken
-// for a burst of connects would otherwise accept them all (64 rr connections split 50/14 or 60/6
-// as often as not), and the busy thread's connections, not the relay, would set the tail.
+// for a burst of connects would otherwise accept them all (64 rr connections split about 49/15 or
+// 59/5 as often as not), and the busy thread's connections, not the relay, would set the tail.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
