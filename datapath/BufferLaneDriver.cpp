@@ -43,10 +43,9 @@ void BufferLaneDriver::start(ConnectionIo& io, Direction d) noexcept {
 // Before the connection's first ring operation on a socket, in the same submission: the kernel
 // runs the update first, as SQEs are issued in order.
 void BufferLaneDriver::installSockets(ConnectionIo& io) noexcept {
-    io.tableFds[0] = io.client.get();
-    io.tableFds[1] = io.upstream.get();
-    io.inSocketTable = sockets_.install(io.slot, io.tableFds,
-                                        tag(io, Direction::ClientToUpstream, kSocketTableOp));
+    io.tableFds[0] = io.fd(0);
+    io.tableFds[1] = io.fd(1);
+    io.inSocketTable = sockets_.install(io.slot, io.tableFds, socketTableTag(io));
 }
 
 LaneResult BufferLaneDriver::drive(ConnectionIo& io, Direction d) noexcept {
@@ -303,7 +302,7 @@ void BufferLaneDriver::dropCompletion(CompletionTag tag, MoveCompletion completi
 void BufferLaneDriver::release(ConnectionIo& io) noexcept {
     for (auto& fio : io.flows) lane_.release(fio.laneFlow);
     if (io.inSocketTable) {  // the table's references are what still keeps the sockets open
-        sockets_.remove(io.slot, tag(io, Direction::ClientToUpstream, kSocketTableOp));
+        sockets_.remove(io.slot, socketTableTag(io));
         io.inSocketTable = false;
     }
     updateGauge();

@@ -112,6 +112,10 @@ class BufferLaneDriver {
     void recordSwitch(ConnectionIo& io, Direction d, LaneKind to) noexcept;
     LaneResult toResult(ConnectionIo& io, Direction d, StepResult result) noexcept;
     std::uint64_t tag(const ConnectionIo& io, Direction d, std::uint8_t op) const noexcept;
+    // The connection's socket table updates (both sides at once: the direction is moot).
+    std::uint64_t socketTableTag(const ConnectionIo& io) const noexcept {
+        return tag(io, Direction::ClientToUpstream, kSocketTableOp);
+    }
     void updateGauge() noexcept { stats_.buffersInUse.set(lane_.buffersInUse()); }
 
     io_uring& ring_;

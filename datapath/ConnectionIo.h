@@ -76,23 +76,22 @@ struct ConnectionIo {
     FlowIo& at(Direction d) noexcept { return flows[static_cast<int>(d)]; }
     Flow& flow(Direction d) noexcept { return at(d).flow(); }
     const Flow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow(); }
-    int sourceFd(Direction d) const noexcept {
-        return d == Direction::ClientToUpstream ? client.get() : upstream.get();
+    // A socket by side: 0 the client's, 1 the upstream's (the order of the socket table's
+    // entries). Direction `d` reads from its source side and writes to the other.
+    static unsigned sourceSide(Direction d) noexcept {
+        return d == Direction::ClientToUpstream ? 0 : 1;
     }
-    int sinkFd(Direction d) const noexcept {
-        return d == Direction::ClientToUpstream ? upstream.get() : client.get();
-    }
+    static unsigned sinkSide(Direction d) noexcept { return 1 - sourceSide(d); }
+    int fd(unsigned side) const noexcept { return side == 0 ? client.get() : upstream.get(); }
+    int sourceFd(Direction d) const noexcept { return fd(sourceSide(d)); }
+    int sinkFd(Direction d) const noexcept { return fd(sinkSide(d)); }
     // The sockets as ring operations name them: table entries once installed, fds before.
-    SocketRef sourceRef(Direction d) const noexcept {
-        return socketRef(d == Direction::ClientToUpstream ? 0 : 1);
-    }
-    SocketRef sinkRef(Direction d) const noexcept {
-        return socketRef(d == Direction::ClientToUpstream ? 1 : 0);
-    }
     SocketRef socketRef(unsigned side) const noexcept {
         if (inSocketTable) return {SocketTable::entry(slot, side), true};
-        return {side == 0 ? client.get() : upstream.get(), false};
+        return {fd(side), false};
     }
+    SocketRef sourceRef(Direction d) const noexcept { return socketRef(sourceSide(d)); }
+    SocketRef sinkRef(Direction d) const noexcept { return socketRef(sinkSide(d)); }
     // The flow's identity in completion tags (the op is the mover's).
     CompletionTag tag(Direction d) const noexcept {
         return CompletionTag{0, static_cast<std::uint8_t>(d), generation, slot};
