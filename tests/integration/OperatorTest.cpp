@@ -368,16 +368,23 @@ TEST(OperatorUpstreamTest, UnresolvableNameAtStartKeepsTheDaemonUp) {
 
 // ---- capabilities --------------------------------------------------------------------------
 
+// The content of /proc/PID/task/TID/`file` for every thread of `pid`.
+std::vector<std::string> perThread(pid_t pid, const std::string& file) {
+    std::vector<std::string> contents;
+    std::error_code ignored;
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ignored))
+        contents.push_back(readFile(task.path().string() + "/" + file));
+    return contents;
+}
+
 // The capability sets of every thread of `pid`: "CapEff"/"CapPrm" values, one per thread.
 std::vector<std::uint64_t> threadCapabilities(pid_t pid, const std::string& field) {
     std::vector<std::uint64_t> sets;
-    std::error_code ignored;
-    for (const auto& task :
-         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ignored)) {
-        for (const auto& line : textLines(readFile(task.path().string() + "/status")))
+    for (const auto& status : perThread(pid, "status"))
+        for (const auto& line : textLines(status))
             if (line.starts_with(field + ":"))
                 sets.push_back(std::stoull(line.substr(field.size() + 1), nullptr, 16));
-    }
     return sets;
 }
 
@@ -420,10 +427,7 @@ TEST(OperatorThreadsTest, WorkersAdminAndHealthThreadsAreNamed) {
                             {"--admin-socket", admin.string(), "--admin-group", "root"}, 3));
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     std::vector<std::string> names;
-    std::error_code ignored;
-    for (const auto& task : std::filesystem::directory_iterator(
-             "/proc/" + std::to_string(daemon.pid()) + "/task", ignored))
-        names.push_back(textLines(readFile(task.path().string() + "/comm")).at(0));
+    for (const auto& comm : perThread(daemon.pid(), "comm")) names.push_back(textLines(comm).at(0));
     for (const char* expected :
          {"sg-worker-0", "sg-worker-1", "sg-worker-2", "sg-admin", "sg-health"})
         EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end())

@@ -115,15 +115,19 @@ class DirectSegmentLogTest : public ::testing::Test {
         return static_cast<std::uint64_t>(st.st_size);
     }
     // 0 while the file does not exist yet.
-    static std::uint64_t sizeIfAny(const std::string& path) {
+    // The file's stat, all zero when it does not exist (yet).
+    static struct stat statIfAny(const std::string& path) {
         struct stat st {};
-        return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+        if (::stat(path.c_str(), &st) != 0) st = {};
+        return st;
+    }
+    static std::uint64_t sizeIfAny(const std::string& path) {
+        return static_cast<std::uint64_t>(statIfAny(path).st_size);
     }
     // Space allocated to the file: what an fallocate with FALLOC_FL_KEEP_SIZE (the index's
     // space ahead) changes, where the size does not.
     static std::uint64_t blocksIfAny(const std::string& path) {
-        struct stat st {};
-        return ::stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_blocks) : 0;
+        return static_cast<std::uint64_t>(statIfAny(path).st_blocks);
     }
     bool sealed(std::uint64_t segment) const {
         std::string path = segmentPath(segment, ".index");
