@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "common/Error.h"
 
@@ -102,6 +103,24 @@ UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::st
         throwErrno(-fd, "cannot open " + path);
     }
     return UniqueFd(fd);
+}
+
+void forEachDirectoryEntry(int dirFd, const std::string& dir,
+                           const std::function<void(const dirent&)>& visit) {
+    // fdopendir takes the fd over and rewinds it: read a duplicate opened afresh at the start.
+    UniqueFd listFd(::openat(dirFd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!listFd) throwErrno(errno, "cannot open audit directory " + dir);
+    DIR* stream = ::fdopendir(listFd.get());
+    if (stream == nullptr) throwErrno(errno, "cannot read audit directory " + dir);
+    (void)listFd.release();  // the stream owns it now
+    std::unique_ptr<DIR, int (*)(DIR*)> owner(stream, ::closedir);
+    for (;;) {
+        errno = 0;
+        const dirent* entry = ::readdir(stream);
+        if (entry == nullptr) break;
+        visit(*entry);
+    }
+    if (errno != 0) throwErrno(errno, "cannot read audit directory " + dir);
 }
 
 int syncDirectory(int dirFd) noexcept {

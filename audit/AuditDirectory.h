@@ -8,10 +8,12 @@
 // Thread affinity: none; the object is shared read-only after open. Error contract: open()
 // throws std::system_error naming the directory or file (AuditDirectoryHeld when another process
 // holds the lock); checkAuditDirectory() never throws for what it finds, it lists it.
+#include <dirent.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -34,6 +36,10 @@ void adjustCreatedFile(int fd, int dirFd, mode_t mode = 0640) noexcept;
 // Throwing form, naming dir/name.
 UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
                                 int flags, mode_t mode = 0640);
+// Calls `visit` with every entry of the directory open as `dirFd` (`dir` names it in errors),
+// "." and ".." included. Throws std::system_error naming the directory when it cannot be read.
+void forEachDirectoryEntry(int dirFd, const std::string& dir,
+                           const std::function<void(const dirent&)>& visit);
 // fsync of the directory itself (entries created, renamed or removed in it).
 int syncDirectory(int dirFd) noexcept;
 // pwrite of all of `bytes` at `offset`, retried on EINTR and short writes. Returns 0 or -errno

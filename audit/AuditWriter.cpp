@@ -1,6 +1,7 @@
 #include "audit/AuditWriter.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -466,13 +467,21 @@ void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noex
         entry->flags |= flags;
     };
     if (work.kind == DiskWork::Kind::Create) {
-        ring.makeRoom(2);
+        SegmentCreation& creation = *work.creation;  // liburing takes open_how non-const
+        ring.makeRoom(creation.recycling ? 3 : 2);
+        if (creation.recycling) {
+            // Linked: without a spare to rename, the open after it is cancelled.
+            auto* rename = ring.sqe();
+            io_uring_prep_renameat(rename, work.fd, creation.spareName.c_str(), work.fd,
+                                   creation.dataName.c_str(), RENAME_NOREPLACE);
+            tagged(rename, DiskStep::CreateRecycle, IOSQE_IO_LINK);
+        }
         auto* data = ring.sqe();
-        io_uring_prep_openat2(data, work.fd, work.creation->dataName.c_str(), &work.creation->how);
+        io_uring_prep_openat2(data, work.fd, creation.dataName.c_str(),
+                              creation.recycling ? &creation.recycledHow : &creation.how);
         tagged(data, DiskStep::CreateData);
         auto* index = ring.sqe();
-        io_uring_prep_openat2(index, work.fd, work.creation->indexName.c_str(),
-                              &work.creation->how);
+        io_uring_prep_openat2(index, work.fd, creation.indexName.c_str(), &creation.how);
         tagged(index, DiskStep::CreateIndex);
         return;
     }
@@ -723,7 +732,18 @@ std::optional<DiskWork> AuditWriter::createAhead() noexcept {
     creation_.how.flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
     creation_.how.mode = kSegmentFileMode;
     creation_.how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
-    creationSteps_ = 2;
+    creation_.recycling = recycleSpares_ && spareMisses_ < kSpareSlots;
+    creation_.renamed = false;
+    creation_.renameError = 0;
+    if (creation_.recycling) {
+        creation_.spareName = spareDataName(worker_, spareMisses_);
+        creation_.recycledHow = creation_.how;
+        creation_.recycledHow.flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
+        creation_.recycledHow.mode = 0;  // openat2 refuses a mode without O_CREAT
+    } else {
+        spareMisses_ = 0;  // a new file; the next creation looks from the first slot again
+    }
+    creationSteps_ = creation_.recycling ? 3 : 2;
     creationError_ = 0;
     creationAdopted_ = false;
     ownNames_ = nextSegment_;
@@ -734,14 +754,32 @@ std::optional<DiskWork> AuditWriter::createAhead() noexcept {
 }
 
 void AuditWriter::createDone(DiskStep step, int result) noexcept {
-    UniqueFd fd(result >= 0 ? result : -1);
+    bool opened = step != DiskStep::CreateRecycle;  // a rename's result is no fd
+    UniqueFd fd(opened && result >= 0 ? result : -1);
     if (!created_ || creationSteps_ == 0) return;
-    if (result < 0 && creationError_ == 0) creationError_ = result;
+    if (!opened) {
+        creation_.renamed = result == 0;
+        creation_.renameError = std::min(result, 0);
+        if (creation_.renamed) spareMisses_ = 0;
+    } else if (result < 0 && creationError_ == 0) {
+        creationError_ = result;
+    }
     if (fd && !creationAdopted_) {
         adjustCreatedFile(fd.get(), dirFd_.get(), kSegmentFileMode);
+        if (step == DiskStep::CreateData && creation_.renamed) adoptSpare(fd.get());
         (step == DiskStep::CreateData ? created_->data : created_->index) = std::move(fd);
     }
     if (--creationSteps_ == 0 && (creationAdopted_ || creationError_ != 0)) discardCreated();
+}
+
+// A spare is a whole segment's data file, every block written (sealed segments are cut to their
+// last byte and have no holes): the space ahead of the first reservations is taken already.
+void AuditWriter::adoptSpare(int fd) noexcept {
+    ++recycledDataFiles_;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return;
+    auto size = static_cast<std::uint64_t>(st.st_size);
+    if (static_cast<std::uint64_t>(st.st_blocks) * 512 >= size) created_->dataAllocated = size;
 }
 
 // A creation that failed takes back the names it made; after a roll adopted them, they are the
@@ -749,10 +787,22 @@ void AuditWriter::createDone(DiskStep step, int result) noexcept {
 void AuditWriter::discardCreated() noexcept {
     auto segment = std::move(created_);
     if (creationAdopted_ || !segment) return;
-    if (segment->data) ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
+    if (segment->data || creation_.renamed) ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
     if (segment->index) ::unlinkat(dirFd_.get(), creation_.indexName.c_str(), 0);
     if (ownNames_ == segment->number) ownNames_ = 0;
     if (creationError_ == 0) return;
+    if (creation_.renameError != 0) {
+        // No spare in that slot (the usual case without retention): the next creation tries the
+        // next slot, and makes a new file once every slot was empty. One that cannot be taken
+        // stops the recycling.
+        ++spareMisses_;
+        if (creation_.renameError == -ENOENT) return;
+        recycleSpares_ = false;
+        logWarn("audit: taking ", dir_, "/", creation_.spareName, " as ", creation_.dataName,
+                " failed (", errnoText(creation_.renameError), "): worker ", worker_,
+                " creates new data files from now on");
+        return;
+    }
     createAhead_ = false;
     logWarn("audit: creating ", dir_, "/", creation_.dataName,
             " ahead on the worker's ring failed (", errnoText(creationError_), "): worker ",
@@ -807,7 +857,8 @@ std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
 }
 
 std::optional<int> AuditWriter::diskWorkDone(DiskStep step, int result) noexcept {
-    if (step == DiskStep::CreateData || step == DiskStep::CreateIndex) {
+    if (step == DiskStep::CreateData || step == DiskStep::CreateIndex ||
+        step == DiskStep::CreateRecycle) {
         createDone(step, result);
         return std::nullopt;
     }

@@ -77,14 +77,22 @@ enum class DiskStep : std::uint8_t {
     SealIndexSync,
     CreateData,
     CreateIndex,
+    CreateRecycle,  // the worker's spare renamed to the data file's name, before CreateData
 };
-inline constexpr unsigned kDiskSteps = 8;
+inline constexpr unsigned kDiskSteps = 9;
 
 // The names and open flags of a Create: the ring reads them when it submits.
 struct SegmentCreation {
     std::string dataName;
     std::string indexName;
     open_how how{};
+    // Recycling: a spare (spareDataName) is renamed to dataName, then opened with
+    // `recycledHow` (no O_CREAT); without a spare the open is cancelled.
+    bool recycling = false;
+    std::string spareName;
+    open_how recycledHow{};
+    bool renamed = false;
+    int renameError = 0;
 };
 
 struct DiskWork {
@@ -99,7 +107,8 @@ struct DiskWork {
         Seal,
         // The next segment's two files, created while the current one fills (openat2 relative to
         // the directory `fd`, O_EXCL, no symlinks followed; names in `creation`), so that the
-        // roll opens nothing on the worker. Its space ahead follows as Allocate work.
+        // roll opens nothing on the worker. Its space ahead follows as Allocate work. When
+        // recycling, the data file is the worker's spare, renamed (RENAME_NOREPLACE) and opened.
         Create,
     };
     Kind kind = Kind::Allocate;
@@ -214,6 +223,14 @@ class AuditWriter {
     // failed is not an error: reserve() allocates in place when it needs the space, and meets a
     // full disk there.
     void runDiskWorkOnRing() noexcept { diskWorkOnRing_ = true; }
+    // Segments created ahead take one of the worker's spare data files (spareDataName, left by
+    // retention) when there is one, instead of a new file: its blocks are allocated and written
+    // already, so O_DIRECT writes into it change no extent (no journal commit in the fdatasyncs)
+    // and nothing is freed, which a filesystem mounted with `discard` pays for at once
+    // (docs/kernel-notes.md §19). No spare: a new file, as without this call. For the direct
+    // writer.
+    void recycleSpareDataFiles() noexcept { recycleSpares_ = true; }
+    std::uint64_t recycledDataFiles() const noexcept { return recycledDataFiles_; }
     std::optional<DiskWork> takeDiskWork() noexcept;
     // Returns the seal's result when its last step is in.
     std::optional<int> diskWorkDone(DiskStep step, int result) noexcept;
@@ -246,6 +263,7 @@ class AuditWriter {
     std::optional<DiskWork> createAhead() noexcept;
     void createDone(DiskStep step, int result) noexcept;
     void discardCreated() noexcept;
+    void adoptSpare(int fd) noexcept;
     std::optional<DiskWork> spaceAheadOfCreated() noexcept;
     int allocateAhead(Segment& segment, std::uint64_t dataEnd, std::uint64_t indexNeed) noexcept;
     void releasePromise(Reservation& reservation) noexcept;
@@ -299,6 +317,9 @@ class AuditWriter {
     // opens them without O_EXCL, and keeps them when it fails.
     std::uint64_t ownNames_ = 0;
     bool createAhead_ = true;  // false once a creation on the ring failed: in place from then on
+    bool recycleSpares_ = false;
+    unsigned spareMisses_ = 0;  // spare slots found empty since the last creation
+    std::uint64_t recycledDataFiles_ = 0;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;

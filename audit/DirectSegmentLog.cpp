@@ -17,6 +17,7 @@ DirectSegmentLog::DirectSegmentLog(std::unique_ptr<AuditWriter> segments, Ring& 
       tagBase_(tagBase),
       writer_(ring, options, tagBase) {
     segments_->runDiskWorkOnRing();
+    segments_->recycleSpareDataFiles();
 }
 
 DirectSegmentLog::~DirectSegmentLog() {

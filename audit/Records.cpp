@@ -13,6 +13,7 @@
 #include <map>
 #include <utility>
 
+#include "audit/AuditDirectory.h"
 #include "audit/Crc32c.h"
 #include "common/Error.h"
 #include "common/UniqueFd.h"
@@ -507,6 +508,34 @@ std::string segmentBaseName(unsigned worker, std::uint64_t segment) {
     return name;
 }
 
+std::string spareDataName(unsigned worker, unsigned slot) {
+    char name[48];
+    std::snprintf(name, sizeof name, "w%02u.spare%u", worker, slot);
+    return name;
+}
+
+bool parseSpareDataName(std::string_view name, unsigned& worker, unsigned& slot) {
+    auto dot = name.find(".spare");
+    if (name.size() < 2 || name.front() != 'w' || dot == std::string_view::npos) return false;
+    auto number = [](std::string_view digits, unsigned& value) {
+        if (digits.empty() || digits.size() > 10) return false;
+        std::uint64_t parsed = 0;
+        for (char c : digits) {
+            if (c < '0' || c > '9') return false;
+            parsed = parsed * 10 + static_cast<std::uint64_t>(c - '0');
+        }
+        value = static_cast<unsigned>(parsed);
+        return parsed <= UINT32_MAX;
+    };
+    unsigned w = 0, s = 0;
+    if (!number(name.substr(1, dot - 1), w) || !number(name.substr(dot + 6), s)) return false;
+    // Only the canonical spelling, as for segment names.
+    if (spareDataName(w, s) != name) return false;
+    worker = w;
+    slot = s;
+    return true;
+}
+
 bool parseSegmentBaseName(std::string_view name, unsigned& worker, std::uint64_t& segment) {
     if (name.size() < 14 || name.front() != 'w') return false;
     auto dash = name.find('-');
@@ -539,33 +568,17 @@ std::vector<SegmentFiles> listSegments(const std::string& dir) {
 }
 
 std::vector<SegmentFiles> listSegments(int dirFd, const std::string& dir) {
-    // fdopendir takes the fd over and rewinds it: read a duplicate opened afresh at the start.
-    int dupFd = ::openat(dirFd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dupFd < 0) throwErrno(errno, "cannot open audit directory " + dir);
-    DIR* stream = ::fdopendir(dupFd);
-    if (stream == nullptr) {
-        int err = errno;
-        ::close(dupFd);
-        throwErrno(err, "cannot read audit directory " + dir);
-    }
     std::map<std::pair<unsigned, std::uint64_t>, SegmentFiles> found;
     std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-    int err = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent* entry = ::readdir(stream);
-        if (entry == nullptr) {
-            err = errno;
-            break;
-        }
-        std::string_view name(entry->d_name);
+    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
+        std::string_view name(entry.d_name);
         bool isData = name.ends_with(".data");
         bool isIndex = name.ends_with(".index");
-        if (!isData && !isIndex) continue;
+        if (!isData && !isIndex) return;
         auto base = name.substr(0, name.size() - (isData ? 5 : 6));
         unsigned worker = 0;
         std::uint64_t segment = 0;
-        if (!parseSegmentBaseName(base, worker, segment)) continue;
+        if (!parseSegmentBaseName(base, worker, segment)) return;
         auto& files = found[{worker, segment}];
         if (files.dataPath.empty()) {
             files.worker = worker;
@@ -575,13 +588,11 @@ std::vector<SegmentFiles> listSegments(int dirFd, const std::string& dir) {
             files.dataPath = prefix + files.dataName;
             files.indexPath = prefix + files.indexName;
         }
-        if (!isRegular(dirFd, *entry))
+        if (!isRegular(dirFd, entry))
             files.unsafe = true;
         else
             (isData ? files.hasData : files.hasIndex) = true;
-    }
-    ::closedir(stream);
-    if (err != 0) throwErrno(err, "cannot read audit directory " + dir);
+    });
     std::vector<SegmentFiles> segments;
     segments.reserve(found.size());
     for (auto& [key, files] : found) segments.push_back(std::move(files));

@@ -171,6 +171,15 @@ const char* directionName(std::uint8_t direction) noexcept;  // "c2u", "u2c" or 
 std::string segmentBaseName(unsigned worker, std::uint64_t segment);
 // Parses a canonical base name (exactly what segmentBaseName produces); false otherwise.
 bool parseSegmentBaseName(std::string_view name, unsigned& worker, std::uint64_t& segment);
+// "w00.spare0": a data file retention took out of the log and kept for one of the worker's next
+// segments to overwrite (FORMAT.md "Recycled data files"); slot 0 to kSpareSlots - 1. Not a
+// segment name: readers never see it. Two slots, because retention (once a second) and the
+// worker's creations (once a segment) do not keep step: with one, a spare made just after a
+// creation looked would often be unlinked by the next deletion instead.
+inline constexpr unsigned kSpareSlots = 2;
+std::string spareDataName(unsigned worker, unsigned slot);
+// Parses exactly what spareDataName produces (any slot number); false otherwise.
+bool parseSpareDataName(std::string_view name, unsigned& worker, unsigned& slot);
 
 struct SegmentFiles {
     unsigned worker = 0;

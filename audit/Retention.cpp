@@ -424,6 +424,22 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         result.freedBytes += bytes;
         return true;
     };
+    // Unreadable to the audit group first: what it holds was deleted from the log.
+    auto recycleFile = [&](const SegmentFiles& files, std::uint64_t bytes) {
+        UniqueFd fd(openInDirectory(dirFd.get(), files.dataName, O_RDONLY));
+        if (!fd || ::fchmod(fd.get(), 0600) != 0) return false;
+        bool renamed = false;
+        for (unsigned slot = 0; slot < kSpareSlots && !renamed; ++slot) {
+            auto spare = spareDataName(files.worker, slot);
+            renamed = ::renameat2(dirFd.get(), files.dataName.c_str(), dirFd.get(), spare.c_str(),
+                                  RENAME_NOREPLACE) == 0;
+        }
+        if (!renamed) return false;  // every slot holds a spare (EEXIST)
+        result.deleted.push_back(files.dataPath);
+        result.freedBytes += bytes;
+        ++result.recycledFiles;
+        return true;
+    };
     for (auto* entry : orphans) unlinkFile(entry->files.dataPath, entry->bytes);
     std::map<unsigned, bool> failed;
     for (const auto& [worker, position] : chosen) {
@@ -447,7 +463,8 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         }
         // A failure here leaves only a data file without index: readers ignore it, the next
         // run (or recovery) removes it.
-        unlinkFile(entry.files.dataPath, summary.data.size);
+        if (!(policy.recycleDataFiles && recycleFile(entry.files, summary.data.size)))
+            unlinkFile(entry.files.dataPath, summary.data.size);
         cache_->sealed.erase({entry.files.worker, entry.files.segment});
     }
     if (!result.deleted.empty() && ::fsync(dirFd.get()) != 0) {
@@ -539,6 +556,19 @@ std::optional<RetentionPlanner::LogTail> RetentionPlanner::compactRetentionLog(
     checkSys(::fstat(fd.get(), &st), "fstat " + dir_ + "/" + kRetentionLogName);
     return LogTail{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
                    records.size(), mac};
+}
+
+std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
+                                              unsigned fromWorker) {
+    std::vector<std::string> removed;
+    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
+        unsigned worker = 0, slot = 0;
+        if (parseSpareDataName(entry.d_name, worker, slot) &&
+            (worker >= fromWorker || slot >= kSpareSlots) &&
+            ::unlinkat(dirFd, entry.d_name, 0) == 0)
+            removed.emplace_back(entry.d_name);
+    });
+    return removed;
 }
 
 }  // namespace splicegate::audit

@@ -78,15 +78,27 @@ RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool re
 struct RetentionPolicy {
     std::uint64_t maxBytes = 0;     // 0 = no size limit
     std::uint64_t maxAgeHours = 0;  // 0 = no age limit
+    // A deleted segment's data file becomes one of its worker's spares (spareDataName, mode
+    // 0600) when a slot is free, instead of being unlinked: one of the direct writer's next
+    // segments takes it (AuditWriter::recycleSpareDataFiles). It leaves the log all the same.
+    bool recycleDataFiles = false;
 };
 
 struct RetentionResult {
-    std::vector<std::string> deleted;  // paths removed, in deletion order
-    std::uint64_t freedBytes = 0;
+    std::vector<std::string> deleted;   // paths removed from the log, in deletion order
+    std::uint64_t freedBytes = 0;       // their sizes (a recycled data file's too)
+    std::uint64_t recycledFiles = 0;    // data files among them kept as spares
     std::uint64_t totalBytesAfter = 0;  // audit bytes left in the directory (as measured)
     // Damaged or unreadable segments (which block deletion in their worker), failed deletions.
     std::vector<std::string> problems;
 };
+
+// Removes the spare data files (spareDataName) that no writer will take: those of workers
+// `fromWorker` and up (a smaller worker count, or a writer that does not recycle: pass 0), and
+// slots past kSpareSlots. Returns the
+// names removed; throws std::system_error naming the directory when it cannot be read.
+std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
+                                              unsigned fromWorker);
 
 class RetentionPlanner {
 public:

@@ -142,6 +142,11 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
                 " connections were open at the last stop and are marked truncated");
+    // Spares no worker will take: of workers beyond today's count, or all of them when the
+    // writer does not recycle.
+    auto keepSparesBelow = config.auditWriter == AuditWriterKind::Direct ? workers : 0;
+    for (const auto& name : audit::removeSpareDataFiles(held->fd(), held->path(), keepSparesBelow))
+        logInfo("audit: removed ", config.auditDir, "/", name, ", a spare no worker will take");
     for (const auto& [worker, last] : report.lastSegment) {
         // Segments of every worker number seen are skipped, whatever the worker count is now.
         if (worker < workers) start.firstSegment[worker] = last + 1;
@@ -171,20 +176,22 @@ sigset_t controlSignals() {
 // the current ones' indexes are read again). What it deleted is logged once a minute, summed.
 class RetentionJob {
 public:
-    explicit RetentionJob(const Config& config)
-        : policy_{config.auditRetentionBytes, config.auditRetentionHours} {
-        if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
-            planner_.emplace(config.auditDir);
-    }
+  explicit RetentionJob(const Config& config)
+      : policy_{config.auditRetentionBytes, config.auditRetentionHours,
+                config.auditWriter == AuditWriterKind::Direct} {
+      if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
+          planner_.emplace(config.auditDir);
+  }
     // Called about once a second.
     void tick() {
         if (!planner_) return;
         ++ticks_;
         if (ticks_ >= nextRunTick_) run();
         if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ == 0) return;
-        logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_,
-                " bytes) in the last ", kReportEverySeconds, " s in ", planner_->directory());
-        deletedFiles_ = freedBytes_ = 0;
+        logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_, " bytes; ",
+                recycledFiles_, " data files kept as spares) in the last ", kReportEverySeconds,
+                " s in ", planner_->directory());
+        deletedFiles_ = freedBytes_ = recycledFiles_ = 0;
     }
 
   private:
@@ -196,6 +203,7 @@ public:
                 if (reported_.insert(problem).second) logWarn("audit retention: ", problem);
             deletedFiles_ += result.deleted.size();
             freedBytes_ += result.freedBytes;
+            recycledFiles_ += result.recycledFiles;
             busy = !result.deleted.empty() ||
                    (policy_.maxBytes != 0 && result.totalBytesAfter > policy_.maxBytes);
         } catch (const std::exception& error) {
@@ -213,6 +221,7 @@ public:
     std::uint64_t nextRunTick_ = 1;
     std::uint64_t deletedFiles_ = 0;
     std::uint64_t freedBytes_ = 0;
+    std::uint64_t recycledFiles_ = 0;
 };
 
 // Serves signals until a drain is asked for; then drains and stops the relay.

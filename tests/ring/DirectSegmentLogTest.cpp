@@ -326,6 +326,53 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothin
     EXPECT_EQ(extract(1), bytes);
 }
 
+// Retention leaves a deleted segment's data file as one of the worker's spares; the next segment
+// created ahead takes it (renamed, the same inode) instead of a new file. The spare's stale bytes
+// past what the segment writes are cut at the roll, and everything reads back exactly. With every
+// slot empty the creation after it makes a new file.
+TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytesAreCut) {
+    constexpr std::uint64_t kSegmentBytes = 256 * 1024;
+    // In the second slot: the first creation finds the first empty and tries again.
+    const std::string spare = dir_.path() + "/" + spareDataName(0, 1);
+    {
+        UniqueFd fd(::open(spare.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+        ASSERT_TRUE(fd);
+        std::string stale(3 * kSegmentBytes, '\xee');  // longer than a segment: the cut shows
+        ASSERT_EQ(::write(fd.get(), stale.data(), stale.size()),
+                  static_cast<ssize_t>(stale.size()));
+    }
+    const auto spareInode = statIfAny(spare).st_ino;
+    auto bytes = pattern(2 * kSegmentBytes + 150000, 11);
+    {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        ASSERT_TRUE(writer->reserveSpaceAhead(true));
+        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
+        send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
+        EXPECT_TRUE(driveUntil(log, [&] {
+            return sizeIfAny(segmentPath(2, ".data")) > 0 &&
+                   blocksIfAny(segmentPath(2, ".index")) > 0;
+        })) << "segment 2 is created ahead";
+        auto second = statIfAny(segmentPath(2, ".data"));
+        EXPECT_EQ(second.st_ino, spareInode) << "segment 2's data file is the spare";
+        EXPECT_EQ(second.st_mode & 07777, 0640u) << "a segment's mode again";
+        EXPECT_FALSE(std::filesystem::exists(spare));
+        EXPECT_EQ(second.st_size, static_cast<off_t>(3 * kSegmentBytes)) << "kept until the cut";
+        send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000), 30000);  // into segment 3
+        ASSERT_EQ(log.recordClose(1, bytes.size(), 0, "client-closed"), 0);
+        EXPECT_TRUE(driveUntil(log, [&] { return sealed(2); }));
+        auto third = statIfAny(segmentPath(3, ".data"));
+        EXPECT_NE(third.st_ino, 0u) << "no spare left: segment 3 is a new file";
+        EXPECT_NE(third.st_ino, spareInode);
+        log.finishFile();
+    }
+    EXPECT_LE(fileSize(segmentPath(2, ".data")), kSegmentBytes + 30000)
+        << "the spare's stale bytes past segment 2's data are cut";
+    auto problems = verifyDirectory(dir_.path());
+    EXPECT_TRUE(problems.empty()) << problems.front();
+    EXPECT_EQ(extract(1), bytes);
+}
+
 // A roll that comes while the creation is still on the ring (here before it is even submitted)
 // opens the same names in place; the ring's O_EXCL opens then fail, and that is neither an error
 // nor a reason to unlink the files the roll is using. The next segment is created ahead again.

@@ -342,6 +342,24 @@ TEST(AuditRecordsTest, SegmentBaseNames) {
         EXPECT_FALSE(parseSegmentBaseName(bad, worker, segment)) << bad;
 }
 
+TEST(AuditRecordsTest, SpareDataNamesAreNoSegmentNames) {
+    EXPECT_EQ(spareDataName(0, 0), "w00.spare0");
+    EXPECT_EQ(spareDataName(128, 1), "w128.spare1");
+    unsigned worker = 0, slot = 0;
+    EXPECT_TRUE(parseSpareDataName("w07.spare1", worker, slot));
+    EXPECT_EQ(worker, 7u);
+    EXPECT_EQ(slot, 1u);
+    EXPECT_TRUE(parseSpareDataName("w128.spare0", worker, slot));
+    EXPECT_EQ(worker, 128u);
+    EXPECT_EQ(slot, 0u);
+    for (const char* bad :
+         {"w7.spare0", "w007.spare0", "w07.spare", "w07.spare01", "w07.data", "x07.spare0",
+          "w0a.spare0", ".spare0", "", "w07.spare0x", "w99999999999.spare0"})
+        EXPECT_FALSE(parseSpareDataName(bad, worker, slot)) << bad;
+    std::uint64_t segment = 0;
+    EXPECT_FALSE(parseSegmentBaseName("w07.spare0", worker, segment));
+}
+
 TEST(AuditRecordsTest, ListSegmentsSortsNumericallyAndIgnoresJunk) {
     TempDir dir;
     for (const char* name :

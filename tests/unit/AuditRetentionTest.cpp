@@ -245,6 +245,54 @@ TEST(AuditRetentionTest, BytesDeleteOldestFirstAcrossWorkers) {
     expectConsistent(dir.path(), before);
 }
 
+// With recycling (the direct writer), deleted data files fill their worker's spare slots,
+// unreadable to the audit group; once every slot of a worker is taken, its next deleted data file
+// is unlinked. Spares are no segments: the log stays consistent, they are not counted as audit
+// bytes, and removeSpareDataFiles() takes away those no worker will take.
+TEST(AuditRetentionTest, DeletedDataFilesFillTheWorkersSpareSlots) {
+    TempDir dir;
+    std::vector<Seg> w0, w1;
+    std::uint64_t id = 1;
+    for (std::uint64_t n = 1; n <= 4; ++n)
+        for (unsigned worker : {0u, 1u}) {
+            auto start = kT0 + static_cast<std::int64_t>(2 * (n - 1) + worker) * kHour;
+            auto& list = worker == 0 ? w0 : w1;
+            list.emplace_back(dir.path(), worker, n, start);
+            list.back().whole(id++, start + 1);
+            if (n < 4) list.back().seal();
+            list.back().write();
+        }
+    auto before = listConnections(dir.path());
+    auto sparePath = [&](unsigned worker, unsigned slot) {
+        return dir.path() + "/" + spareDataName(worker, slot);
+    };
+    struct stat first {};
+    ASSERT_EQ(::stat(w0[0].dataPath().c_str(), &first), 0);
+
+    RetentionPlanner planner(dir.path());
+    RetentionPolicy policy{1, 0, true};
+    auto result = planner.apply(policy, kT0);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[0], &w1[0], &w0[1], &w1[1], &w0[2], &w1[2]}));
+    EXPECT_EQ(result.recycledFiles, 2 * kSpareSlots) << "the third of each worker is unlinked";
+    EXPECT_EQ(result.totalBytesAfter, w0[3].bytes() + w1[3].bytes());
+    struct stat spare {};
+    ASSERT_EQ(::stat(sparePath(0, 0).c_str(), &spare), 0);
+    EXPECT_EQ(spare.st_ino, first.st_ino) << "worker 0's oldest data file, renamed";
+    EXPECT_EQ(spare.st_mode & 07777, 0600u);
+    for (unsigned worker : {0u, 1u})
+        for (unsigned slot = 0; slot < kSpareSlots; ++slot)
+            EXPECT_TRUE(exists(sparePath(worker, slot))) << worker << "/" << slot;
+    EXPECT_FALSE(exists(w0[2].dataPath()));
+    expectConsistent(dir.path(), before);
+
+    UniqueFd dirFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto removed = removeSpareDataFiles(dirFd.get(), dir.path(), 1);
+    EXPECT_EQ(asSet(removed), (std::set<std::string>{spareDataName(1, 0), spareDataName(1, 1)}));
+    EXPECT_TRUE(exists(sparePath(0, 0)));
+    EXPECT_FALSE(exists(sparePath(1, 0)));
+}
+
 std::string extracted(const std::string& dir, std::uint64_t id, std::uint8_t direction,
                       ExtractResult& result) {
     TempDir out;

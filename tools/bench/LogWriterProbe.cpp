@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,14 +33,15 @@ double processCpuSeconds() {
 
 class Probe {
   public:
-    Probe(const std::string& dir, const audit::DirectLogOptions& options, std::uint64_t fileBytes)
-        : dir_(dir), fileBytes_(fileBytes), ring_(256, 2, 2) {
+    Probe(const std::string& dir, const audit::DirectLogOptions& options, std::uint64_t fileBytes,
+          bool recycle)
+        : dir_(dir), fileBytes_(fileBytes), recycle_(recycle), ring_(256, 2, 2) {
         writer_ = std::make_unique<audit::DirectLogWriter>(ring_, options, kTagBase);
         nextFile();
     }
     ~Probe() {
         writer_.reset();
-        for (const auto& path : paths_) ::unlink(path.c_str());
+        for (const auto& path : live_) ::unlink(path.c_str());
     }
 
     // Appends up to `length` bytes, rolling files; returns what went in (0: buffer full).
@@ -71,24 +73,38 @@ class Probe {
   private:
     static constexpr std::uint64_t kTagBase = std::uint64_t{1} << 56;
 
+    // A recycled file is the oldest of the last two, renamed: its blocks are written already, so
+    // writes into it convert no unwritten extents, and nothing is freed (or discarded).
     void nextFile() {
-        auto path = dir_ + "/logwriter-probe-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(paths_.size());
-        UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+        auto path =
+            dir_ + "/logwriter-probe-" + std::to_string(::getpid()) + "-" + std::to_string(files_);
+        int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+        if (recycle_ && live_.size() >= 2) {
+            if (::rename(live_.front().c_str(), path.c_str()) != 0)
+                throwErrno(errno, "rename " + live_.front() + " to " + path);
+            live_.pop_front();
+            flags = O_WRONLY | O_CLOEXEC;
+        }
+        UniqueFd fd(::open(path.c_str(), flags, 0600));
         if (!fd) throwErrno(errno, "open " + path);
-        int rc = writer_->startFile(fd.get(), paths_.size());
+        int rc = writer_->startFile(fd.get(), files_++);
         if (rc < 0) throwErrno(-rc, "startFile " + path);
         // The writer keeps its own fd until the file is written and synced.
-        if (!paths_.empty()) ::unlink(paths_.back().c_str());
-        paths_.push_back(path);
+        if (!recycle_ && !live_.empty()) {
+            ::unlink(live_.back().c_str());
+            live_.pop_back();
+        }
+        live_.push_back(path);
         fileOffset_ = 0;
     }
 
     std::string dir_;
     std::uint64_t fileBytes_;
+    const bool recycle_;
     Ring ring_;
     std::unique_ptr<audit::DirectLogWriter> writer_;
-    std::vector<std::string> paths_;
+    std::deque<std::string> live_;
+    std::uint64_t files_ = 0;
     std::uint64_t fileOffset_ = 0;
 };
 
@@ -110,6 +126,8 @@ int runLogWriterProbe(int argc, char** argv) {
                      {"inflight", "N", "8", "writes in flight at most"},
                      {"prealloc", "BYTES", "0", "fallocate(KEEP_SIZE) per file"},
                      {"file-bytes", "BYTES", "1073741824", "roll to a new file after this"},
+                     {"recycle", "yes|no", "no",
+                      "roll into the file before last, renamed, instead of a new one"},
                  },
                  argc, argv, 1);
     audit::DirectLogOptions options;
@@ -129,7 +147,9 @@ int runLogWriterProbe(int argc, char** argv) {
         static_cast<std::uint64_t>(opts.integer("file-bytes", 1 << 20, 1L << 40));
 
     installSignalHandlers();
-    Probe probe(opts.str("dir"), options, fileBytes);
+    const auto recycle = opts.str("recycle");
+    if (recycle != "yes" && recycle != "no") throw UsageError("--recycle: yes or no");
+    Probe probe(opts.str("dir"), options, fileBytes, recycle == "yes");
     std::vector<std::byte> source(std::size_t{1} << 20);
     for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 131);
 

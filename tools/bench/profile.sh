@@ -7,7 +7,8 @@
 #   rr:     64 connections x 64-byte request/response (run.sh's rr)
 #   churn:  32 connections in flight, 1 KiB each way (run.sh's churn)
 #   upload: 8 streams upstream into a sink, with an archiver stand-in emptying sealed audit data
-#           files (pass --audit-dir DIR among the daemon options to audit)
+#           files (pass --audit-dir DIR among the daemon options to audit; with
+#           --audit-retention-bytes N the daemon's retention frees the space instead)
 # Prints the load generator's result line; --perf writes a perf.data of the relay, recorded
 # from second 2 on. Example A/B: run it alternately with two --splicegate binaries, 3 times each.
 set -euo pipefail
@@ -24,7 +25,7 @@ while (($#)); do
         --perf) PERF_OUT=${2:?}; shift 2 ;;
         --splicegate) SPLICEGATE=${2:?}; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "profile.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -62,11 +63,13 @@ relay=$!
 PIDS+=("$relay")
 "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
 
-audit_dir=""
+audit_dir="" retention=0
 for ((i = 0; i < ${#DAEMON_OPTIONS[@]}; ++i)); do
     [[ ${DAEMON_OPTIONS[i]} == --audit-dir ]] && audit_dir=${DAEMON_OPTIONS[i + 1]:-}
+    [[ ${DAEMON_OPTIONS[i]} == --audit-retention-bytes ]] && retention=1
 done
-if [[ $LOAD == upload && -n $audit_dir ]]; then
+# The daemon's own retention keeps the disk from filling; the stand-in would damage its log.
+if [[ $LOAD == upload && -n $audit_dir ]] && ((!retention)); then
     bench_archive_sealed "$audit_dir" "$relay" &
     PIDS+=("$!")
 fi
