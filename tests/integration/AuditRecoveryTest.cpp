@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -413,6 +414,48 @@ TEST_F(AuditRecoveryTest, IdsAreNotReusedAfterRetentionDeletedTheirSegments) {
 
     startOverDamage(100);
     expectFreshAudited();
+}
+
+// Spare data files (audit/FORMAT.md "Recycled data files") are not part of the log: verify
+// and recovery leave them alone, and the daemon removes at start those no worker will take: of
+// a worker it does not run, in a slot past the last, and every one when its writer is `splice`.
+TEST_F(AuditRecoveryTest, SparesNoWorkerWillTakeAreRemovedAtStart) {
+    auto placeSpare = [&](const std::string& name) {
+        std::string path = auditDir_ + "/" + name;
+        UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+        ASSERT_TRUE(fd) << path;
+        std::string stale = garbage(300 * kKiB, 19);
+        ASSERT_EQ(::write(fd.get(), stale.data(), stale.size()),
+                  static_cast<ssize_t>(stale.size()));
+    };
+    const std::string kept = auditDir_ + "/" + audit::spareDataName(0, 0);
+    const std::string otherWorker = auditDir_ + "/" + audit::spareDataName(3, 1);
+    const std::string pastSlots = auditDir_ + "/" + audit::spareDataName(0, audit::kSpareSlots);
+    for (const auto& path : {kept, otherWorker, pastSlots})
+        placeSpare(path.substr(auditDir_.size() + 1));
+    EXPECT_TRUE(auditVerifies(auditDir_)) << "spares are no segments";
+
+    auto log = startOverDamage(60);
+    expectFreshAudited();
+    // This suite runs once more with SPLICEGATE_TEST_AUDIT_WRITER=splice (tests/CMakeLists.txt).
+    const char* writer = std::getenv("SPLICEGATE_TEST_AUDIT_WRITER");
+    if (writer != nullptr && std::string(writer) == "splice")
+        EXPECT_NE(::access(kept.c_str(), F_OK), 0) << "the splice writer takes no spare";
+    else
+        EXPECT_EQ(::access(kept.c_str(), F_OK), 0) << "worker 0's spare waits for its next segment";
+    EXPECT_NE(::access(otherWorker.c_str(), F_OK), 0) << "no worker 3 runs";
+    EXPECT_NE(::access(pastSlots.c_str(), F_OK), 0);
+    EXPECT_NE(log.find(audit::spareDataName(3, 1) + ", a spare no worker will take"),
+              std::string::npos)
+        << log;
+
+    port_ = pickFreePort();
+    Daemon splice(relayArgs(port_, {upstream_->address()},
+                            {"--audit-dir", auditDir_, "--audit-writer", "splice"}, 1));
+    ASSERT_TRUE(splice.waitReady(port_)) << splice.why();
+    EXPECT_TRUE(terminatesCleanly(splice));
+    EXPECT_NE(::access(kept.c_str(), F_OK), 0) << "the splice writer takes no spare";
+    EXPECT_TRUE(auditVerifies(auditDir_));
 }
 
 }  // namespace
