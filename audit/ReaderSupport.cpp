@@ -1,6 +1,7 @@
 #include "audit/ReaderSupport.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,7 +34,24 @@ UniqueFd openDirectory(const std::string& dir) {
 
 UniqueFd openIn(int dirFd, const SegmentFiles& files, bool index) {
     auto dir = files.indexPath.substr(0, files.indexPath.size() - files.indexName.size());
-    return openInDirectoryOrThrow(dirFd, dir, index ? files.indexName : files.dataName, O_RDONLY);
+    UniqueFd fd =
+        openInDirectoryOrThrow(dirFd, dir, index ? files.indexName : files.dataName, O_RDONLY);
+    if (!index) holdDataFile(dirFd, fd.get(), files);
+    return fd;
+}
+
+// A data file read under a shared lock is one retention does not recycle (it unlinks it, which
+// leaves the reader its bytes: FORMAT.md "Recycled data files"). One recycled between the open
+// and the lock no longer has its name: that reads as deleted (ENOENT), as for an unlinked one.
+void holdDataFile(int dirFd, int fd, const SegmentFiles& files) {
+    while (::flock(fd, LOCK_SH) != 0)
+        if (errno != EINTR) throwErrno(errno, "lock " + files.dataPath);
+    struct stat opened {};
+    struct stat named {};
+    checkSys(::fstat(fd, &opened), "fstat " + files.dataPath);
+    if (::fstatat(dirFd, files.dataName.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+        named.st_ino != opened.st_ino || named.st_dev != opened.st_dev)
+        throwErrno(ENOENT, "open " + files.dataPath + " (retention took it as it was opened)");
 }
 
 bool payloadCrc(int fd, std::uint64_t offset, std::uint64_t length, std::uint32_t& crc,

@@ -1,6 +1,7 @@
 #include "audit/Retention.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -424,10 +425,13 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         result.freedBytes += bytes;
         return true;
     };
-    // Unreadable to the audit group first: what it holds was deleted from the log.
+    // Not while a reader holds the file (ReaderSupport's holdDataFile): unlinked, it keeps its
+    // bytes for the reader; recycled, a new segment would overwrite them. Unreadable to the audit
+    // group first: what it holds was deleted from the log.
     auto recycleFile = [&](const SegmentFiles& files, std::uint64_t bytes) {
         UniqueFd fd(openInDirectory(dirFd.get(), files.dataName, O_RDONLY));
-        if (!fd || ::fchmod(fd.get(), 0600) != 0) return false;
+        if (!fd || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || ::fchmod(fd.get(), 0600) != 0)
+            return false;
         bool renamed = false;
         for (unsigned slot = 0; slot < kSpareSlots && !renamed; ++slot) {
             auto spare = spareDataName(files.worker, slot);

@@ -106,6 +106,21 @@ class DirectSegmentLogTest : public ::testing::Test {
         }
         return done();
     }
+    // One worker's log whose writer takes its space ahead, as the daemon's does.
+    std::unique_ptr<DirectSegmentLog> makeLog(std::uint64_t segmentBytes) {
+        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, segmentBytes);
+        EXPECT_TRUE(writer->reserveSpaceAhead(true));
+        return std::make_unique<DirectSegmentLog>(std::move(writer), ring_, smallOptions(0),
+                                                  kTagBase);
+    }
+    // Routes completions until `segment` is created ahead: both files, the data's space (the
+    // file's size), then the index's (its blocks; the size stays 0).
+    bool createdAhead(DirectSegmentLog& log, std::uint64_t segment) {
+        return driveUntil(log, [&] {
+            return sizeIfAny(segmentPath(segment, ".data")) > 0 &&
+                   blocksIfAny(segmentPath(segment, ".index")) > 0;
+        });
+    }
     std::string segmentPath(std::uint64_t segment, const char* suffix) const {
         return dir_.path() + "/" + segmentBaseName(0, segment) + suffix;
     }
@@ -286,17 +301,12 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothin
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
     auto bytes = pattern(2 * kSegmentBytes + 150000, 5);
     {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
-        ASSERT_TRUE(writer->reserveSpaceAhead(true));
-        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        auto owned = makeLog(kSegmentBytes);
+        DirectSegmentLog& log = *owned;
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
-        // The creation's steps on the ring: both files, the data's space (the file's size), then
-        // the index's (its blocks, the size stays 0).
-        EXPECT_TRUE(driveUntil(log, [&] {
-            return sizeIfAny(segmentPath(2, ".data")) > 0 &&
-                   blocksIfAny(segmentPath(2, ".index")) > 0;
-        })) << "segment 2 is created, and its data and index space taken, on the ring";
+        EXPECT_TRUE(createdAhead(log, 2))
+            << "segment 2 is created, and its data and index space taken, on the ring";
         EXPECT_EQ(fileSize(segmentPath(2, ".data")), kSegmentBytes);
         EXPECT_EQ(fileSize(segmentPath(2, ".index")), 0u) << "its SegmentStart waits for the roll";
         send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000, kSegmentBytes / 2 - 1000), 30000);
@@ -344,15 +354,11 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytes
     const auto spareInode = statIfAny(spare).st_ino;
     auto bytes = pattern(2 * kSegmentBytes + 150000, 11);
     {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
-        ASSERT_TRUE(writer->reserveSpaceAhead(true));
-        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        auto owned = makeLog(kSegmentBytes);
+        DirectSegmentLog& log = *owned;
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
-        EXPECT_TRUE(driveUntil(log, [&] {
-            return sizeIfAny(segmentPath(2, ".data")) > 0 &&
-                   blocksIfAny(segmentPath(2, ".index")) > 0;
-        })) << "segment 2 is created ahead";
+        EXPECT_TRUE(createdAhead(log, 2)) << "segment 2 is created ahead";
         auto second = statIfAny(segmentPath(2, ".data"));
         EXPECT_EQ(second.st_ino, spareInode) << "segment 2's data file is the spare";
         EXPECT_EQ(second.st_mode & 07777, 0640u) << "a segment's mode again";

@@ -20,6 +20,7 @@
 
 #include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
+#include "audit/ReaderSupport.h"
 #include "audit/Records.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
@@ -247,8 +248,9 @@ TEST(AuditRetentionTest, BytesDeleteOldestFirstAcrossWorkers) {
 
 // With recycling (the direct writer), deleted data files fill their worker's spare slots,
 // unreadable to the audit group; once every slot of a worker is taken, its next deleted data file
-// is unlinked. Spares are no segments: the log stays consistent, they are not counted as audit
-// bytes, and removeSpareDataFiles() takes away those no worker will take.
+// is unlinked, and so is one a reader holds (it keeps reading its bytes). Spares are no segments:
+// the log stays consistent, they are not counted as audit bytes, and removeSpareDataFiles() takes
+// away those no worker will take.
 TEST(AuditRetentionTest, DeletedDataFilesFillTheWorkersSpareSlots) {
     TempDir dir;
     std::vector<Seg> w0, w1;
@@ -266,31 +268,64 @@ TEST(AuditRetentionTest, DeletedDataFilesFillTheWorkersSpareSlots) {
     auto sparePath = [&](unsigned worker, unsigned slot) {
         return dir.path() + "/" + spareDataName(worker, slot);
     };
-    struct stat first {};
-    ASSERT_EQ(::stat(w0[0].dataPath().c_str(), &first), 0);
+    UniqueFd dirFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto held = listSegments(dir.path()).front();  // worker 0's first segment
+    ASSERT_EQ(held.dataPath, w0[0].dataPath());
+    UniqueFd reader = openIn(dirFd.get(), held, false);
+    std::string heldBytes(static_cast<std::size_t>(fileSize(held.dataPath)), '\0');
+    ASSERT_GT(heldBytes.size(), 0u);
+    ASSERT_EQ(::pread(reader.get(), heldBytes.data(), heldBytes.size(), 0),
+              static_cast<ssize_t>(heldBytes.size()));
+    struct stat second {};
+    ASSERT_EQ(::stat(w0[1].dataPath().c_str(), &second), 0);
 
     RetentionPlanner planner(dir.path());
     RetentionPolicy policy{1, 0, true};
     auto result = planner.apply(policy, kT0);
     EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
     EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[0], &w1[0], &w0[1], &w1[1], &w0[2], &w1[2]}));
-    EXPECT_EQ(result.recycledFiles, 2 * kSpareSlots) << "the third of each worker is unlinked";
+    EXPECT_EQ(result.recycledFiles, 2 * kSpareSlots)
+        << "worker 0's held first and worker 1's third are unlinked";
     EXPECT_EQ(result.totalBytesAfter, w0[3].bytes() + w1[3].bytes());
     struct stat spare {};
     ASSERT_EQ(::stat(sparePath(0, 0).c_str(), &spare), 0);
-    EXPECT_EQ(spare.st_ino, first.st_ino) << "worker 0's oldest data file, renamed";
+    EXPECT_EQ(spare.st_ino, second.st_ino) << "worker 0's oldest data file no reader holds";
     EXPECT_EQ(spare.st_mode & 07777, 0600u);
     for (unsigned worker : {0u, 1u})
         for (unsigned slot = 0; slot < kSpareSlots; ++slot)
             EXPECT_TRUE(exists(sparePath(worker, slot))) << worker << "/" << slot;
-    EXPECT_FALSE(exists(w0[2].dataPath()));
+    EXPECT_FALSE(exists(w0[0].dataPath()));
+    std::string stillThere(heldBytes.size(), '\0');
+    ASSERT_EQ(::pread(reader.get(), stillThere.data(), stillThere.size(), 0),
+              static_cast<ssize_t>(stillThere.size()));
+    EXPECT_EQ(stillThere, heldBytes);
     expectConsistent(dir.path(), before);
 
-    UniqueFd dirFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     auto removed = removeSpareDataFiles(dirFd.get(), dir.path(), 1);
     EXPECT_EQ(asSet(removed), (std::set<std::string>{spareDataName(1, 0), spareDataName(1, 1)}));
     EXPECT_TRUE(exists(sparePath(0, 0)));
     EXPECT_FALSE(exists(sparePath(1, 0)));
+}
+
+// A reader that opened a data file just before retention recycled it finds that out once it holds
+// the file: it reads as deleted (ENOENT), never as the segment a worker may be writing into it.
+TEST(AuditRetentionTest, ADataFileRecycledAsItIsOpenedReadsAsDeleted) {
+    TempDir dir;
+    Seg s1(dir.path(), 0, 1, kT0);
+    s1.whole(1, kT0 + 1).seal().write();
+    UniqueFd dirFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto files = listSegments(dir.path()).front();
+    UniqueFd opened(::open(files.dataPath.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(opened);
+    EXPECT_NO_THROW(holdDataFile(dirFd.get(), opened.get(), files));
+    auto spare = dir.path() + "/" + spareDataName(0, 0);
+    ASSERT_EQ(::rename(files.dataPath.c_str(), spare.c_str()), 0);
+    try {
+        holdDataFile(dirFd.get(), opened.get(), files);
+        ADD_FAILURE() << "a recycled data file was held as the segment's";
+    } catch (const std::system_error& error) {
+        EXPECT_EQ(error.code().value(), ENOENT) << error.what();
+    }
 }
 
 std::string extracted(const std::string& dir, std::uint64_t id, std::uint8_t direction,
