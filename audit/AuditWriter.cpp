@@ -775,7 +775,6 @@ void AuditWriter::createDone(DiskStep step, int result) noexcept {
 // A spare is a whole segment's data file, every block written (sealed segments are cut to their
 // last byte and have no holes): the space ahead of the first reservations is taken already.
 void AuditWriter::adoptSpare(int fd) noexcept {
-    ++recycledDataFiles_;
     struct stat st {};
     if (::fstat(fd, &st) != 0) return;
     auto size = static_cast<std::uint64_t>(st.st_size);

@@ -230,7 +230,6 @@ class AuditWriter {
     // (docs/kernel-notes.md §19). No spare: a new file, as without this call. For the direct
     // writer.
     void recycleSpareDataFiles() noexcept { recycleSpares_ = true; }
-    std::uint64_t recycledDataFiles() const noexcept { return recycledDataFiles_; }
     std::optional<DiskWork> takeDiskWork() noexcept;
     // Returns the seal's result when its last step is in.
     std::optional<int> diskWorkDone(DiskStep step, int result) noexcept;
@@ -319,7 +318,6 @@ class AuditWriter {
     bool createAhead_ = true;  // false once a creation on the ring failed: in place from then on
     bool recycleSpares_ = false;
     unsigned spareMisses_ = 0;  // spare slots found empty since the last creation
-    std::uint64_t recycledDataFiles_ = 0;
     std::uint64_t startedSyncs_ = 0;
     std::uint64_t durableSyncs_ = 0;
     std::uint64_t failedSyncs_ = 0;

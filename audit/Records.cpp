@@ -508,6 +508,21 @@ std::string segmentBaseName(unsigned worker, std::uint64_t segment) {
     return name;
 }
 
+namespace {
+// A decimal number of at most `limit`, digits only (no sign, no space); false otherwise.
+bool parseDecimal(std::string_view text, std::uint64_t limit, std::uint64_t& value) {
+    if (text.empty() || text.size() > 20) return false;
+    value = 0;
+    for (char c : text) {
+        if (c < '0' || c > '9') return false;
+        auto digit = static_cast<std::uint64_t>(c - '0');
+        if (value > (limit - digit) / 10) return false;
+        value = value * 10 + digit;
+    }
+    return true;
+}
+}  // namespace
+
 std::string spareDataName(unsigned worker, unsigned slot) {
     char name[48];
     std::snprintf(name, sizeof name, "w%02u.spare%u", worker, slot);
@@ -517,22 +532,14 @@ std::string spareDataName(unsigned worker, unsigned slot) {
 bool parseSpareDataName(std::string_view name, unsigned& worker, unsigned& slot) {
     auto dot = name.find(".spare");
     if (name.size() < 2 || name.front() != 'w' || dot == std::string_view::npos) return false;
-    auto number = [](std::string_view digits, unsigned& value) {
-        if (digits.empty() || digits.size() > 10) return false;
-        std::uint64_t parsed = 0;
-        for (char c : digits) {
-            if (c < '0' || c > '9') return false;
-            parsed = parsed * 10 + static_cast<std::uint64_t>(c - '0');
-        }
-        value = static_cast<unsigned>(parsed);
-        return parsed <= UINT32_MAX;
-    };
-    unsigned w = 0, s = 0;
-    if (!number(name.substr(1, dot - 1), w) || !number(name.substr(dot + 6), s)) return false;
+    std::uint64_t w = 0, s = 0;
+    if (!parseDecimal(name.substr(1, dot - 1), UINT32_MAX, w) ||
+        !parseDecimal(name.substr(dot + 6), UINT32_MAX, s))
+        return false;
     // Only the canonical spelling, as for segment names.
-    if (spareDataName(w, s) != name) return false;
-    worker = w;
-    slot = s;
+    if (spareDataName(static_cast<unsigned>(w), static_cast<unsigned>(s)) != name) return false;
+    worker = static_cast<unsigned>(w);
+    slot = static_cast<unsigned>(s);
     return true;
 }
 
@@ -540,20 +547,9 @@ bool parseSegmentBaseName(std::string_view name, unsigned& worker, std::uint64_t
     if (name.size() < 14 || name.front() != 'w') return false;
     auto dash = name.find('-');
     if (dash == std::string_view::npos || dash < 3) return false;
-    auto digits = [](std::string_view text, std::uint64_t limit, std::uint64_t& value) {
-        if (text.empty() || text.size() > 20) return false;
-        value = 0;
-        for (char c : text) {
-            if (c < '0' || c > '9') return false;
-            auto digit = static_cast<std::uint64_t>(c - '0');
-            if (value > (limit - digit) / 10) return false;
-            value = value * 10 + digit;
-        }
-        return true;
-    };
     std::uint64_t w = 0, s = 0;
-    if (!digits(name.substr(1, dash - 1), UINT32_MAX, w)) return false;
-    if (!digits(name.substr(dash + 1), UINT64_MAX, s)) return false;
+    if (!parseDecimal(name.substr(1, dash - 1), UINT32_MAX, w)) return false;
+    if (!parseDecimal(name.substr(dash + 1), UINT64_MAX, s)) return false;
     // Only the canonical spelling: "w0-1" or "w000-..." would alias another segment's name.
     if (segmentBaseName(static_cast<unsigned>(w), s) != name) return false;
     worker = static_cast<unsigned>(w);

@@ -95,8 +95,8 @@ struct RetentionResult {
 
 // Removes the spare data files (spareDataName) that no writer will take: those of workers
 // `fromWorker` and up (a smaller worker count, or a writer that does not recycle: pass 0), and
-// slots past kSpareSlots. Returns the
-// names removed; throws std::system_error naming the directory when it cannot be read.
+// slots past kSpareSlots. Returns the names removed; throws std::system_error naming the
+// directory when it cannot be read.
 std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
                                               unsigned fromWorker);
 
