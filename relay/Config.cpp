@@ -6,8 +6,10 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <limits>
@@ -17,6 +19,7 @@
 #include "common/Error.h"
 #include "common/UniqueFd.h"
 #include "relay/ListenerMatcher.h"
+#include "relay/SocketOptions.h"
 
 namespace splicegate {
 namespace po = boost::program_options;
@@ -328,6 +331,11 @@ po::options_description relayOptions(const Config& d) {
         ("delayed-ack", scalar("on|off", nameOf(kOnOffNames, d.delayedAck)),
          "the relay's sockets delay their ACKs so that they ride on the reply; off: the "
          "kernel's quick ACKs at connection start")
+        ("client-tcp-congestion", scalar("ALGO"),
+         "TCP congestion control of the sockets accepted from clients (TCP_CONGESTION); "
+         "default: the system's (net.ipv4.tcp_congestion_control)")
+        ("upstream-tcp-congestion", scalar("ALGO"),
+         "TCP congestion control of the sockets connected to upstreams; default: the system's")
         ("sqpoll", scalar("on|off")->implicit_value("on"),
          "kernel-side submission polling for the workers' rings (off by default)")
         ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
@@ -593,6 +601,24 @@ class ConfigParser {
         config.bufferSize = number<uint32_t>("buffer-size", kMinBufferSize, kMaxBufferSize);
         if (values_.count("sqpoll")) config.sqpoll = choice(kOnOffNames, "sqpoll");
         config.delayedAck = choice(kOnOffNames, "delayed-ack");
+        config.clientCongestion = congestionName("client-tcp-congestion");
+        config.upstreamCongestion = congestionName("upstream-tcp-congestion");
+    }
+
+    // A name TCP_CONGESTION could take (the kernel's TCP_CA_NAME_MAX); whether this kernel has
+    // it is checked at start (congestionControlProblems).
+    std::string congestionName(const std::string& key) const {
+        std::string name = text(key);
+        bool wellFormed = name.size() < kCongestionNameMax &&
+                          std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                              return std::isalnum(c) != 0 || c == '_' || c == '-';
+                          });
+        if (!wellFormed)
+            throw UsageError(label(key) + ": '" + name +
+                             "' is no congestion control name (letters, digits, '_' or '-'; at "
+                             "most " +
+                             std::to_string(kCongestionNameMax - 1) + " characters)");
+        return name;
     }
 
     void applyXdpOptions(Config& config) const {
@@ -774,6 +800,8 @@ std::vector<std::string> settingsNeedingRestart(const Config& running, const Con
     check("buffer-size", running.bufferSize, next.bufferSize);
     check("sqpoll", running.sqpoll, next.sqpoll);
     check("delayed-ack", running.delayedAck, next.delayedAck);
+    check("client-tcp-congestion", running.clientCongestion, next.clientCongestion);
+    check("upstream-tcp-congestion", running.upstreamCongestion, next.upstreamCongestion);
     check("pipe-size", running.pipeSize, next.pipeSize);
     check("pipe-budget", running.pipeBudgetBytes, next.pipeBudgetBytes);
     check("max-connections", running.maxConnections, next.maxConnections);

@@ -80,6 +80,10 @@ struct Config {
     // Sockets start in the kernel's delayed-ACK ("pingpong") mode: the ACK of a request rides on
     // the reply instead of costing a packet of its own (docs/kernel-notes.md).
     bool delayedAck = true;
+    // TCP_CONGESTION of the client and upstream sockets; empty: the system's default. A
+    // congestion control that paces (bbr) arms a timer per burst (docs/kernel-notes.md §20).
+    std::string clientCongestion;
+    std::string upstreamCongestion;
     std::string xdpInterface;
     XdpMode xdpMode = XdpMode::Auto;
     std::vector<std::string> xdpDeny;   // validated CIDR text

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
+#include "relay/SocketOptions.h"
 
 namespace splicegate {
 namespace {
@@ -90,7 +92,45 @@ void checkGroup(const char* option, const std::string& name, std::vector<std::st
                            (rc != 0 ? " (" + errnoText(rc) + ")" : ""));
 }
 
+// A sysctl's one-line value, or "?" when it cannot be read.
+std::string sysctlText(const char* path) {
+    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    char text[512];
+    long got = fd ? ::read(fd.get(), text, sizeof text - 1) : -1;
+    if (got <= 0) return "?";
+    std::string value(text, static_cast<std::size_t>(got));
+    while (!value.empty() && value.back() == '\n') value.pop_back();
+    return value;
+}
+
+std::optional<std::string> congestionProblem(const char* option, const std::string& algorithm) {
+    if (algorithm.empty()) return std::nullopt;
+    UniqueFd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!probe) probe.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!probe) return std::string(option) + " " + algorithm + ": socket: " + errnoText(errno);
+    int rc = setCongestionControl(probe.get(), algorithm);
+    if (rc == 0) return std::nullopt;
+    std::string label = std::string(option) + " " + algorithm + ": ";
+    if (rc == -ENOENT)
+        return label + "this kernel has no such congestion control (available: " +
+               sysctlText("/proc/sys/net/ipv4/tcp_available_congestion_control") + ")";
+    if (rc == -EPERM)
+        return label +
+               "not allowed without CAP_NET_ADMIN (net.ipv4.tcp_allowed_congestion_control: " +
+               sysctlText("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + ")";
+    return label + errnoText(-rc);
+}
+
 }  // namespace
+
+std::vector<std::string> congestionControlProblems(const Config& config) {
+    std::vector<std::string> problems;
+    if (auto problem = congestionProblem("--client-tcp-congestion", config.clientCongestion))
+        problems.push_back(*problem);
+    if (auto problem = congestionProblem("--upstream-tcp-congestion", config.upstreamCongestion))
+        problems.push_back(*problem);
+    return problems;
+}
 
 std::optional<std::string> looseConfigFile(const std::string& path) {
     struct stat status {};
@@ -109,6 +149,7 @@ ConfigCheckReport checkConfiguration(const Config& config) {
     if (!config.adminSocket.empty()) checkGroup("--admin-group", config.adminGroup, problems);
     checkGroup("--admin-readonly-group", config.adminReadonlyGroup, problems);
     checkGroup("--audit-group", config.auditGroup, problems);
+    for (auto& problem : congestionControlProblems(config)) problems.push_back(std::move(problem));
     if (!config.xdpInterface.empty() && ::if_nametoindex(config.xdpInterface.c_str()) == 0)
         problems.push_back("--xdp-interface " + config.xdpInterface + ": no such interface");
     for (const auto& route : config.routes)

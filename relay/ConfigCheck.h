@@ -18,6 +18,11 @@ struct ConfigCheckReport {
 
 ConfigCheckReport checkConfiguration(const Config& config);
 
+// --client-tcp-congestion and --upstream-tcp-congestion name algorithms this kernel has and lets
+// this process set: one line per one that it does not. Checked at start too (a configuration
+// error, exit 2), so that no listener is bound with a setting that every connection would miss.
+std::vector<std::string> congestionControlProblems(const Config& config);
+
 // A warning when the config file at `path` is writable by every user; nullopt otherwise.
 std::optional<std::string> looseConfigFile(const std::string& path);
 

@@ -108,6 +108,8 @@ RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) 
     settings.bufferSize = config.bufferSize;
     settings.sqpoll = config.sqpoll;
     settings.delayedAck = config.delayedAck;
+    settings.clientCongestion = config.clientCongestion;
+    settings.upstreamCongestion = config.upstreamCongestion;
     settings.auditWriter = config.auditWriter;
     settings.auditBufferBytes = config.auditBufferBytes;
     settings.accessLog = config.accessLog;
@@ -294,6 +296,10 @@ int runDaemon(int argc, const char* const* argv) {
     detectJournal(std::getenv("JOURNAL_STREAM"));
     setLogLevel(config.logLevel);
     if (auto loose = looseConfigFile(config.configFile)) logWarn(*loose);
+    if (auto problems = congestionControlProblems(config); !problems.empty()) {
+        for (const auto& problem : problems) logError(problem);
+        return 2;
+    }
     std::vector<std::string> args(argv + 1, argv + argc);
     auto notifier = ServiceNotifier::fromEnvironment();
     try {

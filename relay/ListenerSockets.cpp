@@ -14,9 +14,8 @@ namespace {
 constexpr int kBacklog = 4096;
 }
 
-std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const Route& route,
-                                                                           unsigned workers,
-                                                                           bool delayedAck) {
+std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(
+    const Route& route, unsigned workers, const AcceptedSocketOptions& accepted) {
     const auto& address = route.config.listen;
     const auto where = "route " + route.config.name + ": listen on " + address.toString();
     auto bound = std::make_shared<Bound>();
@@ -37,20 +36,22 @@ std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(const
                      where + ": IPV6_V6ONLY");
         // Accepted sockets inherit TCP_NODELAY: one setsockopt per listener, not per connection.
         checkNeg(setNoDelay(fd.get()), where + ": TCP_NODELAY");
+        if (!accepted.congestion.empty())
+            checkNeg(setCongestionControl(fd.get(), accepted.congestion),
+                     where + ": TCP_CONGESTION " + accepted.congestion);
         checkSys(::bind(fd.get(), address.get(), address.length()), where);
         checkSys(::listen(fd.get(), kBacklog), where + ": listen");
         // Inherited like TCP_NODELAY, but only when set after listen(), which resets the
         // socket's ACK state.
-        if (delayedAck) checkNeg(enterDelayedAckMode(fd.get()), where + ": TCP_QUICKACK");
+        if (accepted.delayedAck) checkNeg(enterDelayedAckMode(fd.get()), where + ": TCP_QUICKACK");
         bound->perWorker.push_back(std::move(fd));
     }
     return bound;
 }
 
-std::shared_ptr<const ListenerSockets> ListenerSockets::bind(const RouteTable& table,
-                                                             unsigned workers,
-                                                             const ListenerSockets* current,
-                                                             bool delayedAck) {
+std::shared_ptr<const ListenerSockets> ListenerSockets::bind(
+    const RouteTable& table, unsigned workers, const ListenerSockets* current,
+    const AcceptedSocketOptions& accepted) {
     auto next = std::make_shared<ListenerSockets>();
     for (const auto& route : table) {
         std::shared_ptr<const Bound> reused;
@@ -58,7 +59,7 @@ std::shared_ptr<const ListenerSockets> ListenerSockets::bind(const RouteTable& t
             for (const auto& held : current->bound_)
                 if (held->address == route->config.listen && held->perWorker.size() == workers)
                     reused = held;
-        next->bound_.push_back(reused ? reused : bindAddress(*route, workers, delayedAck));
+        next->bound_.push_back(reused ? reused : bindAddress(*route, workers, accepted));
     }
     return next;
 }

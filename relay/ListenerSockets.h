@@ -6,6 +6,7 @@
 // this set nor the worker holds it.
 // Thread-safety: immutable after bind(); shared through shared_ptr<const>.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/SocketAddress.h"
@@ -14,16 +15,21 @@
 
 namespace splicegate {
 
+// What sockets accepted from clients start with; set on each listener, which they inherit.
+struct AcceptedSocketOptions {
+    bool delayedAck = true;  // the kernel's delayed-ACK mode (--delayed-ack)
+    std::string congestion;  // TCP_CONGESTION (--client-tcp-congestion); empty: the system's
+};
+
 class ListenerSockets {
   public:
     // Binds the listeners of `table` for `workers` workers. Addresses that `current` already
     // holds are shared, not bound again (no gap in accepting, no EADDRINUSE with ourselves).
     // Throws std::system_error naming the route, the address and the call on the first failure;
-    // the sockets bound so far are closed again. `delayedAck`: accepted sockets start in the
-    // kernel's delayed-ACK mode (--delayed-ack).
+    // the sockets bound so far are closed again.
     static std::shared_ptr<const ListenerSockets> bind(const RouteTable& table, unsigned workers,
                                                        const ListenerSockets* current,
-                                                       bool delayedAck);
+                                                       const AcceptedSocketOptions& accepted);
 
     // A duplicate of worker `worker`'s socket for `address`, owned by the caller. Throws
     // std::system_error (dup) or std::out_of_range when no such socket is held.
@@ -36,7 +42,7 @@ class ListenerSockets {
         std::vector<UniqueFd> perWorker;
     };
     static std::shared_ptr<const Bound> bindAddress(const Route& route, unsigned workers,
-                                                    bool delayedAck);
+                                                    const AcceptedSocketOptions& accepted);
 
     std::vector<std::shared_ptr<const Bound>> bound_;
 };

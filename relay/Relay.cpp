@@ -29,6 +29,10 @@ std::shared_ptr<UpstreamPool> poolFor(const RouteConfig& route, const RouteTable
     }
     return nullptr;
 }
+
+AcceptedSocketOptions acceptedOptions(const RelaySettings& settings) {
+    return {settings.delayedAck, settings.clientCongestion};
+}
 }  // namespace
 
 std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index,
@@ -51,7 +55,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     context_->nextConnectionId.store(firstConnectionId);
     auto table = buildRouteTable(config, context_->routeIndex);
     context_->setListenerSockets(
-        ListenerSockets::bind(*table, workerCount, nullptr, settings.delayedAck));
+        ListenerSockets::bind(*table, workerCount, nullptr, acceptedOptions(settings)));
     context_->setRoutes(table);
     upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
         [context = context_.get()] { return context->routes(); },
@@ -75,7 +79,7 @@ void Relay::reload(const Config& config) {
     // Bound before anything changes: a failure here leaves the running set as it was. Workers
     // close an old listener only after this, so no address stops accepting in between.
     auto sockets = ListenerSockets::bind(*table, workerCount(), context_->listenerSockets().get(),
-                                         context_->settings.delayedAck);
+                                         acceptedOptions(context_->settings));
     context_->setListenerSockets(std::move(sockets));
     context_->setRoutes(std::move(table));
     for (auto& worker : workers_) worker->requestReload();

@@ -36,6 +36,8 @@ struct RelaySettings {
     // while traffic flows, one more busy thread per worker (--sqpoll).
     bool sqpoll = false;
     bool delayedAck = true;  // --delayed-ack (Config.h)
+    std::string clientCongestion;    // --client-tcp-congestion; empty: the system's
+    std::string upstreamCongestion;  // --upstream-tcp-congestion; empty: the system's
     // Audit: empty directory = off.
     std::string auditDir;
     AuditDurability auditDurability = AuditDurability::Batch;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace splicegate {
 namespace {
@@ -31,6 +32,18 @@ int armReset(int fd) noexcept {
 
 int enterDelayedAckMode(int fd) noexcept {
     return setOption(fd, IPPROTO_TCP, TCP_QUICKACK, 0);
+}
+
+int setCongestionControl(int fd, const std::string& algorithm) noexcept {
+    auto length = static_cast<socklen_t>(algorithm.size());
+    return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, algorithm.data(), length) < 0 ? -errno : 0;
+}
+
+std::string congestionControlOf(int fd) {
+    char name[kCongestionNameMax] = {};
+    socklen_t length = sizeof name;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &length) != 0) return {};
+    return std::string(name, ::strnlen(name, length));
 }
 
 int bytesWaiting(int fd) noexcept {

@@ -1,4 +1,6 @@
 #pragma once
+#include <cstddef>
+#include <string>
 // The TCP options the relay sets on its sockets, and what it asks them, one wrapper each: the
 // result, or -errno on failure (the caller decides whether a failure matters).
 namespace splicegate {
@@ -15,6 +17,14 @@ int armReset(int fd) noexcept;
 // leaves the mode by itself the first time the timer fires with nothing to carry the ACK.
 // On a listening socket it must come after listen(); accepted sockets inherit it.
 int enterDelayedAckMode(int fd) noexcept;
+
+// TCP_CONGESTION: `algorithm` for this socket instead of the system's default. Set on a listener
+// before listen(), it is inherited by the sockets accepted from it. -ENOENT: the kernel has no
+// such algorithm; -EPERM: not in net.ipv4.tcp_allowed_congestion_control and no CAP_NET_ADMIN.
+constexpr std::size_t kCongestionNameMax = 16;  // the kernel's TCP_CA_NAME_MAX, with the NUL
+int setCongestionControl(int fd, const std::string& algorithm) noexcept;
+// The socket's congestion control, or an empty string when it cannot be read.
+std::string congestionControlOf(int fd);
 
 // Bytes received and not yet read (SIOCINQ).
 int bytesWaiting(int fd) noexcept;

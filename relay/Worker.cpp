@@ -572,6 +572,13 @@ void Worker::startConnect(Connection& c) {
     c.io.upstream.reset(fd);
     if (int rc = setNoDelay(fd); rc < 0)
         logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
+    // Checked at start (congestionControlProblems): a failure here is the kernel's, and the
+    // connection can go on with the system's default.
+    const auto& congestion = context_.settings.upstreamCongestion;
+    if (int rc = congestion.empty() ? 0 : setCongestionControl(fd, congestion); rc < 0)
+        logWarnLimited("upstream-tcp-congestion", "route ", c.route->config.name,
+                       ": TCP_CONGESTION ", congestion, " for ", c.upstreamAddress, ": ",
+                       errnoText(-rc), "; the system's default is used");
     // A client that has spoken already: its bytes go out as soon as the handshake is done, and
     // the handshake's last ACK can ride on them, one packet fewer. One that has not may be
     // waiting for a server that speaks first, whose accept must not wait for that ACK.

@@ -109,6 +109,34 @@ TEST(OperatorCheckConfigTest, ProblemsExitTwoWithOneLineEach) {
     EXPECT_NE(result.err.find("missing.key"), std::string::npos) << result.err;
 }
 
+// A congestion control the kernel lacks is a configuration error, named with what it has, both
+// for --check-config and at start (before anything is bound).
+TEST(OperatorCheckConfigTest, UnknownCongestionControlExitsTwoNamingTheOption) {
+    for (bool check : {true, false}) {
+        std::vector<std::string> args{"--listen",
+                                      "127.0.0.1:8443",
+                                      "--upstream",
+                                      "127.0.0.1:9",
+                                      "--upstream-tcp-congestion",
+                                      "no_such_cc",
+                                      "--audit-dir",
+                                      "",
+                                      "--admin-socket",
+                                      "",
+                                      "--metrics-listen",
+                                      ""};
+        if (check) args.insert(args.begin(), "--check-config");
+        auto result = runDaemonCommand(args);
+        ASSERT_TRUE(result.status && result.status->isExit(2))
+            << (result.status ? result.status->describe() : "timeout") << ": " << result.err;
+        EXPECT_EQ(textLines(result.err).size(), 1u) << result.err;
+        EXPECT_NE(result.err.find("--upstream-tcp-congestion no_such_cc: this kernel has no such "
+                                  "congestion control (available: "),
+                  std::string::npos)
+            << result.err;
+    }
+}
+
 TEST(OperatorCheckConfigTest, ParseErrorExitsTwo) {
     TempDir dir;
     auto config =

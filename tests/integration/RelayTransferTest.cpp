@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "relay/SocketOptions.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/PatternStream.h"
 #include "tests/support/Sha256.h"
@@ -290,18 +291,45 @@ int quickAckOf(int fd) {
     return value;
 }
 
-TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
-    const bool delayedAck = GetParam();
-    auto relayPorts = std::make_shared<std::atomic<int>>(0);
-    TestServer upstream([relayPorts](int fd, std::size_t) {
+// An upstream that notes the port the relay connected from once the relay's first byte arrives.
+TestServer portNotingUpstream(std::shared_ptr<std::atomic<int>> relayPort) {
+    return TestServer([relayPort](int fd, std::size_t) {
         char byte = 0;
         if (::recv(fd, &byte, 1, 0) != 1) return;  // the relay has connected and relayed
         sockaddr_storage peer{};
         socklen_t length = sizeof peer;
         ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length);
-        relayPorts->store(ntohs(reinterpret_cast<sockaddr_in*>(&peer)->sin_port));
+        relayPort->store(ntohs(reinterpret_cast<sockaddr_in*>(&peer)->sin_port));
         receiveAll(fd, deadlineIn(milliseconds(10000)));
     });
+}
+
+// The daemon's socket of `client`'s connection.
+UniqueFd borrowClientSide(const Daemon& daemon, uint16_t port, const UniqueFd& client) {
+    return borrowSocket(daemon.pid(), port, localPort(client.get()),
+                        deadlineIn(milliseconds(5000)));
+}
+
+// Sends one byte through `client` and returns the daemon's socket connected to `upstream` for
+// it; invalid (with errno) when the byte never arrives or the socket is not found.
+UniqueFd borrowUpstreamSide(const Daemon& daemon, const UniqueFd& client,
+                            const TestServer& upstream, const std::atomic<int>& relayPort) {
+    if (::send(client.get(), "x", 1, MSG_NOSIGNAL) != 1) return {};
+    Deadline deadline = deadlineIn(milliseconds(5000));
+    while (relayPort.load() == 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(5));
+    if (relayPort.load() == 0) {
+        errno = ETIMEDOUT;
+        return {};
+    }
+    return borrowSocket(daemon.pid(), static_cast<uint16_t>(relayPort.load()), upstream.port(),
+                        deadlineIn(milliseconds(5000)));
+}
+
+TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
+    const bool delayedAck = GetParam();
+    auto relayPort = std::make_shared<std::atomic<int>>(0);
+    TestServer upstream = portNotingUpstream(relayPort);
     uint16_t port = pickFreePort();
     std::vector<std::string> options;
     if (!delayedAck) options = {"--delayed-ack", "off"};
@@ -311,22 +339,46 @@ TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
     ASSERT_TRUE(connectToRelay(port, daemon, client));
     const int expected = delayedAck ? 0 : 1;
 
-    UniqueFd clientSide =
-        borrowSocket(daemon.pid(), port, localPort(client.get()), deadlineIn(milliseconds(5000)));
+    UniqueFd clientSide = borrowClientSide(daemon, port, client);
     ASSERT_TRUE(clientSide) << "the daemon's socket of the client connection: "
                             << std::strerror(errno) << daemon.why();
     EXPECT_EQ(quickAckOf(clientSide.get()), expected) << "socket accepted from the client";
 
-    ASSERT_EQ(::send(client.get(), "x", 1, MSG_NOSIGNAL), 1);
-    Deadline deadline = deadlineIn(milliseconds(5000));
-    while (relayPorts->load() == 0 && Clock::now() < deadline)
-        std::this_thread::sleep_for(milliseconds(5));
-    ASSERT_NE(relayPorts->load(), 0) << "the upstream never got the client's byte" << daemon.why();
-    UniqueFd upstreamSide = borrowSocket(daemon.pid(), static_cast<uint16_t>(relayPorts->load()),
-                                         upstream.port(), deadlineIn(milliseconds(5000)));
+    UniqueFd upstreamSide = borrowUpstreamSide(daemon, client, upstream, *relayPort);
     ASSERT_TRUE(upstreamSide) << "the daemon's socket of the upstream connection: "
                               << std::strerror(errno) << daemon.why();
     EXPECT_EQ(quickAckOf(upstreamSide.get()), expected) << "socket connected to the upstream";
+}
+
+// --client-tcp-congestion and --upstream-tcp-congestion: each of the relay's sockets of a
+// connection runs the algorithm its option names (reno: built into every kernel), and the
+// system's default without them.
+TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
+    std::string systemDefault = readFile("/proc/sys/net/ipv4/tcp_congestion_control");
+    systemDefault = systemDefault.substr(0, systemDefault.find('\n'));
+    // reno is never a distribution's default; the upstream side differs from the default too
+    // whenever the kernel has cubic besides it.
+    const std::string upstreamChoice = systemDefault == "cubic" ? "reno" : "cubic";
+    for (bool configured : {true, false}) {
+        auto relayPort = std::make_shared<std::atomic<int>>(0);
+        TestServer upstream = portNotingUpstream(relayPort);
+        uint16_t port = pickFreePort();
+        std::vector<std::string> options;
+        if (configured)
+            options = {"--client-tcp-congestion", "reno", "--upstream-tcp-congestion",
+                       upstreamChoice};
+        Daemon daemon(relayArgs(port, {upstream.address()}, options));
+        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+        UniqueFd client;
+        ASSERT_TRUE(connectToRelay(port, daemon, client));
+        UniqueFd clientSide = borrowClientSide(daemon, port, client);
+        ASSERT_TRUE(clientSide) << std::strerror(errno) << daemon.why();
+        UniqueFd upstreamSide = borrowUpstreamSide(daemon, client, upstream, *relayPort);
+        ASSERT_TRUE(upstreamSide) << std::strerror(errno) << daemon.why();
+        EXPECT_EQ(congestionControlOf(clientSide.get()), configured ? "reno" : systemDefault);
+        EXPECT_EQ(congestionControlOf(upstreamSide.get()),
+                  configured ? upstreamChoice : systemDefault);
+    }
 }
 
 // The upstream socket enters delayed-ACK mode before its connect only when the client has spoken

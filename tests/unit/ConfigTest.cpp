@@ -107,6 +107,8 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.bufferSize, 16384u);
     EXPECT_FALSE(config.sqpoll);
     EXPECT_TRUE(config.delayedAck);
+    EXPECT_EQ(config.clientCongestion, "");  // the system's
+    EXPECT_EQ(config.upstreamCongestion, "");
     EXPECT_EQ(config.auditWriter, AuditWriterKind::Direct);
     EXPECT_EQ(config.auditBufferBytes, 67108864u);
     EXPECT_EQ(config.auditGroup, "");
@@ -264,6 +266,10 @@ TEST(ConfigTest, EveryEnumValueIsAccepted) {
               AuditWriterKind::Direct);
     EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).accessLog);
     EXPECT_TRUE(parseConfig(withDefaultRoute({"--delayed-ack", "on"})).delayedAck);
+    auto congestion = parseConfig(
+        withDefaultRoute({"--client-tcp-congestion", "bbr", "--upstream-tcp-congestion", "cubic"}));
+    EXPECT_EQ(congestion.clientCongestion, "bbr");
+    EXPECT_EQ(congestion.upstreamCongestion, "cubic");
     EXPECT_STREQ(toString(Lane::Buffer), "buffer");
     EXPECT_STREQ(toString(AuditWriterKind::Splice), "splice");
 }
@@ -288,11 +294,11 @@ TEST(ConfigTest, SettingsNeedingRestartAreNamed) {
     auto next = parseConfig(
         withDefaultRoute({"--workers", "3", "--idle-timeout-ms", "5", "--log-level", "debug",
                           "--xdp-deny", "10.0.0.0/8", "--audit-durability", "strict",
-                          "--delayed-ack", "off"}));
+                          "--delayed-ack", "off", "--upstream-tcp-congestion", "reno"}));
     next.routes.at(0).audit = false;  // routes are applied by a reload
     EXPECT_EQ(settingsNeedingRestart(running, next),
               (std::vector<std::string>{"workers", "audit-durability", "delayed-ack",
-                                        "idle-timeout-ms"}));
+                                        "upstream-tcp-congestion", "idle-timeout-ms"}));
     EXPECT_TRUE(settingsNeedingRestart(running, running).empty());
 }
 
@@ -825,9 +831,23 @@ const BadInput kBadInputs[] = {
      nullptr,
      {"--audit-hmac-key-file", "empty"}},
     {"BadAccessLog", routeAnd({"--access-log", "loud"}), nullptr, {"--access-log", "'loud'"}},
-    {"BadDelayedAck", routeAnd({"--delayed-ack", "sometimes"}), nullptr,
+    {"BadDelayedAck",
+     routeAnd({"--delayed-ack", "sometimes"}),
+     nullptr,
      {"--delayed-ack", "'sometimes'"}},
     {"BadDelayedAckInFile", kRoute, "delayed-ack = 2\n", {"@FILE@", "delayed-ack", "2"}},
+    {"CongestionNameWithSpace",
+     routeAnd({"--client-tcp-congestion", "tcp cubic"}),
+     nullptr,
+     {"--client-tcp-congestion", "'tcp cubic'"}},
+    {"CongestionNameTooLong",
+     routeAnd({"--upstream-tcp-congestion", "abcdefghijklmnop"}),
+     nullptr,
+     {"--upstream-tcp-congestion", "at most 15"}},
+    {"BadCongestionNameInFile",
+     kRoute,
+     "upstream-tcp-congestion = c/ubic\n",
+     {"@FILE@", "upstream-tcp-congestion", "'c/ubic'"}},
     {"NegativePerSource",
      routeAnd({"--max-connections-per-source", "-1"}),
      nullptr,

@@ -3,12 +3,13 @@
 # what tools/bench/run.sh measures side by side, but one party, quick, with `perf record -g` on
 # the relay if asked. Runs in a private network namespace, on loopback.
 # usage: tools/bench/profile.sh [--load rr|churn|upload] [--seconds 8] [--perf FILE]
-#            [--splicegate PATH] [-- DAEMON-OPTION...]
+#            [--rate-mbps MBIT/S] [--splicegate PATH] [-- DAEMON-OPTION...]
 #   rr:     64 connections x 64-byte request/response (run.sh's rr)
 #   churn:  32 connections in flight, 1 KiB each way (run.sh's churn)
 #   upload: 8 streams upstream into a sink, with an archiver stand-in emptying sealed audit data
 #           files (pass --audit-dir DIR among the daemon options to audit; with
 #           --audit-retention-bytes N the daemon's retention frees the space instead)
+# --rate-mbps paces the load (all streams together), so CPU per GiB can be compared at one rate.
 # Prints the load generator's result line; --perf writes a perf.data of the relay, recorded
 # from second 2 on. Example A/B: run it alternately with two --splicegate binaries, 3 times each.
 set -euo pipefail
@@ -16,7 +17,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
-LOAD=rr SECONDS_=8 PERF_OUT="" SPLICEGATE=""
+LOAD=rr SECONDS_=8 PERF_OUT="" SPLICEGATE="" RATE_MBPS=0
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -24,14 +25,16 @@ while (($#)); do
         --seconds) SECONDS_=${2:?}; shift 2 ;;
         --perf) PERF_OUT=${2:?}; shift 2 ;;
         --splicegate) SPLICEGATE=${2:?}; shift 2 ;;
+        --rate-mbps) RATE_MBPS=${2:?}; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "profile.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 DAEMON_OPTIONS=("$@")
 [[ $LOAD =~ ^(rr|churn|upload)$ ]] || { echo "profile.sh: --load rr, churn or upload" >&2; exit 2; }
 [[ $SECONDS_ =~ ^[1-9][0-9]*$ ]] || { echo "profile.sh: --seconds must be a positive integer" >&2; exit 2; }
+[[ $RATE_MBPS =~ ^[0-9]+$ ]] || { echo "profile.sh: --rate-mbps must be a whole number" >&2; exit 2; }
 [[ -z $PERF_OUT ]] || command -v perf >/dev/null || { echo "profile.sh: perf is not installed" >&2; exit 1; }
 
 bench_enter_netns profile "${ORIGINAL_ARGS[@]}"
@@ -80,7 +83,7 @@ case $LOAD in
     upload) args=(bulk --streams 8 --direction up --warmup 2) ;;
 esac
 "$BIN/splicegate-bench" "${args[@]}" --duration "$SECONDS_" --connect "$RELAY" \
-    --watch-pid "$relay" >"$WORK/load.txt" 2>"$WORK/load.err" &
+    --rate-mbps "$RATE_MBPS" --watch-pid "$relay" >"$WORK/load.txt" 2>"$WORK/load.err" &
 load=$!
 PIDS+=("$load")
 if [[ -n $PERF_OUT ]]; then
