@@ -12,17 +12,21 @@
 # stay; index files stay, so the bytes kept are counted from the log), as shipping the audit off
 # the box would. tcpdump writes a ring of 4 files of 1 GB; its kept share comes from its own
 # packet counters. fio runs twice on one file: written fresh, then overwritten.
+# Party direct-cubic is the direct writer with --upstream-tcp-congestion cubic: the relay's
+# sending leg unpaced whatever the system's congestion control (docs/kernel-notes.md §20).
+# --congestion ALGO sets the private network namespace's default (net.ipv4.tcp_congestion_control)
+# for every party, the load generator and the sink; default: the system's, as a user has it.
 # usage: tools/bench/audit-sustained.sh [--streams 8] [--strict-streams 64] [--warmup 20]
 #            [--duration 40] [--audit-root /var/tmp] [--fio-size 6G] [--workers 2]
-#            [--parties off,direct,splice,strict,haproxy-tcpdump] [--space retention|archiver]
-#            [--out FILE]
+#            [--parties off,direct,splice,strict,haproxy-tcpdump[,direct-cubic]]
+#            [--space retention|archiver] [--congestion ALGO] [--out FILE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
 STREAMS=8 STRICT_STREAMS=64 WARMUP=20 DURATION=40 AUDIT_ROOT=/var/tmp FIO_SIZE=6G WORKERS=2
-PARTIES=off,direct,splice,strict,haproxy-tcpdump OUT="" SPACE=retention
+PARTIES=off,direct,splice,strict,haproxy-tcpdump OUT="" SPACE=retention CONGESTION=""
 RETENTION_BYTES=$((8 << 30))
 ORIGINAL_ARGS=("$@")
 while (($#)); do
@@ -36,8 +40,9 @@ while (($#)); do
         --workers) WORKERS=${2:?}; shift 2 ;;
         --parties) PARTIES=${2:?}; shift 2 ;;
         --space) SPACE=${2:?}; shift 2 ;;
+        --congestion) CONGESTION=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "audit-sustained.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -48,6 +53,9 @@ done
 command -v fio >/dev/null || { echo "audit-sustained.sh: fio is not installed" >&2; exit 1; }
 
 bench_enter_netns sustained "${ORIGINAL_ARGS[@]}"
+# Per network namespace: the host's setting stays as it is.
+[[ -z $CONGESTION ]] || sysctl -q -w net.ipv4.tcp_congestion_control="$CONGESTION" ||
+    { echo "audit-sustained.sh: --congestion $CONGESTION: not available" >&2; exit 2; }
 bench_setup sustained splicegate splicegate-bench splicegate-audit
 
 # A daemon built without --audit-writer has the direct writer only: its party runs without the
@@ -91,10 +99,11 @@ measure() {
     AUDIT=""
     case $party in
         off) ;;
-        direct|splice)
+        direct|splice|direct-cubic)
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
             audit=(--audit-dir "$AUDIT" --audit-durability batch "${space[@]}")
-            ((WRITER_OPTION)) && audit+=(--audit-writer "$party") ;;
+            ((WRITER_OPTION)) && audit+=(--audit-writer "${party%-cubic}")
+            [[ $party == direct-cubic ]] && audit+=(--upstream-tcp-congestion cubic) ;;
         strict)
             streams=$STRICT_STREAMS
             AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-sustained-audit.XXXXXX")
@@ -183,6 +192,8 @@ report() {
     echo "Uploads through the relay (--workers $WORKERS, inline engine) for $((WARMUP + DURATION)) s,"
     echo "measured from second $WARMUP on; audit log in $AUDIT_ROOT ($(df -T "$AUDIT_ROOT" | awk 'NR == 2 { print $2 }'));"
     echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "TCP congestion control (every party, load and sink, unless a party says otherwise):"
+    echo "$(sysctl -n net.ipv4.tcp_congestion_control)$([[ -n $CONGESTION ]] && echo " (--congestion)" || echo " (the system's)")."
     echo "Disk: \`fio --rw=write --bs=2M --direct=1 --ioengine=io_uring --iodepth=8 --size=$FIO_SIZE\`"
     echo "on the same filesystem: **$DISK Gbit/s** writing a new file, $DISK_OVERWRITE Gbit/s"
     echo "writing it again (blocks written already, as in a recycled data file)."
@@ -196,6 +207,7 @@ report() {
         case $party in
             off) label="audit off" ;;
             direct) label="direct writer, batch" ;;
+            direct-cubic) label="direct writer, batch, --upstream-tcp-congestion cubic" ;;
             splice) label="splice writer, batch" ;;
             strict) label="direct writer, strict" ;;
             haproxy-tcpdump) label="HAProxy splice + tcpdump -w" ;;
