@@ -230,6 +230,42 @@ RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool re
     return result;
 }
 
+namespace {
+// Records last written before this are past --audit-retention-hours; nullopt: no age limit.
+std::optional<std::int64_t> ageCutoffNs(const RetentionPolicy& policy, std::int64_t nowNs) {
+    if (policy.maxAgeHours == 0) return std::nullopt;
+    constexpr std::int64_t kNsPerHour = 3'600'000'000'000;
+    constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
+    if (policy.maxAgeHours >
+        static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / kNsPerHour))
+        return kMin;  // nothing is older than the far past
+    auto span = static_cast<std::int64_t>(policy.maxAgeHours) * kNsPerHour;
+    return nowNs < kMin + span ? kMin : nowNs - span;
+}
+
+// Deleted bytes must not outlive the age limit in a spare either: a spare whose last write (its
+// mtime; the rename into the slot keeps it) is older than `cutoffNs` is unlinked. A writer taking
+// the spare at the same moment finds its name gone and makes a new file (ENOENT, as for an empty
+// slot).
+std::vector<std::string> removeAgedSpares(int dirFd, const std::string& dir, std::int64_t cutoffNs,
+                                          std::vector<std::string>& problems) {
+    std::vector<std::string> removed;
+    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
+        unsigned worker = 0, slot = 0;
+        FileIdentity spare;
+        if (!parseSpareDataName(entry.d_name, worker, slot) ||
+            statFile(dirFd, entry.d_name, spare) != 0 || !spare.exists || spare.mtimeNs >= cutoffNs)
+            return;
+        if (::unlinkat(dirFd, entry.d_name, 0) == 0)
+            removed.push_back(dir + "/" + entry.d_name);
+        else if (errno != ENOENT)
+            problems.push_back("cannot delete spare " + dir + "/" + entry.d_name + ": " +
+                               errnoText(errno));
+    });
+    return removed;
+}
+}  // namespace
+
 RetentionPlanner::RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey)
     : dir_(std::move(dir)), chainKey_(std::move(chainKey)), cache_(std::make_unique<Cache>()) {}
 RetentionPlanner::~RetentionPlanner() = default;
@@ -379,18 +415,10 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             }
         }
     }
-    if (policy.maxAgeHours > 0) {
-        constexpr std::int64_t kNsPerHour = 3'600'000'000'000;
-        constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
-        std::int64_t cutoff = kMin;  // nothing is older than the far past
-        if (policy.maxAgeHours <= static_cast<std::uint64_t>(
-                                      std::numeric_limits<std::int64_t>::max() / kNsPerHour)) {
-            auto span = static_cast<std::int64_t>(policy.maxAgeHours) * kNsPerHour;
-            cutoff = nowNs < kMin + span ? kMin : nowNs - span;
-        }
+    if (auto cutoff = ageCutoffNs(policy, nowNs)) {
         for (const auto& [worker, count] : deletable)
             while (next[worker] < count &&
-                   indexed[worker][next[worker]]->summary->newestNs < cutoff)
+                   indexed[worker][next[worker]]->summary->newestNs < *cutoff)
                 choose(worker);
     }
     if (policy.maxBytes > 0) {
@@ -471,7 +499,9 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             unlinkFile(entry.files.dataPath, summary.data.size);
         cache_->sealed.erase({entry.files.worker, entry.files.segment});
     }
-    if (!result.deleted.empty() && ::fsync(dirFd.get()) != 0) {
+    if (auto cutoff = ageCutoffNs(policy, nowNs))
+        result.agedSpares = removeAgedSpares(dirFd.get(), dir_, *cutoff, result.problems);
+    if ((!result.deleted.empty() || !result.agedSpares.empty()) && ::fsync(dirFd.get()) != 0) {
         int err = errno;
         result.problems.push_back("cannot fsync audit directory " + dir_ + ": " + errnoText(err));
     }

@@ -81,6 +81,8 @@ struct RetentionPolicy {
     // A deleted segment's data file becomes one of its worker's spares (spareDataName, mode
     // 0600) when a slot is free, instead of being unlinked: one of the direct writer's next
     // segments takes it (AuditWriter::recycleSpareDataFiles). It leaves the log all the same.
+    // With maxAgeHours, a spare whose last write is older than the limit is unlinked, so deleted
+    // bytes do not outlive the age limit on disk (whether or not this run recycles).
     bool recycleDataFiles = false;
 };
 
@@ -88,6 +90,8 @@ struct RetentionResult {
     std::vector<std::string> deleted;   // paths removed from the log, in deletion order
     std::uint64_t freedBytes = 0;       // their sizes (a recycled data file's too)
     std::uint64_t recycledFiles = 0;    // data files among them kept as spares
+    // Spares unlinked because their bytes passed maxAgeHours (paths; not part of the log).
+    std::vector<std::string> agedSpares;
     std::uint64_t totalBytesAfter = 0;  // audit bytes left in the directory (as measured)
     // Damaged or unreadable segments (which block deletion in their worker), failed deletions.
     std::vector<std::string> problems;

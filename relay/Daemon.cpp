@@ -189,11 +189,12 @@ public:
         if (!planner_) return;
         ++ticks_;
         if (ticks_ >= nextRunTick_) run();
-        if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ == 0) return;
+        if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ + agedSpares_ == 0) return;
         logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_, " bytes; ",
-                recycledFiles_, " data files kept as spares) in the last ", kReportEverySeconds,
+                recycledFiles_, " data files kept as spares; ", agedSpares_,
+                " spares past --audit-retention-hours removed) in the last ", kReportEverySeconds,
                 " s in ", planner_->directory());
-        deletedFiles_ = freedBytes_ = recycledFiles_ = 0;
+        deletedFiles_ = freedBytes_ = recycledFiles_ = agedSpares_ = 0;
     }
 
   private:
@@ -206,6 +207,7 @@ public:
             deletedFiles_ += result.deleted.size();
             freedBytes_ += result.freedBytes;
             recycledFiles_ += result.recycledFiles;
+            agedSpares_ += result.agedSpares.size();
             busy = !result.deleted.empty() ||
                    (policy_.maxBytes != 0 && result.totalBytesAfter > policy_.maxBytes);
         } catch (const std::exception& error) {
@@ -224,6 +226,7 @@ public:
     std::uint64_t deletedFiles_ = 0;
     std::uint64_t freedBytes_ = 0;
     std::uint64_t recycledFiles_ = 0;
+    std::uint64_t agedSpares_ = 0;
 };
 
 // Serves signals until a drain is asked for; then drains and stops the relay.

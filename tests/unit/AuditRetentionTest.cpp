@@ -307,6 +307,39 @@ TEST(AuditRetentionTest, DeletedDataFilesFillTheWorkersSpareSlots) {
     EXPECT_FALSE(exists(sparePath(1, 0)));
 }
 
+// Deleted bytes do not outlive --audit-retention-hours in a spare: one last written before the
+// age limit is unlinked at the next run, recycling or not; a younger one stays for the writer.
+// With a size limit only, spares wait for the writer whatever their age.
+TEST(AuditRetentionTest, SparesPastTheAgeLimitAreUnlinked) {
+    TempDir dir;
+    Seg current(dir.path(), 0, 5, kT0 - kHour / 2);
+    current.whole(1, kT0 - kHour / 2 + 1).write();
+    auto spareAged = [&](unsigned slot, std::int64_t writtenNs) {
+        auto path = dir.write(spareDataName(0, slot), std::string(4096, '\xee'));
+        timespec times[2] = {{writtenNs / 1'000'000'000, writtenNs % 1'000'000'000},
+                             {writtenNs / 1'000'000'000, writtenNs % 1'000'000'000}};
+        EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+        return path;
+    };
+    auto old = spareAged(0, kT0 - 2 * kHour);
+    auto young = spareAged(1, kT0 - kHour / 2);
+
+    RetentionPlanner planner(dir.path());
+    auto sizeOnly = planner.apply(RetentionPolicy{1, 0, true}, kT0);
+    EXPECT_TRUE(sizeOnly.agedSpares.empty());
+    EXPECT_TRUE(exists(old) && exists(young)) << "a size limit does not age spares";
+
+    for (bool recycle : {true, false}) {
+        spareAged(0, kT0 - 2 * kHour);
+        auto result = planner.apply(RetentionPolicy{0, 1, recycle}, kT0);
+        EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+        EXPECT_EQ(result.agedSpares, std::vector<std::string>{old}) << "recycle " << recycle;
+        EXPECT_FALSE(exists(old));
+        EXPECT_TRUE(exists(young));
+        EXPECT_TRUE(exists(current.dataPath())) << "the current segment is never deleted";
+    }
+}
+
 // A reader that opened a data file just before retention recycled it finds that out once it holds
 // the file: it reads as deleted (ENOENT), never as the segment a worker may be writing into it.
 TEST(AuditRetentionTest, ADataFileRecycledAsItIsOpenedReadsAsDeleted) {
