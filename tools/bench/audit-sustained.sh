@@ -11,7 +11,8 @@
 # --space archiver: a stand-in empties the data files of sealed segments (the newest 3 per worker
 # stay; index files stay, so the bytes kept are counted from the log), as shipping the audit off
 # the box would. tcpdump writes a ring of 4 files of 1 GB; its kept share comes from its own
-# packet counters. fio runs twice on one file: written fresh, then overwritten.
+# packet counters. fio runs twice on one file: written fresh, then overwritten; before the parties
+# and again after them.
 # Party direct-cubic is the direct writer with --upstream-tcp-congestion cubic: the relay's
 # sending leg unpaced whatever the system's congestion control (docs/kernel-notes.md §20).
 # --congestion ALGO sets the private network namespace's default (net.ipv4.tcp_congestion_control)
@@ -42,7 +43,7 @@ while (($#)); do
         --space) SPACE=${2:?}; shift 2 ;;
         --congestion) CONGESTION=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "audit-sustained.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -185,6 +186,13 @@ for party in ${PARTIES//,/ }; do
     echo "audit-sustained.sh: $party $gbps Gbit/s, $cpu CPU-s/GiB, kept $kept of $confirmed bytes" >&2
 done
 
+# The disk of a VM varies within minutes (a host cache, neighbours): measured again at the end.
+DISK_BEFORE=$DISK DISK_OVERWRITE_BEFORE=$DISK_OVERWRITE
+echo "audit-sustained.sh: fio again, after the parties" >&2
+bench_measure_disk "$AUDIT_ROOT" "$FIO_SIZE" overwrite
+DISK_AFTER=$DISK DISK_OVERWRITE_AFTER=$DISK_OVERWRITE
+DISK=$DISK_BEFORE DISK_OVERWRITE=$DISK_OVERWRITE_BEFORE
+
 report() {
     echo "# the audit, sustained, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
@@ -196,7 +204,8 @@ report() {
     echo "$(sysctl -n net.ipv4.tcp_congestion_control)$([[ -n $CONGESTION ]] && echo " (--congestion)" || echo " (the system's)")."
     echo "Disk: \`fio --rw=write --bs=2M --direct=1 --ioengine=io_uring --iodepth=8 --size=$FIO_SIZE\`"
     echo "on the same filesystem: **$DISK Gbit/s** writing a new file, $DISK_OVERWRITE Gbit/s"
-    echo "writing it again (blocks written already, as in a recycled data file)."
+    echo "writing it again (blocks written already, as in a recycled data file), before the parties;"
+    echo "after them: $DISK_AFTER Gbit/s and $DISK_OVERWRITE_AFTER Gbit/s. The ratios use the figures before."
     echo "Space: $([[ $SPACE == retention ]] && echo "the daemon's --audit-retention-bytes $RETENTION_BYTES" || echo "an archiver stand-in")."
     echo
     echo "| party | streams | Gbit/s | × disk | × disk overwritten | relay CPU-s/GiB | bytes kept / bytes received | ok |"
