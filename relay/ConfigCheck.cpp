@@ -115,9 +115,9 @@ std::optional<std::string> congestionProblem(const char* option, const std::stri
         return label + "this kernel has no such congestion control (available: " +
                sysctlText("/proc/sys/net/ipv4/tcp_available_congestion_control") + ")";
     if (rc == -EPERM)
-        return label +
-               "not allowed without CAP_NET_ADMIN (net.ipv4.tcp_allowed_congestion_control: " +
-               sysctlText("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + ")";
+        return label + "not in net.ipv4.tcp_allowed_congestion_control (" +
+               sysctlText("/proc/sys/net/ipv4/tcp_allowed_congestion_control") +
+               ") and this process lacks CAP_NET_ADMIN: add it to that list";
     return label + errnoText(-rc);
 }
 

@@ -299,10 +299,6 @@ int runDaemon(int argc, const char* const* argv) {
     detectJournal(std::getenv("JOURNAL_STREAM"));
     setLogLevel(config.logLevel);
     if (auto loose = looseConfigFile(config.configFile)) logWarn(*loose);
-    if (auto problems = congestionControlProblems(config); !problems.empty()) {
-        for (const auto& problem : problems) logError(problem);
-        return 2;
-    }
     std::vector<std::string> args(argv + 1, argv + argc);
     auto notifier = ServiceNotifier::fromEnvironment();
     try {
@@ -313,6 +309,12 @@ int runDaemon(int argc, const char* const* argv) {
             auto dropped = dropEdgeFilterCapabilities();
             if (!dropped.empty())
                 logInfo("no --xdp-interface: dropped ", joinNames(dropped));
+        }
+        // With the capabilities the daemon keeps: an algorithm outside the allowed list needs
+        // CAP_NET_ADMIN, which goes above without --xdp-interface.
+        if (auto problems = congestionControlProblems(config); !problems.empty()) {
+            for (const auto& problem : problems) logError(problem);
+            return 2;
         }
         // Signals are taken synchronously by the main thread; workers inherit the mask.
         auto signals = controlSignals();
