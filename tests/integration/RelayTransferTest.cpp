@@ -356,8 +356,8 @@ TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
 TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
     std::string systemDefault = readFile("/proc/sys/net/ipv4/tcp_congestion_control");
     systemDefault = systemDefault.substr(0, systemDefault.find('\n'));
-    // reno is never a distribution's default; the upstream side differs from the default too
-    // whenever the kernel has cubic besides it.
+    // Both differ from the default: reno is no distribution's default, and the upstream side
+    // takes cubic, or reno where cubic is the default.
     const std::string upstreamChoice = systemDefault == "cubic" ? "reno" : "cubic";
     for (bool configured : {true, false}) {
         auto relayPort = std::make_shared<std::atomic<int>>(0);
