@@ -46,6 +46,19 @@ std::string congestionControlOf(int fd) {
     return std::string(name, ::strnlen(name, length));
 }
 
+int tcpStateOf(int fd) noexcept {
+    tcp_info info{};
+    socklen_t length = sizeof info;
+    return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 ? info.tcpi_state : -1;
+}
+
+bool closedByReset(int fd, int state) noexcept {
+    if (state != TCP_CLOSE) return false;
+    int error = 0;
+    socklen_t length = sizeof error;
+    return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error != 0;
+}
+
 int bytesWaiting(int fd) noexcept {
     return queuedBytes(fd, SIOCINQ);
 }

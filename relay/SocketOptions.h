@@ -26,6 +26,15 @@ int setCongestionControl(int fd, const std::string& algorithm) noexcept;
 // The socket's congestion control, or an empty string when it cannot be read.
 std::string congestionControlOf(int fd);
 
+// The socket's TCP state (TCP_INFO's tcpi_state: TCP_ESTABLISHED, TCP_CLOSE...), or -1.
+int tcpStateOf(int fd) noexcept;
+// A socket in `state` was closed by a reset (or another error nobody has read yet), not by an
+// orderly close. TCP_CLOSE alone does not tell: a socket that sent its FIN first also reads
+// TCP_CLOSE once the peer's FIN arrives (the kernel hands TIME_WAIT to a mini socket), with the
+// peer's last bytes possibly still unread. Takes the pending error (SO_ERROR) when it answers
+// true: the caller closes the connection on it.
+bool closedByReset(int fd, int state) noexcept;
+
 // Bytes received and not yet read (SIOCINQ).
 int bytesWaiting(int fd) noexcept;
 // Bytes written and not yet acknowledged by the peer (SIOCOUTQ).

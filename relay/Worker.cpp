@@ -46,12 +46,6 @@ std::uint64_t timerPeriodMs(const RelaySettings& settings) {
     return period;
 }
 
-int tcpState(int fd) noexcept {
-    tcp_info info{};
-    socklen_t length = sizeof info;
-    return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 ? info.tcpi_state : -1;
-}
-
 // The sender of direction `d` has sent its FIN (read by the flow, or still queued behind bytes
 // the flow could not take: its socket, in `sourceState`, is in CLOSE_WAIT), and bytes of `d` are
 // still undelivered (in the flow, or in the sink's send queue). Only the receiver can end it.
@@ -333,13 +327,14 @@ void Worker::closeTimedOut() {
         // timeout, not on every tick (the audit's tick may come every few ms).
         if (halfClosed.count() == 0 || quiet < halfClosed || now_ < c->stallCheckAfter) continue;
         c->stallCheckAfter = now_ + halfClosed;
-        const int clientState = tcpState(c->io.client.get());
-        const int upstreamState = tcpState(c->io.upstream.get());
+        const int clientState = tcpStateOf(c->io.client.get());
+        const int upstreamState = tcpStateOf(c->io.upstream.get());
         // A peer that reset while its flows waited on the other side: nothing polls its socket
-        // then, and only the idle timeout would notice.
-        if (clientState == TCP_CLOSE) {
+        // then, and only the idle timeout would notice. One that closed in order may still have
+        // bytes to deliver: its flow reads them and the EOF.
+        if (closedByReset(c->io.client.get(), clientState)) {
             closeConnection(*c, CloseReason::ClientReset, true);
-        } else if (upstreamState == TCP_CLOSE) {
+        } else if (closedByReset(c->io.upstream.get(), upstreamState)) {
             closeConnection(*c, CloseReason::UpstreamReset, true);
         } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream, clientState) ||
                    senderGoneUndelivered(c->io, Direction::UpstreamToClient, upstreamState)) {
