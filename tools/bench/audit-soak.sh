@@ -10,9 +10,10 @@
 # (`splicegate-audit verify`, `list`, and `extract` of the first connection listed, one after
 # another until the load ends); their runs and failures go in the report. Their reads share the
 # disk with the audit, so take the throughput figures from a run without them.
+# --upstream-tcp-congestion ALGO is passed to the relay (docs/kernel-notes.md §20).
 # usage: tools/bench/audit-soak.sh [--minutes 30] [--interval 60] [--streams 8] [--workers 2]
 #            [--durability batch] [--retention-gib 16] [--audit-root /var/tmp] [--fio-size 6G]
-#            [--live-readers] [--out FILE]
+#            [--live-readers] [--upstream-tcp-congestion ALGO] [--out FILE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,6 +21,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/common.sh"
 MINUTES=30 INTERVAL=60 STREAMS=8 WORKERS=2 DURABILITY=batch RETENTION_GIB=16
 AUDIT_ROOT=/var/tmp FIO_SIZE=6G OUT="" LIVE_READERS=0
+CONGESTION_OPTION=()
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -32,6 +34,7 @@ while (($#)); do
         --audit-root) AUDIT_ROOT=${2:?}; shift 2 ;;
         --fio-size) FIO_SIZE=${2:?}; shift 2 ;;
         --live-readers) LIVE_READERS=1; shift ;;
+        --upstream-tcp-congestion) CONGESTION_OPTION=(--upstream-tcp-congestion "${2:?}"); shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
         -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "audit-soak.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -66,7 +69,7 @@ DISK_BEFORE=$DISK
 AUDIT=$(mktemp -d "$AUDIT_ROOT/splicegate-soak-audit.XXXXXX")
 "$BIN/splicegate" --listen "$RELAY" --upstream "$SINK" --workers "$WORKERS" --admin-socket '' \
     --metrics-listen "$METRICS" --audit-dir "$AUDIT" --audit-durability "$DURABILITY" \
-    --audit-retention-bytes $((RETENTION_GIB << 30)) >"$WORK/relay.log" 2>&1 &
+    --audit-retention-bytes $((RETENTION_GIB << 30)) "${CONGESTION_OPTION[@]}" >"$WORK/relay.log" 2>&1 &
 relay=$!
 PIDS+=("$relay")
 "$BIN/splicegate-bench" waitport --connect "$RELAY" --timeout 10
