@@ -231,6 +231,15 @@ RetentionLogRepair repairRetentionLog(int dirFd, const std::string& dir, bool re
 }
 
 namespace {
+// Calls fn(name, worker, slot) for each spare data file (spareDataName) in the directory.
+template <typename Fn>
+void forEachSpareDataFile(int dirFd, const std::string& dir, Fn&& fn) {
+    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
+        unsigned worker = 0, slot = 0;
+        if (parseSpareDataName(entry.d_name, worker, slot)) fn(entry.d_name, worker, slot);
+    });
+}
+
 // Records last written before this are past --audit-retention-hours; nullopt: no age limit.
 std::optional<std::int64_t> ageCutoffNs(const RetentionPolicy& policy, std::int64_t nowNs) {
     if (policy.maxAgeHours == 0) return std::nullopt;
@@ -250,17 +259,14 @@ std::optional<std::int64_t> ageCutoffNs(const RetentionPolicy& policy, std::int6
 std::vector<std::string> removeAgedSpares(int dirFd, const std::string& dir, std::int64_t cutoffNs,
                                           std::vector<std::string>& problems) {
     std::vector<std::string> removed;
-    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
-        unsigned worker = 0, slot = 0;
+    forEachSpareDataFile(dirFd, dir, [&](const char* name, unsigned, unsigned) {
         FileIdentity spare;
-        if (!parseSpareDataName(entry.d_name, worker, slot) ||
-            statFile(dirFd, entry.d_name, spare) != 0 || !spare.exists || spare.mtimeNs >= cutoffNs)
+        if (statFile(dirFd, name, spare) != 0 || !spare.exists || spare.mtimeNs >= cutoffNs)
             return;
-        if (::unlinkat(dirFd, entry.d_name, 0) == 0)
-            removed.push_back(dir + "/" + entry.d_name);
+        if (::unlinkat(dirFd, name, 0) == 0)
+            removed.push_back(dir + "/" + name);
         else if (errno != ENOENT)
-            problems.push_back("cannot delete spare " + dir + "/" + entry.d_name + ": " +
-                               errnoText(errno));
+            problems.push_back("cannot delete spare " + dir + "/" + name + ": " + errnoText(errno));
     });
     return removed;
 }
@@ -415,10 +421,11 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             }
         }
     }
-    if (auto cutoff = ageCutoffNs(policy, nowNs)) {
+    const auto ageCutoff = ageCutoffNs(policy, nowNs);
+    if (ageCutoff) {
         for (const auto& [worker, count] : deletable)
             while (next[worker] < count &&
-                   indexed[worker][next[worker]]->summary->newestNs < *cutoff)
+                   indexed[worker][next[worker]]->summary->newestNs < *ageCutoff)
                 choose(worker);
     }
     if (policy.maxBytes > 0) {
@@ -499,8 +506,8 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             unlinkFile(entry.files.dataPath, summary.data.size);
         cache_->sealed.erase({entry.files.worker, entry.files.segment});
     }
-    if (auto cutoff = ageCutoffNs(policy, nowNs))
-        result.agedSpares = removeAgedSpares(dirFd.get(), dir_, *cutoff, result.problems);
+    if (ageCutoff)
+        result.agedSpares = removeAgedSpares(dirFd.get(), dir_, *ageCutoff, result.problems);
     if ((!result.deleted.empty() || !result.agedSpares.empty()) && ::fsync(dirFd.get()) != 0) {
         int err = errno;
         result.problems.push_back("cannot fsync audit directory " + dir_ + ": " + errnoText(err));
@@ -595,12 +602,9 @@ std::optional<RetentionPlanner::LogTail> RetentionPlanner::compactRetentionLog(
 std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
                                               unsigned fromWorker) {
     std::vector<std::string> removed;
-    forEachDirectoryEntry(dirFd, dir, [&](const dirent& entry) {
-        unsigned worker = 0, slot = 0;
-        if (parseSpareDataName(entry.d_name, worker, slot) &&
-            (worker >= fromWorker || slot >= kSpareSlots) &&
-            ::unlinkat(dirFd, entry.d_name, 0) == 0)
-            removed.emplace_back(entry.d_name);
+    forEachSpareDataFile(dirFd, dir, [&](const char* name, unsigned worker, unsigned slot) {
+        if ((worker >= fromWorker || slot >= kSpareSlots) && ::unlinkat(dirFd, name, 0) == 0)
+            removed.emplace_back(name);
     });
     return removed;
 }
