@@ -36,9 +36,8 @@ std::shared_ptr<const ListenerSockets::Bound> ListenerSockets::bindAddress(
                      where + ": IPV6_V6ONLY");
         // Accepted sockets inherit TCP_NODELAY: one setsockopt per listener, not per connection.
         checkNeg(setNoDelay(fd.get()), where + ": TCP_NODELAY");
-        if (!accepted.congestion.empty())
-            checkNeg(setCongestionControl(fd.get(), accepted.congestion),
-                     where + ": TCP_CONGESTION " + accepted.congestion);
+        checkNeg(setCongestionControl(fd.get(), accepted.congestion),
+                 where + ": TCP_CONGESTION " + accepted.congestion);
         checkSys(::bind(fd.get(), address.get(), address.length()), where);
         checkSys(::listen(fd.get(), kBacklog), where + ": listen");
         // Inherited like TCP_NODELAY, but only when set after listen(), which resets the

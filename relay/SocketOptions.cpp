@@ -35,6 +35,7 @@ int enterDelayedAckMode(int fd) noexcept {
 }
 
 int setCongestionControl(int fd, const std::string& algorithm) noexcept {
+    if (algorithm.empty()) return 0;
     auto length = static_cast<socklen_t>(algorithm.size());
     return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, algorithm.data(), length) < 0 ? -errno : 0;
 }

@@ -18,9 +18,10 @@ int armReset(int fd) noexcept;
 // On a listening socket it must come after listen(); accepted sockets inherit it.
 int enterDelayedAckMode(int fd) noexcept;
 
-// TCP_CONGESTION: `algorithm` for this socket instead of the system's default. Set on a listener
-// before listen(), it is inherited by the sockets accepted from it. -ENOENT: the kernel has no
-// such algorithm; -EPERM: not in net.ipv4.tcp_allowed_congestion_control and no CAP_NET_ADMIN.
+// TCP_CONGESTION: `algorithm` for this socket instead of the system's default (empty: nothing to
+// set, 0). Set on a listener before listen(), it is inherited by the sockets accepted from it.
+// -ENOENT: the kernel has no such algorithm; -EPERM: not in net.ipv4.tcp_allowed_congestion_control
+// and no CAP_NET_ADMIN.
 constexpr std::size_t kCongestionNameMax = 16;  // the kernel's TCP_CA_NAME_MAX, with the NUL
 int setCongestionControl(int fd, const std::string& algorithm) noexcept;
 // The socket's congestion control, or an empty string when it cannot be read.

@@ -570,7 +570,7 @@ void Worker::startConnect(Connection& c) {
     // Checked at start (congestionControlProblems): a failure here is the kernel's, and the
     // connection can go on with the system's default.
     const auto& congestion = context_.settings.upstreamCongestion;
-    if (int rc = congestion.empty() ? 0 : setCongestionControl(fd, congestion); rc < 0)
+    if (int rc = setCongestionControl(fd, congestion); rc < 0)
         logWarnLimited("upstream-tcp-congestion", "route ", c.route->config.name,
                        ": TCP_CONGESTION ", congestion, " for ", c.upstreamAddress, ": ",
                        errnoText(-rc), "; the system's default is used");
