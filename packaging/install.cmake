@@ -47,5 +47,8 @@ if(SPLICEGATE_INSTALL_SYSTEM_FILES)
           COMPONENT splicegate)
   install(FILES ${_sg_pkg}/systemd/sysctl.d/50-splicegate.conf
           DESTINATION lib/sysctl.d COMPONENT splicegate)
+  # Commented out, for the operator to copy: it widens who may choose which congestion control.
+  install(FILES ${_sg_pkg}/systemd/sysctl.d/60-splicegate-congestion.conf
+          DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT splicegate)
 endif()
 

@@ -43,4 +43,12 @@ std::vector<std::string> dropEdgeFilterCapabilities() {
     return held;
 }
 
+bool mayBindPrivilegedPorts() {
+    CapState caps(cap_get_proc());
+    if (!caps) throw std::system_error(errno, std::generic_category(), "cap_get_proc");
+    cap_flag_value_t effective = CAP_CLEAR;
+    return cap_get_flag(caps.get(), CAP_NET_BIND_SERVICE, CAP_EFFECTIVE, &effective) == 0 &&
+           effective == CAP_SET;
+}
+
 }  // namespace splicegate

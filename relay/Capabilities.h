@@ -13,4 +13,8 @@ namespace splicegate {
 // were held (empty: nothing to drop). Throws std::system_error naming the call on failure.
 std::vector<std::string> dropEdgeFilterCapabilities();
 
+// Whether this thread may bind ports below net.ipv4.ip_unprivileged_port_start
+// (CAP_NET_BIND_SERVICE in its effective set).
+bool mayBindPrivilegedPorts();
+
 }  // namespace splicegate

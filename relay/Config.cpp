@@ -15,6 +15,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
@@ -843,6 +844,10 @@ const char* toString(Lane lane) noexcept {
 
 const char* toString(AuditWriterKind writer) noexcept {
     return nameOf(kAuditWriterNames, writer);
+}
+
+unsigned workerThreads(const Config& config) noexcept {
+    return config.workers != 0 ? config.workers : std::max(1u, std::thread::hardware_concurrency());
 }
 
 }  // namespace splicegate

@@ -117,6 +117,9 @@ Config loadConfig(const std::vector<std::string>& args);
 // rules and SYN limit, which a reload applies), by option name.
 std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next);
 
+// The worker threads the daemon runs: --workers, or one per CPU for 0.
+unsigned workerThreads(const Config& config) noexcept;
+
 const char* toString(SpliceEngine engine) noexcept;
 const char* toString(AuditDurability durability) noexcept;
 const char* toString(Lane lane) noexcept;

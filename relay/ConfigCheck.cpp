@@ -5,13 +5,18 @@
 #include <net/if.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
+#include "audit/DirectLogWriter.h"
+#include "audit/LogBuffer.h"
+#include "relay/Capabilities.h"
 #include "relay/SocketOptions.h"
 
 namespace splicegate {
@@ -121,6 +126,69 @@ std::optional<std::string> congestionProblem(const char* option, const std::stri
     return label + errnoText(-rc);
 }
 
+// The admin socket is created at start, after the listeners are bound: its directory must
+// exist and let this user create it, and its path must fit a sockaddr_un.
+void checkAdminSocketPath(const std::string& socketPath, std::vector<std::string>& problems) {
+    const std::string label = "--admin-socket " + socketPath;
+    if (socketPath.size() >= sizeof(sockaddr_un{}.sun_path)) {
+        problems.push_back(label + ": longer than " +
+                           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+        return;
+    }
+    auto slash = socketPath.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "."
+                      : slash == 0               ? "/"
+                                                 : socketPath.substr(0, slash);
+    struct stat status {};
+    if (::stat(dir.c_str(), &status) != 0)
+        problems.push_back(label + ": directory " + dir + ": " + errnoText(errno));
+    else if (!S_ISDIR(status.st_mode))
+        problems.push_back(label + ": " + dir + " is not a directory");
+    else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        problems.push_back(label + ": cannot create the socket in " + dir + ": " +
+                           errnoText(errno));
+}
+
+unsigned unprivilegedPortStart() {
+    auto text = sysctlText("/proc/sys/net/ipv4/ip_unprivileged_port_start");
+    char* end = nullptr;
+    unsigned long value = std::strtoul(text.c_str(), &end, 10);
+    return end != text.c_str() ? static_cast<unsigned>(value) : 1024;
+}
+
+// A port below ip_unprivileged_port_start needs CAP_NET_BIND_SERVICE, which the packaged unit
+// grants and a hand-made one may not.
+void checkListenPorts(const Config& config, std::vector<std::string>& problems) {
+    if (mayBindPrivilegedPorts()) return;
+    const unsigned firstFree = unprivilegedPortStart();
+    for (const auto& route : config.routes) {
+        unsigned port = route.listen.port();
+        if (port == 0 || port >= firstFree) continue;
+        problems.push_back("route '" + route.name + "': listen " + route.listen.toString() +
+                           ": port below net.ipv4.ip_unprivileged_port_start (" +
+                           std::to_string(firstFree) +
+                           ") and this process lacks CAP_NET_BIND_SERVICE");
+    }
+}
+
+// Each worker of the direct writer maps --audit-buffer-bytes at start, after the listeners are
+// bound: the same mappings are made (and dropped) here, so that a size the address space or
+// the overcommit policy refuses is a configuration error.
+void checkAuditBuffers(const Config& config, std::vector<std::string>& problems) {
+    if (config.auditDir.empty() || config.auditWriter != AuditWriterKind::Direct) return;
+    const unsigned workers = workerThreads(config);
+    std::vector<audit::LogBuffer> buffers;
+    buffers.reserve(workers);
+    try {
+        while (buffers.size() < workers)
+            buffers.emplace_back(config.auditBufferBytes, audit::DirectLogOptions{}.writeBytes);
+    } catch (const std::exception& error) {
+        problems.push_back("--audit-buffer-bytes " + std::to_string(config.auditBufferBytes) +
+                           ": cannot map the buffers of " + std::to_string(workers) +
+                           " workers: " + error.what());
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> congestionControlProblems(const Config& config) {
@@ -146,10 +214,15 @@ ConfigCheckReport checkConfiguration(const Config& config) {
     if (auto loose = looseConfigFile(config.configFile)) report.warnings.push_back(*loose);
     if (!config.auditDir.empty()) checkAuditDir(config.auditDir, problems);
     if (!config.auditHmacKeyFile.empty()) checkKeyFile(config.auditHmacKeyFile, problems);
-    if (!config.adminSocket.empty()) checkGroup("--admin-group", config.adminGroup, problems);
+    if (!config.adminSocket.empty()) {
+        checkGroup("--admin-group", config.adminGroup, problems);
+        checkAdminSocketPath(config.adminSocket, problems);
+    }
     checkGroup("--admin-readonly-group", config.adminReadonlyGroup, problems);
     checkGroup("--audit-group", config.auditGroup, problems);
     for (auto& problem : congestionControlProblems(config)) problems.push_back(std::move(problem));
+    checkListenPorts(config, problems);
+    checkAuditBuffers(config, problems);
     if (!config.xdpInterface.empty() && ::if_nametoindex(config.xdpInterface.c_str()) == 0)
         problems.push_back("--xdp-interface " + config.xdpInterface + ": no such interface");
     for (const auto& route : config.routes)

@@ -1,8 +1,12 @@
 #pragma once
 // `splicegate --check-config`: what can be known of a parsed configuration without starting:
 // the audit directory is usable, the key file readable, the groups and the XDP interface exist,
-// upstream names resolve. Read-only: it binds nothing and creates or changes no file (a running
-// daemon may hold the audit directory).
+// the admin socket can be created, the listen ports may be bound, the congestion controls may
+// be set, the audit buffers can be mapped, upstream names resolve. Read-only: it binds nothing
+// and creates or changes no file (a running daemon may hold the audit directory).
+// A real start runs the same check, with the same capabilities (dropEdgeFilterCapabilities
+// first in both), before its first side effect: whatever --check-config accepts, the daemon
+// starts with, and each problem is exit 2 with one line in both.
 #include <optional>
 #include <string>
 #include <vector>

@@ -266,8 +266,21 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
     }
 }
 
+// The capabilities a start without --xdp-interface does not keep. --check-config drops the same
+// ones, so that it judges the configuration with the privileges the daemon runs with.
+std::vector<std::string> dropCapabilitiesNotKept(const Config& config) {
+    if (!config.xdpInterface.empty()) return {};
+    return dropEdgeFilterCapabilities();
+}
+
 // --check-config: one line per problem on stderr, exit 2 if there is any; warnings do not fail.
 int checkConfigAndExit(const Config& config) {
+    try {
+        dropCapabilitiesNotKept(config);
+    } catch (const std::exception& error) {
+        std::cerr << "splicegate: " << error.what() << "\n";
+        return 1;
+    }
     auto report = checkConfiguration(config);
     for (const auto& warning : report.warnings) std::cerr << "splicegate: warning: " << warning << "\n";
     for (const auto& problem : report.problems) std::cerr << "splicegate: " << problem << "\n";
@@ -305,15 +318,13 @@ int runDaemon(int argc, const char* const* argv) {
         checkKernel();
         loadFailpoints();
         // Before any thread starts: capabilities are per thread and inherited at creation.
-        if (config.xdpInterface.empty()) {
-            auto dropped = dropEdgeFilterCapabilities();
-            if (!dropped.empty())
-                logInfo("no --xdp-interface: dropped ", joinNames(dropped));
-        }
-        // With the capabilities the daemon keeps: an algorithm outside the allowed list needs
-        // CAP_NET_ADMIN, which goes above without --xdp-interface.
-        if (auto problems = congestionControlProblems(config); !problems.empty()) {
-            for (const auto& problem : problems) logError(problem);
+        if (auto dropped = dropCapabilitiesNotKept(config); !dropped.empty())
+            logInfo("no --xdp-interface: dropped ", joinNames(dropped));
+        // --check-config's checks, with the capabilities the daemon keeps (an algorithm outside
+        // the allowed list needs CAP_NET_ADMIN, which goes above without --xdp-interface) and
+        // before anything is bound or created: what it accepts, the start accepts.
+        if (auto report = checkConfiguration(config); !report.problems.empty()) {
+            for (const auto& problem : report.problems) logError(problem);
             return 2;
         }
         // Signals are taken synchronously by the main thread; workers inherit the mask.
@@ -321,8 +332,7 @@ int runDaemon(int argc, const char* const* argv) {
         ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
         // A splice into a socket whose peer is gone must return EPIPE, not kill the process.
         ::signal(SIGPIPE, SIG_IGN);
-        unsigned workers = config.workers != 0 ? config.workers
-                                               : std::max(1u, std::thread::hardware_concurrency());
+        unsigned workers = workerThreads(config);
         // The metrics listener starts first: /-/healthy answers and /-/ready says 503 while the
         // audit log is recovered and the workers start.
         std::unique_ptr<MetricsExposer> metrics;

@@ -684,7 +684,7 @@ std::string reassemble(const std::vector<CapturedPacket>& packets) {
     return bytes;
 }
 
-// tcpdump's path, or "" when it is not installed.
+// tcpdump's path, or "" when it is missing (tools/install-deps.sh installs it).
 std::string tcpdumpPath() {
     for (const char* path : {"/usr/bin/tcpdump", "/usr/sbin/tcpdump"})
         if (::access(path, X_OK) == 0) return path;
@@ -705,7 +705,7 @@ std::string extractBytes(const SampleLog& log, const char* id, const char* direc
 }
 
 TEST(AuditToolTest, ExportPcapReadsBackWithTcpdumpAndMatchesExtract) {
-    if (tcpdumpPath().empty()) GTEST_SKIP() << "tcpdump is not installed (Debian package tcpdump)";
+    ASSERT_FALSE(tcpdumpPath().empty()) << "tcpdump is missing: tools/install-deps.sh installs it";
     SampleLog log;
     TempDir out;
     const std::string pcap = out.path() + "/all.pcap";
@@ -806,7 +806,7 @@ TEST(AuditToolTest, ExportWithMissingBytesLeavesAGapAndFails) {
 // The real daemon's log: two echoed connections, exported and read back with tcpdump; each
 // direction equals extract's bytes, and list --jsonl agrees with the byte counts.
 TEST(AuditToolTest, ExportOfARealDaemonsLogMatchesExtract) {
-    if (tcpdumpPath().empty()) GTEST_SKIP() << "tcpdump is not installed (Debian package tcpdump)";
+    ASSERT_FALSE(tcpdumpPath().empty()) << "tcpdump is missing: tools/install-deps.sh installs it";
     TestServer upstream(echoUpstream(milliseconds(30000)));
     TempDir auditRoot;
     const std::string auditDir = auditRoot.path() + "/audit";

@@ -612,6 +612,7 @@ TEST_F(PackageTest, LintianCleanAndHardenedUnit) {
         "/usr/share/doc/splicegate/changelog",
         "/usr/share/doc/splicegate/configuration.md",
         "/usr/share/doc/splicegate/copyright",
+        "/usr/share/doc/splicegate/examples/60-splicegate-congestion.conf",
         "/usr/share/doc/splicegate/kernel-notes.md",
         "/usr/share/doc/splicegate/metrics.md",
         "/usr/share/doc/splicegate/operations.md",

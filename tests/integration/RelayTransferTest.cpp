@@ -21,6 +21,7 @@
 #include "tests/support/PatternStream.h"
 #include "tests/support/Sha256.h"
 #include "tests/support/Sockets.h"
+#include "tests/support/Sysctl.h"
 #include "tests/support/TestServer.h"
 #include "tests/support/Traffic.h"
 
@@ -351,21 +352,32 @@ TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
 }
 
 // --client-tcp-congestion and --upstream-tcp-congestion: each of the relay's sockets of a
-// connection runs the algorithm its option names (reno: built into every kernel), and the
-// system's default without them.
+// connection runs the algorithm its option names, and the system's default without them. The
+// algorithms come from what this machine lets the daemon set without CAP_NET_ADMIN (the
+// allowed list; a new machine allows only `reno` and its default), so a host where someone set
+// a congestion control by hand passes the same way as a new one. The refused case is
+// OperatorStartCheckTest's.
 TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
-    std::string systemDefault = readFile("/proc/sys/net/ipv4/tcp_congestion_control");
-    systemDefault = systemDefault.substr(0, systemDefault.find('\n'));
-    // Both differ from the default: reno is no distribution's default, and the upstream side
-    // takes cubic, or reno where cubic is the default.
-    const std::string upstreamChoice = systemDefault == "cubic" ? "reno" : "cubic";
+    const std::string systemDefault = sysctlValue(kDefaultCongestion);
+    std::vector<std::string> choices;
+    for (const auto& allowed : sysctlWords(kAllowedCongestion))
+        if (allowed != systemDefault) choices.push_back(allowed);
+    // reno is always allowed; only a host whose default is reno has nothing else to offer.
+    std::optional<SysctlOverride> widened;
+    if (choices.empty()) {
+        widened.emplace(kAllowedCongestion, "reno cubic");
+        ASSERT_TRUE(widened->ok()) << widened->why();
+        choices = {"cubic"};
+    }
+    const std::string clientChoice = choices.front();
+    const std::string upstreamChoice = choices.back();
     for (bool configured : {true, false}) {
         auto relayPort = std::make_shared<std::atomic<int>>(0);
         TestServer upstream = portNotingUpstream(relayPort);
         uint16_t port = pickFreePort();
         std::vector<std::string> options;
         if (configured)
-            options = {"--client-tcp-congestion", "reno", "--upstream-tcp-congestion",
+            options = {"--client-tcp-congestion", clientChoice, "--upstream-tcp-congestion",
                        upstreamChoice};
         Daemon daemon(relayArgs(port, {upstream.address()}, options));
         ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
@@ -375,7 +387,7 @@ TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
         ASSERT_TRUE(clientSide) << std::strerror(errno) << daemon.why();
         UniqueFd upstreamSide = borrowUpstreamSide(daemon, client, upstream, *relayPort);
         ASSERT_TRUE(upstreamSide) << std::strerror(errno) << daemon.why();
-        EXPECT_EQ(congestionControlOf(clientSide.get()), configured ? "reno" : systemDefault);
+        EXPECT_EQ(congestionControlOf(clientSide.get()), configured ? clientChoice : systemDefault);
         EXPECT_EQ(congestionControlOf(upstreamSide.get()),
                   configured ? upstreamChoice : systemDefault);
     }

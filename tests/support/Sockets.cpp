@@ -257,8 +257,15 @@ bool waitListening(uint16_t port, bool wanted, Deadline deadline) {
 }
 
 uint64_t raiseFdLimit() {
+    // The hard limit is host state (a login's limits.conf, a container's default): as root the
+    // test raises it itself rather than depend on it, up to the kernel's fs.nr_open.
+    constexpr rlim_t kWanted = 65536;
     rlimit limit{};
     ::getrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_max < kWanted) {
+        rlimit raised{kWanted, kWanted};
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    }
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
     ::getrlimit(RLIMIT_NOFILE, &limit);
