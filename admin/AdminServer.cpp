@@ -28,6 +28,7 @@
 #include "admin/AdminSocket.h"
 #include "common/CompletionTag.h"
 #include "common/Error.h"
+#include "common/Groups.h"
 #include "common/Log.h"
 #include "common/Ring.h"
 #include "common/ThreadName.h"
@@ -67,41 +68,17 @@ constexpr std::uint64_t tagOf(Op op, std::uint32_t slot = 0,
     return CompletionTag::make(op, slot, generation).encode();
 }
 
-struct GroupInfo {
-    gid_t gid = 0;
-    std::string name;
-};
-
 // Resolves a group option (--admin-group, --admin-readonly-group) by name or numeric gid.
-GroupInfo resolveGroup(const std::string& name, const std::string& option,
-                       const std::string& path) {
-    GroupInfo info;
-    std::vector<char> buffer(16384);
-    struct group grp {};
-    struct group* found = nullptr;
+GroupEntry resolveGroup(const std::string& name, const std::string& option,
+                        const std::string& path) {
     int rc = 0;
-    while ((rc = getgrnam_r(name.c_str(), &grp, buffer.data(), buffer.size(), &found)) == ERANGE) {
-        buffer.resize(buffer.size() * 2);
-    }
-    if (found == nullptr) {
-        unsigned long numeric = 0;
-        auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), numeric);
-        if (ec == std::errc() && end == name.data() + name.size()) {
-            while ((rc = getgrgid_r(static_cast<gid_t>(numeric), &grp, buffer.data(), buffer.size(),
-                                    &found)) == ERANGE) {
-                buffer.resize(buffer.size() * 2);
-            }
-        }
-    }
-    if (found == nullptr) {
+    auto found = findGroup(name, rc);
+    if (!found)
         throw UsageError(option + " '" + name + "': no such group" +
                          (rc != 0 ? " (" + errnoText(rc) + ")" : std::string()) +
                          " (the admin socket " + path +
                          " is shared with that group; create it or choose another)");
-    }
-    info.gid = found->gr_gid;
-    info.name = found->gr_name;
-    return info;
+    return *found;
 }
 
 // The groups of `uid` (SO_PEERCRED's primary gid `gid`, the passwd entry's gid and the group
@@ -235,9 +212,9 @@ struct AdminServer::Impl {
     AdminServerOptions options;
     AdminHandler& handler;
     admin::RequestHandlerFn handle;
-    GroupInfo group;
+    GroupEntry group;
     bool rootOnly = false;
-    std::optional<GroupInfo> readonlyGroup;
+    std::optional<GroupEntry> readonlyGroup;
 
     std::optional<AdminSocket> socket;
     BufferRing buffers;        // unmapped after the ring is gone
@@ -277,7 +254,7 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
     if (options.stallTimeoutMs == 0) options.stallTimeoutMs = 1;
     if (options.idleTimeoutMs == 0) options.idleTimeoutMs = 1;
     rootOnly = options.group.empty();
-    group = rootOnly ? GroupInfo{0, "root"} : resolveGroup(options.group, "--admin-group", path);
+    group = rootOnly ? GroupEntry{0, "root"} : resolveGroup(options.group, "--admin-group", path);
     if (!options.readonlyGroup.empty()) {
         readonlyGroup = resolveGroup(options.readonlyGroup, "--admin-readonly-group", path);
     }

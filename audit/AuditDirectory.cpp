@@ -166,7 +166,10 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     // The directory itself is not followed through a symlink either: whoever can replace the
     // link could point the daemon's writes anywhere.
     dir.dir_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir.dir_ && errno == ELOOP)
+    // With O_DIRECTORY the kernel says ENOTDIR for a symlink, whatever it points to.
+    struct stat link {};
+    if (!dir.dir_ && (errno == ELOOP || errno == ENOTDIR) && ::lstat(path.c_str(), &link) == 0 &&
+        S_ISLNK(link.st_mode))
         throwErrno(ELOOP, "audit directory " + path + " is a symlink (never followed)");
     if (!dir.dir_) throwErrno(errno, "cannot open audit directory " + path);
     struct stat st {};
@@ -195,7 +198,9 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
     if (group && st.st_gid != *group)
         checkSys(::fchown(dir.fd(), static_cast<uid_t>(-1), *group),
                  "--audit-group: cannot give " + path + " to group " + std::to_string(*group));
-    if (created) checkSys(::fchmod(dir.fd(), 0750), "chmod " + path);  // whatever the umask
+    // Whatever the umask; and a directory made before --audit-group was set opens to the group.
+    if (created || (group && (st.st_mode & 0050) != 0050))
+        checkSys(::fchmod(dir.fd(), (created ? 0750 : st.st_mode & 07777) | 0050), "chmod " + path);
     return dir;
 }
 

@@ -28,17 +28,19 @@ std::int64_t wallClockNs() noexcept {
 namespace {
 
 constexpr mode_t kSegmentFileMode = 0640;
+constexpr mode_t kRecycledFileMode = 0600;  // until its seal (Segment::recycled)
 
-// The digest in the seal of `worker`'s newest indexed segment below `first` (zero when there is
-// none, or it is unsealed or older than the chain).
-Digest lastSealDigest(int dirFd, const std::string& dir, std::uint32_t worker,
-                      std::uint64_t first) {
+// The seal of `worker`'s newest indexed segment below `first` (digest zero when there is none,
+// or it is unsealed or older than the chain).
+SealHead lastSeal(int dirFd, const std::string& dir, std::uint32_t worker, std::uint64_t first) {
     const SegmentFiles* newest = nullptr;
     auto segments = listSegments(dirFd, dir);
     for (const auto& files : segments)
         if (files.worker == worker && files.segment < first && files.hasIndex) newest = &files;
-    Digest digest{};
-    if (newest == nullptr) return digest;
+    SealHead head{worker, {}, {}};
+    if (newest == nullptr) return head;
+    head.indexFile = newest->indexName;
+    Digest& digest = head.digest;
     UniqueFd fd = openInDirectoryOrThrow(dirFd, dir, newest->indexName, O_RDONLY);
     IndexReader reader(fd.get(), newest->indexPath);
     Record record;
@@ -52,7 +54,7 @@ Digest lastSealDigest(int dirFd, const std::string& dir, std::uint32_t worker,
         if (record.type == RecordType::SegmentSealed)
             digest = record.chained ? record.digest : Digest{};
     }
-    return digest;
+    return head;
 }
 
 }  // namespace
@@ -60,16 +62,19 @@ Digest lastSealDigest(int dirFd, const std::string& dir, std::uint32_t worker,
 AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
                          std::uint64_t segmentBytes,
                          const std::atomic<std::uint64_t>* nextConnectionId,
-                         std::shared_ptr<const ChainKey> chainKey)
+                         std::shared_ptr<const ChainKey> chainKey, SealHeads* heads)
     : dir_(std::move(dir)),
       dirFd_(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
       chainKey_(std::move(chainKey)),
+      heads_(heads),
       worker_(worker),
       segmentBytes_(segmentBytes),
       nextConnectionId_(nextConnectionId),
       nextSegment_(firstSegment) {
     if (!dirFd_) throwErrno(errno, "audit: cannot open directory " + dir_);
-    prevDigest_ = lastSealDigest(dirFd_.get(), dir_, worker_, firstSegment);
+    auto head = lastSeal(dirFd_.get(), dir_, worker_, firstSegment);
+    prevDigest_ = head.digest;
+    if (heads_ && head.digest != Digest{}) heads_->record(std::move(head));
     int rc = openSegment(nextSegment_);
     if (rc < 0)
         throwErrno(-rc, "audit: cannot create segment " + dir_ + "/" +
@@ -257,7 +262,7 @@ int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
     }
     if (reserveDataAhead_ && dataEnd > segment.dataAllocated) {
         std::uint64_t wanted = std::max(dataEnd, std::min(segment.dataAllocated + kDataAhead,
-                                                           std::max(segmentBytes_, dataEnd)));
+                                                          std::max(segmentBytes_, dataEnd)));
         long long end = allocate(segment.data.get(), 0, segment.dataAllocated, dataEnd, wanted);
         if (end < 0) return static_cast<int>(end);
         segment.dataAllocated = static_cast<std::uint64_t>(end);
@@ -560,7 +565,7 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     if (result >= 0) {
         durableSyncs_ = startedSyncs_;
         segment->namesDurable = true;  // a directory fsync was in its chain if they were not
-        sealReady();  // it may have rolled while the sync ran
+        sealReady();                   // it may have rolled while the sync ran
         return;
     }
     ++failedSyncs_;
@@ -655,6 +660,7 @@ void AuditWriter::seal(std::shared_ptr<Segment> sealed) noexcept {
             prevDigest_ = encodeSegmentSealed(segment.pendingRecords, segment.reservedBytes,
                                               segment.failed ? kSealFailed : kSealClean,
                                               chainKey_.get(), prevDigest_, *segment.chain);
+            segment.sealDigest = prevDigest_;
         } catch (const std::bad_alloc&) {
             // Still consistent: an unsealed segment is what recovery expects after a crash
             // (recovery seals it and continues the chain; the next seal here would not match,
@@ -691,9 +697,14 @@ void AuditWriter::finishSeal(Segment& segment, int result) noexcept {
         logError("audit: sealing ", segment.dataPath, ": ", errnoText(result),
                  "; its last chunks may not be durable");
     }
-    // An allocation ahead that ended after the roll may have grown the file past its last byte.
-    if (segment.grewAfterRetire && segment.data)
-        ::ftruncate(segment.data.get(), static_cast<off_t>(segment.reservedBytes));
+    // Space allocated ahead and not used goes: a sealed data file ends at its last byte, so no
+    // restart finds unindexed bytes to cut, and a recycled file no longer holds deleted ones.
+    if (segment.data) cutAndOpenToGroup(segment);
+    if (segment.sealDigest && result >= 0) {
+        auto indexFile = segmentBaseName(worker_, segment.number) + ".index";
+        logInfo("audit seal ", dir_, "/", indexFile, " digest=", digestHex(*segment.sealDigest));
+        if (heads_) heads_->record({worker_, std::move(indexFile), *segment.sealDigest});
+    }
     segment.sealing = false;
     segment.indexHandedOff.clear();
     segment.data.reset();
@@ -765,17 +776,33 @@ void AuditWriter::createDone(DiskStep step, int result) noexcept {
         creationError_ = result;
     }
     if (fd && !creationAdopted_) {
-        adjustCreatedFile(fd.get(), dirFd_.get(), kSegmentFileMode);
-        if (step == DiskStep::CreateData && creation_.renamed) adoptSpare(fd.get());
+        bool spare = step == DiskStep::CreateData && creation_.renamed;
+        adjustCreatedFile(fd.get(), dirFd_.get(), spare ? kRecycledFileMode : kSegmentFileMode);
+        if (spare) adoptSpare(fd.get());
         (step == DiskStep::CreateData ? created_->data : created_->index) = std::move(fd);
     }
     if (--creationSteps_ == 0 && (creationAdopted_ || creationError_ != 0)) discardCreated();
+}
+
+void AuditWriter::cutAndOpenToGroup(Segment& segment) noexcept {
+    struct stat st {};
+    if (::fstat(segment.data.get(), &st) != 0) return;
+    if (static_cast<std::uint64_t>(st.st_size) > segment.reservedBytes &&
+        ::ftruncate(segment.data.get(), static_cast<off_t>(segment.reservedBytes)) != 0) {
+        // Then the deleted bytes past the end stay private: the file keeps mode 0600.
+        logWarn("audit: cannot cut ", segment.dataPath, " to its ", segment.reservedBytes,
+                " bytes: ", errnoText(errno));
+        return;
+    }
+    if (segment.recycled && ::fchmod(segment.data.get(), kSegmentFileMode) != 0)
+        logWarn("audit: cannot give ", segment.dataPath, " mode 0640: ", errnoText(errno));
 }
 
 // A spare is a whole segment's data file, every block written (sealed segments are cut to their
 // last byte and have no holes): the space ahead of the first reservations is taken already.
 void AuditWriter::adoptSpare(int fd) noexcept {
     struct stat st {};
+    created_->recycled = true;
     if (::fstat(fd, &st) != 0) return;
     auto size = static_cast<std::uint64_t>(st.st_size);
     if (static_cast<std::uint64_t>(st.st_blocks) * 512 >= size) created_->dataAllocated = size;

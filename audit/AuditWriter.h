@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "audit/SealChain.h"
+#include "audit/SealHeads.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate {
@@ -35,14 +36,14 @@ struct Segment {
     std::string dataPath;
     UniqueFd data;
     UniqueFd index;
-    std::uint64_t reservedBytes = 0;   // next free data offset
-    std::uint64_t indexBytes = 0;      // written to the index file
+    std::uint64_t reservedBytes = 0;  // next free data offset
+    std::uint64_t indexBytes = 0;     // written to the index file
     // Space taken ahead (reserveSpaceAhead()): data bytes allocated (the file's size too), index
     // bytes allocated past its end, and index bytes promised to reservations not yet recorded.
     std::uint64_t dataAllocated = 0;
     std::uint64_t indexAllocated = 0;
     std::uint64_t indexPromised = 0;
-    std::string pendingRecords;        // encoded, not yet written
+    std::string pendingRecords;  // encoded, not yet written
     // Records a running group commit took (beginSync()), at index offset indexHandedOffAt. An
     // io_uring write may be reading this buffer until endSync().
     std::string indexHandedOff;
@@ -51,9 +52,10 @@ struct Segment {
     std::string indexFlushing;
     std::uint64_t indexFlushingAt = 0;
     std::optional<ChainHasher> chain;  // every index byte encoded so far; spent by the seal
+    std::optional<Digest> sealDigest;  // its seal record's, once encoded
     unsigned writesInFlight = 0;
-    bool syncing = false;  // an fdatasync naming its fds is queued or running: keep them open
-    bool allocating = false;       // an allocation ahead of it is on the owner's ring
+    bool syncing = false;     // an fdatasync naming its fds is queued or running: keep them open
+    bool allocating = false;  // an allocation ahead of it is on the owner's ring
     bool grewAfterRetire = false;  // that allocation ended after the roll: cut the data at seal
     bool sealing = false;          // its seal is on the owner's ring
     // Its files' names are durable (the directory was fsynced since they were made). With the
@@ -61,6 +63,9 @@ struct Segment {
     bool namesDurable = true;
     bool retired = false;
     bool failed = false;
+    // Its data file is a recycled spare: past reservedBytes it still holds a deleted segment's
+    // bytes, so it stays 0600 (not the audit group's) until the seal cuts it to its last byte.
+    bool recycled = false;
 };
 
 // Work on a segment's files that can wait for the filesystem's journal (tens of milliseconds
@@ -136,10 +141,12 @@ class AuditWriter {
     // floor of every segment this writer opens; null writes floor 0. It must outlive the writer.
     // `chainKey`: --audit-hmac-key-file (null: unkeyed SHA-256 chain). The chain continues from
     // the seal of the worker's newest segment below `firstSegment` (recovery sealed it).
+    // `heads` (may be null; must outlive the writer) is told of that seal and of every seal
+    // written, each of which is also logged (`audit seal FILE digest=HEX`, info).
     AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
                 std::uint64_t segmentBytes,
                 const std::atomic<std::uint64_t>* nextConnectionId = nullptr,
-                std::shared_ptr<const ChainKey> chainKey = nullptr);
+                std::shared_ptr<const ChainKey> chainKey = nullptr, SealHeads* heads = nullptr);
     ~AuditWriter();
     AuditWriter(const AuditWriter&) = delete;
     AuditWriter& operator=(const AuditWriter&) = delete;
@@ -274,6 +281,8 @@ class AuditWriter {
     void sealFailed(const std::shared_ptr<Segment>& segment) noexcept;
     void seal(std::shared_ptr<Segment> sealed) noexcept;
     void finishSeal(Segment& segment, int result) noexcept;
+    // At its seal: the data file cut to its last byte, and a recycled one given kSegmentFileMode.
+    void cutAndOpenToGroup(Segment& segment) noexcept;
     std::optional<DiskWork> spaceAhead() noexcept;
     template <typename Encode>
     int append(Segment& segment, Encode encode) noexcept;
@@ -282,6 +291,7 @@ class AuditWriter {
     UniqueFd dirFd_;
     const std::shared_ptr<const ChainKey> chainKey_;
     Digest prevDigest_{};  // the digest of this worker's last sealed segment
+    SealHeads* const heads_;
     const std::uint32_t worker_;
     const std::uint64_t segmentBytes_;
     const std::atomic<std::uint64_t>* const nextConnectionId_;

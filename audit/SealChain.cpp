@@ -20,7 +20,7 @@
 namespace splicegate::audit {
 namespace {
 
-constexpr std::size_t kMinKeyBytes = 16;
+constexpr std::size_t kMinKeyBytes = 32;  // HMAC-SHA256: a key as long as its output
 constexpr std::size_t kMaxKeyBytes = 4096;
 
 EVP_MAC_CTX* newHmac(const std::string& key) {
@@ -54,39 +54,60 @@ std::shared_ptr<const ChainKey> ChainKey::fromBytes(std::string bytes) {
     return std::shared_ptr<const ChainKey>(new ChainKey(std::move(bytes)));
 }
 
-std::shared_ptr<const ChainKey> ChainKey::fromFile(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) throwErrno(errno, "--audit-hmac-key-file: cannot open " + path);
-    struct stat st {};
-    checkSys(::fstat(fd.get(), &st), "--audit-hmac-key-file: fstat " + path);
-    if (!S_ISREG(st.st_mode))
-        throw std::runtime_error("--audit-hmac-key-file: " + path + " is not a regular file");
-    if ((st.st_mode & 0007) != 0) {
-        char mode[8];
-        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        throw std::runtime_error("--audit-hmac-key-file: " + path +
-                                 " is accessible by others (mode " + mode +
-                                 "); make it 0600 or 0640");
+namespace {
+
+std::string modeText(mode_t mode) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+    return text;
+}
+
+// What a key file must be before its bytes are trusted (SealChain.h, ChainKey::fromFile).
+void checkKeyFileStatus(const struct stat& st, const std::string& label, KeyFileUse use) {
+    if (!S_ISREG(st.st_mode)) throw std::runtime_error(label + " is not a regular file");
+    if (use == KeyFileUse::Daemon) {
+        if (st.st_uid != 0 && st.st_uid != ::geteuid())
+            throw std::runtime_error(label + " is owned by uid " + std::to_string(st.st_uid) +
+                                     "; it must be owned by root or by the daemon's user (uid " +
+                                     std::to_string(::geteuid()) + ")");
+        mode_t mode = st.st_mode & 07777;
+        if (mode != 0600 && mode != 0400)
+            throw std::runtime_error(label + " has mode " + modeText(st.st_mode) +
+                                     "; it must be 0600 or 0400");
+    } else if ((st.st_mode & 0007) != 0) {
+        throw std::runtime_error(label + " is accessible by others (mode " + modeText(st.st_mode) +
+                                 "); make it 0600 or 0400");
     }
     if (st.st_size < static_cast<off_t>(kMinKeyBytes) ||
         st.st_size > static_cast<off_t>(kMaxKeyBytes))
-        throw std::runtime_error("--audit-hmac-key-file: " + path + " holds " +
-                                 std::to_string(st.st_size) + " bytes; a key has " +
-                                 std::to_string(kMinKeyBytes) + " to " +
+        throw std::runtime_error(label + " holds " + std::to_string(st.st_size) +
+                                 " bytes; a key has " + std::to_string(kMinKeyBytes) + " to " +
                                  std::to_string(kMaxKeyBytes));
+}
+
+}  // namespace
+
+std::shared_ptr<const ChainKey> ChainKey::fromFile(const std::string& path, KeyFileUse use) {
+    const std::string option = use == KeyFileUse::Daemon ? "--audit-hmac-key-file" : "--key-file";
+    const std::string label = option + " " + path;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd) throwErrno(errno, label + ": cannot open");
+    struct stat st {};
+    checkSys(::fstat(fd.get(), &st), label + ": fstat");
+    checkKeyFileStatus(st, label, use);
     std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
     std::size_t done = 0;
     while (done < bytes.size()) {
         ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throwErrno(errno, "--audit-hmac-key-file: read " + path);
+        if (n < 0) throwErrno(errno, label + ": read");
         if (n == 0) break;
         done += static_cast<std::size_t>(n);
     }
     bytes.resize(done);
     if (bytes.size() < kMinKeyBytes)
-        throw std::runtime_error("--audit-hmac-key-file: " + path + " is shorter than " +
-                                 std::to_string(kMinKeyBytes) + " bytes");
+        throw std::runtime_error(label + " is shorter than " + std::to_string(kMinKeyBytes) +
+                                 " bytes");
     return fromBytes(std::move(bytes));
 }
 

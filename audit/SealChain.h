@@ -24,11 +24,18 @@ using KeyId = std::array<std::uint8_t, 8>;
 constexpr std::uint8_t kChainSha256 = 0;
 constexpr std::uint8_t kChainHmacSha256 = 1;
 
+// Who loads a key file, which decides the rules it must meet and the option its errors name.
+enum class KeyFileUse {
+    Daemon,    // --audit-hmac-key-file: owned by root or the daemon's user, mode 0600 or 0400
+    Verifier,  // splicegate-audit --key-file: an auditor's own copy, not accessible by others
+};
+
 class ChainKey {
   public:
-    // The whole file is the key (at least 16 bytes, at most 4096). The file must not be a
-    // symlink nor readable or writable by others than its owner and group.
-    static std::shared_ptr<const ChainKey> fromFile(const std::string& path);
+    // The whole file is the key (32 to 4096 bytes); a regular file, never a symlink, meeting
+    // `use`'s rules. Throws naming the option and the file.
+    static std::shared_ptr<const ChainKey> fromFile(const std::string& path,
+                                                    KeyFileUse use = KeyFileUse::Daemon);
     static std::shared_ptr<const ChainKey> fromBytes(std::string bytes);
 
     const std::string& bytes() const noexcept { return bytes_; }

@@ -7,6 +7,16 @@
 #include "datapath/Failpoints.h"
 
 namespace splicegate {
+
+namespace {
+// A failing disk fails every chunk of every connection: each kind of per-connection audit
+// failure is logged once per window, the rest summed (the counts are in the metrics).
+constexpr std::string_view kOpenFailures = "audit Open record failures";
+constexpr std::string_view kCloseFailures = "audit Close record failures";
+constexpr std::string_view kFailClosedWrites = "audit write failures (fail-closed)";
+constexpr std::string_view kFailOpenWrites = "audit write failures (fail-open)";
+constexpr std::string_view kLostChunks = "audit chunks lost";
+}  // namespace
 namespace {
 // Test builds only: an allocation failure injected before an index record is buffered, so the
 // record is really missing, as it would be. 0 otherwise.
@@ -29,13 +39,13 @@ AuditAction AuditTap::open(ConnectionIo& io, std::string_view route, std::string
     stats_.auditWriteErrors.add(1);
     io.audited = false;
     if (policy_.failClosed) {
-        logWarn("connection ", io.id, ": its audit Open record failed (", errnoText(rc),
-                "): closing it, fail-closed");
+        logWarnLimited(kOpenFailures, "connection ", io.id, ": its audit Open record failed (",
+                       errnoText(rc), "): closing it, fail-closed");
         return AuditAction::Close;
     }
     io.auditLost = true;
-    logWarn("connection ", io.id, ": its audit Open record failed (", errnoText(rc),
-            "): relaying it unaudited, fail-open");
+    logWarnLimited(kOpenFailures, "connection ", io.id, ": its audit Open record failed (",
+                   errnoText(rc), "): relaying it unaudited, fail-open");
     return AuditAction::ForwardUnaudited;
 }
 
@@ -47,8 +57,9 @@ void AuditTap::close(ConnectionIo& io, std::string_view reason) noexcept {
         rc = log_->recordClose(io.id, io.flows[0].auditedBytes, io.flows[1].auditedBytes, reason);
     if (rc < 0) {
         stats_.auditWriteErrors.add(1);
-        logWarn("connection ", io.id, ": its audit Close record was lost (", errnoText(rc),
-                "): the log shows it open, and recovery will mark it truncated");
+        logWarnLimited(kCloseFailures, "connection ", io.id, ": its audit Close record was lost (",
+                       errnoText(rc),
+                       "): the log shows it open, and recovery will mark it truncated");
     }
 }
 
@@ -82,8 +93,8 @@ int AuditTap::book(ConnectionIo& io, Direction d, int result) noexcept {
 AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept {
     stats_.auditWriteErrors.add(1);
     if (policy_.failClosed) {
-        logWarn("connection ", io.id, ": audit write failed (", errnoText(error),
-                "): closing it, fail-closed");
+        logWarnLimited(kFailClosedWrites, "connection ", io.id, ": audit write failed (",
+                       errnoText(error), "): closing it, fail-closed");
         return AuditAction::Close;
     }
     auto& flow = io.at(d);
@@ -93,8 +104,8 @@ AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept 
                 : flow.splice                 ? flow.flow().abandonAudit()
                                               : 0;
     stats_.auditLostBytes.add(lost);
-    logWarn("connection ", io.id, ": audit write failed (", errnoText(error), "): ", lost,
-            " bytes forwarded unaudited, fail-open");
+    logWarnLimited(kFailOpenWrites, "connection ", io.id, ": audit write failed (",
+                   errnoText(error), "): ", lost, " bytes forwarded unaudited, fail-open");
     return AuditAction::ForwardUnaudited;
 }
 
@@ -144,9 +155,9 @@ void AuditTap::reportLosses() noexcept {
         // Strict forwards nothing before it is durable: its connections close with the sync.
         if (policy_.strict) continue;
         stats_.auditLostBytes.add(loss.bytes);
-        logWarn("connection ", loss.connection, ": audit write failed (", errnoText(loss.error),
-                "): ", loss.bytes, " bytes forwarded unaudited",
-                policy_.failClosed ? "; it closes (fail-closed)" : ", fail-open");
+        logWarnLimited(kLostChunks, "connection ", loss.connection, ": audit write failed (",
+                       errnoText(loss.error), "): ", loss.bytes, " bytes forwarded unaudited",
+                       policy_.failClosed ? "; it closes (fail-closed)" : ", fail-open");
     }
 }
 

@@ -47,7 +47,16 @@ int SegmentAuditLog::recordChunk(AuditSlot& slot, std::uint64_t connection, std:
                           written, SYNC_FILE_RANGE_WRITE);
     }
     auto reservation = toReservation(slot);
-    return writer_->recordChunk(reservation, connection, direction, written, audit::wallClockNs());
+    // The bytes went file-ward by splice and never passed through user space: their CRC is read
+    // back from the page cache they were just spliced into (still hot), so that verify can tell
+    // an edited payload from the one forwarded.
+    std::uint32_t crc = 0;
+    if (int rc = audit::AuditWriter::payloadCrcFromFile(reservation, written, crc); rc < 0) {
+        writer_->abandon(reservation);
+        return rc;
+    }
+    return writer_->recordChunk(reservation, connection, direction, written, audit::wallClockNs(),
+                                crc);
 }
 
 void SegmentAuditLog::abandon(AuditSlot& slot) noexcept {

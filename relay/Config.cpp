@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -182,9 +183,17 @@ bool isValidRouteName(const std::string& name) {
     return true;
 }
 
+// A config file is a few KiB. Only a regular file is read (a FIFO would block the reload, the
+// admin command and SIGTERM behind it; /dev/zero would grow without end), and at most 1 MiB.
+constexpr std::size_t kMaxConfigBytes = 1 << 20;
+
 std::string readConfigFile(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd) throw UsageError("cannot open config file '" + path + "': " + errnoText(errno));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0)
+        throw UsageError("cannot read config file '" + path + "': " + errnoText(errno));
+    if (!S_ISREG(st.st_mode)) throw UsageError("config file '" + path + "' is not a regular file");
     std::string text;
     char buffer[4096];
     for (;;) {
@@ -192,6 +201,9 @@ std::string readConfigFile(const std::string& path) {
         if (count == 0) return text;
         if (count > 0) {
             text.append(buffer, static_cast<std::size_t>(count));
+            if (text.size() > kMaxConfigBytes)
+                throw UsageError("config file '" + path + "' is larger than " +
+                                 std::to_string(kMaxConfigBytes) + " bytes");
         } else if (errno != EINTR) {
             throw UsageError("cannot read config file '" + path + "': " + errnoText(errno));
         }

@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "common/Error.h"
-#include "common/UniqueFd.h"
 #include "audit/DirectLogWriter.h"
 #include "audit/LogBuffer.h"
+#include "audit/SealChain.h"
+#include "common/Error.h"
+#include "common/Groups.h"
+#include "common/UniqueFd.h"
 #include "relay/Capabilities.h"
 #include "relay/SocketOptions.h"
 
@@ -72,27 +74,19 @@ void checkAuditDir(const std::string& dir, std::vector<std::string>& problems) {
         problems.push_back(label + ": not readable and writable by this user: " + errnoText(errno));
 }
 
+// The daemon's own loader, so that the check and the start apply the same rules (SealChain.h).
 void checkKeyFile(const std::string& path, std::vector<std::string>& problems) {
-    const std::string label = "--audit-hmac-key-file " + path;
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!fd) {
-        problems.push_back(label + ": " + errnoText(errno));
-        return;
+    try {
+        audit::ChainKey::fromFile(path, audit::KeyFileUse::Daemon);
+    } catch (const std::exception& error) {
+        problems.push_back(error.what());
     }
-    struct stat status {};
-    if (::fstat(fd.get(), &status) != 0 || !S_ISREG(status.st_mode))
-        problems.push_back(label + ": not a regular file");
-    else if (status.st_size == 0)
-        problems.push_back(label + ": empty");
 }
 
 void checkGroup(const char* option, const std::string& name, std::vector<std::string>& problems) {
     if (name.empty()) return;
-    group entry{};
-    group* found = nullptr;
-    std::vector<char> buffer(16384);
-    int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
-    if (found == nullptr)
+    int rc = 0;
+    if (!findGroup(name, rc))
         problems.push_back(std::string(option) + " " + name + ": no such group" +
                            (rc != 0 ? " (" + errnoText(rc) + ")" : ""));
 }

@@ -178,6 +178,12 @@ void DaemonControl::status(admin::StatusResponse& out) {
     for (const auto& [kind, count] : snapshot.auditErrors) errors += count;
     audit->set_errors(errors);
     audit->set_lost_bytes(snapshot.auditLostBytes);
+    for (const auto& head : relay_.auditHeads()) {
+        auto* entry = audit->add_heads();
+        entry->set_worker(head.worker);
+        entry->set_index_file(head.indexFile);
+        entry->set_digest(audit::digestHex(head.digest));
+    }
     out.set_xdp_enabled(edge_.enabled());
 }
 

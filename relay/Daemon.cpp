@@ -14,24 +14,25 @@
 #include <thread>
 #include <vector>
 
-#include "common/Error.h"
-#include "common/Log.h"
-#include "common/ServiceNotifier.h"
+#include "admin/AdminServer.h"
 #include "audit/AuditDirectory.h"
 #include "audit/AuditWriter.h"
 #include "audit/Crc32c.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
+#include "common/Error.h"
+#include "common/Groups.h"
+#include "common/Log.h"
+#include "common/Ring.h"
+#include "common/ServiceNotifier.h"
+#include "datapath/Failpoints.h"
 #include "metrics/HttpServer.h"
 #include "metrics/MetricsExposer.h"
-#include "admin/AdminServer.h"
 #include "relay/Capabilities.h"
-#include "relay/ConfigCheck.h"
 #include "relay/Config.h"
+#include "relay/ConfigCheck.h"
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
-#include "common/Ring.h"
-#include "datapath/Failpoints.h"
 #include "relay/FdBudget.h"
 #include "relay/Relay.h"
 #include "relay/Reloader.h"
@@ -61,9 +62,9 @@ FdBudget raiseFdLimit(std::uint64_t wantedConnections, unsigned workers, std::si
                                         " per connection): raise LimitNOFILE"));
     if (budget.connections < wantedConnections)
         logWarn("--max-connections ", wantedConnections, " needs ",
-                wantedConnections * budget.perConnection + budget.reserved,
-                " file descriptors (", budget.perConnection, " per connection) but the limit is ",
-                limit.rlim_cur, ": at most ", budget.connections,
+                wantedConnections * budget.perConnection + budget.reserved, " file descriptors (",
+                budget.perConnection, " per connection) but the limit is ", limit.rlim_cur,
+                ": at most ", budget.connections,
                 " connections will be accepted, the rest refused (raise LimitNOFILE)");
     else
         logInfo("file descriptors: limit ", limit.rlim_cur, ", ", budget.perConnection,
@@ -130,6 +131,15 @@ std::uint64_t firstIdPastLease(const audit::AuditDirectory& held, std::uint64_t 
     return pastLog + skip;
 }
 
+// --audit-group's gid (nullopt: the daemon's own group). The configuration check found it.
+std::optional<gid_t> auditGroup(const Config& config) {
+    if (config.auditGroup.empty()) return std::nullopt;
+    int error = 0;
+    auto group = findGroup(config.auditGroup, error);
+    if (!group) throw UsageError("--audit-group " + config.auditGroup + ": no such group");
+    return group->gid;
+}
+
 // Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
 // `held`: the directory, locked by this process (null when audit is off).
 AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId,
@@ -139,7 +149,11 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     start.firstSegment.assign(workers, 1);
     firstConnectionId = 1;
     if (held == nullptr) return start;
-    auto report = audit::recoverAuditDirectory(*held, nullptr);
+    // Loaded once: recovery, every writer and retention seal with the same key.
+    if (!config.auditHmacKeyFile.empty())
+        start.chainKey =
+            audit::ChainKey::fromFile(config.auditHmacKeyFile, audit::KeyFileUse::Daemon);
+    auto report = audit::recoverAuditDirectory(*held, start.chainKey.get());
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
@@ -177,13 +191,14 @@ sigset_t controlSignals() {
 // every 10 s, since a run lists and stats every segment (sealed segments' summaries are cached,
 // the current ones' indexes are read again). What it deleted is logged once a minute, summed.
 class RetentionJob {
-public:
-  explicit RetentionJob(const Config& config)
-      : policy_{config.auditRetentionBytes, config.auditRetentionHours,
-                config.auditWriter == AuditWriterKind::Direct} {
-      if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
-          planner_.emplace(config.auditDir);
-  }
+  public:
+    // `chainKey`: the writers' key, for the retention log's chained entries.
+    RetentionJob(const Config& config, std::shared_ptr<const audit::ChainKey> chainKey)
+        : policy_{config.auditRetentionBytes, config.auditRetentionHours,
+                  config.auditWriter == AuditWriterKind::Direct} {
+        if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
+            planner_.emplace(config.auditDir, std::move(chainKey));
+    }
     // Called about once a second.
     void tick() {
         if (!planner_) return;
@@ -231,9 +246,10 @@ public:
 
 // Serves signals until a drain is asked for; then drains and stops the relay.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
-                  ServiceNotifier& notifier, MetricsExposer* metrics) {
+                  ServiceNotifier& notifier, MetricsExposer* metrics,
+                  std::shared_ptr<const audit::ChainKey> chainKey) {
     auto signals = controlSignals();
-    RetentionJob retention(startConfig);
+    RetentionJob retention(startConfig, std::move(chainKey));
     auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
     for (;;) {
         siginfo_t info{};
@@ -249,8 +265,8 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                 auto result = reloader.reload("SIGHUP");  // logs the outcome
                 notifier.ready(concat("reloaded: ", result.config.routes.size(), " routes"));
             } catch (const std::exception& error) {
-                notifier.ready(concat("reload failed, running the previous configuration: ",
-                                      error.what()));
+                notifier.ready(
+                    concat("reload failed, running the previous configuration: ", error.what()));
             }
         } else if (sig == SIGTERM || sig == SIGINT) {
             logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
@@ -282,7 +298,8 @@ int checkConfigAndExit(const Config& config) {
         return 1;
     }
     auto report = checkConfiguration(config);
-    for (const auto& warning : report.warnings) std::cerr << "splicegate: warning: " << warning << "\n";
+    for (const auto& warning : report.warnings)
+        std::cerr << "splicegate: warning: " << warning << "\n";
     for (const auto& problem : report.problems) std::cerr << "splicegate: " << problem << "\n";
     if (!report.problems.empty()) return 2;
     std::cout << "splicegate: configuration OK (" << config.routes.size() << " routes)\n";
@@ -356,17 +373,19 @@ int runDaemon(int argc, const char* const* argv) {
         // Locked before recovery and held until exit: a second daemon changes nothing here.
         std::optional<audit::AuditDirectory> auditDirectory;
         if (!config.auditDir.empty()) {
-            auditDirectory.emplace(audit::AuditDirectory::open(config.auditDir));
+            auditDirectory.emplace(
+                audit::AuditDirectory::open(config.auditDir, auditGroup(config)));
             notifier.status("recovering the audit log");
         }
         std::optional<audit::ConnectionIdLease> idLease;  // outlives the relay's workers
         auto auditStart = recoverAudit(config, workers, firstConnectionId,
                                        auditDirectory ? &*auditDirectory : nullptr, idLease);
+        auto chainKey = auditStart.chainKey;
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,
-                " B, pipe budget ", budget == 0 ? std::string("unlimited")
-                                                : std::to_string(budget) + " B");
+                " B, pipe budget ",
+                budget == 0 ? std::string("unlimited") : std::to_string(budget) + " B");
         EdgeControl edge(config);
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
@@ -393,10 +412,10 @@ int runDaemon(int argc, const char* const* argv) {
                 if (admin) snapshot.adminRequests = admin->requestCounts();
                 return snapshot;
             }));
-        notifier.ready(concat("serving ", config.routes.size(), " routes with ", workers,
-                              " workers"));
+        notifier.ready(
+            concat("serving ", config.routes.size(), " routes with ", workers, " workers"));
         if (metrics) metrics->setReady(true);
-        serveSignals(relay, config, reloader, notifier, metrics.get());
+        serveSignals(relay, config, reloader, notifier, metrics.get(), std::move(chainKey));
         // The workers are gone: no id at or past the next was handed out.
         if (idLease) idLease->release(relay.nextConnectionId());
         metricsSource.reset();  // before the relay and the admin server its scrapes read

@@ -15,7 +15,7 @@
 namespace splicegate {
 
 class Relay {
-public:
+  public:
     // Binds the routes' listeners and starts `workerCount` workers on them. Throws (naming the
     // route and address) when a listener cannot be bound or a worker cannot start.
     Relay(const Config& config, unsigned workerCount, RelaySettings settings,
@@ -43,12 +43,13 @@ public:
 
     // Any thread: the data path's counters summed over the workers (for a scrape or status).
     StatsSnapshot snapshot() const;
+    // Each worker's newest audit seal (empty with audit off, or before the first seal).
+    std::vector<audit::SealHead> auditHeads() const { return context_->sealHeads.heads(); }
     // Any thread: runs `task(worker)` on every worker's thread and waits for all of them
     // (bounded by `timeout`). False when a worker did not answer in time.
-    bool onEveryWorker(const std::function<void(Worker&)>& task,
-                       std::chrono::milliseconds timeout);
+    bool onEveryWorker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout);
 
-private:
+  private:
     std::unique_ptr<RelayContext> context_;
     std::vector<std::unique_ptr<Worker>> workers_;
     std::unique_ptr<UpstreamMonitor> upstreamMonitor_;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "audit/ConnectionIdLease.h"
+#include "audit/SealChain.h"
+#include "audit/SealHeads.h"
 #include "common/Ring.h"
 #include "datapath/ChainMover.h"
 #include "datapath/InlineMover.h"
@@ -35,7 +37,7 @@ struct RelaySettings {
     // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
     // while traffic flows, one more busy thread per worker (--sqpoll).
     bool sqpoll = false;
-    bool delayedAck = true;  // --delayed-ack (Config.h)
+    bool delayedAck = true;          // --delayed-ack (Config.h)
     std::string clientCongestion;    // --client-tcp-congestion; empty: the system's
     std::string upstreamCongestion;  // --upstream-tcp-congestion; empty: the system's
     // Audit: empty directory = off.
@@ -65,6 +67,8 @@ struct AuditStart {
     std::vector<std::uint64_t> firstSegment;  // per worker
     // Covers every connection id handed out (null when audit is off); it outlives the relay.
     audit::ConnectionIdLease* idLease = nullptr;
+    // --audit-hmac-key-file, loaded once at start (null: unkeyed chain): every writer's seals.
+    std::shared_ptr<const audit::ChainKey> chainKey;
 };
 
 class RelayContext {
@@ -77,6 +81,7 @@ class RelayContext {
     std::atomic<std::uint64_t> nextConnectionId{1};
     std::atomic<std::uint64_t> activeConnections{0};
     AuditStart auditStart;
+    audit::SealHeads sealHeads;  // each worker's newest seal, for `splicegatectl status`
     RouteIndex routeIndex;
     SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
     // Set by the Relay before any worker starts, constant afterwards: the workers (for handing

@@ -161,9 +161,9 @@ void Worker::setUp() {
         auto first = index_ < context_.auditStart.firstSegment.size()
                          ? context_.auditStart.firstSegment[index_]
                          : 1;
-        auto writer = std::make_unique<audit::AuditWriter>(settings.auditDir, index_, first,
-                                                           settings.auditSegmentBytes,
-                                                           &context_.nextConnectionId);
+        auto writer = std::make_unique<audit::AuditWriter>(
+            settings.auditDir, index_, first, settings.auditSegmentBytes,
+            &context_.nextConnectionId, context_.auditStart.chainKey, &context_.sealHeads);
         auto log = makeAuditLog(settings, std::move(writer), *ring_);
         auto policy = auditPolicy(settings, *log);
         audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);

@@ -4,6 +4,7 @@
 // directory fsync after a new segment's files are created is seen with strace.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -77,7 +78,8 @@ TEST(AuditIntegrityDaemonTest, SecondDaemonOnAHeldDirectoryChangesNothingAndName
 }
 
 TEST(AuditIntegrityDaemonTest, NewSegmentFilesAreFollowedByADirectoryFsync) {
-    ASSERT_EQ(::access("/usr/bin/strace", X_OK), 0) << "strace is missing: tools/install-deps.sh installs it";
+    ASSERT_EQ(::access("/usr/bin/strace", X_OK), 0)
+        << "strace is missing: tools/install-deps.sh installs it";
     TempDir root;
     const std::string auditDir = root.path() + "/audit";
     const std::string trace = root.path() + "/trace";
@@ -133,6 +135,38 @@ TEST(AuditIntegrityDaemonTest, NewSegmentFilesAreFollowedByADirectoryFsync) {
     ASSERT_TRUE(created) << "no creation of the first index seen:\n" << joined(seen);
     EXPECT_TRUE(synced) << "no fsync of the audit directory after the segment was created:\n"
                         << joined(seen);
+}
+
+// --audit-group: the directory (made before the option was set, mode 0700) is given to the group
+// and opened to it, and every segment file the daemon writes is the group's, mode 0640.
+TEST(AuditIntegrityDaemonTest, AuditGroupOwnsTheDirectoryAndItsFiles) {
+    TempDir root;
+    const std::string auditDir = root.path() + "/audit";
+    ASSERT_EQ(::mkdir(auditDir.c_str(), 0700), 0);
+    constexpr gid_t kNogroup = 65534;  // Debian's nogroup, in every base system
+    uint16_t port = pickFreePort();
+    {
+        Daemon daemon(relayArgs(port, {"127.0.0.1:9"},
+                                {"--audit-dir", auditDir, "--audit-group", "nogroup"}, 1));
+        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+        auto stopped = daemon.terminate();
+        ASSERT_TRUE(stopped && stopped->isExit(0)) << daemon.why();
+    }
+    struct stat dir {};
+    ASSERT_EQ(::stat(auditDir.c_str(), &dir), 0);
+    EXPECT_EQ(dir.st_gid, kNogroup);
+    EXPECT_EQ(dir.st_mode & 07777, 0750u);
+    std::size_t segmentFiles = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(auditDir)) {
+        const std::string name = entry.path().filename();
+        if (name.rfind("w00-", 0) != 0) continue;
+        ++segmentFiles;
+        struct stat file {};
+        ASSERT_EQ(::stat(entry.path().c_str(), &file), 0);
+        EXPECT_EQ(file.st_gid, kNogroup) << name;
+        EXPECT_EQ(file.st_mode & 07777, 0640u) << name;
+    }
+    EXPECT_GE(segmentFiles, 2u) << "a data and an index file";
 }
 
 }  // namespace

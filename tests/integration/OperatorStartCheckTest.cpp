@@ -4,6 +4,7 @@
 // start must refuse before any side effect: the listen port stays free and the audit directory
 // is not created.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,8 +46,8 @@ Verdicts checkAndStart(const std::vector<std::string>& args,
 // A one-route configuration on `port` with two workers, then `extra`; no audit, admin socket or
 // metrics listener unless `extra` names them.
 std::vector<std::string> baseArgs(uint16_t port, std::vector<std::string> extra) {
-    std::vector<std::string> args{"--listen", loopback(port), "--upstream", "127.0.0.1:9",
-                                  "--workers", "2"};
+    std::vector<std::string> args{"--listen",    loopback(port), "--upstream",
+                                  "127.0.0.1:9", "--workers",    "2"};
     for (const char* option : {"--audit-dir", "--admin-socket", "--metrics-listen"})
         if (std::find(extra.begin(), extra.end(), option) == extra.end())
             args.insert(args.end(), {option, ""});
@@ -69,8 +70,8 @@ void expectBothRefuse(const Verdicts& verdicts, const std::string& expected, uin
     for (const auto* result : {&verdicts.check, &verdicts.start}) {
         const char* which = result == &verdicts.check ? "--check-config" : "start";
         ASSERT_TRUE(result->status && result->status->isExit(2))
-            << which << ": " << (result->status ? result->status->describe() : "timeout")
-            << ": " << result->err;
+            << which << ": " << (result->status ? result->status->describe() : "timeout") << ": "
+            << result->err;
         auto problems = problemLines(*result);
         ASSERT_EQ(problems.size(), 1u) << which << ": " << result->err;
         EXPECT_NE(problems.front().find(expected), std::string::npos)
@@ -86,8 +87,7 @@ void expectBothRefuse(const Verdicts& verdicts, const std::string& expected, uin
 std::string refusedAlgorithm(std::optional<SysctlOverride>& narrowed) {
     auto allowed = sysctlWords(kAllowedCongestion);
     for (const auto& available : sysctlWords(kAvailableCongestion))
-        if (std::find(allowed.begin(), allowed.end(), available) == allowed.end())
-            return available;
+        if (std::find(allowed.begin(), allowed.end(), available) == allowed.end()) return available;
     const std::string keep = sysctlValue(kDefaultCongestion);
     narrowed.emplace(kAllowedCongestion, keep);
     if (!narrowed->ok()) return "";
@@ -111,8 +111,8 @@ TEST(OperatorStartCheckTest, CongestionControlOutsideTheAllowedListIsRefusedByBo
 TEST(OperatorStartCheckTest, AllowedCongestionControlIsAcceptedByBoth) {
     // reno is on every allowed list.
     uint16_t port = pickFreePort();
-    auto args = baseArgs(port, {"--client-tcp-congestion", "reno", "--upstream-tcp-congestion",
-                                "reno"});
+    auto args =
+        baseArgs(port, {"--client-tcp-congestion", "reno", "--upstream-tcp-congestion", "reno"});
     std::vector<std::string> checkArgs{daemonBinary(), "--check-config"};
     checkArgs.insert(checkArgs.end(), args.begin(), args.end());
     auto check = runProcess(checkArgs);
@@ -124,9 +124,8 @@ TEST(OperatorStartCheckTest, AllowedCongestionControlIsAcceptedByBoth) {
 TEST(OperatorStartCheckTest, MissingAdminGroupIsRefusedByBoth) {
     TempDir dir;
     uint16_t port = pickFreePort();
-    auto verdicts =
-        checkAndStart(baseArgs(port, {"--admin-socket", dir.path() + "/admin.sock",
-                                      "--admin-group", "splicegate-no-such-group"}));
+    auto verdicts = checkAndStart(baseArgs(port, {"--admin-socket", dir.path() + "/admin.sock",
+                                                  "--admin-group", "splicegate-no-such-group"}));
     expectBothRefuse(verdicts, "--admin-group splicegate-no-such-group: no such group", port);
     EXPECT_NE(::access((dir.path() + "/admin.sock").c_str(), F_OK), 0);
 }
@@ -135,9 +134,11 @@ TEST(OperatorStartCheckTest, AdminSocketInAMissingDirectoryIsRefusedByBoth) {
     TempDir dir;
     const std::string socket = dir.path() + "/missing/admin.sock";
     uint16_t port = pickFreePort();
-    auto verdicts = checkAndStart(baseArgs(port, {"--admin-socket", socket, "--admin-group", "root"}));
-    expectBothRefuse(verdicts, "--admin-socket " + socket + ": directory " + dir.path() +
-                                   "/missing: No such file or directory",
+    auto verdicts =
+        checkAndStart(baseArgs(port, {"--admin-socket", socket, "--admin-group", "root"}));
+    expectBothRefuse(verdicts,
+                     "--admin-socket " + socket + ": directory " + dir.path() +
+                         "/missing: No such file or directory",
                      port);
 }
 
@@ -149,8 +150,8 @@ TEST(OperatorStartCheckTest, AuditBufferThatCannotBeMappedIsRefusedByBoth) {
     uint16_t port = pickFreePort();
     auto verdicts = checkAndStart(baseArgs(
         port, {"--audit-dir", audit, "--audit-writer", "direct", "--audit-buffer-bytes", bytes}));
-    expectBothRefuse(verdicts, "--audit-buffer-bytes " + bytes + ": cannot map the buffers of 2 workers",
-                     port);
+    expectBothRefuse(
+        verdicts, "--audit-buffer-bytes " + bytes + ": cannot map the buffers of 2 workers", port);
     EXPECT_NE(::access(audit.c_str(), F_OK), 0) << "the refused start created " << audit;
 }
 
@@ -168,6 +169,90 @@ TEST(OperatorStartCheckTest, PrivilegedPortWithoutTheCapabilityIsRefusedByBoth) 
                          ": port below net.ipv4.ip_unprivileged_port_start (1024) and this "
                          "process lacks CAP_NET_BIND_SERVICE",
                      port);
+}
+
+// Each key file the rules refuse (a key of 32 bytes or more; a regular file owned by root or the
+// daemon's user, mode 0600 or 0400) is exit 2 with one line from both; the start creates no
+// audit directory. A good key is accepted by both.
+TEST(OperatorStartCheckTest, KeyFilesOutsideTheRulesAreRefusedByBoth) {
+    TempDir dir;
+    const std::string key(32, 'k');
+    auto keyFile = [&](const std::string& name, const std::string& bytes, mode_t mode) {
+        std::string path = dir.write(name, bytes);
+        EXPECT_EQ(::chmod(path.c_str(), mode), 0) << path;
+        return path;
+    };
+    const std::string good = keyFile("good.key", key, 0600);
+    const std::string fifo = dir.path() + "/fifo.key";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const std::string link = dir.path() + "/link.key";
+    ASSERT_EQ(::symlink(good.c_str(), link.c_str()), 0);
+    const std::string foreign = keyFile("foreign.key", key, 0600);
+    ASSERT_EQ(::chown(foreign.c_str(), 12345, 12345), 0);
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {keyFile("short.key", std::string(31, 'k'), 0600), "holds 31 bytes"},
+        {keyFile("group.key", key, 0640), "has mode 0640; it must be 0600 or 0400"},
+        {keyFile("world.key", key, 0644), "has mode 0644"},
+        {dir.path() + "/missing.key", "No such file or directory"},
+        {link, "cannot open"},
+        {dir.path(), "is not a regular file"},
+        {fifo, "is not a regular file"},
+        {foreign, "is owned by uid 12345"},
+    };
+    for (const auto& [path, expected] : cases) {
+        SCOPED_TRACE(path);
+        const std::string audit = dir.path() + "/audit";
+        uint16_t port = pickFreePort();
+        auto verdicts =
+            checkAndStart(baseArgs(port, {"--audit-dir", audit, "--audit-hmac-key-file", path}));
+        expectBothRefuse(verdicts, "--audit-hmac-key-file " + path, port);
+        expectBothRefuse(verdicts, expected, port);
+        EXPECT_NE(::access(audit.c_str(), F_OK), 0) << "the refused start created " << audit;
+    }
+    const std::string readOnly = keyFile("readonly.key", key, 0400);
+    for (const auto& path : {good, readOnly}) {
+        uint16_t port = pickFreePort();
+        auto args = baseArgs(port, {"--audit-dir", dir.path() + "/audit-" + std::to_string(port),
+                                    "--audit-hmac-key-file", path});
+        std::vector<std::string> checkArgs{daemonBinary(), "--check-config"};
+        checkArgs.insert(checkArgs.end(), args.begin(), args.end());
+        auto check = runProcess(checkArgs);
+        EXPECT_TRUE(check.status && check.status->isExit(0)) << path << ": " << check.err;
+        Daemon daemon(args, false);
+        EXPECT_TRUE(daemon.waitReady(port)) << daemon.why();
+    }
+}
+
+// A symlinked --audit-dir is named as one (never followed), not "Not a directory".
+TEST(OperatorStartCheckTest, SymlinkedAuditDirectoryIsNamedAsOneByBoth) {
+    TempDir dir;
+    const std::string real = dir.path() + "/real";
+    ASSERT_EQ(::mkdir(real.c_str(), 0750), 0);
+    const std::string link = dir.path() + "/audit";
+    ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+    uint16_t port = pickFreePort();
+    auto verdicts = checkAndStart(baseArgs(port, {"--audit-dir", link}));
+    expectBothRefuse(verdicts, "--audit-dir " + link + ": is a symbolic link", port);
+}
+
+// A --config that is not a regular file (a FIFO would block the start, a reload and SIGTERM
+// behind it; /dev/zero would grow memory without end) or is huge: one line, exit 2, at once.
+TEST(OperatorStartCheckTest, ConfigThatIsNotASmallRegularFileIsRefusedByBoth) {
+    TempDir dir;
+    const std::string fifo = dir.path() + "/splicegate.conf";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const std::string huge = dir.write("huge.conf", std::string(2 << 20, '#'));
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {fifo, "is not a regular file"},
+        {"/dev/zero", "is not a regular file"},
+        {huge, "is larger than 1048576 bytes"},
+    };
+    for (const auto& [path, expected] : cases) {
+        SCOPED_TRACE(path);
+        uint16_t port = pickFreePort();
+        auto verdicts = checkAndStart(baseArgs(port, {"--config", path}));
+        expectBothRefuse(verdicts, "config file '" + path + "' " + expected, port);
+    }
 }
 
 }  // namespace

@@ -803,7 +803,7 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
                              "/usr/share/doc/splicegate/copyright"}) {
         EXPECT_TRUE(installedFiles.count(path)) << path << " not installed:\n" << listed.result.out;
     }
-    EXPECT_EQ(installedFiles.size(), 23u) << listed.result.out;
+    EXPECT_EQ(installedFiles.size(), 24u) << listed.result.out;
 
     // The binaries run.
     for (const auto& [binary, name] : std::vector<std::pair<std::string, std::string>>{

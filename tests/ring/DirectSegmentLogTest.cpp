@@ -338,7 +338,8 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothin
 
 // Retention leaves a deleted segment's data file as one of the worker's spares; the next segment
 // created ahead takes it (renamed, the same inode) instead of a new file. The spare's stale bytes
-// past what the segment writes are cut at the roll, and everything reads back exactly. With every
+// past what the segment writes are cut at its seal, and until then the file is 0600: no byte of
+// a deleted segment is readable by the audit group. Everything reads back exactly. With every
 // slot empty the creation after it makes a new file.
 TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytesAreCut) {
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
@@ -361,12 +362,19 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytes
         EXPECT_TRUE(createdAhead(log, 2)) << "segment 2 is created ahead";
         auto second = statIfAny(segmentPath(2, ".data"));
         EXPECT_EQ(second.st_ino, spareInode) << "segment 2's data file is the spare";
-        EXPECT_EQ(second.st_mode & 07777, 0640u) << "a segment's mode again";
+        EXPECT_EQ(second.st_mode & 07777, 0600u)
+            << "not the audit group's while it holds a deleted segment's bytes";
         EXPECT_FALSE(std::filesystem::exists(spare));
         EXPECT_EQ(second.st_size, static_cast<off_t>(3 * kSegmentBytes)) << "kept until the cut";
         send(log, 1, bytes.substr(kSegmentBytes / 2 + 1000), 30000);  // into segment 3
         ASSERT_EQ(log.recordClose(1, bytes.size(), 0, "client-closed"), 0);
-        EXPECT_TRUE(driveUntil(log, [&] { return sealed(2); }));
+        // The seal's last step (the index's sync) ends before the cut: wait for both.
+        EXPECT_TRUE(driveUntil(log, [&] {
+            return sealed(2) && (statIfAny(segmentPath(2, ".data")).st_mode & 07777) == 0640;
+        }));
+        auto sealedSpare = statIfAny(segmentPath(2, ".data"));
+        EXPECT_EQ(sealedSpare.st_mode & 07777, 0640u) << "cut at its seal: a segment's mode again";
+        EXPECT_LE(sealedSpare.st_size, static_cast<off_t>(kSegmentBytes + 30000));
         auto third = statIfAny(segmentPath(3, ".data"));
         EXPECT_NE(third.st_ino, 0u) << "no spare left: segment 3 is a new file";
         EXPECT_NE(third.st_ino, spareInode);

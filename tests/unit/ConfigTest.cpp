@@ -797,7 +797,7 @@ const BadInput kBadInputs[] = {
      routeAnd({"--config", "@DIR@/missing.conf"}),
      nullptr,
      {"missing.conf", "No such file or directory"}},
-    {"FileIsADirectory", routeAnd({"--config", "@DIR@"}), nullptr, {"Is a directory"}},
+    {"FileIsADirectory", routeAnd({"--config", "@DIR@"}), nullptr, {"is not a regular file"}},
     // Operator options.
     {"BadLane",
      routeAnd({"--lane", "fast"}),

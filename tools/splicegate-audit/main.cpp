@@ -162,7 +162,7 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
 
 int runVerify(const std::string& dir, const std::string& keyFile) {
     std::shared_ptr<const ChainKey> key;
-    if (!keyFile.empty()) key = ChainKey::fromFile(keyFile);
+    if (!keyFile.empty()) key = ChainKey::fromFile(keyFile, KeyFileUse::Verifier);
     auto summary = verifyDirectory(
         dir, [](const std::string& line) { std::cout << line << "\n"; }, key.get());
     std::cout.flush();

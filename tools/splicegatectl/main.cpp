@@ -305,6 +305,9 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
         facts.add({"audit bytes", std::to_string(a.bytes()) + " written, " +
                                       std::to_string(a.errors()) + " errors, " +
                                       std::to_string(a.lost_bytes()) + " lost"});
+        for (const auto& head : a.heads())
+            facts.add({"audit head w" + std::to_string(head.worker()),
+                       head.index_file() + " digest=" + head.digest()});
     } else {
         facts.add({"audit", "off"});
     }
