@@ -102,8 +102,11 @@ TEST(AuditKeyDaemonTest, ARestartContinuesTheKeyedChain) {
         ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
         echoOnce(port, 21 + run, 65'537);
         ASSERT_TRUE(daemon.terminate(milliseconds(20000))) << daemon.why();
-        // The stop seals the current segment, with the key.
+        // The stop seals the current segment, with the key, and cuts its data file to its last
+        // byte: the next start finds nothing to cut or seal.
         EXPECT_GE(sealLines(daemon.log()).size(), 1u) << daemon.log();
+        EXPECT_TRUE(grepLines(daemon.log(), "unindexed bytes").empty()) << daemon.log();
+        EXPECT_TRUE(grepLines(daemon.log(), "audit recovery").empty()) << daemon.log();
     }
     auto verify = verifyWithKey(auditDir, key);
     ASSERT_TRUE(verify.status);
