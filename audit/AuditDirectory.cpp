@@ -234,11 +234,26 @@ AuditDirectoryCheck checkAuditDirectory(const std::string& path, std::optional<g
     } else if (lockFd >= 0) {
         UniqueFd lockFile(lockFd);
         struct flock query {};
-        query.l_type = F_WRLCK;
+        // Asking about a read lock finds only a write lock, which needs the file open for
+        // writing: the daemon's (AuditDirectory::open). A reader of the log (the audit group) can
+        // take a read lock but must not pass for the daemon, since verify lets a running
+        // daemon's newest segments be incomplete.
+        query.l_type = F_RDLCK;
         query.l_whence = SEEK_SET;
         // F_OFD_GETLK only asks: it takes nothing, so a daemon starting now is not disturbed.
-        if (::fcntl(lockFile.get(), F_OFD_GETLK, &query) == 0 && query.l_type != F_UNLCK)
-            check.holderPid = lockHolder(lockFile.get());
+        struct stat lockSt {};
+        if (::fcntl(lockFile.get(), F_OFD_GETLK, &query) == 0 && query.l_type == F_WRLCK) {
+            // That holds only while nobody else can open the file for writing.
+            if (::fstat(lockFile.get(), &lockSt) == 0 && S_ISREG(lockSt.st_mode) &&
+                lockSt.st_uid == st.st_uid && (lockSt.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+                check.holderPid = lockHolder(lockFile.get());
+            else
+                check.problems.push_back(
+                    path + "/" + kLockFileName + " is locked, but it is writable by its group or "
+                    "others or not owned by the directory's owner (mode " + octal(lockSt.st_mode) +
+                    ", uid " + std::to_string(lockSt.st_uid) +
+                    "): its lock does not tell that the daemon holds the directory");
+        }
     }
     return check;
 }

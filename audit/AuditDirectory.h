@@ -86,7 +86,10 @@ class AuditDirectory {
 
 struct AuditDirectoryCheck {
     std::vector<std::string> problems;  // one line each, naming the directory
-    std::optional<long> holderPid;      // a running daemon holds it (not a problem in itself)
+    // A running daemon holds it (not a problem in itself): its lock file is write-locked, which
+    // needs it open for writing (the daemon's user; the file is 0640). A read lock, which
+    // anyone who can read the log can take, does not count.
+    std::optional<long> holderPid;
 };
 
 // For --check-config: the same checks as AuditDirectory::open, read-only (creates, changes and

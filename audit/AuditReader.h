@@ -205,6 +205,18 @@ void copyFileRange(int inFd, std::uint64_t offset, std::uint64_t length, int out
 
 // ---- verify
 
+// The newest chained seal of one worker's chain: what `--expect-head` compares, and the value
+// the daemon logs as `audit seal FILE digest=HEX` when it writes that seal.
+struct WorkerHead {
+    unsigned worker = 0;
+    std::uint64_t segment = 0;
+    std::string indexPath;
+    Digest digest{};
+    // The digest was recomputed (an unkeyed seal, or a keyed one with --key-file); a keyed seal
+    // read without the key only names its predecessor.
+    bool checked = false;
+};
+
 struct VerifySummary {
     std::uint64_t problems = 0;
     std::uint64_t sealedSegments = 0;       // chained seals checked
@@ -216,13 +228,30 @@ struct VerifySummary {
     std::uint64_t records = 0;
     std::uint64_t connections = 0;
     std::uint64_t chunkBytes = 0;
+    // Keyed seals and retention entries read without --key-file: their links were checked, not
+    // their digests. `keyId` is the first one's key id.
+    std::uint64_t uncheckedKeyedSeals = 0;
+    std::optional<KeyId> keyId;
+    // Segments treated as a running daemon's live ones (FORMAT.md "verify"), each also passed to
+    // VerifyOptions::onNote; `daemonPid` is the holder of the directory's write lock.
+    std::uint64_t liveSegments = 0;
+    std::optional<long> daemonPid;
+    std::vector<WorkerHead> heads;  // one per worker with a chained seal, by worker
 };
 
 struct VerifyOptions {
-    const ChainKey* key = nullptr;  // --key-file (null: the log must be unkeyed)
+    // --key-file. With it every segment of every chain must carry a seal made with this key;
+    // without it keyed seals are accepted unchecked (their links are still checked).
+    const ChainKey* key = nullptr;
     // Called before each listed segment is opened: a test's way to let retention delete
     // segments while verify walks a live directory.
     std::function<void(unsigned worker, std::uint64_t segment)> beforeSegment;
+    // --expect-head: each digest must be the digest of a seal in some worker's chain (or of a
+    // segment the retention log records as deleted); one that is not is a problem.
+    std::vector<Digest> expectedHeads;
+    // Lines that are not problems but say what was not checked: a keyed log read without the
+    // key, a live segment of the running daemon. Null: not reported.
+    std::function<void(const std::string&)> onNote;
 };
 
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -75,6 +76,25 @@ struct ConnectionCheck {
     std::uint64_t bytes[2] = {0, 0};
 };
 
+// How a chained seal or retention entry was made: without a key, or with the key of `id`.
+struct Keying {
+    std::uint8_t kind = kChainSha256;
+    KeyId id{};
+    bool operator==(const Keying&) const = default;
+};
+
+std::string keyingText(const Keying& keying) {
+    return keying.kind == kChainHmacSha256 ? "with key id " + hexText(keying.id.data(), keying.id.size())
+                                           : std::string("without a key");
+}
+
+// Where a chain's first chained seal (or retention entry) is, and how it was made.
+struct FirstKeying {
+    Keying keying;
+    std::string path;
+    std::uint64_t offset = 0;
+};
+
 // What verify knows of one worker's chain while it walks the worker's segments.
 struct WorkerChain {
     bool seen = false;          // a segment of this worker was read
@@ -82,10 +102,18 @@ struct WorkerChain {
     std::uint64_t segment = 0;  // the previous segment's number
     std::string indexPath;      // and its index file
     Digest digest{};
+    // Of the whole chain so far (kept from segment to segment):
+    std::optional<FirstKeying> first;  // its first chained seal
+    std::optional<Keying> last;        // its newest chained seal's keying
+    std::string lastPath;              // and that seal's index file
 };
 
 std::string shortHex(const Digest& digest) {
     return hexText(digest.data(), 8) + "...";
+}
+
+std::string fullHex(const Digest& digest) {
+    return hexText(digest.data(), digest.size());
 }
 
 class Verifier {
@@ -95,7 +123,9 @@ class Verifier {
         : dir_(dir),
           onProblem_(onProblem),
           key_(options.key),
-          beforeSegment_(options.beforeSegment) {}
+          beforeSegment_(options.beforeSegment),
+          expectedHeads_(options.expectedHeads),
+          onNote_(options.onNote) {}
 
     VerifySummary run() {
         UniqueFd dirFd = openDirectory(dir_);
@@ -103,7 +133,10 @@ class Verifier {
         // The listing first, then the retention log: retention records a deletion before it
         // deletes, so the log read now names every segment missing from the listing.
         auto segments = listSegments(dirFd_, dir_);
-        daemonRunning_ = checkAuditDirectory(dir_).holderPid.has_value();
+        // Only the daemon can hold the lock that makes the newest segments live (a write lock,
+        // AuditDirectory.h): a reader of the log cannot make verify look away from them.
+        summary_.daemonPid = checkAuditDirectory(dir_).holderPid;
+        daemonRunning_ = summary_.daemonPid.has_value();
         retentionLog(true);
         heads_ = DeletedHeads(deleted_);
         // A running daemon's current segments are sealed only when they roll or it stops, and
@@ -137,11 +170,23 @@ class Verifier {
                 }
                 // An unreadable file is one problem; the other segments are still checked.
                 report(files.indexPath, 0, error.what());
-                chains_[files.worker] =
-                    WorkerChain{true, false, files.segment, files.indexPath, {}};
+                auto& chain = chains_[files.worker];
+                chain.seen = true;
+                chain.known = false;
+                chain.segment = files.segment;
+                chain.indexPath = files.indexPath;
             }
         }
         if (indexed == 0) report(dir_, 0, "no audit log here (no segment index file)");
+        if (key_ == nullptr) keyingAcrossChains();
+        expectedHeads();
+        if (summary_.keyId && key_ == nullptr)
+            note(dir_ + ": the log is keyed (HMAC-SHA256, key id " +
+                 hexText(summary_.keyId->data(), summary_.keyId->size()) +
+                 "); without --key-file only its unkeyed parts were checked (records, CRCs, "
+                 "payloads, and that every seal names its predecessor's digest), not the " +
+                 std::to_string(summary_.uncheckedKeyedSeals) + " keyed digests");
+        for (const auto& [worker, head] : chainHeads_) summary_.heads.push_back(head);
         summary_.connections = connections_.size();
         return summary_;
     }
@@ -152,16 +197,25 @@ class Verifier {
         onProblem_(placeText(file, offset, what));
     }
 
-    // Says what is wrong with a chained record's key, or empty when it matches --key-file.
+    void note(const std::string& line) const {
+        if (onNote_) onNote_(line);
+    }
+
+    // Without --key-file a keyed seal's digest cannot be recomputed, only its link: the log is
+    // then reported as keyed once (run()), and its first key id kept.
+    void uncheckedKeyed(const Record& record) {
+        ++summary_.uncheckedKeyedSeals;
+        if (!summary_.keyId) summary_.keyId = record.keyId;
+    }
+
+    // Says what is wrong with a chained record's key, or empty when it matches --key-file (or,
+    // without --key-file, always empty: how the log was keyed is checked by keyingChange).
     std::string keyProblem(const Record& record) const {
-        if (record.chainKind == kChainHmacSha256 && key_ == nullptr)
-            return "sealed with an HMAC key (key id " +
-                   hexText(record.keyId.data(), record.keyId.size()) +
-                   "): verify it with --key-file";
-        if (record.chainKind == kChainSha256 && key_ != nullptr)
+        if (key_ == nullptr) return {};
+        if (record.chainKind == kChainSha256)
             return "sealed without a key, but --key-file was given: whoever wrote it did not "
                    "have the key";
-        if (key_ != nullptr && record.keyId != key_->id())
+        if (record.keyId != key_->id())
             return "sealed with another key (key id " +
                    hexText(record.keyId.data(), record.keyId.size()) + ", --key-file's is " +
                    hexText(key_->id().data(), key_->id().size()) + "): wrong key";
@@ -170,10 +224,11 @@ class Verifier {
 
     // A data file stands alone for a moment twice in a segment's life: a writer creates it before
     // the index, and retention unlinks the index before it (a deletion it recorded first).
-    bool dataAloneExpected(const SegmentFiles& files) const {
+    bool dataAloneExpected(const SegmentFiles& files) {
         if (recordsDeletion(deleted_, files)) return true;
         auto live = liveSegment_.find(files.worker);
-        return daemonRunning_ && live != liveSegment_.end() && files.segment >= live->second;
+        return daemonRunning_ && live != liveSegment_.end() && files.segment >= live->second &&
+               passesAsLive(files, files.dataPath);
     }
 
     // A listed segment's file is gone (opening it gave ENOENT). Retention deleted it while verify
@@ -196,6 +251,7 @@ class Verifier {
     // Its problems are reported on the first reading only.
     void retentionLog(bool reportProblems) {
         deleted_.clear();
+        retentionKeying_.reset();
         summary_.deletedByRetention = 0;
         std::string path = (dir_.back() == '/' ? dir_ : dir_ + "/") + kRetentionLogName;
         auto logProblem = [&](const std::string& file, std::uint64_t offset,
@@ -217,7 +273,12 @@ class Verifier {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) return;
             // A running daemon's retention may be appending an entry as it is read.
-            if (status == IndexReader::Status::Torn && daemonRunning_) return;
+            if (status == IndexReader::Status::Torn && daemonRunning_) {
+                if (reportProblems)
+                    note(path + ": entry being appended by the running daemon (pid " +
+                         std::to_string(*summary_.daemonPid) + "), not checked");
+                return;
+            }
             if (status != IndexReader::Status::Record) {
                 logProblem(
                     path,
@@ -236,10 +297,29 @@ class Verifier {
                 logProblem(path, offset, "retention entry " + problem);
                 return;
             }
-            ChainHasher hasher(key_);
-            hasher.update(reader.recordData() + kRecordHeaderSize,
-                          reader.recordSize() - kRecordHeaderSize - Digest{}.size());
-            if (hasher.finish() != record.entryMac || record.prevDigest != previous) {
+            Keying keying{record.chainKind, record.keyId};
+            if (key_ == nullptr && retentionKeying_ && retentionKeying_->keying != keying) {
+                logProblem(path, offset,
+                           "retention entry for worker " + std::to_string(record.worker) +
+                               " made " + keyingText(keying) + ", but the log's first entry was " +
+                               keyingText(retentionKeying_->keying) +
+                               ": entries of one daemon share its key, so this one was forged");
+                return;
+            }
+            if (!retentionKeying_) retentionKeying_ = FirstKeying{keying, path, offset};
+            // Without the key a keyed entry's mac cannot be recomputed; that it names the
+            // previous entry's can still be checked.
+            bool checkable = record.chainKind == kChainSha256 || key_ != nullptr;
+            bool macOk = true;
+            if (checkable) {
+                ChainHasher hasher(key_);
+                hasher.update(reader.recordData() + kRecordHeaderSize,
+                              reader.recordSize() - kRecordHeaderSize - Digest{}.size());
+                macOk = hasher.finish() == record.entryMac;
+            } else if (reportProblems) {
+                uncheckedKeyed(record);
+            }
+            if (!macOk || record.prevDigest != previous) {
                 logProblem(path, offset,
                            "retention entry for worker " + std::to_string(record.worker) +
                                " segments " + std::to_string(record.firstSegment) + ".." +
@@ -265,6 +345,104 @@ class Verifier {
     bool isLive(const SegmentFiles& files) const {
         auto it = liveSegment_.find(files.worker);
         return it != liveSegment_.end() && files.segment + 1 >= it->second;
+    }
+
+    // Whether `path`, a file of `files`, may be incomplete as one of the running daemon's live
+    // segments; if so it is named (once), so that nothing verify let pass goes unsaid.
+    bool passesAsLive(const SegmentFiles& files, const std::string& path) {
+        if (!isLive(files)) return false;
+        if (liveNoted_.insert(path).second) {
+            ++summary_.liveSegments;
+            note(path + ": live segment of the running daemon (pid " +
+                 std::to_string(*summary_.daemonPid) + "), not checked to its end");
+        }
+        return true;
+    }
+
+    // Without --key-file: a chained seal made otherwise than the worker's previous one. One
+    // daemon seals with one key (or none), so a change within a chain means that someone
+    // re-sealed segments, with a key of their own or none.
+    void keyingChange(const SegmentFiles& files, std::uint64_t offset, WorkerChain& chain,
+                      const Keying& keying) {
+        if (!chain.first) chain.first = FirstKeying{keying, files.indexPath, offset};
+        if (chain.last && *chain.last != keying)
+            report(files.indexPath, offset,
+                   "segment sealed " + keyingText(keying) + ", but the previous sealed segment " +
+                       baseName(chain.lastPath) + " of worker " + std::to_string(files.worker) +
+                       " is sealed " + keyingText(*chain.last) +
+                       ": one chain is sealed with one key, so these segments were re-sealed by "
+                       "someone else (--key-file tells which)");
+        chain.last = keying;
+        chain.lastPath = files.indexPath;
+    }
+
+    // Without --key-file, across chains: all workers (and the retention log) of a keyed log are
+    // sealed with the daemon's one key. A chain that begins otherwise was re-sealed whole.
+    void keyingAcrossChains() {
+        if (!summary_.keyId) return;
+        Keying logKeying{kChainHmacSha256, *summary_.keyId};
+        auto check = [&](const FirstKeying& first, const std::string& what) {
+            if (first.keying == logKeying) return;
+            report(first.path, first.offset,
+                   what + " is sealed " + keyingText(first.keying) +
+                       ", but the log is keyed (key id " +
+                       hexText(summary_.keyId->data(), summary_.keyId->size()) +
+                       ") and a daemon seals every chain with its one key: this chain was "
+                       "re-sealed by someone else");
+        };
+        for (const auto& [worker, chain] : chains_)
+            if (chain.first) check(*chain.first, "worker " + std::to_string(worker) + "'s chain");
+        if (retentionKeying_) check(*retentionKeying_, "the retention log");
+    }
+
+    // --expect-head: each digest must be a seal of some chain, or of a segment the retention
+    // log records as deleted; a chain that no longer reaches it lost its newest segments.
+    void expectedHeads() {
+        for (const auto& expected : expectedHeads_) {
+            auto seen = sealsSeen_.find(expected);
+            if (seen != sealsSeen_.end()) {
+                if (!seen->second.checked)
+                    note(seen->second.path + ": --expect-head " + fullHex(expected) +
+                         " is this segment's seal, whose digest was not checked (keyed, and no "
+                         "--key-file)");
+                continue;
+            }
+            bool deleted =
+                std::any_of(deleted_.begin(), deleted_.end(), [&](const RetentionLogEntry& entry) {
+                    return entry.lastDigest == expected;
+                });
+            if (deleted) continue;
+            std::string ends;
+            for (const auto& [worker, head] : chainHeads_)
+                ends += (ends.empty() ? "" : ", ") + baseName(head.indexPath) + " digest=" +
+                        shortHex(head.digest);
+            report(dir_, 0,
+                   "--expect-head " + fullHex(expected) +
+                       ": no worker's chain has a seal with this digest (the chains end at " +
+                       (ends.empty() ? std::string("no chained seal") : ends) +
+                       "): the segments up to that seal were deleted or replaced");
+        }
+    }
+
+    // A seal without a chain (format version 2). Logs are upgraded, never downgraded: only a
+    // segment written in the old format, before any chained one of its worker, may have one.
+    std::string olderSealProblem(unsigned worker, std::uint32_t version,
+                                 const WorkerChain& chain) const {
+        const std::string what = "sealed in an older format (a version-2 seal, without hash chain)";
+        if (key_ != nullptr)
+            return what +
+                   ", but --key-file was given: with a key every segment must be sealed with it, "
+                   "or anyone could rewrite this segment and seal it again";
+        if (version >= kFirstChainedVersion)
+            return what + " although it is a version-" + std::to_string(version) +
+                   " segment, which writers and recovery seal into the chain: its seal was "
+                   "replaced";
+        if (chain.first)
+            return what + " after chained segments of worker " + std::to_string(worker) +
+                   " (from " +
+                   baseName(chain.first->path) +
+                   "): a log is upgraded, never downgraded, so this segment was sealed again";
+        return {};
     }
 
     void checkLink(const SegmentFiles& files, std::uint64_t offset, const Record& seal) {
@@ -313,17 +491,23 @@ class Verifier {
         if (key_ != nullptr) keyed.emplace(key_);
         auto& chain = chains_[files.worker];
         auto finishChain = [&](bool known, const Digest& digest) {
-            chain = WorkerChain{true, known, files.segment, index, digest};
+            chain.seen = true;
+            chain.known = known;
+            chain.segment = files.segment;
+            chain.indexPath = index;
+            chain.digest = digest;
         };
         for (;;) {
             auto status = reader.next(record);
             if (status == IndexReader::Status::End) {
                 // A running daemon creates its next segment ahead, and writes a new segment's
-                // SegmentStart with its first records.
-                if (first && !isLive(files))
+                // SegmentStart with its first records. With a key an old segment must be sealed
+                // too: unsealed, anyone could have rewritten it.
+                if (first && !passesAsLive(files, index))
                     report(index, 0, "empty index file (no SegmentStart record)");
-                if (!sealed && !first && !damaged && version >= kFirstChainedVersion &&
-                    !isLive(files))
+                if (!sealed && !first && !damaged &&
+                    (version >= kFirstChainedVersion || key_ != nullptr) &&
+                    !passesAsLive(files, index))
                     report(index, reader.goodEnd(),
                            "the segment is not sealed: its records are not covered by the hash "
                            "chain (the running daemon's current segment, or a crash not yet "
@@ -333,7 +517,7 @@ class Verifier {
             }
             if (status == IndexReader::Status::Torn) {
                 // A running daemon's segment: a record being written as it was read.
-                if (!isLive(files)) report(index, reader.goodEnd(), reader.problem());
+                if (!passesAsLive(files, index)) report(index, reader.goodEnd(), reader.problem());
                 if (!sealed) finishChain(false, {});
                 return;
             }
@@ -386,7 +570,8 @@ class Verifier {
                     break;
                 case RecordType::SegmentSealed:
                     if (!sealed)
-                        seal(files, offset, record, reader, damaged, plain, keyed, finishChain);
+                        seal(files, offset, record, reader, damaged, version, plain, keyed,
+                             finishChain);
                     sealed = true;
                     break;
                 case RecordType::SegmentsDeleted:
@@ -409,26 +594,41 @@ class Verifier {
 
     template <typename Finish>
     void seal(const SegmentFiles& files, std::uint64_t offset, const Record& record,
-              const IndexReader& reader, bool damaged, ChainHasher& plain,
+              const IndexReader& reader, bool damaged, std::uint32_t version, ChainHasher& plain,
               std::optional<ChainHasher>& keyed, Finish& finishChain) {
+        auto& chain = chains_[files.worker];
         if (!record.chained) {
+            if (auto problem = olderSealProblem(files.worker, version, chain); !problem.empty())
+                report(files.indexPath, offset, "segment " + problem);
             finishChain(true, Digest{});  // an old segment: a later chain starts from zero
             return;
         }
         ++summary_.sealedSegments;
         const std::uint8_t* body = reader.recordData() + kRecordHeaderSize;
+        WorkerHead head{files.worker, files.segment, files.indexPath, record.digest, false};
         if (auto problem = keyProblem(record); !problem.empty()) {
             report(files.indexPath, offset, "segment " + problem);
+            chainHeads_[files.worker] = head;
             finishChain(true, record.digest);
             return;
         }
-        ChainHasher& hasher = record.chainKind == kChainHmacSha256 ? *keyed : plain;
-        hasher.update(body, kSealDigestedBodyBytes);
-        if (!damaged && hasher.finish() != record.digest)
-            report(files.indexPath, offset,
-                   "the seal's digest does not match the segment's records: a record was "
-                   "altered, removed, inserted or reordered");
+        if (key_ == nullptr)
+            keyingChange(files, offset, chain, Keying{record.chainKind, record.keyId});
+        if (record.chainKind == kChainHmacSha256 && key_ == nullptr) {
+            uncheckedKeyed(record);
+        } else {
+            ChainHasher& hasher = record.chainKind == kChainHmacSha256 ? *keyed : plain;
+            hasher.update(body, kSealDigestedBodyBytes);
+            bool matches = hasher.finish() == record.digest;
+            if (!damaged && !matches)
+                report(files.indexPath, offset,
+                       "the seal's digest does not match the segment's records: a record was "
+                       "altered, removed, inserted or reordered");
+            head.checked = !damaged && matches;
+        }
         checkLink(files, offset, record);
+        chainHeads_[files.worker] = head;
+        sealsSeen_.emplace(record.digest, SealSeen{files.indexPath, head.checked});
         finishChain(true, record.digest);
     }
 
@@ -547,13 +747,23 @@ class Verifier {
     const std::function<void(const std::string&)>& onProblem_;
     const ChainKey* key_;
     std::function<void(unsigned, std::uint64_t)> beforeSegment_;
+    const std::vector<Digest>& expectedHeads_;
+    std::function<void(const std::string&)> onNote_;
     int dirFd_ = -1;
-    bool daemonRunning_ = false;  // a splicegate process holds the directory
+    bool daemonRunning_ = false;  // a daemon holds the directory's write lock
+    std::set<std::string> liveNoted_;  // files named as live (passesAsLive)
     std::map<unsigned, std::uint64_t>
         liveSegment_;  // worker -> its newest segment (daemon running)
     VerifySummary summary_;
     std::unordered_map<std::uint64_t, ConnectionCheck> connections_;
     std::map<unsigned, WorkerChain> chains_;
+    std::map<unsigned, WorkerHead> chainHeads_;  // worker -> its newest chained seal
+    struct SealSeen {
+        std::string path;
+        bool checked = false;
+    };
+    std::map<Digest, SealSeen> sealsSeen_;       // every chained seal, for --expect-head
+    std::optional<FirstKeying> retentionKeying_;  // the retention log's first entry
     std::vector<RetentionLogEntry> deleted_;  // the retention log's entries that verified
     DeletedHeads heads_;
 };
@@ -569,7 +779,9 @@ VerifySummary verifyDirectory(const std::string& dir,
 VerifySummary verifyDirectory(const std::string& dir,
                               const std::function<void(const std::string&)>& onProblem,
                               const ChainKey* key) {
-    return verifyDirectory(dir, onProblem, VerifyOptions{key, {}});
+    VerifyOptions options;
+    options.key = key;
+    return verifyDirectory(dir, onProblem, options);
 }
 
 std::vector<std::string> verifyDirectory(const std::string& dir) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "audit/SealChain.h"
+#include "common/UniqueFd.h"
 #include "tests/support/AuditSegmentBuilder.h"
 #include "tests/support/Daemon.h"
 
@@ -48,6 +50,24 @@ std::vector<std::string> verify(const std::string& dir, const ChainKey* key = nu
     verifyDirectory(
         dir, [&](const std::string& line) { problems.push_back(line); }, key);
     return problems;
+}
+
+struct VerifyResult {
+    std::vector<std::string> problems;
+    std::vector<std::string> notes;
+    VerifySummary summary;
+};
+
+VerifyResult verifyAll(const std::string& dir, const ChainKey* key = nullptr,
+                       std::vector<Digest> expectedHeads = {}) {
+    VerifyResult result;
+    VerifyOptions options;
+    options.key = key;
+    options.expectedHeads = std::move(expectedHeads);
+    options.onNote = [&](const std::string& line) { result.notes.push_back(line); };
+    result.summary = verifyDirectory(
+        dir, [&](const std::string& line) { result.problems.push_back(line); }, options);
+    return result;
 }
 
 // Three sealed segments of worker 0, one closed connection each (ids 1, 2, 3).
@@ -189,9 +209,179 @@ TEST(AuditIntegrityTest, KeyedChainNeedsTheRightKey) {
     EXPECT_NE(withWrongKey[0].find("w00-0000000001.index:"), std::string::npos);
     EXPECT_NE(withWrongKey[0].find("wrong key"), std::string::npos) << withWrongKey[0];
 
-    auto withoutKey = verify(dir.path());
-    ASSERT_EQ(withoutKey.size(), 3u) << joined(withoutKey);
-    EXPECT_NE(withoutKey[0].find("--key-file"), std::string::npos) << withoutKey[0];
+    // Without the key nothing is wrong, but the digests were not checked, and verify says so.
+    VerifyResult withoutKey = verifyAll(dir.path());
+    EXPECT_TRUE(withoutKey.problems.empty()) << joined(withoutKey.problems);
+    ASSERT_EQ(withoutKey.notes.size(), 1u) << joined(withoutKey.notes);
+    EXPECT_NE(withoutKey.notes[0].find("keyed (HMAC-SHA256, key id " +
+                                       hexText(key->id().data(), key->id().size()) + ")"),
+              std::string::npos)
+        << withoutKey.notes[0];
+    EXPECT_EQ(withoutKey.summary.uncheckedKeyedSeals, 3u);
+    ASSERT_EQ(withoutKey.summary.heads.size(), 1u);
+    EXPECT_FALSE(withoutKey.summary.heads[0].checked);
+}
+
+// Replaces the seal at the end of `path` (a version-3 one) with a version-2 seal: the older
+// format, which has no chain and so needs no key.
+void resealInOlderFormat(const std::string& path) {
+    std::string index = readFile(path);
+    ASSERT_GE(index.size(), kSegmentSealedRecordSize);
+    index.resize(index.size() - kSegmentSealedRecordSize);
+    encodeSegmentSealedV2(index, 0, kSealClean);
+    SegmentBuilder::writeFile(path, index);
+}
+
+TEST(AuditIntegrityTest, OlderFormatSealsNeverPassAfterChainedOnes) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    auto indexes = writeThreeSegments(dir.path(), key.get());
+    resealInOlderFormat(indexes[1]);
+    resealInOlderFormat(indexes[2]);
+    auto keyed = verify(dir.path(), key.get());
+    ASSERT_EQ(keyed.size(), 2u) << joined(keyed);
+    for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(keyed[i].rfind(indexes[i + 1] + ":", 0), 0u) << keyed[i];
+        EXPECT_NE(keyed[i].find("older format"), std::string::npos) << keyed[i];
+        EXPECT_NE(keyed[i].find("--key-file was given"), std::string::npos) << keyed[i];
+    }
+    // Without the key, too: a version-3 segment is never sealed in the old format.
+    auto unkeyed = verify(dir.path());
+    ASSERT_EQ(unkeyed.size(), 2u) << joined(unkeyed);
+    EXPECT_NE(unkeyed[0].find("version-3 segment"), std::string::npos) << unkeyed[0];
+}
+
+TEST(AuditIntegrityTest, AnUnsealedOldSegmentIsAProblemWithTheKey) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    // A version-2 segment (no chain, no payload CRCs) left unsealed: readable as before, but
+    // nothing covers it, so with a key it does not verify.
+    std::string index;
+    encodeSegmentStart(index, 0, 1, test::kCraftedLogStartNs, 0);
+    index.replace(kRecordHeaderSize, 4, std::string("\x02\x00\x00\x00", 4));
+    index.replace(8, 4, std::string(4, '\0'));
+    std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(index.data()), static_cast<uInt>(index.size())));
+    for (int i = 0; i < 4; ++i) index[8 + i] = static_cast<char>(crc >> (8 * i));
+    encodeOpen(index, 1, test::kCraftedLogStartNs, "r", "c", "u");
+    SegmentBuilder::writeFile(dir.path() + "/w00-0000000001.index", index);
+    SegmentBuilder::writeFile(dir.path() + "/w00-0000000001.data", "");
+    EXPECT_TRUE(verify(dir.path()).empty()) << joined(verify(dir.path()));
+    auto keyed = verify(dir.path(), key.get());
+    ASSERT_EQ(keyed.size(), 1u) << joined(keyed);
+    EXPECT_NE(keyed[0].find("not sealed"), std::string::npos) << keyed[0];
+}
+
+TEST(AuditIntegrityTest, WithoutTheKeyAMixOfKeyingsIsReported) {
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    auto other = ChainKey::fromBytes("an attacker's very own key bytes");
+    for (const ChainKey* forger : {static_cast<const ChainKey*>(nullptr), other.get()}) {
+        TempDir dir;
+        // Segment 1 as the daemon sealed it; 2 and 3 edited and re-sealed by someone without
+        // the key: the chain links, every digest recomputes, only the keying changed.
+        SegmentBuilder first(dir.path(), 0, 1, 1);
+        first.open(1);
+        first.close(1, 0, 0);
+        first.seal(key.get());
+        first.write();
+        for (std::uint64_t n = 2; n <= 3; ++n) {
+            SegmentBuilder segment(dir.path(), 0, n, n);
+            segment.open(n);
+            segment.close(n, 0, 0);
+            segment.seal(forger);
+            segment.write();
+        }
+        auto problems = verify(dir.path());
+        ASSERT_EQ(problems.size(), 1u) << joined(problems);
+        EXPECT_EQ(problems[0].rfind(dir.path() + "/w00-0000000002.index:", 0), 0u) << problems[0];
+        EXPECT_NE(problems[0].find("re-sealed"), std::string::npos) << problems[0];
+        // With the key both are named.
+        EXPECT_EQ(verify(dir.path(), key.get()).size(), 2u);
+    }
+    // A whole worker re-sealed without a key, next to a keyed one.
+    TempDir dir;
+    SegmentBuilder keyed(dir.path(), 0, 1, 1);
+    keyed.open(1);
+    keyed.close(1, 0, 0);
+    keyed.seal(key.get());
+    keyed.write();
+    SegmentBuilder unkeyed(dir.path(), 1, 1, 2);
+    unkeyed.open(2);
+    unkeyed.close(2, 0, 0);
+    unkeyed.seal();
+    unkeyed.write();
+    auto problems = verify(dir.path());
+    ASSERT_EQ(problems.size(), 1u) << joined(problems);
+    EXPECT_EQ(problems[0].rfind(unkeyed.indexPath() + ":", 0), 0u) << problems[0];
+    EXPECT_NE(problems[0].find("worker 1's chain is sealed without a key"), std::string::npos)
+        << problems[0];
+}
+
+TEST(AuditIntegrityTest, OnlyTheDaemonsWriteLockMakesTheNewestSegmentsLive) {
+    TempDir parent;
+    const std::string path = parent.path() + "/audit";
+    ASSERT_EQ(::mkdir(path.c_str(), 0750), 0);
+    auto indexes = writeThreeSegments(path);
+    // The newest segment edited: its seal dropped and a record appended.
+    std::string index = readFile(indexes[2]);
+    index.resize(index.size() - kSegmentSealedRecordSize);
+    encodeOpen(index, 99, test::kCraftedLogStartNs, "r", "c", "u");
+    SegmentBuilder::writeFile(indexes[2], index);
+    {
+        // A reader of the log (the audit group can open the lock file read-only) with a read lock.
+        SegmentBuilder::writeFile(path + "/" + kLockFileName, "1\n");
+        ASSERT_EQ(::chmod((path + "/" + kLockFileName).c_str(), 0640), 0);
+        UniqueFd reader(::open((path + "/" + kLockFileName).c_str(), O_RDONLY | O_CLOEXEC));
+        ASSERT_TRUE(reader.valid());
+        struct flock lock {};
+        lock.l_type = F_RDLCK;
+        lock.l_whence = SEEK_SET;
+        ASSERT_EQ(::fcntl(reader.get(), F_OFD_SETLK, &lock), 0);
+        EXPECT_FALSE(checkAuditDirectory(path).holderPid.has_value());
+        VerifyResult result = verifyAll(path);
+        ASSERT_EQ(result.problems.size(), 1u) << joined(result.problems);
+        EXPECT_EQ(result.problems[0].rfind(indexes[2] + ":", 0), 0u) << result.problems[0];
+        EXPECT_NE(result.problems[0].find("not sealed"), std::string::npos) << result.problems[0];
+        EXPECT_TRUE(result.notes.empty()) << joined(result.notes);
+    }
+    // The daemon's lock: the two newest segments are live, and verify names what it let pass.
+    auto held = AuditDirectory::open(path);
+    VerifyResult result = verifyAll(path);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    ASSERT_EQ(result.notes.size(), 1u) << joined(result.notes);
+    EXPECT_EQ(result.notes[0], indexes[2] + ": live segment of the running daemon (pid " +
+                                   std::to_string(::getpid()) + "), not checked to its end");
+    EXPECT_EQ(result.summary.liveSegments, 1u);
+}
+
+TEST(AuditIntegrityTest, ExpectedHeadsMustStillBeInAChain) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
+    std::vector<Digest> digests;
+    for (std::uint64_t n = 1; n <= 3; ++n) {
+        SegmentBuilder segment(dir.path(), 0, n, n);
+        segment.open(n);
+        segment.close(n, 0, 0);
+        segment.seal(key.get());
+        segment.write();
+        digests.push_back(segment.digest());
+    }
+    VerifyResult result = verifyAll(dir.path(), key.get(), {digests[2], digests[1]});
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    ASSERT_EQ(result.summary.heads.size(), 1u);
+    EXPECT_EQ(result.summary.heads[0].digest, digests[2]);
+    EXPECT_EQ(result.summary.heads[0].segment, 3u);
+    EXPECT_TRUE(result.summary.heads[0].checked);
+    // The newest segment deleted: the chain still verifies, but no longer reaches that head.
+    std::filesystem::remove(dir.path() + "/w00-0000000003.index");
+    std::filesystem::remove(dir.path() + "/w00-0000000003.data");
+    EXPECT_TRUE(verify(dir.path(), key.get()).empty());
+    result = verifyAll(dir.path(), key.get(), {digests[2], digests[1]});
+    ASSERT_EQ(result.problems.size(), 1u) << joined(result.problems);
+    EXPECT_NE(result.problems[0].find("--expect-head " + hexText(digests[2].data(), 32)),
+              std::string::npos)
+        << result.problems[0];
+    EXPECT_NE(result.problems[0].find("w00-0000000002.index digest="), std::string::npos)
+        << result.problems[0];
 }
 
 TEST(AuditIntegrityTest, UnkeyedChainIsRefusedWhenAKeyIsExpected) {
