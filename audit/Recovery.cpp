@@ -25,6 +25,12 @@ namespace {
 // Truncated records are listed one line each up to this many per worker, then summed up.
 constexpr std::size_t kTruncationLines = 50;
 
+// What a crash can leave unsealed, per worker: the segment created ahead (still empty), the
+// current one, and the one before it whose seal was on its way (a writer holds later segments
+// until the earlier one is sealed). An unsealed segment older than these was not left by a
+// crash: sealing it would launder whatever was done to it.
+constexpr std::size_t kCrashUnsealedSegments = 3;
+
 std::int64_t nowNs() {
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
@@ -144,16 +150,25 @@ class Recovery {
     void worker(const std::vector<SegmentFiles>& segments, std::size_t begin, std::size_t end) {
         unsigned worker = segments[begin].worker;
         std::optional<std::uint64_t> lastIndexed;
+        std::vector<std::uint64_t> indexed;
         for (auto i = begin; i < end; ++i) {
-            if (segments[i].hasIndex) lastIndexed = segments[i].segment;
+            if (segments[i].hasIndex) {
+                lastIndexed = segments[i].segment;
+                indexed.push_back(segments[i].segment);
+            }
             report_.lastSegment[worker] = segments[i].segment;  // sorted: the last one wins
         }
+        const std::uint64_t crashTail =
+            indexed.size() > kCrashUnsealedSegments
+                ? indexed[indexed.size() - kCrashUnsealedSegments]
+                : 0;
         std::set<std::uint64_t> open;  // connections with an Open but no Close or Truncated
         // ...or with no Open left, where retention deleted it (FORMAT.md "Retention").
         HeadsLeft heads{DeletedHeads(retention_.entries), {}};
         std::optional<RepairedSegment> last;
         // The chain continues from the newest segment retention deleted, when there was one.
         prevDigest_ = Digest{};
+        brokenAt_.clear();
         for (const auto& entry : retention_.entries)
             if (entry.worker == worker && entry.last < segments[begin].segment)
                 prevDigest_ = entry.lastDigest;
@@ -163,7 +178,12 @@ class Recovery {
                 removeLoneData(files);
                 continue;
             }
+            if ((files.segment < crashTail || !brokenAt_.empty()) && leftUnsealed(files))
+                continue;
             RepairedSegment segment = repair(files, open, heads);
+            // Only a seal recovery may extend is checked: the predecessor of the crash tail's
+            // first segment and each one after it.
+            if (segment.sealed && files.segment + 1 >= crashTail) checkSealExtended(segment);
             if (files.segment == lastIndexed) {
                 last = std::move(segment);
             } else {
@@ -176,7 +196,7 @@ class Recovery {
         if (!open.empty()) {
             if (last->sealed) {
                 prevDigest_ = last->digest;
-                truncateInNewSegment(worker, open);
+                if (brokenAt_.empty()) truncateInNewSegment(worker, open);
             } else {
                 std::string records;
                 for (auto id : open) encodeTruncated(records, id, now_);
@@ -186,6 +206,61 @@ class Recovery {
         }
         if (!last->sealed) seal(*last);
         sync(*last);
+    }
+
+    // Recovery extends only a chain whose newest seal it has recomputed: a seal forged by someone
+    // without the key, or over edited records, is never built upon. Sets brokenAt_ when the seal
+    // `segment` ends with does not hold (its digest, its key or its link to prevDigest_).
+    void checkSealExtended(const RepairedSegment& segment) {
+        if (!brokenAt_.empty() || segment.indexEnd < kSegmentSealedRecordSize) return;
+        auto bytes = readAll(segment.index.get(), segment.indexEnd, segment.files.indexPath);
+        const auto* seal = reinterpret_cast<const std::uint8_t*>(bytes.data()) + bytes.size() -
+                           kSegmentSealedRecordSize;
+        Record record;
+        std::size_t consumed = 0;
+        std::string problem;
+        if (decodeRecord(seal, kSegmentSealedRecordSize, record, consumed, problem) !=
+                DecodeStatus::Ok ||
+            record.type != RecordType::SegmentSealed || !record.chained)
+            return;  // an older-format seal: no chain to extend, the next one starts from zero
+        std::string why;
+        if (key_ && (record.chainKind != kChainHmacSha256 || record.keyId != key_->id())) {
+            why = "it was not made with --audit-hmac-key-file's key";
+        } else if (record.prevDigest != prevDigest_) {
+            why = "it does not name its predecessor's digest";
+        } else if (record.chainKind == kChainSha256 || key_) {
+            ChainHasher hasher(record.chainKind == kChainHmacSha256 ? key_ : nullptr);
+            hasher.update(bytes.data(), bytes.size() - kSegmentSealedRecordSize);
+            hasher.update(seal + kRecordHeaderSize, kSealDigestedBodyBytes);
+            if (hasher.finish() != record.digest) why = "its digest does not match its records";
+        }
+        if (why.empty()) return;
+        brokenAt_ = baseName(segment.files.indexPath) + " (its seal does not hold: " + why + ")";
+        act(brokenAt_ + ": the worker's segments after it are left unsealed");
+    }
+
+    // An unsealed segment older than the crash tail, or after a break in the chain, is reported
+    // and not touched: no cut, no Truncated record, no seal. True when `files` is such a segment.
+    bool leftUnsealed(const SegmentFiles& files) {
+        UniqueFd index = openInDirectoryOrThrow(dirFd_, dir_, files.indexName, O_RDONLY);
+        struct stat st {};
+        checkSys(::fstat(index.get(), &st), "fstat " + files.indexPath);
+        Digest digest{};
+        if (endsWithSeal(index.get(), static_cast<std::uint64_t>(st.st_size), files.indexPath,
+                         digest))
+            return false;
+        report_.leftUnsealed.push_back(files.indexPath);
+        const std::string name = baseName(files.indexPath);
+        if (brokenAt_.empty()) {
+            act(name + ": unsealed, and older than what a crash leaves unsealed: left as it is "
+                       "(it was changed after it was written, or its seal was removed; verify "
+                       "reports it)");
+            brokenAt_ = name + " (unsealed)";
+        } else {
+            act(name + ": unsealed, after a break in the chain at " + brokenAt_ +
+                ": left as it is");
+        }
+        return true;
     }
 
     // Steps 1 and 2 of FORMAT.md "Crash recovery" for one segment; updates `open`.
@@ -434,6 +509,9 @@ class Recovery {
     const ChainKey* key_;
     RetentionLogRepair retention_;
     Digest prevDigest_{};  // the chain digest of the worker's previous segment
+    // Where the worker's chain breaks (an unsealed old segment, or a seal that does not hold),
+    // once found: nothing after it is sealed or repaired.
+    std::string brokenAt_;
     std::int64_t now_;
     bool dirChanged_ = false;
     RecoveryReport report_;

@@ -27,6 +27,10 @@ struct RecoveryReport {
     // Per worker: the largest segment number in the directory (new segments continue after it).
     std::map<unsigned, std::uint64_t> lastSegment;
     std::uint64_t truncatedConnections = 0;  // Truncated records appended by this run
+    // Index files of unsealed segments recovery did not seal: older than what a crash leaves
+    // unsealed (the newest three per worker), or after a seal that does not hold. Reported in
+    // `actions` too; the older ones are left exactly as they were.
+    std::vector<std::string> leftUnsealed;
 };
 
 class AuditDirectory;

@@ -315,6 +315,7 @@ class MetricsCollector {
     }
 
     std::atomic<std::int64_t> connectionsMax{-1};  // -1: not set
+    std::atomic<std::int64_t> auditUnsealedSegments{-1};  // -1: not set
     std::atomic<bool> lastReloadSuccessful{true};
     std::atomic<double> lastReloadSuccessSeconds{nowSeconds()};
     std::uint64_t scrapes() const noexcept { return scrapes_.load(std::memory_order_relaxed); }
@@ -326,6 +327,13 @@ class MetricsCollector {
             addOptionalGauge(out, "splicegate_connections_max",
                              "Open client connections beyond which new ones are refused.",
                              std::optional<std::int64_t>(max));
+        auto unsealed = auditUnsealedSegments.load(std::memory_order_relaxed);
+        if (unsealed >= 0)
+            addOptionalGauge(out, "splicegate_audit_unsealed_segments",
+                             "Audit segments the start's recovery found unsealed and left as "
+                             "they were (older than a crash leaves, or after a seal that does "
+                             "not hold): the log was changed on disk.",
+                             std::optional<std::int64_t>(unsealed));
         addOptionalGauge(out, "splicegate_config_last_reload_successful",
                          "Whether the last configuration reload succeeded (1) or failed (0).",
                          std::optional<int>(lastReloadSuccessful.load() ? 1 : 0));
@@ -383,9 +391,19 @@ void MetricsExposer::setReady(bool ready) noexcept {
     ready_.store(ready, std::memory_order_relaxed);
 }
 
+namespace {
+std::int64_t clampedGauge(std::uint64_t value) noexcept {
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(value, std::numeric_limits<std::int64_t>::max()));
+}
+}  // namespace
+
 void MetricsExposer::setConnectionsMax(std::uint64_t max) noexcept {
-    auto clamped = std::min<std::uint64_t>(max, std::numeric_limits<std::int64_t>::max());
-    collector_->connectionsMax.store(static_cast<std::int64_t>(clamped));
+    collector_->connectionsMax.store(clampedGauge(max));
+}
+
+void MetricsExposer::setAuditUnsealedSegments(std::uint64_t segments) noexcept {
+    collector_->auditUnsealedSegments.store(clampedGauge(segments));
 }
 
 void MetricsExposer::recordReload(bool successful) noexcept {

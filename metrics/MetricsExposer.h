@@ -63,6 +63,9 @@ class MetricsExposer {
     void setReady(bool ready) noexcept;
     // splicegate_connections_max (not exported until set).
     void setConnectionsMax(std::uint64_t max) noexcept;
+    // splicegate_audit_unsealed_segments (not exported until set): what the start's recovery
+    // left unsealed.
+    void setAuditUnsealedSegments(std::uint64_t segments) noexcept;
     // splicegate_config_last_reload_successful, and on success
     // splicegate_config_last_reload_success_timestamp_seconds = now.
     void recordReload(bool successful) noexcept;

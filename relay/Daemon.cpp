@@ -155,6 +155,12 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
             audit::ChainKey::fromFile(config.auditHmacKeyFile, audit::KeyFileUse::Daemon);
     auto report = audit::recoverAuditDirectory(*held, start.chainKey.get());
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
+    start.unsealedSegmentsLeft = report.leftUnsealed.size();
+    if (!report.leftUnsealed.empty())
+        logError("audit recovery: ", report.leftUnsealed.size(),
+                 " segments left unsealed (older than a crash leaves, or after a seal that does "
+                 "not hold): the log was changed on disk; run splicegate-audit verify ",
+                 config.auditDir);
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
                 " connections were open at the last stop and are marked truncated");
@@ -381,6 +387,8 @@ int runDaemon(int argc, const char* const* argv) {
         auto auditStart = recoverAudit(config, workers, firstConnectionId,
                                        auditDirectory ? &*auditDirectory : nullptr, idLease);
         auto chainKey = auditStart.chainKey;
+        if (metrics && auditDirectory)
+            metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.engine), " engine, pipe size ", settings.pipeSize,

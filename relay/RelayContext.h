@@ -69,6 +69,8 @@ struct AuditStart {
     audit::ConnectionIdLease* idLease = nullptr;
     // --audit-hmac-key-file, loaded once at start (null: unkeyed chain): every writer's seals.
     std::shared_ptr<const audit::ChainKey> chainKey;
+    // Segments recovery found unsealed and left as they were (the log was changed on disk).
+    std::uint64_t unsealedSegmentsLeft = 0;
 };
 
 class RelayContext {

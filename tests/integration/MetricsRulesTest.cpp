@@ -118,6 +118,7 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
     MetricsExposer exposer(
         "127.0.0.1:0", [&] { return s; }, auditDir.path());
     exposer.setConnectionsMax(100);
+    exposer.setAuditUnsealedSegments(0);
     auto page = test::httpGet(exposer.port(), "/metrics");
     ASSERT_EQ(page.status, 200) << page.error;
     std::set<std::string> served = namesIn(page.body);

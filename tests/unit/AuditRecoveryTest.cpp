@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -329,6 +330,98 @@ TEST(AuditRecoveryTest, DamageInsideASealedSegmentIsReportedNotCut) {
         << joined(report.actions);
     EXPECT_EQ(report.truncatedConnections, 0u);  // the Close after the damage was still read
     EXPECT_FALSE(verifyDirectory(dir.path()).empty());
+}
+
+// Worker 0's segments 1..count, each one connection, sealed (chained) unless `sealed` is false
+// for it; returns each segment's files by number.
+std::map<std::uint64_t, SegmentBuilder> writeChain(const std::string& dir, std::uint64_t count,
+                                                   const ChainKey* key,
+                                                   const std::set<std::uint64_t>& unsealed = {}) {
+    std::map<std::uint64_t, SegmentBuilder> segments;
+    for (std::uint64_t number = 1; number <= count; ++number) {
+        auto& segment = segments.emplace(number, SegmentBuilder(dir, 0, number, number * 10))
+                            .first->second;
+        segment.open(number * 10);
+        segment.chunk(number * 10, kDirectionC2U, "payload of segment " + std::to_string(number));
+        segment.close(number * 10, 20, 0);
+        if (!unsealed.count(number)) segment.seal(key);
+        segment.write();
+    }
+    return segments;
+}
+
+std::vector<std::string> keyedProblems(const std::string& dir, const ChainKey& key) {
+    std::vector<std::string> problems;
+    verifyDirectory(
+        dir, [&](const std::string& line) { problems.push_back(line); }, &key);
+    return problems;
+}
+
+// The attack: edit an old segment, remove its seal and its successors' (so nothing names the
+// edited digest), and let a restart seal them again. Recovery seals only the newest three.
+TEST(AuditRecoveryTest, AnUnsealedOldSegmentIsLeftAndNotSealed) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes(std::string(32, 'k'));
+    auto segments = writeChain(dir.path(), 8, key.get(), {2, 3, 4, 5, 6, 7});
+    auto editedIndex = readFile(segments.at(2).indexPath());
+    auto before = snapshot(dir.path());
+    auto report = recoverAuditDirectory(dir.path(), key.get());
+    EXPECT_EQ(report.leftUnsealed,
+              (std::vector<std::string>{segments.at(2).indexPath(), segments.at(3).indexPath(),
+                                        segments.at(4).indexPath(), segments.at(5).indexPath(),
+                                        segments.at(6).indexPath(), segments.at(7).indexPath()}))
+        << joined(report.actions);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000002.index: unsealed, and older"))
+        << joined(report.actions);
+    EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000006.index: unsealed, after a break",
+                           "w00-0000000002.index (unsealed)"))
+        << joined(report.actions);
+    EXPECT_TRUE(snapshot(dir.path()) == before) << "recovery changed a segment it must leave";
+    auto problems = keyedProblems(dir.path(), *key);
+    EXPECT_TRUE(anyLineHas(problems, "w00-0000000002.index")) << joined(problems);
+}
+
+// A crash leaves the pending seal, the current segment and the one made ahead unsealed.
+TEST(AuditRecoveryTest, TheNewestThreeUnsealedSegmentsOfACrashAreSealed) {
+    TempDir dir;
+    auto key = ChainKey::fromBytes(std::string(32, 'k'));
+    writeChain(dir.path(), 8, key.get(), {6, 7, 8});
+    auto report = recoverAuditDirectory(dir.path(), key.get());
+    EXPECT_TRUE(report.leftUnsealed.empty()) << joined(report.actions);
+    auto problems = keyedProblems(dir.path(), *key);
+    EXPECT_TRUE(problems.empty()) << joined(problems) << joined(report.actions);
+}
+
+// The seal recovery would extend was forged: it is not built upon.
+TEST(AuditRecoveryTest, ASealThatDoesNotHoldIsNotExtended) {
+    for (bool forgedWithoutKey : {true, false}) {
+        SCOPED_TRACE(forgedWithoutKey ? "sealed without the key" : "records edited after seal");
+        TempDir dir;
+        auto key = ChainKey::fromBytes(std::string(32, 'k'));
+        auto segments = writeChain(dir.path(), 5, key.get(), {5});
+        if (forgedWithoutKey) {
+            // Segment 4 rewritten and sealed again by someone without the key.
+            SegmentBuilder forged(dir.path(), 0, 4, 40);
+            forged.open(40, "forged");
+            forged.close(40, 0, 0);
+            std::filesystem::remove(segments.at(4).indexPath());
+            forged.seal();
+            forged.write();
+        } else {
+            auto index = readFile(segments.at(4).indexPath());
+            auto at = index.find("web");
+            ASSERT_NE(at, std::string::npos);
+            index.replace(at, 3, "WEB");  // a byte of the Open record's route, CRC left bad
+            SegmentBuilder::writeFile(segments.at(4).indexPath(), index);
+        }
+        auto before = readFile(segments.at(5).indexPath());
+        auto report = recoverAuditDirectory(dir.path(), key.get());
+        EXPECT_EQ(report.leftUnsealed, (std::vector<std::string>{segments.at(5).indexPath()}))
+            << joined(report.actions);
+        EXPECT_TRUE(anyLineHas(report.actions, "w00-0000000004.index (its seal does not hold"))
+            << joined(report.actions);
+        EXPECT_EQ(readFile(segments.at(5).indexPath()), before);
+    }
 }
 
 TEST(AuditRecoveryTest, ManyTruncationsAreSummarised) {
