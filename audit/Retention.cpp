@@ -185,6 +185,26 @@ struct ConnectionRefs {
     unsigned worker = 0;
 };
 
+// Whether one of the worker's two newest segments (the current one and the one created ahead)
+// started before `cutoff` and has a data file closed to the group: a recycled file, which past
+// its payload holds a deleted segment's bytes until its seal cuts them (FORMAT.md "Recycled
+// data files").
+bool holdsAgedRecycledBytes(int dirFd, const std::vector<Entry*>& segments, std::int64_t cutoff) {
+    const std::size_t from = segments.size() > 2 ? segments.size() - 2 : 0;
+    for (std::size_t i = from; i < segments.size(); ++i) {
+        const Entry& entry = *segments[i];
+        const auto& summary = *entry.summary;
+        if (summary.sealed || summary.startNs == std::numeric_limits<std::int64_t>::min() ||
+            summary.startNs >= cutoff)
+            continue;
+        struct stat st {};
+        if (::fstatat(dirFd, entry.files.dataName.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode) && (st.st_mode & 0077) == 0)
+            return true;
+    }
+    return false;
+}
+
 // A segment chosen for deletion: its position in its worker's list of indexed segments.
 struct Chosen {
     unsigned worker = 0;
@@ -506,8 +526,12 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
             unlinkFile(entry.files.dataPath, summary.data.size);
         cache_->sealed.erase({entry.files.worker, entry.files.segment});
     }
-    if (ageCutoff)
+    if (ageCutoff) {
         result.agedSpares = removeAgedSpares(dirFd.get(), dir_, *ageCutoff, result.problems);
+        for (const auto& [worker, list] : indexed)
+            if (holdsAgedRecycledBytes(dirFd.get(), list, *ageCutoff))
+                result.rollRecycled.push_back(worker);
+    }
     if ((!result.deleted.empty() || !result.agedSpares.empty()) && ::fsync(dirFd.get()) != 0) {
         int err = errno;
         result.problems.push_back("cannot fsync audit directory " + dir_ + ": " + errnoText(err));

@@ -92,6 +92,11 @@ struct RetentionResult {
     std::uint64_t recycledFiles = 0;    // data files among them kept as spares
     // Spares unlinked because their bytes passed maxAgeHours (paths; not part of the log).
     std::vector<std::string> agedSpares;
+    // Workers whose current segment is a recycled data file (mode 0600: past its new payload it
+    // still holds a deleted segment's bytes) started before the maxAgeHours cutoff: rolling it
+    // (its seal cuts the file to its payload) keeps deleted bytes from outliving the age limit
+    // on a worker whose segment fills slowly. The owner acts; the planner only reports.
+    std::vector<unsigned> rollRecycled;
     std::uint64_t totalBytesAfter = 0;  // audit bytes left in the directory (as measured)
     // Damaged or unreadable segments (which block deletion in their worker), failed deletions.
     std::vector<std::string> problems;

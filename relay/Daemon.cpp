@@ -205,11 +205,19 @@ class RetentionJob {
         if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
             planner_.emplace(config.auditDir, std::move(chainKey));
     }
-    // Called about once a second.
-    void tick() {
-        if (!planner_) return;
+    // Called about once a second. Returns the workers whose current segment should be rolled
+    // (RetentionResult::rollRecycled) for the caller to act on.
+    std::vector<unsigned> tick() {
+        std::vector<unsigned> roll;
+        if (!planner_) return roll;
         ++ticks_;
-        if (ticks_ >= nextRunTick_) run();
+        if (ticks_ >= nextRunTick_) roll = run();
+        report();
+        return roll;
+    }
+
+  private:
+    void report() {
         if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ + agedSpares_ == 0) return;
         logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_, " bytes; ",
                 recycledFiles_, " data files kept as spares; ", agedSpares_,
@@ -218,9 +226,9 @@ class RetentionJob {
         deletedFiles_ = freedBytes_ = recycledFiles_ = agedSpares_ = 0;
     }
 
-  private:
-    void run() {
+    std::vector<unsigned> run() {
         bool busy = false;
+        std::vector<unsigned> roll;
         try {
             auto result = planner_->apply(policy_, audit::wallClockNs());
             for (const auto& problem : result.problems)
@@ -231,10 +239,12 @@ class RetentionJob {
             agedSpares_ += result.agedSpares.size();
             busy = !result.deleted.empty() ||
                    (policy_.maxBytes != 0 && result.totalBytesAfter > policy_.maxBytes);
+            roll = std::move(result.rollRecycled);
         } catch (const std::exception& error) {
             logError("audit retention: ", error.what());
         }
         nextRunTick_ = ticks_ + (busy ? 1 : kIdleEverySeconds);
+        return roll;
     }
 
     static constexpr unsigned kIdleEverySeconds = 10;
@@ -250,6 +260,25 @@ class RetentionJob {
     std::uint64_t agedSpares_ = 0;
 };
 
+// Rolls the current segments retention found holding deleted bytes past the age limit.
+void rollRecycledSegments(Relay& relay, const std::vector<unsigned>& workers) {
+    if (workers.empty()) return;
+    std::set<unsigned> due(workers.begin(), workers.end());
+    bool answered = relay.onEveryWorker(
+        [due](Worker& worker) {  // a copy: a late worker may run it after the timeout
+            if (!due.count(worker.index())) return;
+            if (int rc = worker.rotateAudit(); rc < 0)
+                logWarn("audit retention: worker ", worker.index(),
+                        " could not roll its recycled segment: ", errnoText(-rc));
+            else
+                logInfo("audit retention: worker ", worker.index(),
+                        " rolled its current segment, a recycled file older than "
+                        "--audit-retention-hours");
+        },
+        std::chrono::milliseconds(5000));
+    if (!answered) logWarn("audit retention: a worker did not answer the roll of its segment");
+}
+
 // Serves signals until a drain is asked for; then drains and stops the relay.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                   ServiceNotifier& notifier, MetricsExposer* metrics,
@@ -262,7 +291,7 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
         timespec poll{1, 0};
         int sig = ::sigtimedwait(&signals, &info, &poll);
         if (sig < 0) {  // about once a second
-            retention.tick();
+            rollRecycledSegments(relay, retention.tick());
             flushSuppressedWarnings();
         }
         if (sig == SIGHUP) {

@@ -70,6 +70,7 @@ class Worker {
     void listConnections(std::vector<ConnectionView>& out) const;
     bool killConnection(std::uint64_t id);
     int rotateAudit() noexcept;
+    unsigned index() const noexcept { return index_; }
 
     // Any thread: counters written by this worker only.
     const WorkerStats& stats() const noexcept { return *stats_; }

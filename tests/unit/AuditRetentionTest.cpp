@@ -340,6 +340,34 @@ TEST(AuditRetentionTest, SparesPastTheAgeLimitAreUnlinked) {
     }
 }
 
+// A current segment in a recycled data file (0600: past its payload it still holds a deleted
+// segment's bytes) that began before the age limit is reported for a roll; its seal cuts them.
+TEST(AuditRetentionTest, AnAgedRecycledCurrentSegmentIsReportedForARoll) {
+    TempDir dir;
+    Seg sealedOld(dir.path(), 0, 4, kT0 - 3 * kHour);
+    sealedOld.whole(1, kT0 - 3 * kHour + 1).seal().write();
+    Seg current(dir.path(), 0, 5, kT0 - 2 * kHour);
+    current.whole(2, kT0 - 2 * kHour + 1).write();
+    Seg ahead(dir.path(), 0, 6, kT0 - kHour / 2);  // the next, created ahead: young
+    ahead.write();
+    Seg otherWorker(dir.path(), 1, 1, kT0 - 2 * kHour);
+    otherWorker.whole(3, kT0 - 2 * kHour + 1).write();
+    ::chmod(current.dataPath().c_str(), 0600);
+    ::chmod(ahead.dataPath().c_str(), 0600);
+    ::chmod(otherWorker.dataPath().c_str(), 0640);  // a new file: nothing deleted in it
+
+    RetentionPlanner planner(dir.path());
+    EXPECT_TRUE(planner.apply(RetentionPolicy{1, 0, true}, kT0).rollRecycled.empty())
+        << "only the age limit bounds how long deleted bytes stay";
+    auto result = planner.apply(RetentionPolicy{0, 1, true}, kT0);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    EXPECT_EQ(result.rollRecycled, std::vector<unsigned>{0});
+    EXPECT_TRUE(planner.apply(RetentionPolicy{0, 3, true}, kT0).rollRecycled.empty())
+        << "younger than the limit";
+    ::chmod(current.dataPath().c_str(), 0640);  // sealed since: cut and opened to the group
+    EXPECT_TRUE(planner.apply(RetentionPolicy{0, 1, true}, kT0).rollRecycled.empty());
+}
+
 // A reader that opened a data file just before retention recycled it finds that out once it holds
 // the file: it reads as deleted (ENOENT), never as the segment a worker may be writing into it.
 TEST(AuditRetentionTest, ADataFileRecycledAsItIsOpenedReadsAsDeleted) {
