@@ -266,15 +266,17 @@ int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
         long long end = allocate(segment.data.get(), 0, segment.dataAllocated, dataEnd, wanted);
         if (end < 0) return static_cast<int>(end);
         segment.dataAllocated = static_cast<std::uint64_t>(end);
+        if (segment.dataAllocated >= wanted) allocateInPlace_ = false;  // the space is back
     }
     std::uint64_t indexEnd = segment.indexBytes + segment.pendingRecords.size() +
                              segment.indexPromised + indexNeed + kIndexSlack;
     if (indexEnd > segment.indexAllocated) {
         std::uint64_t from = std::max(segment.indexAllocated, segment.indexBytes);
-        long long end = allocate(segment.index.get(), FALLOC_FL_KEEP_SIZE, from, indexEnd,
-                                 std::max(indexEnd, from + kIndexAhead));
+        const std::uint64_t wanted = std::max(indexEnd, from + kIndexAhead);
+        long long end = allocate(segment.index.get(), FALLOC_FL_KEEP_SIZE, from, indexEnd, wanted);
         if (end < 0) return static_cast<int>(end);
         segment.indexAllocated = static_cast<std::uint64_t>(end);
+        if (!reserveDataAhead_ && segment.indexAllocated >= wanted) allocateInPlace_ = false;
     }
     return 0;
 }
@@ -719,7 +721,9 @@ std::optional<DiskWork> AuditWriter::takeDiskWork() noexcept {
     }
     if (!diskWorkOnRing_) return std::nullopt;
     if (auto create = createAhead()) return create;
-    if (allocating_) return std::nullopt;
+    // After a failed allocation (a full disk) chunks take their space in place until one finds
+    // a whole step free again: retrying ahead at once would spin on ENOSPC.
+    if (allocating_ || allocateInPlace_) return std::nullopt;
     allocating_ = spaceAhead();
     if (!allocating_) allocating_ = spaceAheadOfCreated();
     if (allocating_) allocating_->segment->allocating = true;

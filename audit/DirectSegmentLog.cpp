@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <new>
 
 #include "audit/Crc32c.h"
@@ -366,12 +367,20 @@ int DirectSegmentLog::rotate() noexcept {
     return rc;
 }
 
+bool DirectSegmentLog::nothingInFlight() const noexcept {
+    return state_ == State::Idle && writer_.idle() && !segments_->diskWorkInFlight() &&
+           !flushSegment_;
+}
+
 template <typename Done>
-bool DirectSegmentLog::waitFor(Done done, std::optional<int>& ended) noexcept {
-    // Bounded: each wait is at most 100 ms, and a disk that answers nothing for a minute is gone.
-    for (int round = 0; round < 600; ++round) {
+DirectSegmentLog::Wait DirectSegmentLog::waitFor(Done done, std::optional<int>& ended) noexcept {
+    // Bounded by the clock, not by rounds: other completions on the worker's ring end a wait
+    // early. A disk that answers nothing for a minute is gone.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (std::chrono::steady_clock::now() < deadline) {
         queueDiskWork();
-        if (done()) return true;
+        if (done()) return Wait::Done;
+        if (nothingInFlight()) return Wait::Stalled;
         ring_.submitAndWait(100);
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
             if ((cqe.user_data & ~std::uint64_t{0xffffffff}) != tagBase_) return;
@@ -379,22 +388,25 @@ bool DirectSegmentLog::waitFor(Done done, std::optional<int>& ended) noexcept {
                 ended = result;
         });
     }
-    return false;
+    return Wait::TimedOut;
 }
 
 void DirectSegmentLog::syncNow() noexcept {
     std::optional<int> ended;
-    bool done = waitFor(
+    auto wait = waitFor(
         [&] {
             if (ended && *ended < 0) return true;  // failed: what could be sealed is sealed
-            if (state_ == State::Idle && !dirty() && writer_.idle() &&
-                !segments_->diskWorkInFlight() && !flushSegment_)
-                return true;
+            if (nothingInFlight() && !dirty()) return true;
             if (state_ == State::Idle) startSync();
             return false;
         },
         ended);
-    if (!done) logError("audit: the audit log did not become durable within a minute at shutdown");
+    if (wait == Wait::TimedOut)
+        logError("audit: the audit log did not become durable within a minute at shutdown");
+    else if (wait == Wait::Stalled)
+        logError("audit: records written since the last sync could not be made durable at "
+                 "shutdown (an earlier write or sync failed); recovery cuts what the index does "
+                 "not cover");
 }
 
 void DirectSegmentLog::finishFile() noexcept {

@@ -139,10 +139,13 @@ class DirectSegmentLog {
     void submitIndexSync(int fd) noexcept;
     // Queues the disk work the segments have for the ring (allocation ahead, seals).
     void queueDiskWork() noexcept;
-    // Routes completions until `done` holds or a minute passed (shutdown); `ended` gets the
-    // result of each sync that ends meanwhile.
+    // Routes completions until `done` holds (Done), nothing of this log is in flight any more so
+    // waiting cannot change anything (Stalled), or a minute passed (TimedOut); shutdown only.
+    // `ended` gets the result of each sync that ends meanwhile.
+    enum class Wait { Done, Stalled, TimedOut };
     template <typename Done>
-    bool waitFor(Done done, std::optional<int>& ended) noexcept;
+    Wait waitFor(Done done, std::optional<int>& ended) noexcept;
+    bool nothingInFlight() const noexcept;
     void noteSyncError(int error, bool inWrite) noexcept;
     std::optional<int> finish(int result) noexcept;
 

@@ -107,6 +107,9 @@ TEST(AuditKeyDaemonTest, ARestartContinuesTheKeyedChain) {
         EXPECT_GE(sealLines(daemon.log()).size(), 1u) << daemon.log();
         EXPECT_TRUE(grepLines(daemon.log(), "unindexed bytes").empty()) << daemon.log();
         EXPECT_TRUE(grepLines(daemon.log(), "audit recovery").empty()) << daemon.log();
+        EXPECT_TRUE(grepLines(daemon.log(), "durable").empty())
+            << "a stop after traffic made everything durable\n"
+            << daemon.log();
     }
     auto verify = verifyWithKey(auditDir, key);
     ASSERT_TRUE(verify.status);
