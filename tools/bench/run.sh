@@ -17,7 +17,8 @@ usage: tools/bench/run.sh [options]
 
 Runs every party inside one private network namespace (re-executes itself under
 'unshare --net'), on loopback, and prints a markdown table of medians that is also
-written to tools/bench/results-<date>.md.
+written to build/bench-results/results-<date>.md (never into tools/bench: the reference
+table there, tools/bench/RESULTS.md, is updated by hand from a run).
 
 options:
   --runs N            repetitions of every measurement; medians are reported (default 3)
@@ -40,7 +41,7 @@ options:
                       build-bench/bin)
   --splicegate PATH   daemon binary (default build/bin/splicegate); parties are skipped
                       with a note when it is missing
-  --out FILE          markdown output (default tools/bench/results-<date>.md)
+  --out FILE          markdown output (default build/bench-results/results-<date>.md)
   --wait-quiet S      before each measurement, wait up to S seconds while other work keeps
                       the CPUs over 25 % busy (default 0: measure anyway, with a note)
   --nice N            run the whole benchmark at this nice value (e.g. -10 on a machine
@@ -449,7 +450,10 @@ ELAPSED=$(($(date +%s) - START))
 
 # ---- report -----------------------------------------------------------------------------------
 DATE=$(date -u +%Y-%m-%d-%H%M)
-OUT=${OUT:-$HERE/results-$DATE.md}
+if [[ -z $OUT ]]; then
+    OUT=$ROOT/build/bench-results/results-$DATE.md
+    mkdir -p "$(dirname "$OUT")"
+fi
 SG_VERSION="not measured" SPLICEGATE_ORIGIN=${SPLICEGATE_ORIGIN:-none}
 if [[ " ${SELECTED[*]} " == *" splicegate-"* ]]; then
     SG_VERSION=$("$SPLICEGATE" --version 2>&1 | head -n 1 || true)
