@@ -21,11 +21,13 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "admin/AdminFraming.h"
 #include "admin/AdminSocket.h"
+#include "common/BufferRing.h"
 #include "common/CompletionTag.h"
 #include "common/Error.h"
 #include "common/Groups.h"
@@ -146,28 +148,6 @@ struct Peer {
     bool idle() const noexcept { return !recvArmed && !sendInFlight; }
 };
 
-// Owns the mapping of the provided buffer ring and the buffers it lends.
-struct BufferRing {
-    unsigned count = 0;  // a power of two
-    io_uring_buf_ring* ring = nullptr;
-    std::size_t ringBytes = 0;
-    std::vector<char> buffers;
-    bool registered = false;
-
-    BufferRing() = default;
-    BufferRing(const BufferRing&) = delete;
-    BufferRing& operator=(const BufferRing&) = delete;
-    ~BufferRing() {
-        if (ring != nullptr) ::munmap(ring, ringBytes);
-    }
-    char* buffer(unsigned id) noexcept { return buffers.data() + std::size_t{id} * kBufferSize; }
-    void recycle(unsigned id) noexcept {
-        io_uring_buf_ring_add(ring, buffer(id), kBufferSize, static_cast<unsigned short>(id),
-                              io_uring_buf_ring_mask(count), 0);
-        io_uring_buf_ring_advance(ring, 1);
-    }
-};
-
 }  // namespace
 
 struct AdminServer::Impl {
@@ -217,8 +197,9 @@ struct AdminServer::Impl {
     std::optional<GroupEntry> readonlyGroup;
 
     std::optional<AdminSocket> socket;
-    BufferRing buffers;        // unmapped after the ring is gone
     std::optional<Ring> ring;  // made on the admin thread: the ring's single issuer
+    // Registered with the ring and unregistered on the admin thread (see run()).
+    std::optional<BufferRing> buffers;
     UniqueFd wakeFd;
     std::uint64_t wakeValue = 0;
 
@@ -277,29 +258,13 @@ void AdminServer::Impl::setUpRing() {
     const std::string& path = options.socketPath;
     ring.emplace(kRingEntries, kMaxIoWorkers, kMaxIoWorkers);
 
-    // Buffer ring in our own page-aligned mapping: liburing 2.3 has no io_uring_setup_buf_ring.
     unsigned count = 1;
-    while (count < std::clamp(options.recvBuffers, 1u, 32768u)) count *= 2;
-    buffers.count = count;
-    buffers.ringBytes = count * sizeof(io_uring_buf);
-    void* mapping = ::mmap(nullptr, buffers.ringBytes, PROT_READ | PROT_WRITE,
-                           MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
-    if (mapping == MAP_FAILED) throwErrno(errno, "admin socket " + path + ": mmap buffer ring");
-    buffers.ring = static_cast<io_uring_buf_ring*>(mapping);
-    buffers.buffers.resize(std::size_t{count} * kBufferSize);
-    io_uring_buf_reg registration{};
-    registration.ring_addr = reinterpret_cast<std::uint64_t>(mapping);
-    registration.ring_entries = count;
-    registration.bgid = kBufferGroup;
-    checkNeg(io_uring_register_buf_ring(ring->raw(), &registration, 0),
-             "admin socket " + path + ": io_uring_register_buf_ring (provided buffers, 5.19)");
-    io_uring_buf_ring_init(buffers.ring);
-    for (unsigned id = 0; id < count; ++id) {
-        io_uring_buf_ring_add(buffers.ring, buffers.buffer(id), kBufferSize,
-                              static_cast<unsigned short>(id), io_uring_buf_ring_mask(count),
-                              static_cast<int>(id));
+    while (count < std::clamp(options.recvBuffers, 1u, BufferRing::kMaxEntries)) count *= 2;
+    try {
+        buffers.emplace(*ring->raw(), kBufferGroup, count, kBufferSize);
+    } catch (const std::system_error& error) {
+        throw std::system_error(error.code(), "admin socket " + path + ": " + error.what());
     }
-    io_uring_buf_ring_advance(buffers.ring, static_cast<int>(count));
 }
 
 void AdminServer::Impl::count(const std::string& command, const std::string& result) {
@@ -537,16 +502,18 @@ void AdminServer::Impl::logAction(const Peer& peer, const admin::Dispatch& dispa
 
 void AdminServer::Impl::onRecv(Peer* peer, const io_uring_cqe& cqe) {
     const bool more = (cqe.flags & IORING_CQE_F_MORE) != 0;
-    if ((cqe.flags & IORING_CQE_F_BUFFER) != 0) {
-        const unsigned id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
-        if (peer != nullptr && cqe.res > 0 && id < buffers.count) {
-            feed(*peer, buffers.buffer(id), static_cast<std::size_t>(cqe.res));
-        }
-        if (id < buffers.count) buffers.recycle(id);
+    if (auto id = BufferRing::bufferOf(cqe.flags); id && *id < buffers->entries()) {
+        auto bytes = buffers->take(*id, cqe.res > 0 ? static_cast<std::size_t>(cqe.res) : 0);
+        if (peer != nullptr && !bytes.empty())
+            feed(*peer, reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        buffers->giveBack(*id);
     }
     if (peer == nullptr) return;
     if (!more) peer->recvArmed = false;
-    if (cqe.res == -ENOBUFS) noBuffers.fetch_add(1, std::memory_order_relaxed);
+    if (cqe.res == -ENOBUFS) {
+        noBuffers.fetch_add(1, std::memory_order_relaxed);
+        buffers->widen();
+    }
     if (cqe.res == 0) {
         peer->eof = true;
         if (!peer->closing && !peer->closeAfterFlush && peer->frames.midFrame()) {
@@ -784,9 +751,9 @@ void AdminServer::Impl::dispatch(const io_uring_cqe& cqe) {
         case Op::Cancel:
             break;
         default:
-            if ((cqe.flags & IORING_CQE_F_BUFFER) != 0 &&
-                (cqe.flags >> IORING_CQE_BUFFER_SHIFT) < buffers.count) {
-                buffers.recycle(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
+            if (auto id = BufferRing::bufferOf(cqe.flags); id && *id < buffers->entries()) {
+                buffers->take(*id, 0);
+                buffers->giveBack(*id);
             }
             break;
     }
@@ -838,6 +805,9 @@ void AdminServer::Impl::run(std::promise<void>& ready) noexcept {
         logError("admin socket ", options.socketPath, ": ", error.what(),
                  "; the admin server stopped (the relay goes on)");
     }
+    // On this thread: with a single-issuer ring only its maker may unregister the group. A recv
+    // still armed then finds no group (-ENOBUFS) and no memory of ours.
+    buffers.reset();
 }
 
 AdminServer::AdminServer(AdminServerOptions options, AdminHandler& handler)

@@ -22,7 +22,7 @@
 #include <span>
 
 #include "datapath/BufferLaneFlow.h"
-#include "datapath/BufferRing.h"
+#include "common/BufferRing.h"
 #include "datapath/SocketTable.h"
 
 namespace splicegate {

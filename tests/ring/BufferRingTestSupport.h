@@ -13,7 +13,7 @@
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
-#include "datapath/BufferRing.h"
+#include "common/BufferRing.h"
 
 namespace splicegate::test {
 

@@ -1,4 +1,4 @@
-#include "datapath/BufferRing.h"
+#include "common/BufferRing.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
