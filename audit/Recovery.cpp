@@ -243,10 +243,8 @@ class Recovery {
     // and not touched: no cut, no Truncated record, no seal. True when `files` is such a segment.
     bool leftUnsealed(const SegmentFiles& files) {
         UniqueFd index = openInDirectoryOrThrow(dirFd_, dir_, files.indexName, O_RDONLY);
-        struct stat st {};
-        checkSys(::fstat(index.get(), &st), "fstat " + files.indexPath);
         Digest digest{};
-        if (endsWithSeal(index.get(), static_cast<std::uint64_t>(st.st_size), files.indexPath,
+        if (endsWithSeal(index.get(), fileSize(index.get(), files.indexPath), files.indexPath,
                          digest))
             return false;
         report_.leftUnsealed.push_back(files.indexPath);
