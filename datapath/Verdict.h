@@ -4,8 +4,8 @@
 // (datapath/FlowDriver.h, datapath/BufferLaneDriver.h) return it.
 #include <cstdint>
 
+#include "datapath/CloseReason.h"
 #include "datapath/Flow.h"
-#include "metrics/Stats.h"
 
 namespace splicegate {
 

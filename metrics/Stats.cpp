@@ -15,24 +15,6 @@ private:
 };
 }  // namespace
 
-const char* toString(CloseReason reason) noexcept {
-    switch (reason) {
-        case CloseReason::Closed: return "closed";
-        case CloseReason::ClientReset: return "client-reset";
-        case CloseReason::UpstreamReset: return "upstream-reset";
-        case CloseReason::UpstreamUnreachable: return "upstream-unreachable";
-        case CloseReason::IdleTimeout: return "idle-timeout";
-        case CloseReason::Killed: return "killed";
-        case CloseReason::Shutdown: return "shutdown";
-        case CloseReason::AuditError: return "audit-error";
-        case CloseReason::AuditSyncError: return "audit-sync-error";
-        case CloseReason::PipeError: return "pipe-error";
-        case CloseReason::Error: return "error";
-        case CloseReason::Count: break;
-    }
-    return "unknown";
-}
-
 const char* toString(RefuseReason reason) noexcept {
     switch (reason) {
         case RefuseReason::MaxConnections: return "max-connections";

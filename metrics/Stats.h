@@ -12,25 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "datapath/CloseReason.h"
+
 namespace splicegate {
 
 constexpr std::size_t kMaxRoutes = 256;
-
-enum class CloseReason : std::uint8_t {
-    Closed,               // both directions ended normally
-    ClientReset,
-    UpstreamReset,
-    UpstreamUnreachable,  // every upstream refused or timed out
-    IdleTimeout,
-    Killed,               // admin "kill"
-    Shutdown,             // drain timeout or stop
-    AuditError,           // an audit write failed (fail-closed)
-    AuditSyncError,       // an fdatasync failed; its unsynced chunks may be gone (fail-closed)
-    PipeError,
-    Error,                // anything else (socket errors)
-    Count
-};
-const char* toString(CloseReason reason) noexcept;
 
 enum class RefuseReason : std::uint8_t { MaxConnections, MaxConnectionsPerSource, Count };
 const char* toString(RefuseReason reason) noexcept;

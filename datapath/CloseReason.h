@@ -1,0 +1,42 @@
+#pragma once
+// Why a relayed connection ended: decided by the data path (datapath/Verdict.h) and the relay,
+// counted by metrics/ and written to the access log by the names below (docs/metrics.md).
+// Header-only so that metrics/ can name the reasons without linking the data path.
+#include <cstdint>
+
+namespace splicegate {
+
+enum class CloseReason : std::uint8_t {
+    Closed,               // both directions ended normally
+    ClientReset,
+    UpstreamReset,
+    UpstreamUnreachable,  // every upstream refused or timed out
+    IdleTimeout,
+    Killed,               // admin "kill"
+    Shutdown,             // drain timeout or stop
+    AuditError,           // an audit write failed (fail-closed)
+    AuditSyncError,       // an fdatasync failed; its unsynced chunks may be gone (fail-closed)
+    PipeError,
+    Error,                // anything else (socket errors)
+    Count
+};
+
+constexpr const char* toString(CloseReason reason) noexcept {
+    switch (reason) {
+        case CloseReason::Closed: return "closed";
+        case CloseReason::ClientReset: return "client-reset";
+        case CloseReason::UpstreamReset: return "upstream-reset";
+        case CloseReason::UpstreamUnreachable: return "upstream-unreachable";
+        case CloseReason::IdleTimeout: return "idle-timeout";
+        case CloseReason::Killed: return "killed";
+        case CloseReason::Shutdown: return "shutdown";
+        case CloseReason::AuditError: return "audit-error";
+        case CloseReason::AuditSyncError: return "audit-sync-error";
+        case CloseReason::PipeError: return "pipe-error";
+        case CloseReason::Error: return "error";
+        case CloseReason::Count: break;
+    }
+    return "unknown";
+}
+
+}  // namespace splicegate
