@@ -1,27 +1,22 @@
 #include "relay/Config.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <boost/program_options.hpp>
-#include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/Error.h"
+#include "common/OptionValues.h"
 #include "common/UniqueFd.h"
 #include "relay/ListenerMatcher.h"
-#include "relay/SocketOptions.h"
 
 namespace splicegate {
 namespace po = boost::program_options;
@@ -32,101 +27,12 @@ constexpr const char* kNoRouteMessage =
     "no route configured: give --listen and --upstream, or a [route.NAME] section in --config";
 constexpr std::string_view kRoutePrefix = "route.";
 constexpr std::size_t kMaxRouteNameLength = 64;
-constexpr uint64_t kMinPipeSize = 4096;
-constexpr uint64_t kMaxPipeSize = uint64_t{1} << 30;
 constexpr uint64_t kMaxWorkers = 1024;
-// io_uring_setup_buf_ring() takes at most 32768 entries (IORING_MAX_ENTRIES of a buffer ring).
-constexpr uint64_t kMaxBufferRingEntries = 32768;
-constexpr uint64_t kMinBufferSize = 512;
-constexpr uint64_t kMaxBufferSize = uint64_t{1} << 24;
-constexpr uint64_t kMinAuditBufferBytes = uint64_t{1} << 20;
 
-// ---- Names of enumerated values: one table per type serves parsing, help defaults and errors.
-
-template <typename E>
-struct Named {
-    const char* name;
-    E value;
-};
-
-constexpr Named<AuditDurability> kDurabilityNames[] = {{"strict", AuditDurability::Strict},
-                                                       {"batch", AuditDurability::Batch},
-                                                       {"none", AuditDurability::None}};
-constexpr Named<AuditOnError> kOnErrorNames[] = {{"fail-closed", AuditOnError::FailClosed},
-                                                 {"fail-open", AuditOnError::FailOpen}};
-constexpr Named<SpliceEngine> kEngineNames[] = {{"chain", SpliceEngine::Chain},
-                                                {"inline", SpliceEngine::Inline}};
-constexpr Named<XdpMode> kXdpModeNames[] = {
-    {"native", XdpMode::Native}, {"generic", XdpMode::Generic}, {"auto", XdpMode::Auto}};
 constexpr Named<LogLevel> kLogLevelNames[] = {{"debug", LogLevel::Debug},
                                               {"info", LogLevel::Info},
                                               {"warn", LogLevel::Warn},
                                               {"error", LogLevel::Error}};
-constexpr Named<Lane> kLaneNames[] = {
-    {"auto", Lane::Auto}, {"splice", Lane::Splice}, {"buffer", Lane::Buffer}};
-constexpr Named<AuditWriterKind> kAuditWriterNames[] = {{"direct", AuditWriterKind::Direct},
-                                                        {"splice", AuditWriterKind::Splice}};
-constexpr Named<bool> kOnOffNames[] = {{"on", true},     {"off", false}, {"true", true},
-                                       {"false", false}, {"yes", true},  {"no", false},
-                                       {"1", true},      {"0", false}};
-constexpr Named<bool> kBoolNames[] = {{"true", true}, {"false", false}, {"yes", true},
-                                      {"no", false},  {"1", true},      {"0", false}};
-
-template <typename E, std::size_t N>
-const char* nameOf(const Named<E> (&table)[N], E value) noexcept {
-    for (const auto& entry : table)
-        if (entry.value == value) return entry.name;
-    return "?";
-}
-
-template <typename E, std::size_t N>
-std::optional<E> valueOf(const Named<E> (&table)[N], std::string_view text) noexcept {
-    for (const auto& entry : table)
-        if (text == entry.name) return entry.value;
-    return std::nullopt;
-}
-
-// "strict, batch or none", for error messages.
-template <typename E, std::size_t N>
-std::string choicesOf(const Named<E> (&table)[N]) {
-    std::string out;
-    for (std::size_t i = 0; i < N; ++i) {
-        if (i > 0) out += i + 1 == N ? " or " : ", ";
-        out += table[i].name;
-    }
-    return out;
-}
-
-template <typename E, std::size_t N>
-E parseChoice(const Named<E> (&table)[N], const std::string& text, const std::string& label) {
-    if (auto value = valueOf(table, text)) return *value;
-    throw UsageError(label + ": invalid value '" + text + "' (expected " + choicesOf(table) + ")");
-}
-
-// ---- Value checks shared by the command line, the file's top level and route sections.
-
-uint64_t parseNumber(const std::string& text, uint64_t min, uint64_t max,
-                     const std::string& label) {
-    // Every number is read as a string first: Boost would silently wrap "-1" into an unsigned.
-    uint64_t value = 0;
-    const char* end = text.data() + text.size();
-    auto [stop, error] = std::from_chars(text.data(), end, value);
-    if (error == std::errc::invalid_argument || stop != end)
-        throw UsageError(label + ": invalid value '" + text +
-                         "' (expected a non-negative integer)");
-    if (error == std::errc::result_out_of_range || value < min || value > max)
-        throw UsageError(label + ": value '" + text + "' out of range " + std::to_string(min) +
-                         ".." + std::to_string(max));
-    return value;
-}
-
-SocketAddress parseListenAddress(const std::string& text, const std::string& label) {
-    auto address = SocketAddress::parseNumeric(text);
-    if (!address || address->port() == 0)
-        throw UsageError(label + ": invalid address '" + text +
-                         "' (expected numeric IPv4:PORT or [IPv6]:PORT, port 1..65535)");
-    return *address;
-}
 
 UpstreamConfig resolveUpstream(const std::string& text, const std::string& label) {
     std::string host;
@@ -143,34 +49,6 @@ UpstreamConfig resolveUpstream(const std::string& text, const std::string& label
     } catch (const UsageError& error) {
         return UpstreamConfig{text, {}, error.what()};
     }
-}
-
-// "10.0.0.1/8" -> "10.0.0.0/8"; a bare address is a host prefix (/32, /128). Host bits are
-// cleared so that the same prefix always has the same text (XDP rule add/delete match on it).
-std::string normalizeCidr(const std::string& text, const std::string& label) {
-    auto invalid = [&] {
-        return UsageError(label + ": invalid CIDR '" + text +
-                          "' (expected a.b.c.d/0..32 or an IPv6 prefix /0..128)");
-    };
-    auto slash = text.find('/');
-    std::string addressText = text.substr(0, slash);
-    bool isV6 = addressText.find(':') != std::string::npos;
-    unsigned maxLength = isV6 ? 128 : 32;
-    unsigned char bytes[16] = {};
-    if (inet_pton(isV6 ? AF_INET6 : AF_INET, addressText.c_str(), bytes) != 1) throw invalid();
-    unsigned length = maxLength;
-    if (slash != std::string::npos) {
-        const char* begin = text.data() + slash + 1;
-        const char* end = text.data() + text.size();
-        auto [stop, error] = std::from_chars(begin, end, length);
-        if (error != std::errc{} || stop != end || begin == end || length > maxLength)
-            throw invalid();
-    }
-    for (unsigned bit = length; bit < maxLength; ++bit)
-        bytes[bit / 8] &= static_cast<unsigned char>(~(0x80u >> (bit % 8)));
-    char normalized[INET6_ADDRSTRLEN] = {};
-    inet_ntop(isV6 ? AF_INET6 : AF_INET, bytes, normalized, sizeof normalized);
-    return std::string(normalized) + "/" + std::to_string(length);
 }
 
 bool isValidRouteName(const std::string& name) {
@@ -258,25 +136,14 @@ std::vector<std::string> splitEmptyValues(const std::vector<std::string>& args,
     return out;
 }
 
-// ---- Option descriptions. Defaults shown in --help come from a default-constructed Config so
-// that the struct stays the one place where they are written down.
-
-po::typed_value<std::string>* scalar(const char* valueName) {
-    return po::value<std::string>()->value_name(valueName);
-}
-
-po::typed_value<std::string>* scalar(const char* valueName, const std::string& defaultText) {
-    return scalar(valueName)->default_value(defaultText);
-}
-
-po::typed_value<std::vector<std::string>>* repeatable(const char* valueName) {
-    return po::value<std::vector<std::string>>()->value_name(valueName);
-}
+// ---- Option descriptions: each module declares its own group (Config.h); this file only its
+// own few (the default route, workers, log level) and the command-line-only ones.
 
 // One option per line reads better than the formatter's layout of a call chain.
 // clang-format off
-po::options_description routeAndServiceOptions(const Config& d) {
-    po::options_description options("Routes and service");
+po::options_description serviceOptions() {
+    const Config d;
+    po::options_description options;
     options.add_options()
         ("listen", scalar("ADDR:PORT"),
          "listener of the route named 'default' (IPv4:PORT or [IPv6]:PORT)")
@@ -284,129 +151,60 @@ po::options_description routeAndServiceOptions(const Config& d) {
          "upstream of 'default'; repeatable: round robin, next one on connect failure")
         ("workers", scalar("N", std::to_string(d.workers)),
          "worker threads, each with its own io_uring; 0 = one per CPU (at most 1024)")
-        ("admin-socket", scalar("PATH", d.adminSocket), "admin Unix socket; empty = none")
-        ("admin-group", scalar("NAME", d.adminGroup),
-         "group allowed on the admin socket besides root")
-        ("metrics-listen", scalar("ADDR:PORT", d.metricsListen),
-         "Prometheus endpoint /metrics; empty = none")
-        ("admin-readonly-group", scalar("NAME"),
-         "group allowed read-only admin commands (status, connections, version, xdp list); "
-         "none by default")
         ("log-level", scalar("LEVEL", nameOf(kLogLevelNames, d.logLevel)),
-         "debug, info, warn or error; logs go to stderr")
-        ("access-log", scalar("on|off", nameOf(kOnOffNames, d.accessLog)),
-         "one info line per closed connection");
+         "debug, info, warn or error; logs go to stderr");
     return options;
 }
+// clang-format on
 
-po::options_description auditOptions(const Config& d) {
-    po::options_description options("Audit");
-    options.add_options()
-        ("audit-dir", scalar("DIR", d.auditDir), "audit log directory; empty = audit off")
-        ("audit-durability", scalar("MODE", nameOf(kDurabilityNames, d.auditDurability)),
-         "strict: forward a chunk only once it is durable; batch: durable within the fsync "
-         "interval; none: page cache only")
-        ("audit-fsync-interval-ms", scalar("N", std::to_string(d.auditFsyncIntervalMs)),
-         "batch mode's bound (at least 1)")
-        ("audit-on-error", scalar("MODE", nameOf(kOnErrorNames, d.auditOnError)),
-         "fail-closed: close the affected connections on an audit write error; fail-open: go on "
-         "forwarding and count the lost bytes")
-        ("audit-retention-bytes", scalar("N", std::to_string(d.auditRetentionBytes)),
-         "delete oldest closed audit data above this size; 0 = keep all")
-        ("audit-retention-hours", scalar("N", std::to_string(d.auditRetentionHours)),
-         "delete closed audit data older than this; 0 = keep all")
-        ("audit-writer", scalar("W", nameOf(kAuditWriterNames, d.auditWriter)),
-         "direct: O_DIRECT writes from registered aligned buffers (buffered where the filesystem "
-         "refuses O_DIRECT); splice: splice into the page cache")
-        ("audit-buffer-bytes", scalar("N", std::to_string(d.auditBufferBytes)),
-         "per worker, audited bytes not yet written (at least 1 MiB); when full, audited flows "
-         "stop reading")
-        ("audit-group", scalar("NAME"),
-         "group that may read audit files (files 0640, directory 0750); default: the daemon's")
-        ("audit-hmac-key-file", scalar("FILE"),
-         "key for the audit log's sealing HMAC; none = hash chain without a key");
-    return options;
+// A section of --help: the options of its modules, those named in `first` leading in that
+// order (from whichever module declares them), the rest after them in their module's order.
+struct HelpSection {
+    const char* caption;
+    std::vector<po::options_description> modules;
+    std::vector<std::string> first;
+};
+
+std::vector<HelpSection> helpSections() {
+    return {
+        {"Routes and service",
+         {serviceOptions(), adminOptions(), metricsOptions()},
+         {"listen", "upstream", "workers", "admin-socket", "admin-group", "metrics-listen",
+          "admin-readonly-group", "log-level", "access-log"}},
+        {"Audit", {auditOptions()}, {}},
+        {"Relay",
+         {datapathOptions(), relayOptions()},
+         {"splice-engine", "lane", "buffer-ring-entries", "buffer-size", "delayed-ack",
+          "client-tcp-congestion", "upstream-tcp-congestion", "sqpoll"}},
+        {"XDP edge filter", {xdpOptions()}, {}},
+    };
 }
 
-po::options_description relayOptions(const Config& d) {
-    po::options_description options("Relay");
-    options.add_options()
-        ("splice-engine", scalar("E"),
-         "chain (linked io_uring splice/tee SQEs) or inline (direct non-blocking splice/tee); "
-         "default: the fastest measured")
-        ("lane", scalar("L", nameOf(kLaneNames, d.lane)),
-         "auto: a flow starts in the buffer lane and moves to splice while its reads stay large; "
-         "splice: always splice; buffer: always the buffer lane")
-        ("buffer-ring-entries", scalar("N", std::to_string(d.bufferRingEntries)),
-         "provided buffers per worker ring (a power of two, at most 32768)")
-        ("buffer-size", scalar("BYTES", std::to_string(d.bufferSize)),
-         "size of each provided buffer (512..16 MiB)")
-        ("delayed-ack", scalar("on|off", nameOf(kOnOffNames, d.delayedAck)),
-         "the relay's sockets delay their ACKs so that they ride on the reply; off: the "
-         "kernel's quick ACKs at connection start")
-        ("client-tcp-congestion", scalar("ALGO"),
-         "TCP congestion control of the sockets accepted from clients (TCP_CONGESTION); "
-         "default: the system's (net.ipv4.tcp_congestion_control)")
-        ("upstream-tcp-congestion", scalar("ALGO"),
-         "TCP congestion control of the sockets connected to upstreams; default: the system's")
-        ("sqpoll", scalar("on|off")->implicit_value("on"),
-         "kernel-side submission polling for the workers' rings (off by default)")
-        ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
-         "target pipe capacity (4096..1 GiB), clamped to what the system allows")
-        ("pipe-budget", scalar("BYTES", std::to_string(d.pipeBudgetBytes)),
-         "extension: cap on the capacity of all pipes together; 0 = the system's limit")
-        ("max-connections", scalar("N", std::to_string(d.maxConnections)),
-         "beyond it new connections are refused (and counted); at least 1")
-        ("max-connections-per-source", scalar("N", std::to_string(d.maxConnectionsPerSource)),
-         "per client address; 0 = no limit")
-        ("connect-timeout-ms", scalar("N", std::to_string(d.connectTimeoutMs)),
-         "upstream connect timeout")
-        ("idle-timeout-ms", scalar("N", std::to_string(d.idleTimeoutMs)),
-         "close a connection idle this long; 0 = never")
-        ("half-closed-timeout-ms", scalar("N", std::to_string(d.halfClosedTimeoutMs)),
-         "close a connection whose sender has gone while its receiver takes nothing, after this "
-         "long without progress; 0 = only the idle timeout")
-        ("drain-timeout-ms", scalar("N", std::to_string(d.drainTimeoutMs)),
-         "on SIGTERM, how long in-flight connections may finish");
-    return options;
-}
-
-po::options_description xdpOptions(const Config& d) {
-    po::options_description options("XDP edge filter");
-    options.add_options()
-        ("xdp-interface", scalar("IFNAME"), "attach the edge filter there; none = no XDP")
-        ("xdp-mode", scalar("MODE", nameOf(kXdpModeNames, d.xdpMode)),
-         "native, generic, or auto (native, else generic)")
-        ("xdp-deny", repeatable("CIDR"), "repeatable; IPv4 or IPv6 prefix dropped at the edge")
-        ("xdp-allow", repeatable("CIDR"),
-         "repeatable; passes even when a deny prefix or the SYN limit matches")
-        ("xdp-syn-rate", scalar("N", std::to_string(d.xdpSynRate)),
-         "SYNs per second per source prefix to the listen ports; 0 = no limit")
-        ("xdp-syn-burst", scalar("N", std::to_string(d.xdpSynBurst)),
-         "burst above the rate; 0 = the rate")
-        ("xdp-syn-prefix-v4", scalar("LEN", std::to_string(d.xdpSynPrefixV4)),
-         "IPv4 sources in one /LEN share a SYN limit; 32 = per address")
-        ("xdp-syn-prefix-v6", scalar("LEN", std::to_string(d.xdpSynPrefixV6)),
-         "IPv6 sources in one /LEN share a SYN limit; 128 = per address")
-        ("xdp-syn-new-source-rate", scalar("N", std::to_string(d.xdpSynNewSourceRate)),
-         "SYNs per second, all together, from source prefixes the SYN limit has no state for "
-         "(new or evicted); bounds spoofed floods; 0 = no bound")
-        ("xdp-syn-new-source-burst", scalar("N", std::to_string(d.xdpSynNewSourceBurst)),
-         "burst above the new-source rate; 0 = that rate");
-    return options;
-}
-
-// The options valid both on the command line and as INI keys.
+// The options valid both on the command line and as INI keys, grouped as --help shows them.
 po::options_description sharedOptions() {
-    const Config defaults;
+    auto sections = helpSections();
+    std::vector<boost::shared_ptr<po::option_description>> all;
+    for (const auto& section : sections)
+        for (const auto& module : section.modules)
+            all.insert(all.end(), module.options().begin(), module.options().end());
+    std::set<std::string> shown;
+    auto show = [&](po::options_description& group, const auto& option) {
+        if (shown.insert(option->long_name()).second) group.add(option);
+    };
     po::options_description options;
-    options.add(routeAndServiceOptions(defaults))
-        .add(auditOptions(defaults))
-        .add(relayOptions(defaults))
-        .add(xdpOptions(defaults));
+    for (const auto& section : sections) {
+        po::options_description group(section.caption);
+        for (const auto& name : section.first)
+            for (const auto& option : all)
+                if (option->long_name() == name) show(group, option);
+        for (const auto& module : section.modules)
+            for (const auto& option : module.options()) show(group, option);
+        options.add(group);
+    }
     return options;
 }
 
+// clang-format off
 po::options_description commandLineOnlyOptions() {
     po::options_description options("Command line only");
     options.add_options()
@@ -557,99 +355,19 @@ class ConfigParser {
     }
 
     Config build() const {
+        auto values = optionValues();
         Config config;
         config.configFile = file_;
-        applyServiceOptions(config);
-        applyAuditOptions(config);
-        applyRelayOptions(config);
-        applyXdpOptions(config);
+        config.workers = values.number<unsigned>("workers", 0, kMaxWorkers);
+        config.admin = readAdminSettings(values);
+        config.metrics = readMetricsSettings(values);
+        config.logLevel = values.choice(kLogLevelNames, "log-level");
+        config.audit = readAuditSettings(values);
+        config.datapath = readDatapathSettings(values);
+        config.relay = readRelaySettings(values);
+        config.xdp = readXdpSettings(values);
         config.routes = buildRoutes();
         return config;
-    }
-
-    void applyServiceOptions(Config& config) const {
-        config.workers = number<unsigned>("workers", 0, kMaxWorkers);
-        config.adminSocket = text("admin-socket");
-        config.adminGroup = text("admin-group");
-        config.metricsListen = text("metrics-listen");
-        if (!config.metricsListen.empty())
-            parseListenAddress(config.metricsListen, label("metrics-listen"));
-        config.logLevel = choice(kLogLevelNames, "log-level");
-        config.accessLog = choice(kOnOffNames, "access-log");
-        config.adminReadonlyGroup = text("admin-readonly-group");
-    }
-
-    void applyAuditOptions(Config& config) const {
-        config.auditDir = text("audit-dir");
-        config.auditDurability = choice(kDurabilityNames, "audit-durability");
-        config.auditFsyncIntervalMs = number<uint32_t>("audit-fsync-interval-ms", 1);
-        config.auditOnError = choice(kOnErrorNames, "audit-on-error");
-        config.auditRetentionBytes = number<uint64_t>("audit-retention-bytes");
-        config.auditRetentionHours = number<uint64_t>("audit-retention-hours");
-        config.auditWriter = choice(kAuditWriterNames, "audit-writer");
-        config.auditBufferBytes = number<uint64_t>("audit-buffer-bytes", kMinAuditBufferBytes);
-        config.auditGroup = text("audit-group");
-        config.auditHmacKeyFile = text("audit-hmac-key-file");
-        if (values_.count("audit-hmac-key-file") && config.auditHmacKeyFile.empty())
-            throw UsageError(label("audit-hmac-key-file") + ": empty file name");
-    }
-
-    void applyRelayOptions(Config& config) const {
-        if (values_.count("splice-engine"))
-            config.spliceEngine = choice(kEngineNames, "splice-engine");
-        config.pipeSize = number<uint64_t>("pipe-size", kMinPipeSize, kMaxPipeSize);
-        config.pipeBudgetBytes = number<uint64_t>("pipe-budget");
-        config.maxConnections = number<uint64_t>("max-connections", 1);
-        config.connectTimeoutMs = number<uint32_t>("connect-timeout-ms");
-        config.idleTimeoutMs = number<uint32_t>("idle-timeout-ms");
-        config.halfClosedTimeoutMs = number<uint32_t>("half-closed-timeout-ms");
-        config.drainTimeoutMs = number<uint32_t>("drain-timeout-ms");
-        config.maxConnectionsPerSource = number<uint64_t>("max-connections-per-source");
-        config.lane = choice(kLaneNames, "lane");
-        config.bufferRingEntries =
-            number<uint32_t>("buffer-ring-entries", 1, kMaxBufferRingEntries);
-        if (!std::has_single_bit(config.bufferRingEntries))
-            throw UsageError(label("buffer-ring-entries") + ": value '" +
-                             text("buffer-ring-entries") + "' is not a power of two");
-        config.bufferSize = number<uint32_t>("buffer-size", kMinBufferSize, kMaxBufferSize);
-        if (values_.count("sqpoll")) config.sqpoll = choice(kOnOffNames, "sqpoll");
-        config.delayedAck = choice(kOnOffNames, "delayed-ack");
-        config.clientCongestion = congestionName("client-tcp-congestion");
-        config.upstreamCongestion = congestionName("upstream-tcp-congestion");
-    }
-
-    // A name TCP_CONGESTION could take (the kernel's TCP_CA_NAME_MAX); whether this kernel has
-    // it is checked at start (congestionControlProblems).
-    std::string congestionName(const std::string& key) const {
-        std::string name = text(key);
-        bool wellFormed = name.size() < kCongestionNameMax &&
-                          std::all_of(name.begin(), name.end(), [](unsigned char c) {
-                              return std::isalnum(c) != 0 || c == '_' || c == '-';
-                          });
-        if (!wellFormed)
-            throw UsageError(label(key) + ": '" + name +
-                             "' is no congestion control name (letters, digits, '_' or '-'; at "
-                             "most " +
-                             std::to_string(kCongestionNameMax - 1) + " characters)");
-        return name;
-    }
-
-    void applyXdpOptions(Config& config) const {
-        config.xdpInterface = text("xdp-interface");
-        if (config.xdpInterface.size() >= IFNAMSIZ)
-            throw UsageError(label("xdp-interface") + ": interface name '" + config.xdpInterface +
-                             "' is longer than " + std::to_string(IFNAMSIZ - 1) + " characters");
-        config.xdpMode = choice(kXdpModeNames, "xdp-mode");
-        for (const auto& cidr : list("xdp-deny"))
-            config.xdpDeny.push_back(normalizeCidr(cidr, label("xdp-deny")));
-        for (const auto& cidr : list("xdp-allow"))
-            config.xdpAllow.push_back(normalizeCidr(cidr, label("xdp-allow")));
-        config.xdpSynRate = number<uint32_t>("xdp-syn-rate");
-        config.xdpSynBurst = number<uint32_t>("xdp-syn-burst");
-        config.xdpSynPrefixV4 = number<uint32_t>("xdp-syn-prefix-v4", 1, 32);
-        config.xdpSynPrefixV6 = number<uint32_t>("xdp-syn-prefix-v6", 1, 128);
-        config.xdpSynNewSourceRate = number<uint32_t>("xdp-syn-new-source-rate");
-        config.xdpSynNewSourceBurst = number<uint32_t>("xdp-syn-new-source-burst");
     }
 
     std::vector<RouteConfig> buildRoutes() const {
@@ -733,36 +451,14 @@ class ConfigParser {
         return routeLabel(routeName) + ": upstream";
     }
 
-    // How an error names the option: as the user wrote it, on the command line or in the file.
-    std::string label(const std::string& key) const {
-        if (file_.empty() || fromCommandLine_.count(key)) return "--" + key;
-        return file_ + ": " + key;
-    }
+    // The parsed options as the modules read them (common/OptionValues.h).
+    OptionValues optionValues() const { return OptionValues(values_, file_, fromCommandLine_); }
+    std::string label(const std::string& key) const { return optionValues().label(key); }
+    std::string text(const std::string& key) const { return optionValues().text(key); }
+    std::vector<std::string> list(const std::string& key) const { return optionValues().list(key); }
 
     std::string routeLabel(const std::string& name) const {
         return file_ + ": route '" + name + "'";
-    }
-
-    std::string text(const std::string& key) const {
-        auto found = values_.find(key);
-        return found == values_.end() ? std::string() : found->second.as<std::string>();
-    }
-
-    std::vector<std::string> list(const std::string& key) const {
-        auto found = values_.find(key);
-        if (found == values_.end()) return {};
-        return found->second.as<std::vector<std::string>>();
-    }
-
-    template <typename T>
-    T number(const std::string& key, uint64_t min = 0,
-             uint64_t max = std::numeric_limits<T>::max()) const {
-        return static_cast<T>(parseNumber(text(key), min, max, label(key)));
-    }
-
-    template <typename E, std::size_t N>
-    E choice(const Named<E> (&table)[N], const std::string& key) const {
-        return parseChoice(table, text(key), label(key));
     }
 
     std::vector<std::string> args_;
@@ -787,46 +483,15 @@ bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
 }
 
 std::vector<std::string> settingsNeedingRestart(const Config& running, const Config& next) {
-    std::vector<std::string> changed;
-    auto check = [&](const char* name, const auto& a, const auto& b) {
-        if (!(a == b)) changed.emplace_back(name);
-    };
-    check("workers", running.workers, next.workers);
-    check("admin-socket", running.adminSocket, next.adminSocket);
-    check("admin-group", running.adminGroup, next.adminGroup);
-    check("admin-readonly-group", running.adminReadonlyGroup, next.adminReadonlyGroup);
-    check("metrics-listen", running.metricsListen, next.metricsListen);
-    check("access-log", running.accessLog, next.accessLog);
-    check("audit-dir", running.auditDir, next.auditDir);
-    check("audit-durability", running.auditDurability, next.auditDurability);
-    check("audit-fsync-interval-ms", running.auditFsyncIntervalMs, next.auditFsyncIntervalMs);
-    check("audit-on-error", running.auditOnError, next.auditOnError);
-    check("audit-retention-bytes", running.auditRetentionBytes, next.auditRetentionBytes);
-    check("audit-retention-hours", running.auditRetentionHours, next.auditRetentionHours);
-    check("audit-writer", running.auditWriter, next.auditWriter);
-    check("audit-buffer-bytes", running.auditBufferBytes, next.auditBufferBytes);
-    check("audit-group", running.auditGroup, next.auditGroup);
-    check("audit-hmac-key-file", running.auditHmacKeyFile, next.auditHmacKeyFile);
-    check("splice-engine", running.spliceEngine, next.spliceEngine);
-    check("lane", running.lane, next.lane);
-    check("buffer-ring-entries", running.bufferRingEntries, next.bufferRingEntries);
-    check("buffer-size", running.bufferSize, next.bufferSize);
-    check("sqpoll", running.sqpoll, next.sqpoll);
-    check("delayed-ack", running.delayedAck, next.delayedAck);
-    check("client-tcp-congestion", running.clientCongestion, next.clientCongestion);
-    check("upstream-tcp-congestion", running.upstreamCongestion, next.upstreamCongestion);
-    check("pipe-size", running.pipeSize, next.pipeSize);
-    check("pipe-budget", running.pipeBudgetBytes, next.pipeBudgetBytes);
-    check("max-connections", running.maxConnections, next.maxConnections);
-    check("max-connections-per-source", running.maxConnectionsPerSource,
-          next.maxConnectionsPerSource);
-    check("connect-timeout-ms", running.connectTimeoutMs, next.connectTimeoutMs);
-    check("idle-timeout-ms", running.idleTimeoutMs, next.idleTimeoutMs);
-    check("half-closed-timeout-ms", running.halfClosedTimeoutMs, next.halfClosedTimeoutMs);
-    check("drain-timeout-ms", running.drainTimeoutMs, next.drainTimeoutMs);
-    check("xdp-interface", running.xdpInterface, next.xdpInterface);
-    check("xdp-mode", running.xdpMode, next.xdpMode);
-    return changed;
+    ChangedOptions changed;
+    changed.check("workers", running.workers, next.workers);
+    listChanged(running.admin, next.admin, changed);
+    listChanged(running.metrics, next.metrics, changed);
+    listChanged(running.audit, next.audit, changed);
+    listChanged(running.datapath, next.datapath, changed);
+    listChanged(running.relay, next.relay, changed);
+    listChanged(running.xdp, next.xdp, changed);
+    return std::move(changed).names();
 }
 
 CommandLine parseCommandLine(int argc, const char* const* argv) {
@@ -840,22 +505,6 @@ Config loadConfig(const std::vector<std::string>& args) {
     if (result.action != CommandLine::Action::Run)
         throw UsageError("cannot reload: the daemon's arguments ask for --help or --version");
     return result.config;
-}
-
-const char* toString(SpliceEngine engine) noexcept {
-    return nameOf(kEngineNames, engine);
-}
-
-const char* toString(AuditDurability durability) noexcept {
-    return nameOf(kDurabilityNames, durability);
-}
-
-const char* toString(Lane lane) noexcept {
-    return nameOf(kLaneNames, lane);
-}
-
-const char* toString(AuditWriterKind writer) noexcept {
-    return nameOf(kAuditWriterNames, writer);
 }
 
 unsigned workerThreads(const Config& config) noexcept {

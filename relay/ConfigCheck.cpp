@@ -169,15 +169,15 @@ void checkListenPorts(const Config& config, std::vector<std::string>& problems) 
 // bound: the same mappings are made (and dropped) here, so that a size the address space or
 // the overcommit policy refuses is a configuration error.
 void checkAuditBuffers(const Config& config, std::vector<std::string>& problems) {
-    if (config.auditDir.empty() || config.auditWriter != AuditWriterKind::Direct) return;
+    if (config.audit.dir.empty() || config.audit.writer != AuditWriterKind::Direct) return;
     const unsigned workers = workerThreads(config);
     std::vector<audit::LogBuffer> buffers;
     buffers.reserve(workers);
     try {
         while (buffers.size() < workers)
-            buffers.emplace_back(config.auditBufferBytes, audit::DirectLogOptions{}.writeBytes);
+            buffers.emplace_back(config.audit.bufferBytes, audit::DirectLogOptions{}.writeBytes);
     } catch (const std::exception& error) {
-        problems.push_back("--audit-buffer-bytes " + std::to_string(config.auditBufferBytes) +
+        problems.push_back("--audit-buffer-bytes " + std::to_string(config.audit.bufferBytes) +
                            ": cannot map the buffers of " + std::to_string(workers) +
                            " workers: " + error.what());
     }
@@ -187,9 +187,10 @@ void checkAuditBuffers(const Config& config, std::vector<std::string>& problems)
 
 std::vector<std::string> congestionControlProblems(const Config& config) {
     std::vector<std::string> problems;
-    if (auto problem = congestionProblem("--client-tcp-congestion", config.clientCongestion))
+    if (auto problem = congestionProblem("--client-tcp-congestion", config.relay.clientCongestion))
         problems.push_back(*problem);
-    if (auto problem = congestionProblem("--upstream-tcp-congestion", config.upstreamCongestion))
+    if (auto problem =
+            congestionProblem("--upstream-tcp-congestion", config.relay.upstreamCongestion))
         problems.push_back(*problem);
     return problems;
 }
@@ -206,19 +207,19 @@ ConfigCheckReport checkConfiguration(const Config& config) {
     ConfigCheckReport report;
     auto& problems = report.problems;
     if (auto loose = looseConfigFile(config.configFile)) report.warnings.push_back(*loose);
-    if (!config.auditDir.empty()) checkAuditDir(config.auditDir, problems);
-    if (!config.auditHmacKeyFile.empty()) checkKeyFile(config.auditHmacKeyFile, problems);
-    if (!config.adminSocket.empty()) {
-        checkGroup("--admin-group", config.adminGroup, problems);
-        checkAdminSocketPath(config.adminSocket, problems);
+    if (!config.audit.dir.empty()) checkAuditDir(config.audit.dir, problems);
+    if (!config.audit.hmacKeyFile.empty()) checkKeyFile(config.audit.hmacKeyFile, problems);
+    if (!config.admin.socket.empty()) {
+        checkGroup("--admin-group", config.admin.group, problems);
+        checkAdminSocketPath(config.admin.socket, problems);
     }
-    checkGroup("--admin-readonly-group", config.adminReadonlyGroup, problems);
-    checkGroup("--audit-group", config.auditGroup, problems);
+    checkGroup("--admin-readonly-group", config.admin.readonlyGroup, problems);
+    checkGroup("--audit-group", config.audit.group, problems);
     for (auto& problem : congestionControlProblems(config)) problems.push_back(std::move(problem));
     checkListenPorts(config, problems);
     checkAuditBuffers(config, problems);
-    if (!config.xdpInterface.empty() && ::if_nametoindex(config.xdpInterface.c_str()) == 0)
-        problems.push_back("--xdp-interface " + config.xdpInterface + ": no such interface");
+    if (!config.xdp.interface.empty() && ::if_nametoindex(config.xdp.interface.c_str()) == 0)
+        problems.push_back("--xdp-interface " + config.xdp.interface + ": no such interface");
     for (const auto& route : config.routes)
         for (const auto& upstream : route.upstreams)
             if (upstream.addresses.empty())

@@ -88,7 +88,7 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
             }
             break;
         case R::kRotateAudit: {
-            if (config_.auditDir.empty()) {
+            if (config_.audit.dir.empty()) {
                 fail(response, admin::ERROR_NOT_ENABLED, "audit is off (--audit-dir is empty)");
                 break;
             }
@@ -131,7 +131,7 @@ void DaemonControl::status(admin::StatusResponse& out) {
                                        std::chrono::steady_clock::now() - started_)
                                        .count()));
     out.set_workers(relay_.workerCount());
-    out.set_splice_engine(toString(relay_.context().settings.engine));
+    out.set_splice_engine(toString(relay_.context().settings.datapath.engine()));
     out.set_draining(relay_.draining());
     auto routes = relay_.context().routes();
     std::uint64_t active = 0, accepted = 0, c2u = 0, u2c = 0;
@@ -150,7 +150,7 @@ void DaemonControl::status(admin::StatusResponse& out) {
             route->set_listen(configured->config.listen.toString());
             for (const auto& upstream : configured->config.upstreams)
                 route->add_upstreams(upstream.text);
-            route->set_audit(configured->config.audit && !config_.auditDir.empty());
+            route->set_audit(configured->config.audit && !config_.audit.dir.empty());
         }
         route->set_connections_active(counters.active);
         route->set_connections_accepted(counters.accepted);
@@ -168,11 +168,11 @@ void DaemonControl::status(admin::StatusResponse& out) {
     pipes->set_budget_used_bytes(snapshot.pipeBudgetUsedBytes);
     pipes->set_overflow_in_use(snapshot.pipesOverflowInUse);
     auto* audit = out.mutable_audit();
-    audit->set_enabled(!config_.auditDir.empty());
-    audit->set_directory(config_.auditDir);
-    audit->set_durability(durabilityName(config_.auditDurability));
-    audit->set_on_error(config_.auditOnError == AuditOnError::FailClosed ? "fail-closed"
-                                                                         : "fail-open");
+    audit->set_enabled(!config_.audit.dir.empty());
+    audit->set_directory(config_.audit.dir);
+    audit->set_durability(durabilityName(config_.audit.durability));
+    audit->set_on_error(config_.audit.onError == AuditOnError::FailClosed ? "fail-closed"
+                                                                          : "fail-open");
     audit->set_bytes(snapshot.auditBytes);
     std::uint64_t errors = 0;
     for (const auto& [kind, count] : snapshot.auditErrors) errors += count;

@@ -83,38 +83,20 @@ void checkKernel() {
 }
 
 std::uint64_t pipeBudget(const Config& config) {
-    if (config.pipeBudgetBytes != 0) return config.pipeBudgetBytes;
+    if (config.datapath.pipeBudgetBytes != 0) return config.datapath.pipeBudgetBytes;
     return PipeBudget::systemLimitBytes();
 }
 
-RelaySettings relaySettings(const Config& config, std::uint64_t maxConnections) {
-    RelaySettings settings;
-    settings.engine = config.spliceEngine.value_or(SpliceEngine::Inline);
-    settings.pipeSize = config.pipeSize;
+// The configuration's settings, lowered to what this system allows.
+WorkerSettings workerSettings(const Config& config, const FdBudget& fds) {
+    WorkerSettings settings{config.audit, config.datapath, config.relay, fds.pipes};
     auto systemMax = PipeBudget::systemMaxPipeSize();
-    if (settings.pipeSize > systemMax) {
-        logWarn("--pipe-size ", config.pipeSize, " is above fs.pipe-max-size; using ", systemMax);
-        settings.pipeSize = systemMax;
+    if (settings.datapath.pipeSize > systemMax) {
+        logWarn("--pipe-size ", config.datapath.pipeSize, " is above fs.pipe-max-size; using ",
+                systemMax);
+        settings.datapath.pipeSize = systemMax;
     }
-    settings.maxConnections = maxConnections;
-    settings.connectTimeoutMs = config.connectTimeoutMs;
-    settings.idleTimeoutMs = config.idleTimeoutMs;
-    settings.halfClosedTimeoutMs = config.halfClosedTimeoutMs;
-    settings.auditDir = config.auditDir;
-    settings.auditDurability = config.auditDurability;
-    settings.auditOnError = config.auditOnError;
-    settings.auditFsyncIntervalMs = config.auditFsyncIntervalMs;
-    settings.lane = config.lane;
-    settings.bufferRingEntries = config.bufferRingEntries;
-    settings.bufferSize = config.bufferSize;
-    settings.sqpoll = config.sqpoll;
-    settings.delayedAck = config.delayedAck;
-    settings.clientCongestion = config.clientCongestion;
-    settings.upstreamCongestion = config.upstreamCongestion;
-    settings.auditWriter = config.auditWriter;
-    settings.auditBufferBytes = config.auditBufferBytes;
-    settings.accessLog = config.accessLog;
-    settings.maxConnectionsPerSource = config.maxConnectionsPerSource;
+    settings.relay.maxConnections = fds.connections;
     return settings;
 }
 
@@ -133,10 +115,10 @@ std::uint64_t firstIdPastLease(const audit::AuditDirectory& held, std::uint64_t 
 
 // --audit-group's gid (nullopt: the daemon's own group). The configuration check found it.
 std::optional<gid_t> auditGroup(const Config& config) {
-    if (config.auditGroup.empty()) return std::nullopt;
+    if (config.audit.group.empty()) return std::nullopt;
     int error = 0;
-    auto group = findGroup(config.auditGroup, error);
-    if (!group) throw UsageError("--audit-group " + config.auditGroup + ": no such group");
+    auto group = findGroup(config.audit.group, error);
+    if (!group) throw UsageError("--audit-group " + config.audit.group + ": no such group");
     return group->gid;
 }
 
@@ -150,9 +132,9 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     firstConnectionId = 1;
     if (held == nullptr) return start;
     // Loaded once: recovery, every writer and retention seal with the same key.
-    if (!config.auditHmacKeyFile.empty())
+    if (!config.audit.hmacKeyFile.empty())
         start.chainKey =
-            audit::ChainKey::fromFile(config.auditHmacKeyFile, audit::KeyFileUse::Daemon);
+            audit::ChainKey::fromFile(config.audit.hmacKeyFile, audit::KeyFileUse::Daemon);
     auto report = audit::recoverAuditDirectory(*held, start.chainKey.get());
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
     start.unsealedSegmentsLeft = report.leftUnsealed.size();
@@ -160,15 +142,15 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
         logError("audit recovery: ", report.leftUnsealed.size(),
                  " segments left unsealed (older than a crash leaves, or after a seal that does "
                  "not hold): the log was changed on disk; run splicegate-audit verify ",
-                 config.auditDir);
+                 config.audit.dir);
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
                 " connections were open at the last stop and are marked truncated");
     // Spares no worker will take: of workers beyond today's count, or all of them when the
     // writer does not recycle.
-    auto keepSparesBelow = config.auditWriter == AuditWriterKind::Direct ? workers : 0;
+    auto keepSparesBelow = config.audit.writer == AuditWriterKind::Direct ? workers : 0;
     for (const auto& name : audit::removeSpareDataFiles(held->fd(), held->path(), keepSparesBelow))
-        logInfo("audit: removed ", config.auditDir, "/", name, ", a spare no worker will take");
+        logInfo("audit: removed ", config.audit.dir, "/", name, ", a spare no worker will take");
     for (const auto& [worker, last] : report.lastSegment) {
         // Segments of every worker number seen are skipped, whatever the worker count is now.
         if (worker < workers) start.firstSegment[worker] = last + 1;
@@ -178,7 +160,7 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     firstConnectionId = firstIdPastLease(*held, firstConnectionId);
     idLease.emplace(held->fd(), held->path(), firstConnectionId);
     start.idLease = &*idLease;
-    logInfo("audit log in ", config.auditDir, " (", toString(config.auditDurability),
+    logInfo("audit log in ", config.audit.dir, " (", toString(config.audit.durability),
             " durability; payload CRC-32C by ", audit::crc32cPathName(), ")");
     return start;
 }
@@ -200,10 +182,10 @@ class RetentionJob {
   public:
     // `chainKey`: the writers' key, for the retention log's chained entries.
     RetentionJob(const Config& config, std::shared_ptr<const audit::ChainKey> chainKey)
-        : policy_{config.auditRetentionBytes, config.auditRetentionHours,
-                  config.auditWriter == AuditWriterKind::Direct} {
-        if (!config.auditDir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
-            planner_.emplace(config.auditDir, std::move(chainKey));
+        : policy_{config.audit.retentionBytes, config.audit.retentionHours,
+                  config.audit.writer == AuditWriterKind::Direct} {
+        if (!config.audit.dir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
+            planner_.emplace(config.audit.dir, std::move(chainKey));
     }
     // Called about once a second. Returns the workers whose current segment should be rolled
     // (RetentionResult::rollRecycled) for the caller to act on.
@@ -285,7 +267,7 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                   std::shared_ptr<const audit::ChainKey> chainKey) {
     auto signals = controlSignals();
     RetentionJob retention(startConfig, std::move(chainKey));
-    auto drainTimeout = std::chrono::milliseconds(startConfig.drainTimeoutMs);
+    auto drainTimeout = std::chrono::milliseconds(startConfig.relay.drainTimeoutMs);
     for (;;) {
         siginfo_t info{};
         timespec poll{1, 0};
@@ -320,7 +302,7 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
 // The capabilities a start without --xdp-interface does not keep. --check-config drops the same
 // ones, so that it judges the configuration with the privileges the daemon runs with.
 std::vector<std::string> dropCapabilitiesNotKept(const Config& config) {
-    if (!config.xdpInterface.empty()) return {};
+    if (!config.xdp.interface.empty()) return {};
     return dropEdgeFilterCapabilities();
 }
 
@@ -388,28 +370,28 @@ int runDaemon(int argc, const char* const* argv) {
         // The metrics listener starts first: /-/healthy answers and /-/ready says 503 while the
         // audit log is recovered and the workers start.
         std::unique_ptr<MetricsExposer> metrics;
-        if (!config.metricsListen.empty())
-            metrics = std::make_unique<MetricsExposer>(config.metricsListen, StatsSource{},
-                                                       config.auditDir);
+        if (!config.metrics.listen.empty())
+            metrics = std::make_unique<MetricsExposer>(config.metrics.listen, StatsSource{},
+                                                       config.audit.dir);
         // The control plane's peers count too: an admin or scrape flood must not make a
         // connection's pipe() fail.
         std::uint64_t controlFds =
-            (config.adminSocket.empty() ? 0 : AdminServerOptions{}.maxPeers) +
-            (config.metricsListen.empty() ? 0 : HttpServerLimits{}.maxConnections);
-        auto fds = raiseFdLimit(config.maxConnections, workers, config.routes.size(), controlFds,
-                                config.lane == Lane::Buffer   ? PipeFds::None
-                                : config.lane == Lane::Splice ? PipeFds::PerConnection
-                                                              : PipeFds::Shared);
+            (config.admin.socket.empty() ? 0 : AdminServerOptions{}.maxPeers) +
+            (config.metrics.listen.empty() ? 0 : HttpServerLimits{}.maxConnections);
+        auto fds =
+            raiseFdLimit(config.relay.maxConnections, workers, config.routes.size(), controlFds,
+                         config.datapath.lane == Lane::Buffer   ? PipeFds::None
+                         : config.datapath.lane == Lane::Splice ? PipeFds::PerConnection
+                                                                : PipeFds::Shared);
         if (metrics) metrics->setConnectionsMax(fds.connections);
-        auto settings = relaySettings(config, fds.connections);
-        settings.maxPipes = fds.pipes;
+        auto settings = workerSettings(config, fds);
         auto budget = pipeBudget(config);
         std::uint64_t firstConnectionId = 1;
         // Locked before recovery and held until exit: a second daemon changes nothing here.
         std::optional<audit::AuditDirectory> auditDirectory;
-        if (!config.auditDir.empty()) {
+        if (!config.audit.dir.empty()) {
             auditDirectory.emplace(
-                audit::AuditDirectory::open(config.auditDir, auditGroup(config)));
+                audit::AuditDirectory::open(config.audit.dir, auditGroup(config)));
             notifier.status("recovering the audit log");
         }
         std::optional<audit::ConnectionIdLease> idLease;  // outlives the relay's workers
@@ -420,25 +402,25 @@ int runDaemon(int argc, const char* const* argv) {
             metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
         Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
-                toString(settings.engine), " engine, pipe size ", settings.pipeSize,
-                " B, pipe budget ",
+                toString(settings.datapath.engine()), " engine, pipe size ",
+                settings.datapath.pipeSize, " B, pipe budget ",
                 budget == 0 ? std::string("unlimited") : std::to_string(budget) + " B");
         EdgeControl edge(config);
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
-        if (!config.adminSocket.empty()) {
+        if (!config.admin.socket.empty()) {
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
             AdminServerOptions adminOptions;
-            adminOptions.socketPath = config.adminSocket;
-            adminOptions.group = config.adminGroup;
-            adminOptions.readonlyGroup = config.adminReadonlyGroup;
+            adminOptions.socketPath = config.admin.socket;
+            adminOptions.group = config.admin.group;
+            adminOptions.readonlyGroup = config.admin.readonlyGroup;
             admin = std::make_unique<AdminServer>(std::move(adminOptions), *control);
             admin->start();
-            logInfo("admin socket ", config.adminSocket, " (group ", config.adminGroup,
-                    config.adminReadonlyGroup.empty()
+            logInfo("admin socket ", config.admin.socket, " (group ", config.admin.group,
+                    config.admin.readonlyGroup.empty()
                         ? std::string()
-                        : ", read-only group " + config.adminReadonlyGroup,
+                        : ", read-only group " + config.admin.readonlyGroup,
                     ")");
         }
         std::optional<MetricsExposer::StatsBinding> metricsSource;  // before relay and admin go

@@ -23,12 +23,12 @@ std::vector<std::uint16_t> listenPorts(const Config& config) {
 
 SynLimit synLimit(const Config& config) {
     SynLimit limit;
-    limit.rate = config.xdpSynRate;
-    limit.burst = config.xdpSynBurst;
-    limit.prefixV4 = config.xdpSynPrefixV4;
-    limit.prefixV6 = config.xdpSynPrefixV6;
-    limit.newSourceRate = config.xdpSynNewSourceRate;
-    limit.newSourceBurst = config.xdpSynNewSourceBurst;
+    limit.rate = config.xdp.synRate;
+    limit.burst = config.xdp.synBurst;
+    limit.prefixV4 = config.xdp.synPrefixV4;
+    limit.prefixV6 = config.xdp.synPrefixV6;
+    limit.newSourceRate = config.xdp.synNewSourceRate;
+    limit.newSourceBurst = config.xdp.synNewSourceBurst;
     return limit;
 }
 
@@ -41,24 +41,24 @@ std::vector<Cidr> parseAll(const std::vector<std::string>& texts) {
 }  // namespace
 
 EdgeControl::EdgeControl(const Config& config) {
-    if (config.xdpInterface.empty()) return;
+    if (config.xdp.interface.empty()) return;
     EdgeFilterOptions options;
-    options.interface = config.xdpInterface;
-    options.mode = attachMode(config.xdpMode);
+    options.interface = config.xdp.interface;
+    options.mode = attachMode(config.xdp.mode);
     options.listenPorts = listenPorts(config);
     options.synLimit = synLimit(config);
-    options.deny = parseAll(config.xdpDeny);
-    options.allow = parseAll(config.xdpAllow);
+    options.deny = parseAll(config.xdp.deny);
+    options.allow = parseAll(config.xdp.allow);
     filter_ = std::make_unique<EdgeFilter>(options);
-    configDeny_.insert(config.xdpDeny.begin(), config.xdpDeny.end());
-    configAllow_.insert(config.xdpAllow.begin(), config.xdpAllow.end());
-    logInfo("xdp: edge filter attached to ", config.xdpInterface, " (", filter_->attachedMode(),
+    configDeny_.insert(config.xdp.deny.begin(), config.xdp.deny.end());
+    configAllow_.insert(config.xdp.allow.begin(), config.xdp.allow.end());
+    logInfo("xdp: edge filter attached to ", config.xdp.interface, " (", filter_->attachedMode(),
             " mode), ", configDeny_.size(), " deny and ", configAllow_.size(), " allow prefixes");
 }
 
 EdgeRulePlan EdgeControl::planLocked(const Config& config) const {
-    std::set<std::string> deny(config.xdpDeny.begin(), config.xdpDeny.end());
-    std::set<std::string> allow(config.xdpAllow.begin(), config.xdpAllow.end());
+    std::set<std::string> deny(config.xdp.deny.begin(), config.xdp.deny.end());
+    std::set<std::string> allow(config.xdp.allow.begin(), config.xdp.allow.end());
     auto plan = EdgeRulePlan::make(filter_->rules(), configDeny_, configAllow_, deny, allow);
     if (auto problem = plan.overflow(kRulesPerSet)) throw UsageError(*problem);
     return plan;
@@ -72,7 +72,7 @@ void EdgeControl::checkConfig(const Config& config) const {
 void EdgeControl::applyConfig(const Config& config) {
     std::lock_guard lock(mutex_);
     if (!filter_) {
-        if (!config.xdpInterface.empty())
+        if (!config.xdp.interface.empty())
             logWarn("xdp: --xdp-interface takes effect at the next start, not on reload");
         return;
     }
@@ -81,8 +81,8 @@ void EdgeControl::applyConfig(const Config& config) {
     for (const auto& cidr : plan.addDeny) filter_->addDeny(cidr);
     for (const auto& cidr : plan.removeAllow) filter_->removeAllow(cidr);
     for (const auto& cidr : plan.addAllow) filter_->addAllow(cidr);
-    configDeny_ = {config.xdpDeny.begin(), config.xdpDeny.end()};
-    configAllow_ = {config.xdpAllow.begin(), config.xdpAllow.end()};
+    configDeny_ = {config.xdp.deny.begin(), config.xdp.deny.end()};
+    configAllow_ = {config.xdp.allow.begin(), config.xdp.allow.end()};
     filter_->setListenPorts(listenPorts(config));
     filter_->setSynLimit(synLimit(config));
 }

@@ -30,8 +30,8 @@ std::shared_ptr<UpstreamPool> poolFor(const RouteConfig& route, const RouteTable
     return nullptr;
 }
 
-AcceptedSocketOptions acceptedOptions(const RelaySettings& settings) {
-    return {settings.delayedAck, settings.clientCongestion};
+AcceptedSocketOptions acceptedOptions(const WorkerSettings& settings) {
+    return {settings.relay.delayedAck, settings.relay.clientCongestion};
 }
 }  // namespace
 
@@ -48,7 +48,7 @@ std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteInd
     return table;
 }
 
-Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
+Relay::Relay(const Config& config, unsigned workerCount, WorkerSettings settings,
              std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId)
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
@@ -59,7 +59,7 @@ Relay::Relay(const Config& config, unsigned workerCount, RelaySettings settings,
     context_->setRoutes(table);
     upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
         [context = context_.get()] { return context->routes(); },
-        std::chrono::milliseconds(settings.connectTimeoutMs));
+        std::chrono::milliseconds(settings.relay.connectTimeoutMs));
     context_->workerLoads = std::make_unique<WorkerLoads>(workerCount);
     for (unsigned i = 0; i < workerCount; ++i) {
         workers_.push_back(std::make_unique<Worker>(i, *context_));

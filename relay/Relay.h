@@ -18,7 +18,7 @@ class Relay {
   public:
     // Binds the routes' listeners and starts `workerCount` workers on them. Throws (naming the
     // route and address) when a listener cannot be bound or a worker cannot start.
-    Relay(const Config& config, unsigned workerCount, RelaySettings settings,
+    Relay(const Config& config, unsigned workerCount, WorkerSettings settings,
           std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId);
     ~Relay();
 

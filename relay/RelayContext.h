@@ -8,16 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "audit/AuditOptions.h"
 #include "audit/ConnectionIdLease.h"
 #include "audit/SealChain.h"
 #include "audit/SealHeads.h"
 #include "common/Ring.h"
 #include "datapath/ChainMover.h"
+#include "datapath/DatapathOptions.h"
 #include "datapath/InlineMover.h"
 #include "metrics/Stats.h"
 #include "pipes/PipePool.h"
-#include "relay/Config.h"
 #include "relay/ListenerSockets.h"
+#include "relay/RelayOptions.h"
 #include "relay/Route.h"
 #include "relay/SourceLimiter.h"
 #include "relay/WorkerLoads.h"
@@ -26,34 +28,14 @@ namespace splicegate {
 
 class Worker;
 
-struct RelaySettings {
-    SpliceEngine engine = SpliceEngine::Inline;
-    std::size_t pipeSize = 1048576;
-    std::uint64_t maxConnections = 65536;
+// The settings the relay and its workers run with: the modules' settings of the configuration
+// (relay/Config.h), held as they are, with the limits of the system applied at start
+// (relay/Daemon.cpp: pipe size, connections).
+struct WorkerSettings {
+    AuditSettings audit;  // empty directory: audit off
+    DatapathSettings datapath;
+    RelaySettings relay;
     std::uint64_t maxPipes = 0;  // pipes that may exist at once (relay/FdBudget.h); 0 = no cap
-    std::uint32_t connectTimeoutMs = 5000;
-    std::uint32_t idleTimeoutMs = 0;
-    std::uint32_t halfClosedTimeoutMs = 0;
-    // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
-    // while traffic flows, one more busy thread per worker (--sqpoll).
-    bool sqpoll = false;
-    bool delayedAck = true;          // --delayed-ack (Config.h)
-    std::string clientCongestion;    // --client-tcp-congestion; empty: the system's
-    std::string upstreamCongestion;  // --upstream-tcp-congestion; empty: the system's
-    // Audit: empty directory = off.
-    std::string auditDir;
-    AuditDurability auditDurability = AuditDurability::Batch;
-    AuditOnError auditOnError = AuditOnError::FailClosed;
-    std::uint32_t auditFsyncIntervalMs = 50;
-    std::uint64_t auditSegmentBytes = 1ull << 30;
-    // Operator options (Config.h has their meaning).
-    Lane lane = Lane::Auto;
-    std::uint32_t bufferRingEntries = 4096;
-    std::uint32_t bufferSize = 16384;
-    AuditWriterKind auditWriter = AuditWriterKind::Direct;
-    std::uint64_t auditBufferBytes = 67108864;
-    bool accessLog = true;
-    std::uint64_t maxConnectionsPerSource = 0;  // 0 = no limit
 };
 
 // The one place the splice engine is chosen: the mover a worker moves its bytes with.
@@ -75,17 +57,17 @@ struct AuditStart {
 
 class RelayContext {
   public:
-    RelayContext(RelaySettings relaySettings, std::uint64_t pipeBudgetBytes)
-        : settings(relaySettings), pipeBudget(pipeBudgetBytes, relaySettings.maxPipes) {}
+    RelayContext(WorkerSettings workerSettings, std::uint64_t pipeBudgetBytes)
+        : settings(std::move(workerSettings)), pipeBudget(pipeBudgetBytes, settings.maxPipes) {}
 
-    const RelaySettings settings;
+    const WorkerSettings settings;
     PipeBudget pipeBudget;
     std::atomic<std::uint64_t> nextConnectionId{1};
     std::atomic<std::uint64_t> activeConnections{0};
     AuditStart auditStart;
     audit::SealHeads sealHeads;  // each worker's newest seal, for `splicegatectl status`
     RouteIndex routeIndex;
-    SourceLimiter sourceLimiter{settings.maxConnectionsPerSource};
+    SourceLimiter sourceLimiter{settings.relay.maxConnectionsPerSource};
     // Set by the Relay before any worker starts, constant afterwards: the workers (for handing
     // a new connection over) and the connections each owns.
     std::vector<Worker*> workers;

@@ -37,11 +37,11 @@ constexpr long kHandOffSlack = 2;
 // within a few intervals of its end, and a steady load never sees its window shrink under it.
 constexpr auto kBufferTrimInterval = std::chrono::seconds(5);
 
-std::uint64_t timerPeriodMs(const RelaySettings& settings) {
+std::uint64_t timerPeriodMs(const WorkerSettings& settings) {
     std::uint64_t period = 1000;
-    if (!settings.auditDir.empty() && settings.auditDurability != AuditDurability::Strict)
-        period = std::max<std::uint64_t>(1, settings.auditFsyncIntervalMs);
-    for (std::uint64_t timeout : {settings.idleTimeoutMs, settings.halfClosedTimeoutMs})
+    if (!settings.audit.dir.empty() && settings.audit.durability != AuditDurability::Strict)
+        period = std::max<std::uint64_t>(1, settings.audit.fsyncIntervalMs);
+    for (std::uint64_t timeout : {settings.relay.idleTimeoutMs, settings.relay.halfClosedTimeoutMs})
         if (timeout > 0 && timeout / 4 < period) period = std::max<std::uint64_t>(timeout / 4, 10);
     return period;
 }
@@ -63,33 +63,33 @@ __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
 }
 
 // The one place the audit writer is chosen (--audit-writer).
-std::unique_ptr<AuditLog> makeAuditLog(const RelaySettings& settings,
+std::unique_ptr<AuditLog> makeAuditLog(const WorkerSettings& settings,
                                        std::unique_ptr<audit::AuditWriter> writer, Ring& ring) {
     // Index records are written after their chunk went on: their space is taken first, so a
     // full disk refuses the chunk instead of tearing the index (both writers).
-    bool direct = settings.auditWriter == AuditWriterKind::Direct;
+    bool direct = settings.audit.writer == AuditWriterKind::Direct;
     if (!writer->reserveSpaceAhead(direct))
-        logWarn("audit: ", settings.auditDir, " cannot allocate ahead (no fallocate)",
+        logWarn("audit: ", settings.audit.dir, " cannot allocate ahead (no fallocate)",
                 direct ? ": under fail-closed every audited chunk waits for its data to be durable"
                        : "");
     if (!direct) return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
     audit::DirectLogOptions options;
-    options.bufferBytes = settings.auditBufferBytes;
+    options.bufferBytes = settings.audit.bufferBytes;
     options.writeDelay = std::chrono::milliseconds(failpointAuditWriteDelayMs());
-    options.label = "audit " + settings.auditDir;
+    options.label = "audit " + settings.audit.dir;
     return std::make_unique<DirectAuditLog>(std::move(writer), ring, options);
 }
 
-AuditPolicy auditPolicy(const RelaySettings& settings, const AuditLog& log) noexcept {
+AuditPolicy auditPolicy(const WorkerSettings& settings, const AuditLog& log) noexcept {
     AuditPolicy policy;
-    policy.failClosed = settings.auditOnError == AuditOnError::FailClosed;
+    policy.failClosed = settings.audit.onError == AuditOnError::FailClosed;
     // Fail-closed never forwards a byte the log then loses to a full disk. A writer that takes
     // its disk space before accepting a chunk (the splice writer's splice, the direct writer's
     // space taken ahead) fails at once; one that cannot must hold each chunk until durable,
     // whatever the durability mode.
     bool holdUntilDurable = policy.failClosed && log.mayLoseAcceptedBytesToFullDisk();
-    policy.strict = settings.auditDurability == AuditDurability::Strict || holdUntilDurable;
-    policy.groupCommit = settings.auditDurability != AuditDurability::None || holdUntilDurable;
+    policy.strict = settings.audit.durability == AuditDurability::Strict || holdUntilDurable;
+    policy.groupCommit = settings.audit.durability != AuditDurability::None || holdUntilDurable;
     return policy;
 }
 
@@ -98,7 +98,7 @@ AuditPolicy auditPolicy(const RelaySettings& settings, const AuditLog& log) noex
 Worker::Worker(unsigned index, RelayContext& context)
     : index_(index),
       context_(context),
-      pipePool_(context.pipeBudget, context.settings.pipeSize, kMaxIdlePipes) {
+      pipePool_(context.pipeBudget, context.settings.datapath.pipeSize, kMaxIdlePipes) {
     controlFd_.reset(checkSys(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), "eventfd"));
 }
 
@@ -154,28 +154,29 @@ void Worker::setUp() {
     // are per submitting thread.
     const auto& settings = context_.settings;
     RingOptions ringOptions;
-    ringOptions.sqpoll = settings.sqpoll;
+    ringOptions.sqpoll = settings.datapath.sqpoll;
     ring_ =
         std::make_unique<Ring>(kRingEntries, kMaxBoundIoWorkers, kMaxUnboundIoWorkers, ringOptions);
-    if (!settings.auditDir.empty()) {
+    if (!settings.audit.dir.empty()) {
         auto first = index_ < context_.auditStart.firstSegment.size()
                          ? context_.auditStart.firstSegment[index_]
                          : 1;
         auto writer = std::make_unique<audit::AuditWriter>(
-            settings.auditDir, index_, first, settings.auditSegmentBytes,
+            settings.audit.dir, index_, first, settings.audit.segmentBytes,
             &context_.nextConnectionId, context_.auditStart.chainKey, &context_.sealHeads);
         auto log = makeAuditLog(settings, std::move(writer), *ring_);
         auto policy = auditPolicy(settings, *log);
         audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);
     }
-    mover_ = makeMover(settings.engine, *ring_);
-    if (settings.lane != Lane::Splice)
+    mover_ = makeMover(settings.datapath.engine(), *ring_);
+    if (settings.datapath.lane != Lane::Splice)
         lanes_ = std::make_unique<BufferLaneDriver>(
-            *ring_->raw(), settings.bufferRingEntries, settings.bufferSize,
-            settings.lane == Lane::Auto, audit_.get(), *stats_,
-            static_cast<unsigned>(std::min<std::uint64_t>(settings.maxConnections, UINT32_MAX)));
+            *ring_->raw(), settings.datapath.bufferRingEntries, settings.datapath.bufferSize,
+            settings.datapath.lane == Lane::Auto, audit_.get(), *stats_,
+            static_cast<unsigned>(
+                std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX)));
     driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, lanes_.get());
-    connectTimeout_ = toTimespec(settings.connectTimeoutMs);
+    connectTimeout_ = toTimespec(settings.relay.connectTimeoutMs);
     now_ = std::chrono::steady_clock::now();
     applyRoutes(true);
     armControl();
@@ -314,8 +315,8 @@ void Worker::onTimer() {
 // its receiver takes nothing (it would hold its pipe and slot until the idle timeout).
 void Worker::closeTimedOut() {
     using std::chrono::milliseconds;
-    const auto idle = milliseconds(context_.settings.idleTimeoutMs);
-    const auto halfClosed = milliseconds(context_.settings.halfClosedTimeoutMs);
+    const auto idle = milliseconds(context_.settings.relay.idleTimeoutMs);
+    const auto halfClosed = milliseconds(context_.settings.relay.halfClosedTimeoutMs);
     for (auto& c : connections_) {
         if (!c || c->id() == 0 || c->state != ConnectionState::Relaying) continue;
         const auto quiet = now_ - c->io.lastActivity;
@@ -444,14 +445,14 @@ void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cq
         SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address), slot.length);
     armAccept(index, which);
     auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
-    if (active >= context_.settings.maxConnections) {
+    if (active >= context_.settings.relay.maxConnections) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
         stats_->routes[listener.route->statsIndex]
             .refused[static_cast<std::size_t>(RefuseReason::MaxConnections)]
             .add(1);
         if (now_ - lastRefusalLog_ > std::chrono::seconds(1)) {
             logWarn("route ", listener.route->config.name,
-                    ": refusing connections: ", context_.settings.maxConnections,
+                    ": refusing connections: ", context_.settings.relay.maxConnections,
                     " connections open (--max-connections)");
             lastRefusalLog_ = now_;
         }
@@ -569,7 +570,7 @@ void Worker::startConnect(Connection& c) {
         logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
     // Checked at start (congestionControlProblems): a failure here is the kernel's, and the
     // connection can go on with the system's default.
-    const auto& congestion = context_.settings.upstreamCongestion;
+    const auto& congestion = context_.settings.relay.upstreamCongestion;
     if (int rc = setCongestionControl(fd, congestion); rc < 0)
         logWarnLimited("upstream-tcp-congestion", "route ", c.route->config.name,
                        ": TCP_CONGESTION ", congestion, " for ", c.upstreamAddress, ": ",
@@ -577,8 +578,8 @@ void Worker::startConnect(Connection& c) {
     // A client that has spoken already: its bytes go out as soon as the handshake is done, and
     // the handshake's last ACK can ride on them, one packet fewer. One that has not may be
     // waiting for a server that speaks first, whose accept must not wait for that ACK.
-    c.upstreamDelaysAcks = context_.settings.delayedAck && bytesWaiting(c.io.client.get()) > 0 &&
-                           enterDelayedAckMode(fd) == 0;
+    c.upstreamDelaysAcks = context_.settings.relay.delayedAck &&
+                           bytesWaiting(c.io.client.get()) > 0 && enterDelayedAckMode(fd) == 0;
     ++c.connectAttempts;
     auto* sqe = ring_->sqe();
     io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
@@ -638,7 +639,7 @@ void Worker::onConnect(Connection& c, int result) {
         // Unless startConnect did it already (the client had spoken), here, after the handshake:
         // in delayed-ACK mode while connecting, the socket would also hold back the handshake's
         // last ACK, and a server that speaks first would wait for it.
-        if (context_.settings.delayedAck && !c.upstreamDelaysAcks) {
+        if (context_.settings.relay.delayedAck && !c.upstreamDelaysAcks) {
             if (int rc = enterDelayedAckMode(c.io.upstream.get()); rc < 0)
                 logDebug("connection ", c.id(), ": TCP_QUICKACK: ", errnoText(-rc));
         }
@@ -728,7 +729,7 @@ void Worker::releaseConnection(Connection& c) {
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", c.io.at(Direction::ClientToUpstream).bytesForwarded(),
              " B, u2c ", c.io.at(Direction::UpstreamToClient).bytesForwarded(), " B");
-    if (context_.settings.accessLog)
+    if (context_.settings.relay.accessLog)
         accessLines_.add(
             LogLevel::Info,
             formatAccessLine({c.route->config.name, c.id(), c.clientAddress, c.upstreamAddress,

@@ -84,43 +84,43 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     auto config = parseConfig(withDefaultRoute());
     EXPECT_EQ(config.configFile, "");
     EXPECT_EQ(config.workers, 0u);
-    EXPECT_EQ(config.adminSocket, "/run/splicegate/admin.sock");
-    EXPECT_EQ(config.adminGroup, "splicegate");
-    EXPECT_EQ(config.metricsListen, "127.0.0.1:9464");
-    EXPECT_EQ(config.auditDir, "/var/lib/splicegate/audit");
-    EXPECT_EQ(config.auditDurability, AuditDurability::Batch);
-    EXPECT_EQ(config.auditFsyncIntervalMs, 50u);
-    EXPECT_EQ(config.auditOnError, AuditOnError::FailClosed);
-    EXPECT_EQ(config.auditRetentionBytes, 0u);
-    EXPECT_EQ(config.auditRetentionHours, 0u);
-    EXPECT_FALSE(config.spliceEngine.has_value());
-    EXPECT_EQ(config.pipeSize, 1048576u);
-    EXPECT_EQ(config.pipeBudgetBytes, 0u);
-    EXPECT_EQ(config.maxConnections, 65536u);
-    EXPECT_EQ(config.connectTimeoutMs, 5000u);
-    EXPECT_EQ(config.idleTimeoutMs, 3600000u);
-    EXPECT_EQ(config.halfClosedTimeoutMs, 60000u);
-    EXPECT_EQ(config.drainTimeoutMs, 30000u);
-    EXPECT_EQ(config.maxConnectionsPerSource, 0u);
-    EXPECT_EQ(config.lane, Lane::Auto);
-    EXPECT_EQ(config.bufferRingEntries, 4096u);
-    EXPECT_EQ(config.bufferSize, 16384u);
-    EXPECT_FALSE(config.sqpoll);
-    EXPECT_TRUE(config.delayedAck);
-    EXPECT_EQ(config.clientCongestion, "");  // the system's
-    EXPECT_EQ(config.upstreamCongestion, "");
-    EXPECT_EQ(config.auditWriter, AuditWriterKind::Direct);
-    EXPECT_EQ(config.auditBufferBytes, 67108864u);
-    EXPECT_EQ(config.auditGroup, "");
-    EXPECT_EQ(config.auditHmacKeyFile, "");
-    EXPECT_TRUE(config.accessLog);
-    EXPECT_EQ(config.adminReadonlyGroup, "");
-    EXPECT_EQ(config.xdpInterface, "");
-    EXPECT_EQ(config.xdpMode, XdpMode::Auto);
-    EXPECT_TRUE(config.xdpDeny.empty());
-    EXPECT_TRUE(config.xdpAllow.empty());
-    EXPECT_EQ(config.xdpSynRate, 0u);
-    EXPECT_EQ(config.xdpSynBurst, 0u);
+    EXPECT_EQ(config.admin.socket, "/run/splicegate/admin.sock");
+    EXPECT_EQ(config.admin.group, "splicegate");
+    EXPECT_EQ(config.metrics.listen, "127.0.0.1:9464");
+    EXPECT_EQ(config.audit.dir, "/var/lib/splicegate/audit");
+    EXPECT_EQ(config.audit.durability, AuditDurability::Batch);
+    EXPECT_EQ(config.audit.fsyncIntervalMs, 50u);
+    EXPECT_EQ(config.audit.onError, AuditOnError::FailClosed);
+    EXPECT_EQ(config.audit.retentionBytes, 0u);
+    EXPECT_EQ(config.audit.retentionHours, 0u);
+    EXPECT_FALSE(config.datapath.spliceEngine.has_value());
+    EXPECT_EQ(config.datapath.pipeSize, 1048576u);
+    EXPECT_EQ(config.datapath.pipeBudgetBytes, 0u);
+    EXPECT_EQ(config.relay.maxConnections, 65536u);
+    EXPECT_EQ(config.relay.connectTimeoutMs, 5000u);
+    EXPECT_EQ(config.relay.idleTimeoutMs, 3600000u);
+    EXPECT_EQ(config.relay.halfClosedTimeoutMs, 60000u);
+    EXPECT_EQ(config.relay.drainTimeoutMs, 30000u);
+    EXPECT_EQ(config.relay.maxConnectionsPerSource, 0u);
+    EXPECT_EQ(config.datapath.lane, Lane::Auto);
+    EXPECT_EQ(config.datapath.bufferRingEntries, 4096u);
+    EXPECT_EQ(config.datapath.bufferSize, 16384u);
+    EXPECT_FALSE(config.datapath.sqpoll);
+    EXPECT_TRUE(config.relay.delayedAck);
+    EXPECT_EQ(config.relay.clientCongestion, "");  // the system's
+    EXPECT_EQ(config.relay.upstreamCongestion, "");
+    EXPECT_EQ(config.audit.writer, AuditWriterKind::Direct);
+    EXPECT_EQ(config.audit.bufferBytes, 67108864u);
+    EXPECT_EQ(config.audit.group, "");
+    EXPECT_EQ(config.audit.hmacKeyFile, "");
+    EXPECT_TRUE(config.relay.accessLog);
+    EXPECT_EQ(config.admin.readonlyGroup, "");
+    EXPECT_EQ(config.xdp.interface, "");
+    EXPECT_EQ(config.xdp.mode, XdpMode::Auto);
+    EXPECT_TRUE(config.xdp.deny.empty());
+    EXPECT_TRUE(config.xdp.allow.empty());
+    EXPECT_EQ(config.xdp.synRate, 0u);
+    EXPECT_EQ(config.xdp.synBurst, 0u);
     EXPECT_EQ(config.logLevel, LogLevel::Info);
 }
 
@@ -195,42 +195,42 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
                                                 "--max-connections-per-source",
                                                 "3"}));
     EXPECT_EQ(config.workers, 4u);
-    EXPECT_EQ(config.adminSocket, "/tmp/a.sock");
-    EXPECT_EQ(config.adminGroup, "wheel");
-    EXPECT_EQ(config.metricsListen, "[::1]:9100");
-    EXPECT_EQ(config.auditDir, "/tmp/audit");
-    EXPECT_EQ(config.auditDurability, AuditDurability::Strict);
-    EXPECT_EQ(config.auditFsyncIntervalMs, 7u);
-    EXPECT_EQ(config.auditOnError, AuditOnError::FailOpen);
-    EXPECT_EQ(config.auditRetentionBytes, 1000000u);
-    EXPECT_EQ(config.auditRetentionHours, 48u);
-    EXPECT_EQ(config.spliceEngine, SpliceEngine::Inline);
-    EXPECT_EQ(config.pipeSize, 65536u);
-    EXPECT_EQ(config.pipeBudgetBytes, 8388608u);
-    EXPECT_EQ(config.maxConnections, 10u);
-    EXPECT_EQ(config.connectTimeoutMs, 250u);
-    EXPECT_EQ(config.idleTimeoutMs, 60000u);
-    EXPECT_EQ(config.halfClosedTimeoutMs, 1500u);
-    EXPECT_EQ(config.drainTimeoutMs, 1u);
-    EXPECT_EQ(config.xdpInterface, "lo");
-    EXPECT_EQ(config.xdpMode, XdpMode::Generic);
-    EXPECT_EQ(config.xdpDeny, std::vector<std::string>{"10.0.0.0/8"});
-    EXPECT_EQ(config.xdpAllow, std::vector<std::string>{"::1/128"});
-    EXPECT_EQ(config.xdpSynRate, 100u);
-    EXPECT_EQ(config.xdpSynBurst, 20u);
+    EXPECT_EQ(config.admin.socket, "/tmp/a.sock");
+    EXPECT_EQ(config.admin.group, "wheel");
+    EXPECT_EQ(config.metrics.listen, "[::1]:9100");
+    EXPECT_EQ(config.audit.dir, "/tmp/audit");
+    EXPECT_EQ(config.audit.durability, AuditDurability::Strict);
+    EXPECT_EQ(config.audit.fsyncIntervalMs, 7u);
+    EXPECT_EQ(config.audit.onError, AuditOnError::FailOpen);
+    EXPECT_EQ(config.audit.retentionBytes, 1000000u);
+    EXPECT_EQ(config.audit.retentionHours, 48u);
+    EXPECT_EQ(config.datapath.spliceEngine, SpliceEngine::Inline);
+    EXPECT_EQ(config.datapath.pipeSize, 65536u);
+    EXPECT_EQ(config.datapath.pipeBudgetBytes, 8388608u);
+    EXPECT_EQ(config.relay.maxConnections, 10u);
+    EXPECT_EQ(config.relay.connectTimeoutMs, 250u);
+    EXPECT_EQ(config.relay.idleTimeoutMs, 60000u);
+    EXPECT_EQ(config.relay.halfClosedTimeoutMs, 1500u);
+    EXPECT_EQ(config.relay.drainTimeoutMs, 1u);
+    EXPECT_EQ(config.xdp.interface, "lo");
+    EXPECT_EQ(config.xdp.mode, XdpMode::Generic);
+    EXPECT_EQ(config.xdp.deny, std::vector<std::string>{"10.0.0.0/8"});
+    EXPECT_EQ(config.xdp.allow, std::vector<std::string>{"::1/128"});
+    EXPECT_EQ(config.xdp.synRate, 100u);
+    EXPECT_EQ(config.xdp.synBurst, 20u);
     EXPECT_EQ(config.logLevel, LogLevel::Debug);
-    EXPECT_EQ(config.lane, Lane::Buffer);
-    EXPECT_EQ(config.bufferRingEntries, 256u);
-    EXPECT_EQ(config.bufferSize, 4096u);
-    EXPECT_TRUE(config.sqpoll);
-    EXPECT_FALSE(config.delayedAck);
-    EXPECT_EQ(config.auditWriter, AuditWriterKind::Splice);
-    EXPECT_EQ(config.auditBufferBytes, 2097152u);
-    EXPECT_EQ(config.auditGroup, "auditors");
-    EXPECT_EQ(config.auditHmacKeyFile, "/etc/key");
-    EXPECT_FALSE(config.accessLog);
-    EXPECT_EQ(config.adminReadonlyGroup, "viewers");
-    EXPECT_EQ(config.maxConnectionsPerSource, 3u);
+    EXPECT_EQ(config.datapath.lane, Lane::Buffer);
+    EXPECT_EQ(config.datapath.bufferRingEntries, 256u);
+    EXPECT_EQ(config.datapath.bufferSize, 4096u);
+    EXPECT_TRUE(config.datapath.sqpoll);
+    EXPECT_FALSE(config.relay.delayedAck);
+    EXPECT_EQ(config.audit.writer, AuditWriterKind::Splice);
+    EXPECT_EQ(config.audit.bufferBytes, 2097152u);
+    EXPECT_EQ(config.audit.group, "auditors");
+    EXPECT_EQ(config.audit.hmacKeyFile, "/etc/key");
+    EXPECT_FALSE(config.relay.accessLog);
+    EXPECT_EQ(config.admin.readonlyGroup, "viewers");
+    EXPECT_EQ(config.relay.maxConnectionsPerSource, 3u);
 }
 
 TEST(ConfigTest, CheckConfigIsAnActionWithTheParsedConfig) {
@@ -241,42 +241,42 @@ TEST(ConfigTest, CheckConfigIsAnActionWithTheParsedConfig) {
 }
 
 TEST(ConfigTest, SqpollTakesAnExplicitValue) {
-    EXPECT_TRUE(parseConfig(withDefaultRoute({"--sqpoll=on"})).sqpoll);
-    EXPECT_FALSE(parseConfig(withDefaultRoute({"--sqpoll=off"})).sqpoll);
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--sqpoll=on"})).datapath.sqpoll);
+    EXPECT_FALSE(parseConfig(withDefaultRoute({"--sqpoll=off"})).datapath.sqpoll);
 }
 
 TEST(ConfigTest, EveryEnumValueIsAccepted) {
     auto engine = [](const char* name) {
-        return parseConfig(withDefaultRoute({"--splice-engine", name})).spliceEngine;
+        return parseConfig(withDefaultRoute({"--splice-engine", name})).datapath.spliceEngine;
     };
     EXPECT_EQ(engine("chain"), SpliceEngine::Chain);
     EXPECT_EQ(engine("inline"), SpliceEngine::Inline);
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-durability", "none"})).auditDurability,
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-durability", "none"})).audit.durability,
               AuditDurability::None);
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--xdp-mode", "native"})).xdpMode, XdpMode::Native);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--xdp-mode", "native"})).xdp.mode, XdpMode::Native);
     EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "warn"})).logLevel, LogLevel::Warn);
     EXPECT_EQ(parseConfig(withDefaultRoute({"--log-level", "error"})).logLevel, LogLevel::Error);
     auto lane = [](const char* name) {
-        return parseConfig(withDefaultRoute({"--lane", name})).lane;
+        return parseConfig(withDefaultRoute({"--lane", name})).datapath.lane;
     };
     EXPECT_EQ(lane("auto"), Lane::Auto);
     EXPECT_EQ(lane("splice"), Lane::Splice);
     EXPECT_EQ(lane("buffer"), Lane::Buffer);
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-writer", "direct"})).auditWriter,
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-writer", "direct"})).audit.writer,
               AuditWriterKind::Direct);
-    EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).accessLog);
-    EXPECT_TRUE(parseConfig(withDefaultRoute({"--delayed-ack", "on"})).delayedAck);
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).relay.accessLog);
+    EXPECT_TRUE(parseConfig(withDefaultRoute({"--delayed-ack", "on"})).relay.delayedAck);
     auto congestion = parseConfig(
         withDefaultRoute({"--client-tcp-congestion", "bbr", "--upstream-tcp-congestion", "cubic"}));
-    EXPECT_EQ(congestion.clientCongestion, "bbr");
-    EXPECT_EQ(congestion.upstreamCongestion, "cubic");
+    EXPECT_EQ(congestion.relay.clientCongestion, "bbr");
+    EXPECT_EQ(congestion.relay.upstreamCongestion, "cubic");
     EXPECT_STREQ(toString(Lane::Buffer), "buffer");
     EXPECT_STREQ(toString(AuditWriterKind::Splice), "splice");
 }
 
 TEST(ConfigTest, BufferRingEntriesAtTheirLimits) {
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "1"})).bufferRingEntries, 1u);
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "32768"})).bufferRingEntries,
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "1"})).datapath.bufferRingEntries, 1u);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--buffer-ring-entries", "32768"})).datapath.bufferRingEntries,
               32768u);
 }
 
@@ -325,27 +325,27 @@ TEST(ConfigTest, NumbersAtTheirLimitsAreAccepted) {
     auto config = parseConfig(withDefaultRoute(
         {"--pipe-size", "4096", "--workers", "1024", "--max-connections", "1",
          "--connect-timeout-ms", "4294967295", "--audit-retention-bytes", "18446744073709551615"}));
-    EXPECT_EQ(config.pipeSize, 4096u);
+    EXPECT_EQ(config.datapath.pipeSize, 4096u);
     EXPECT_EQ(config.workers, 1024u);
-    EXPECT_EQ(config.maxConnections, 1u);
-    EXPECT_EQ(config.connectTimeoutMs, 4294967295u);
-    EXPECT_EQ(config.auditRetentionBytes, 18446744073709551615u);
-    EXPECT_EQ(parseConfig(withDefaultRoute({"--pipe-size", "1073741824"})).pipeSize, 1u << 30);
+    EXPECT_EQ(config.relay.maxConnections, 1u);
+    EXPECT_EQ(config.relay.connectTimeoutMs, 4294967295u);
+    EXPECT_EQ(config.audit.retentionBytes, 18446744073709551615u);
+    EXPECT_EQ(parseConfig(withDefaultRoute({"--pipe-size", "1073741824"})).datapath.pipeSize, 1u << 30);
 }
 
 TEST(ConfigTest, XdpSynPrefixAndNewSourceOptions) {
     auto defaults = parseConfig(withDefaultRoute());
-    EXPECT_EQ(defaults.xdpSynPrefixV4, 24u);
-    EXPECT_EQ(defaults.xdpSynPrefixV6, 64u);
-    EXPECT_EQ(defaults.xdpSynNewSourceRate, 1000u);
-    EXPECT_EQ(defaults.xdpSynNewSourceBurst, 0u);
+    EXPECT_EQ(defaults.xdp.synPrefixV4, 24u);
+    EXPECT_EQ(defaults.xdp.synPrefixV6, 64u);
+    EXPECT_EQ(defaults.xdp.synNewSourceRate, 1000u);
+    EXPECT_EQ(defaults.xdp.synNewSourceBurst, 0u);
     auto config = parseConfig(
         withDefaultRoute({"--xdp-syn-prefix-v4", "32", "--xdp-syn-prefix-v6", "1",
                           "--xdp-syn-new-source-rate", "0", "--xdp-syn-new-source-burst", "5000"}));
-    EXPECT_EQ(config.xdpSynPrefixV4, 32u);
-    EXPECT_EQ(config.xdpSynPrefixV6, 1u);
-    EXPECT_EQ(config.xdpSynNewSourceRate, 0u);
-    EXPECT_EQ(config.xdpSynNewSourceBurst, 5000u);
+    EXPECT_EQ(config.xdp.synPrefixV4, 32u);
+    EXPECT_EQ(config.xdp.synPrefixV6, 1u);
+    EXPECT_EQ(config.xdp.synNewSourceRate, 0u);
+    EXPECT_EQ(config.xdp.synNewSourceBurst, 5000u);
     for (Args bad : {Args{"--xdp-syn-prefix-v4", "33"}, Args{"--xdp-syn-prefix-v4", "0"},
                      Args{"--xdp-syn-prefix-v6", "129"}, Args{"--xdp-syn-new-source-rate", "-1"}})
         EXPECT_THROW(parseConfig(withDefaultRoute(bad)), UsageError) << bad.front();
@@ -372,17 +372,17 @@ TEST(ConfigTest, CidrsAreNormalized) {
     auto config = parseConfig(
         withDefaultRoute({"--xdp-deny", "10.1.2.3/8", "--xdp-deny", "192.0.2.7", "--xdp-deny",
                           "2001:DB8::1/32", "--xdp-allow", "::1", "--xdp-allow", "0.0.0.0/0"}));
-    EXPECT_EQ(config.xdpDeny,
+    EXPECT_EQ(config.xdp.deny,
               (std::vector<std::string>{"10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"}));
-    EXPECT_EQ(config.xdpAllow, (std::vector<std::string>{"::1/128", "0.0.0.0/0"}));
+    EXPECT_EQ(config.xdp.allow, (std::vector<std::string>{"::1/128", "0.0.0.0/0"}));
 }
 
 TEST(ConfigTest, EmptyValuesTurnFeaturesOff) {
     auto config =
         parseConfig(withDefaultRoute({"--admin-socket=", "--audit-dir", "", "--metrics-listen="}));
-    EXPECT_EQ(config.adminSocket, "");
-    EXPECT_EQ(config.auditDir, "");
-    EXPECT_EQ(config.metricsListen, "");
+    EXPECT_EQ(config.admin.socket, "");
+    EXPECT_EQ(config.audit.dir, "");
+    EXPECT_EQ(config.metrics.listen, "");
 }
 
 TEST(ConfigTest, HelpDescribesEveryOption) {
@@ -467,28 +467,28 @@ log-level = warn
     EXPECT_EQ(config.routes[0].listen, numericAddress("127.0.0.1:8443"));
     EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9000"});
     EXPECT_EQ(config.workers, 3u);
-    EXPECT_EQ(config.adminSocket, "/tmp/admin.sock");
-    EXPECT_EQ(config.adminGroup, "adm");
-    EXPECT_EQ(config.metricsListen, "127.0.0.1:9200");
-    EXPECT_EQ(config.auditDir, "/tmp/audit");
-    EXPECT_EQ(config.auditDurability, AuditDurability::None);
-    EXPECT_EQ(config.auditFsyncIntervalMs, 9u);
-    EXPECT_EQ(config.auditOnError, AuditOnError::FailOpen);
-    EXPECT_EQ(config.auditRetentionBytes, 5u);
-    EXPECT_EQ(config.auditRetentionHours, 6u);
-    EXPECT_EQ(config.spliceEngine, SpliceEngine::Chain);
-    EXPECT_EQ(config.pipeSize, 8192u);
-    EXPECT_EQ(config.pipeBudgetBytes, 16384u);
-    EXPECT_EQ(config.maxConnections, 11u);
-    EXPECT_EQ(config.connectTimeoutMs, 12u);
-    EXPECT_EQ(config.idleTimeoutMs, 13u);
-    EXPECT_EQ(config.drainTimeoutMs, 14u);
-    EXPECT_EQ(config.xdpInterface, "lo");
-    EXPECT_EQ(config.xdpMode, XdpMode::Native);
-    EXPECT_EQ(config.xdpDeny, (std::vector<std::string>{"10.0.0.0/8", "172.16.0.0/12"}));
-    EXPECT_EQ(config.xdpAllow, std::vector<std::string>{"10.1.0.0/16"});
-    EXPECT_EQ(config.xdpSynRate, 15u);
-    EXPECT_EQ(config.xdpSynBurst, 16u);
+    EXPECT_EQ(config.admin.socket, "/tmp/admin.sock");
+    EXPECT_EQ(config.admin.group, "adm");
+    EXPECT_EQ(config.metrics.listen, "127.0.0.1:9200");
+    EXPECT_EQ(config.audit.dir, "/tmp/audit");
+    EXPECT_EQ(config.audit.durability, AuditDurability::None);
+    EXPECT_EQ(config.audit.fsyncIntervalMs, 9u);
+    EXPECT_EQ(config.audit.onError, AuditOnError::FailOpen);
+    EXPECT_EQ(config.audit.retentionBytes, 5u);
+    EXPECT_EQ(config.audit.retentionHours, 6u);
+    EXPECT_EQ(config.datapath.spliceEngine, SpliceEngine::Chain);
+    EXPECT_EQ(config.datapath.pipeSize, 8192u);
+    EXPECT_EQ(config.datapath.pipeBudgetBytes, 16384u);
+    EXPECT_EQ(config.relay.maxConnections, 11u);
+    EXPECT_EQ(config.relay.connectTimeoutMs, 12u);
+    EXPECT_EQ(config.relay.idleTimeoutMs, 13u);
+    EXPECT_EQ(config.relay.drainTimeoutMs, 14u);
+    EXPECT_EQ(config.xdp.interface, "lo");
+    EXPECT_EQ(config.xdp.mode, XdpMode::Native);
+    EXPECT_EQ(config.xdp.deny, (std::vector<std::string>{"10.0.0.0/8", "172.16.0.0/12"}));
+    EXPECT_EQ(config.xdp.allow, std::vector<std::string>{"10.1.0.0/16"});
+    EXPECT_EQ(config.xdp.synRate, 15u);
+    EXPECT_EQ(config.xdp.synBurst, 16u);
     EXPECT_EQ(config.logLevel, LogLevel::Warn);
 }
 
@@ -504,7 +504,7 @@ TEST_F(ConfigFileTest, CommandLineBeatsTheFile) {
     EXPECT_EQ(config.routes.at(0).listen, numericAddress("127.0.0.1:8443"));
     // A repeatable option on the command line replaces the file's values rather than adding.
     EXPECT_EQ(upstreamTexts(config.routes[0]), std::vector<std::string>{"127.0.0.1:9009"});
-    EXPECT_EQ(config.xdpDeny, std::vector<std::string>{"192.0.2.0/24"});
+    EXPECT_EQ(config.xdp.deny, std::vector<std::string>{"192.0.2.0/24"});
 }
 
 TEST_F(ConfigFileTest, FileUpstreamsKeepTheirOrder) {
