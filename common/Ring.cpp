@@ -51,23 +51,6 @@ Ring::~Ring() {
     io_uring_queue_exit(&ring_);
 }
 
-io_uring_sqe* nextSqe(io_uring& ring) noexcept {
-    io_uring_sqe* entry = io_uring_get_sqe(&ring);
-    while (entry == nullptr) {
-        io_uring_submit(&ring);
-        entry = io_uring_get_sqe(&ring);
-    }
-    return entry;
-}
-
-io_uring_sqe* Ring::sqe() noexcept {
-    return nextSqe(ring_);
-}
-
-void Ring::makeRoom(unsigned entries) noexcept {
-    if (io_uring_sq_space_left(&ring_) < entries) io_uring_submit(&ring_);
-}
-
 int Ring::submit() noexcept {
     return io_uring_submit(&ring_);
 }

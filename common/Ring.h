@@ -1,12 +1,16 @@
 #pragma once
 // One io_uring instance, owned by exactly one thread (a worker). RAII: the ring is torn down in
 // the destructor. Set-up errors throw std::system_error naming the call; submission on the data
-// path never throws: sqe() flushes the submission queue when it is full.
+// path never throws: a full submission queue is submitted first.
+// The one implementation of RingOps (common/RingOps.h): `final`, every operation inline, so a
+// call through a Ring& compiles to the liburing prep call itself.
 #include <liburing.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/RingOps.h"
 
 namespace splicegate {
 
@@ -25,9 +29,16 @@ struct RingOptions {
 
 // A fresh SQE of `ring`, never null: submits pending ones first when the queue is full. For code
 // that holds the raw io_uring (Ring::sqe() is the same for a Ring).
-io_uring_sqe* nextSqe(io_uring& ring) noexcept;
+inline io_uring_sqe* nextSqe(io_uring& ring) noexcept {
+    io_uring_sqe* entry = io_uring_get_sqe(&ring);
+    while (entry == nullptr) {
+        io_uring_submit(&ring);
+        entry = io_uring_get_sqe(&ring);
+    }
+    return entry;
+}
 
-class Ring {
+class Ring final : public RingOps {
   public:
     // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked
     // splice must not be able to spawn a thread per connection.
@@ -38,10 +49,141 @@ class Ring {
     Ring& operator=(const Ring&) = delete;
 
     // A fresh SQE, never null: submits pending ones first when the queue is full.
-    io_uring_sqe* sqe() noexcept;
-    // Submits pending SQEs unless `entries` more fit, so that a linked chain of that many goes
-    // into one submission (a chain cut by a submit would run its tail unordered).
-    void makeRoom(unsigned entries) noexcept;
+    io_uring_sqe* sqe() noexcept { return nextSqe(ring_); }
+    void makeRoom(unsigned entries) noexcept override {
+        if (io_uring_sq_space_left(&ring_) < entries) io_uring_submit(&ring_);
+    }
+
+    // ---- RingOps: every operation over liburing --------------------------------------------
+    void recvMultishot(int fd, std::uint16_t bufferGroup, CompletionTag tag,
+                       SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_recv_multishot(entry, fd, nullptr, 0, 0);
+        entry->buf_group = bufferGroup;
+        finish(entry, tag, flags.bits() | IOSQE_BUFFER_SELECT);
+    }
+    void send(int fd, std::span<const std::byte> data, int msgFlags, CompletionTag tag,
+              SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_send(entry, fd, data.data(), data.size(), msgFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void splice(int from, std::int64_t fromOffset, int to, std::int64_t toOffset, unsigned length,
+                unsigned spliceFlags, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_splice(entry, from, fromOffset, to, toOffset, length, spliceFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void tee(int from, int to, unsigned length, unsigned spliceFlags, CompletionTag tag,
+             SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_tee(entry, from, to, length, spliceFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void read(int fd, std::span<std::byte> into, std::uint64_t offset, CompletionTag tag,
+              SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_read(entry, fd, into.data(), static_cast<unsigned>(into.size()), offset);
+        finish(entry, tag, flags.bits());
+    }
+    void write(int fd, std::span<const std::byte> data, std::uint64_t offset, int rwFlags,
+               CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_write(entry, fd, data.data(), static_cast<unsigned>(data.size()), offset);
+        entry->rw_flags = rwFlags;
+        finish(entry, tag, flags.bits());
+    }
+    void writeFixed(int fd, std::span<const std::byte> data, std::uint64_t offset, int bufferIndex,
+                    int rwFlags, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_write_fixed(entry, fd, data.data(), static_cast<unsigned>(data.size()),
+                                  offset, bufferIndex);
+        entry->rw_flags = rwFlags;
+        finish(entry, tag, flags.bits());
+    }
+    void fsync(int fd, SyncMode mode, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_fsync(entry, fd, mode == SyncMode::DataOnly ? IORING_FSYNC_DATASYNC : 0);
+        finish(entry, tag, flags.bits());
+    }
+    void accept(int fd, sockaddr* address, socklen_t* length, int acceptFlags, CompletionTag tag,
+                SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_accept(entry, fd, address, length, acceptFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void acceptMultishot(int fd, int acceptFlags, CompletionTag tag,
+                         SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_multishot_accept(entry, fd, nullptr, nullptr, acceptFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void connect(int fd, const sockaddr* address, socklen_t length, __kernel_timespec* timeout,
+                 CompletionTag tag, CompletionTag timeoutTag) noexcept override {
+        makeRoom(2);
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_connect(entry, fd, address, length);
+        finish(entry, tag, IOSQE_IO_LINK);
+        entry = sqe();
+        io_uring_prep_link_timeout(entry, timeout, 0);
+        finish(entry, timeoutTag, 0);
+    }
+    void pollAdd(int fd, unsigned events, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_poll_add(entry, fd, events);
+        finish(entry, tag, flags.bits());
+    }
+    void pollRemove(CompletionTag target, CompletionTag tag) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_poll_remove(entry, target.encode());
+        finish(entry, tag, 0);
+    }
+    void timeout(__kernel_timespec* timeout, unsigned count, unsigned timeoutFlags,
+                 CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_timeout(entry, timeout, count, timeoutFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void cancel(CompletionTag target, CompletionTag tag) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_cancel64(entry, target.encode(), 0);
+        finish(entry, tag, 0);
+    }
+    void cancelFd(int fd, unsigned cancelFlags, CompletionTag tag) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_cancel_fd(entry, fd, cancelFlags);
+        finish(entry, tag, 0);
+    }
+    void filesUpdate(const int* fds, unsigned count, int firstEntry,
+                     CompletionTag tag) noexcept override {
+        io_uring_sqe* entry = sqe();
+        // The kernel's argument is not const, but it only reads the array.
+        io_uring_prep_files_update(entry, const_cast<int*>(fds), count, firstEntry);
+        finish(entry, tag, 0);
+    }
+    void openat2(int directoryFd, const char* path, open_how* how, CompletionTag tag,
+                 SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_openat2(entry, directoryFd, path, how);
+        finish(entry, tag, flags.bits());
+    }
+    void renameat(int fromDirectory, const char* from, int toDirectory, const char* to,
+                  unsigned renameFlags, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_renameat(entry, fromDirectory, from, toDirectory, to, renameFlags);
+        finish(entry, tag, flags.bits());
+    }
+    void fallocate(int fd, int mode, std::uint64_t offset, std::uint64_t length, CompletionTag tag,
+                   SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_fallocate(entry, fd, mode, offset, length);
+        finish(entry, tag, flags.bits());
+    }
+    void nop(CompletionTag tag, SqeFlags flags = {}) noexcept override {
+        io_uring_sqe* entry = sqe();
+        io_uring_prep_nop(entry);
+        finish(entry, tag, flags.bits());
+    }
     // Submits pending SQEs and waits for at least one completion or until `timeoutMs`.
     // Returns -errno (-ETIME and -EINTR are normal).
     int submitAndWait(unsigned timeoutMs) noexcept;
@@ -75,6 +217,12 @@ class Ring {
     io_uring* raw() noexcept { return &ring_; }
 
   private:
+    // After the io_uring_prep_* call: liburing's prep helpers reset the SQE's flags and data.
+    static void finish(io_uring_sqe* entry, CompletionTag tag, unsigned flags) noexcept {
+        io_uring_sqe_set_data64(entry, tag.encode());
+        entry->flags |= static_cast<std::uint8_t>(flags);
+    }
+
     io_uring ring_{};
 };
 

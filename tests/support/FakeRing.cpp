@@ -1,0 +1,206 @@
+#include "tests/support/FakeRing.h"
+
+namespace splicegate::test {
+
+const char* toString(RingOp op) noexcept {
+    switch (op) {
+        case RingOp::RecvMultishot: return "recvMultishot";
+        case RingOp::Send: return "send";
+        case RingOp::Splice: return "splice";
+        case RingOp::Tee: return "tee";
+        case RingOp::Read: return "read";
+        case RingOp::Write: return "write";
+        case RingOp::WriteFixed: return "writeFixed";
+        case RingOp::Fsync: return "fsync";
+        case RingOp::Accept: return "accept";
+        case RingOp::AcceptMultishot: return "acceptMultishot";
+        case RingOp::Connect: return "connect";
+        case RingOp::LinkTimeout: return "linkTimeout";
+        case RingOp::PollAdd: return "pollAdd";
+        case RingOp::PollRemove: return "pollRemove";
+        case RingOp::Timeout: return "timeout";
+        case RingOp::Cancel: return "cancel";
+        case RingOp::CancelFd: return "cancelFd";
+        case RingOp::FilesUpdate: return "filesUpdate";
+        case RingOp::Openat2: return "openat2";
+        case RingOp::Renameat: return "renameat";
+        case RingOp::Fallocate: return "fallocate";
+        case RingOp::Nop: return "nop";
+    }
+    return "?";
+}
+
+PreparedOp& FakeRing::record(RingOp op, int fd, std::size_t length, CompletionTag tag,
+                             SqeFlags flags) {
+    PreparedOp& prepared = ops_.emplace_back();
+    prepared.op = op;
+    prepared.fd = fd;
+    prepared.length = length;
+    prepared.tag = tag;
+    prepared.flags = flags;
+    return prepared;
+}
+
+void FakeRing::recvMultishot(int fd, std::uint16_t bufferGroup, CompletionTag tag,
+                             SqeFlags flags) noexcept {
+    record(RingOp::RecvMultishot, fd, 0, tag, flags).bufferGroup = bufferGroup;
+}
+
+void FakeRing::send(int fd, std::span<const std::byte> data, int msgFlags, CompletionTag tag,
+                    SqeFlags flags) noexcept {
+    record(RingOp::Send, fd, data.size(), tag, flags).opFlags = msgFlags;
+}
+
+void FakeRing::splice(int from, std::int64_t fromOffset, int to, std::int64_t toOffset,
+                      unsigned length, unsigned spliceFlags, CompletionTag tag,
+                      SqeFlags flags) noexcept {
+    (void)fromOffset;
+    auto& op = record(RingOp::Splice, from, length, tag, flags);
+    op.offset = static_cast<std::uint64_t>(toOffset);
+    op.opFlags = static_cast<int>(spliceFlags);
+    op.toFd = to;
+}
+
+void FakeRing::tee(int from, int to, unsigned length, unsigned spliceFlags, CompletionTag tag,
+                   SqeFlags flags) noexcept {
+    auto& op = record(RingOp::Tee, from, length, tag, flags);
+    op.opFlags = static_cast<int>(spliceFlags);
+    op.toFd = to;
+}
+
+void FakeRing::read(int fd, std::span<std::byte> into, std::uint64_t offset, CompletionTag tag,
+                    SqeFlags flags) noexcept {
+    record(RingOp::Read, fd, into.size(), tag, flags).offset = offset;
+}
+
+void FakeRing::write(int fd, std::span<const std::byte> data, std::uint64_t offset, int rwFlags,
+                     CompletionTag tag, SqeFlags flags) noexcept {
+    auto& op = record(RingOp::Write, fd, data.size(), tag, flags);
+    op.offset = offset;
+    op.opFlags = rwFlags;
+}
+
+void FakeRing::writeFixed(int fd, std::span<const std::byte> data, std::uint64_t offset,
+                          int bufferIndex, int rwFlags, CompletionTag tag,
+                          SqeFlags flags) noexcept {
+    (void)bufferIndex;
+    auto& op = record(RingOp::WriteFixed, fd, data.size(), tag, flags);
+    op.offset = offset;
+    op.opFlags = rwFlags;
+}
+
+void FakeRing::fsync(int fd, SyncMode mode, CompletionTag tag, SqeFlags flags) noexcept {
+    record(RingOp::Fsync, fd, 0, tag, flags).opFlags = mode == SyncMode::DataOnly ? 1 : 0;
+}
+
+void FakeRing::accept(int fd, sockaddr*, socklen_t*, int acceptFlags, CompletionTag tag,
+                      SqeFlags flags) noexcept {
+    record(RingOp::Accept, fd, 0, tag, flags).opFlags = acceptFlags;
+}
+
+void FakeRing::acceptMultishot(int fd, int acceptFlags, CompletionTag tag,
+                               SqeFlags flags) noexcept {
+    record(RingOp::AcceptMultishot, fd, 0, tag, flags).opFlags = acceptFlags;
+}
+
+void FakeRing::connect(int fd, const sockaddr*, socklen_t length, __kernel_timespec*,
+                       CompletionTag tag, CompletionTag timeoutTag) noexcept {
+    makeRoom(2);
+    record(RingOp::Connect, fd, length, tag, SqeFlag::Link);
+    record(RingOp::LinkTimeout, -1, 0, timeoutTag, {});
+}
+
+void FakeRing::pollAdd(int fd, unsigned events, CompletionTag tag, SqeFlags flags) noexcept {
+    record(RingOp::PollAdd, fd, 0, tag, flags).opFlags = static_cast<int>(events);
+}
+
+void FakeRing::pollRemove(CompletionTag target, CompletionTag tag) noexcept {
+    record(RingOp::PollRemove, -1, 0, tag, {}).target = target;
+}
+
+void FakeRing::timeout(__kernel_timespec*, unsigned count, unsigned timeoutFlags,
+                       CompletionTag tag, SqeFlags flags) noexcept {
+    record(RingOp::Timeout, -1, count, tag, flags).opFlags = static_cast<int>(timeoutFlags);
+}
+
+void FakeRing::cancel(CompletionTag target, CompletionTag tag) noexcept {
+    record(RingOp::Cancel, -1, 0, tag, {}).target = target;
+}
+
+void FakeRing::cancelFd(int fd, unsigned cancelFlags, CompletionTag tag) noexcept {
+    record(RingOp::CancelFd, fd, 0, tag, {}).opFlags = static_cast<int>(cancelFlags);
+}
+
+void FakeRing::filesUpdate(const int*, unsigned count, int firstEntry,
+                           CompletionTag tag) noexcept {
+    record(RingOp::FilesUpdate, -1, count, tag, {}).offset =
+        static_cast<std::uint64_t>(firstEntry);
+}
+
+void FakeRing::openat2(int directoryFd, const char*, open_how* how, CompletionTag tag,
+                       SqeFlags flags) noexcept {
+    record(RingOp::Openat2, directoryFd, 0, tag, flags).opFlags =
+        how != nullptr ? static_cast<int>(how->flags) : 0;
+}
+
+void FakeRing::renameat(int fromDirectory, const char*, int, const char*, unsigned renameFlags,
+                        CompletionTag tag, SqeFlags flags) noexcept {
+    record(RingOp::Renameat, fromDirectory, 0, tag, flags).opFlags =
+        static_cast<int>(renameFlags);
+}
+
+void FakeRing::fallocate(int fd, int mode, std::uint64_t offset, std::uint64_t length,
+                         CompletionTag tag, SqeFlags flags) noexcept {
+    auto& op = record(RingOp::Fallocate, fd, length, tag, flags);
+    op.offset = offset;
+    op.opFlags = mode;
+}
+
+void FakeRing::nop(CompletionTag tag, SqeFlags flags) noexcept {
+    record(RingOp::Nop, -1, 0, tag, flags);
+}
+
+void FakeRing::makeRoom(unsigned entries) noexcept {
+    roomRequests_.push_back(entries);
+}
+
+std::vector<PreparedOp> FakeRing::pending() const {
+    std::vector<PreparedOp> open;
+    for (const auto& op : ops_)
+        if (!op.completed) open.push_back(op);
+    return open;
+}
+
+std::vector<PreparedOp> FakeRing::preparedSinceClear() const {
+    return {ops_.begin() + static_cast<std::ptrdiff_t>(firstUnread_), ops_.end()};
+}
+
+PreparedOp* FakeRing::pendingWith(CompletionTag tag) noexcept {
+    for (auto& op : ops_)
+        if (!op.completed && op.tag == tag) return &op;
+    return nullptr;
+}
+
+const PreparedOp* FakeRing::findPending(CompletionTag tag) const noexcept {
+    for (const auto& op : ops_)
+        if (!op.completed && op.tag == tag) return &op;
+    return nullptr;
+}
+
+bool FakeRing::complete(CompletionTag tag, int result, std::uint32_t cqeFlags) {
+    PreparedOp* op = pendingWith(tag);
+    if (op == nullptr) return false;
+    if (!(cqeFlags & IORING_CQE_F_MORE)) op->completed = true;
+    deliverRaw(tag, result, cqeFlags);
+    return true;
+}
+
+void FakeRing::deliverRaw(CompletionTag tag, int result, std::uint32_t cqeFlags) {
+    io_uring_cqe cqe{};
+    cqe.user_data = tag.encode();
+    cqe.res = result;
+    cqe.flags = cqeFlags;
+    queued_.push_back(cqe);
+}
+
+}  // namespace splicegate::test
