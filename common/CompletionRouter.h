@@ -20,10 +20,10 @@ class CompletionRouter {
     // Completions of `owner` go to `(target.*Method)(CompletionTag, const io_uring_cqe&)`.
     template <auto Method, typename Target>
     void route(RingOwner owner, Target& target) noexcept {
-        routes_[index(owner)] = Route{&target, [](void* object, CompletionTag tag,
-                                                  const io_uring_cqe& cqe) {
-                                          (static_cast<Target*>(object)->*Method)(tag, cqe);
-                                      }};
+        routes_[index(owner)] =
+            Route{&target, [](void* object, CompletionTag tag, const io_uring_cqe& cqe) {
+                      (static_cast<Target*>(object)->*Method)(tag, cqe);
+                  }};
     }
     void route(RingOwner owner, void* target, Handler handler) noexcept {
         routes_[index(owner)] = Route{target, handler};

@@ -29,7 +29,7 @@ inline constexpr unsigned kMaxDirection = 15;  // the 4 bits a direction has
 
 // An owner's op enum (or a plain std::uint8_t code) fits the tag's 8-bit op field.
 template <typename Op>
-concept CompletionOp = (std::is_enum_v<Op> || std::is_integral_v<Op>) && sizeof(Op) == 1;
+concept CompletionOp = (std::is_enum_v<Op> || std::is_integral_v<Op>)&&sizeof(Op) == 1;
 
 struct CompletionTag {
     std::uint8_t op = 0;
@@ -56,8 +56,8 @@ struct CompletionTag {
     constexpr std::uint64_t encode() const noexcept {
         return static_cast<std::uint64_t>(owner) << 60 |
                static_cast<std::uint64_t>(direction & kMaxDirection) << 56 |
-               static_cast<std::uint64_t>(op) << 48 |
-               static_cast<std::uint64_t>(generation) << 32 | slot;
+               static_cast<std::uint64_t>(op) << 48 | static_cast<std::uint64_t>(generation) << 32 |
+               slot;
     }
 
     static constexpr CompletionTag decode(std::uint64_t userData) noexcept {

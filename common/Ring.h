@@ -128,7 +128,8 @@ class Ring final : public RingOps {
         io_uring_prep_link_timeout(entry, timeout, 0);
         finish(entry, timeoutTag, 0);
     }
-    void pollAdd(int fd, unsigned events, CompletionTag tag, SqeFlags flags = {}) noexcept override {
+    void pollAdd(int fd, unsigned events, CompletionTag tag,
+                 SqeFlags flags = {}) noexcept override {
         io_uring_sqe* entry = sqe();
         io_uring_prep_poll_add(entry, fd, events);
         finish(entry, tag, flags.bits());

@@ -4,28 +4,50 @@ namespace splicegate::test {
 
 const char* toString(RingOp op) noexcept {
     switch (op) {
-        case RingOp::RecvMultishot: return "recvMultishot";
-        case RingOp::Send: return "send";
-        case RingOp::Splice: return "splice";
-        case RingOp::Tee: return "tee";
-        case RingOp::Read: return "read";
-        case RingOp::Write: return "write";
-        case RingOp::WriteFixed: return "writeFixed";
-        case RingOp::Fsync: return "fsync";
-        case RingOp::Accept: return "accept";
-        case RingOp::AcceptMultishot: return "acceptMultishot";
-        case RingOp::Connect: return "connect";
-        case RingOp::LinkTimeout: return "linkTimeout";
-        case RingOp::PollAdd: return "pollAdd";
-        case RingOp::PollRemove: return "pollRemove";
-        case RingOp::Timeout: return "timeout";
-        case RingOp::Cancel: return "cancel";
-        case RingOp::CancelFd: return "cancelFd";
-        case RingOp::FilesUpdate: return "filesUpdate";
-        case RingOp::Openat2: return "openat2";
-        case RingOp::Renameat: return "renameat";
-        case RingOp::Fallocate: return "fallocate";
-        case RingOp::Nop: return "nop";
+        case RingOp::RecvMultishot:
+            return "recvMultishot";
+        case RingOp::Send:
+            return "send";
+        case RingOp::Splice:
+            return "splice";
+        case RingOp::Tee:
+            return "tee";
+        case RingOp::Read:
+            return "read";
+        case RingOp::Write:
+            return "write";
+        case RingOp::WriteFixed:
+            return "writeFixed";
+        case RingOp::Fsync:
+            return "fsync";
+        case RingOp::Accept:
+            return "accept";
+        case RingOp::AcceptMultishot:
+            return "acceptMultishot";
+        case RingOp::Connect:
+            return "connect";
+        case RingOp::LinkTimeout:
+            return "linkTimeout";
+        case RingOp::PollAdd:
+            return "pollAdd";
+        case RingOp::PollRemove:
+            return "pollRemove";
+        case RingOp::Timeout:
+            return "timeout";
+        case RingOp::Cancel:
+            return "cancel";
+        case RingOp::CancelFd:
+            return "cancelFd";
+        case RingOp::FilesUpdate:
+            return "filesUpdate";
+        case RingOp::Openat2:
+            return "openat2";
+        case RingOp::Renameat:
+            return "renameat";
+        case RingOp::Fallocate:
+            return "fallocate";
+        case RingOp::Nop:
+            return "nop";
     }
     return "?";
 }
@@ -118,8 +140,8 @@ void FakeRing::pollRemove(CompletionTag target, CompletionTag tag) noexcept {
     record(RingOp::PollRemove, -1, 0, tag, {}).target = target;
 }
 
-void FakeRing::timeout(__kernel_timespec*, unsigned count, unsigned timeoutFlags,
-                       CompletionTag tag, SqeFlags flags) noexcept {
+void FakeRing::timeout(__kernel_timespec*, unsigned count, unsigned timeoutFlags, CompletionTag tag,
+                       SqeFlags flags) noexcept {
     record(RingOp::Timeout, -1, count, tag, flags).opFlags = static_cast<int>(timeoutFlags);
 }
 
@@ -131,10 +153,8 @@ void FakeRing::cancelFd(int fd, unsigned cancelFlags, CompletionTag tag) noexcep
     record(RingOp::CancelFd, fd, 0, tag, {}).opFlags = static_cast<int>(cancelFlags);
 }
 
-void FakeRing::filesUpdate(const int*, unsigned count, int firstEntry,
-                           CompletionTag tag) noexcept {
-    record(RingOp::FilesUpdate, -1, count, tag, {}).offset =
-        static_cast<std::uint64_t>(firstEntry);
+void FakeRing::filesUpdate(const int*, unsigned count, int firstEntry, CompletionTag tag) noexcept {
+    record(RingOp::FilesUpdate, -1, count, tag, {}).offset = static_cast<std::uint64_t>(firstEntry);
 }
 
 void FakeRing::openat2(int directoryFd, const char*, open_how* how, CompletionTag tag,
@@ -145,8 +165,7 @@ void FakeRing::openat2(int directoryFd, const char*, open_how* how, CompletionTa
 
 void FakeRing::renameat(int fromDirectory, const char*, int, const char*, unsigned renameFlags,
                         CompletionTag tag, SqeFlags flags) noexcept {
-    record(RingOp::Renameat, fromDirectory, 0, tag, flags).opFlags =
-        static_cast<int>(renameFlags);
+    record(RingOp::Renameat, fromDirectory, 0, tag, flags).opFlags = static_cast<int>(renameFlags);
 }
 
 void FakeRing::fallocate(int fd, int mode, std::uint64_t offset, std::uint64_t length,

@@ -18,16 +18,16 @@ namespace splicegate::test {
 
 struct PreparedOp {
     RingOp op = RingOp::Nop;
-    int fd = -1;                  // the fd (or fixed-file index) it names; -1 when none
-    int toFd = -1;                // splice and tee: the fd written to
-    std::size_t length = 0;       // bytes asked for (a count for filesUpdate and timeout)
-    std::uint64_t offset = 0;     // file offset (first entry for filesUpdate, mode of fallocate)
+    int fd = -1;               // the fd (or fixed-file index) it names; -1 when none
+    int toFd = -1;             // splice and tee: the fd written to
+    std::size_t length = 0;    // bytes asked for (a count for filesUpdate and timeout)
+    std::uint64_t offset = 0;  // file offset (first entry for filesUpdate, mode of fallocate)
     SqeFlags flags;
     CompletionTag tag;
-    CompletionTag target;         // what a cancel or pollRemove names
-    int opFlags = 0;              // the op's own flags: msg, splice, rw, accept, poll events...
+    CompletionTag target;  // what a cancel or pollRemove names
+    int opFlags = 0;       // the op's own flags: msg, splice, rw, accept, poll events...
     std::uint16_t bufferGroup = 0;
-    bool completed = false;       // a final completion was delivered (multishot: without F_MORE)
+    bool completed = false;  // a final completion was delivered (multishot: without F_MORE)
 };
 
 const char* toString(RingOp op) noexcept;

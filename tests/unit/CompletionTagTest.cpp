@@ -13,7 +13,8 @@ enum class SampleOp : std::uint8_t { First = 0, Last = 0xff };
 
 TEST(CompletionTag, RoundTripsEveryFieldAtItsLimits) {
     for (unsigned owner = 0; owner < kRingOwnerCount; ++owner) {
-        for (std::uint8_t direction : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{kMaxDirection}}) {
+        for (std::uint8_t direction :
+             {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{kMaxDirection}}) {
             auto tag = CompletionTag::of(static_cast<RingOwner>(owner), SampleOp::Last, 0xffffffffu,
                                          0xffff, direction);
             auto back = CompletionTag::decode(tag.encode());

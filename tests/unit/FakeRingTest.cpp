@@ -1,11 +1,11 @@
 // The scriptable ring tests drive components with: what it records, and completions delivered
 // in the order the test picks.
-#include "tests/support/FakeRing.h"
-
 #include <gtest/gtest.h>
 
 #include <array>
 #include <vector>
+
+#include "tests/support/FakeRing.h"
 
 namespace splicegate::test {
 namespace {
