@@ -1,9 +1,5 @@
 #include "relay/Worker.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
@@ -19,6 +15,7 @@
 #include "datapath/SegmentAuditLog.h"
 #include "relay/AccessLog.h"
 #include "relay/SocketOptions.h"
+#include "relay/WorkerOps.h"
 
 namespace splicegate {
 namespace {
@@ -29,13 +26,11 @@ constexpr unsigned kMaxBoundIoWorkers = 2;
 // threads.
 constexpr unsigned kMaxUnboundIoWorkers = 4;
 constexpr std::size_t kMaxIdlePipes = 16;
-// A worker keeps a new connection while it owns fewer than this many more than the least busy
-// worker: 64 connections over 2 workers end up at most 33/31, and only about one accept in
-// several is handed over (each hand-off costs the other worker a wake-up).
-constexpr long kHandOffSlack = 2;
 // The buffer ring's window halves at most once per interval: a burst's buffers are released
 // within a few intervals of its end, and a steady load never sees its window shrink under it.
 constexpr auto kBufferTrimInterval = std::chrono::seconds(5);
+
+using Op = WorkerOp;
 
 std::uint64_t timerPeriodMs(const WorkerSettings& settings) {
     std::uint64_t period = 1000;
@@ -44,15 +39,6 @@ std::uint64_t timerPeriodMs(const WorkerSettings& settings) {
     for (std::uint64_t timeout : {settings.relay.idleTimeoutMs, settings.relay.halfClosedTimeoutMs})
         if (timeout > 0 && timeout / 4 < period) period = std::max<std::uint64_t>(timeout / 4, 10);
     return period;
-}
-
-// The sender of direction `d` has sent its FIN (read by the flow, or still queued behind bytes
-// the flow could not take: its socket, in `sourceState`, is in CLOSE_WAIT), and bytes of `d` are
-// still undelivered (in the flow, or in the sink's send queue). Only the receiver can end it.
-bool senderGoneUndelivered(const ConnectionIo& io, Direction d, int sourceState) noexcept {
-    const FlowIo& flow = io.flows[static_cast<int>(d)];
-    if (!flow.sourceEnded() && sourceState != TCP_CLOSE_WAIT) return false;
-    return !flow.finished() || bytesUnsent(io.sinkFd(d)) > 0;
 }
 
 __kernel_timespec toTimespec(std::uint64_t ms) noexcept {
@@ -98,7 +84,10 @@ AuditPolicy auditPolicy(const WorkerSettings& settings, const AuditLog& log) noe
 Worker::Worker(unsigned index, RelayContext& context)
     : index_(index),
       context_(context),
-      pipePool_(context.pipeBudget, context.settings.datapath.pipeSize, kMaxIdlePipes) {
+      pipePool_(context.pipeBudget, context.settings.datapath.pipeSize, kMaxIdlePipes),
+      connections_(std::chrono::milliseconds(timerPeriodMs(context.settings)),
+                   std::chrono::steady_clock::now()),
+      timeouts_(context.settings.relay.idleTimeoutMs, context.settings.relay.halfClosedTimeoutMs) {
     controlFd_.reset(checkSys(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), "eventfd"));
 }
 
@@ -140,7 +129,8 @@ void Worker::run(std::promise<void>& started) {
     // Pipes and fds are released by the destructors; the ring goes last.
     if (audit_) audit_->shutdown();  // the tail made durable before exiting
     connections_.clear();
-    listeners_.clear();
+    connector_.reset();
+    acceptor_.reset();
     driver_.reset();
     lanes_.reset();  // unregisters its buffer ring: before the ring goes
     audit_.reset();
@@ -176,15 +166,16 @@ void Worker::setUp() {
             static_cast<unsigned>(
                 std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX)));
     driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, lanes_.get());
-    connectTimeout_ = toTimespec(settings.relay.connectTimeoutMs);
+    acceptor_ = std::make_unique<Acceptor>(index_, context_, *ring_, *stats_);
+    connector_ = std::make_unique<UpstreamConnector>(context_, *ring_, connections_);
     now_ = std::chrono::steady_clock::now();
-    applyRoutes(true);
+    acceptor_->applyRoutes(true);
     armControl();
     armTimer();
 }
 
 void Worker::loop() {
-    while (!(stopping_ && liveConnections_ == 0) && !(draining_ && liveConnections_ == 0)) {
+    while (!((stopping_ || draining_) && connections_.live() == 0)) {
         accessLines_.flush();
         // One submission per turn: everything prepared while handling the last batch goes in
         // here (connects, polls, re-armed accepts, cancels).
@@ -193,7 +184,7 @@ void Worker::loop() {
         // measured 8 % fewer rr requests/s (more sleeps and wake-ups). Only an idle ring waits.
         int rc = ring_->submitAndPeek();
         // Nor while a connect waits for its client watch (watchSlowConnects): that is a turn.
-        if (deferred_.empty() && watchDue_.empty() && !ring_->completionsReady())
+        if (deferred_.empty() && !connector_->watchesDue() && !ring_->completionsReady())
             rc = ring_->submitAndWait(1000);
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
             logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
@@ -201,10 +192,10 @@ void Worker::loop() {
         driver_->setNow(now_);
         ring_->drainCompletions([this](const io_uring_cqe& cqe) { handleCompletion(cqe); });
         runDeferred();
-        watchSlowConnects();
+        connector_->watchSlowConnects();
         if (lanes_)
             lanes_->rearmParked([this](CompletionTag tag) -> ConnectionIo* {
-                Connection* c = lookup(tag.slot, tag.generation);
+                Connection* c = connections_.find(tag);
                 return c != nullptr ? &c->io : nullptr;
             });
         if (audit_) {
@@ -221,15 +212,14 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
         return;
     }
     if (isMoverOp(tag.op)) {
-        Connection* c = lookup(tag.slot, tag.generation);
+        Connection* c = connections_.find(tag);
         if (c == nullptr) {
             driver_->dropCompletion(tag, MoveCompletion{cqe.res, cqe.flags});
             return;
         }
         act(*c, static_cast<Direction>(tag.direction),
             driver_->complete(c->io, tag, MoveCompletion{cqe.res, cqe.flags}));
-        if (c->state == ConnectionState::Closing && c->operationsInFlight() == 0)
-            releaseConnection(*c);
+        releaseIfDone(*c);
         return;
     }
     switch (tag.opAs<Op>()) {
@@ -242,24 +232,27 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
             onTimer();
             return;
         case Op::Accept:
-            if (tag.slot < listeners_.size() && listeners_[tag.slot].generation == tag.generation)
-                onAccept(tag.slot, tag.direction, cqe);
+            if (auto admitted = acceptor_->onAccept(tag, cqe.res, now_)) take(std::move(*admitted));
             return;
         case Op::Connect:
         case Op::ConnectTimeout:
         case Op::ClientWatch: {
-            Connection* c = lookup(tag.slot, tag.generation);
+            Connection* c = connections_.find(tag);
             if (c == nullptr) return;
-            if (tag.opAs<Op>() == Op::ClientWatch)
-                onClientWatch(*c, cqe.res);
+            if (tag.opAs<Op>() == Op::Connect)
+                actOnConnect(*c, connector_->onConnect(*c, cqe.res));
+            else if (tag.opAs<Op>() == Op::ConnectTimeout)
+                connector_->onConnectTimeout(*c);
             else
-                --c->connectOps;
-            if (tag.opAs<Op>() == Op::Connect) onConnect(*c, cqe.res);
-            if (c->state == ConnectionState::Closing && c->operationsInFlight() == 0)
-                releaseConnection(*c);
+                actOnConnect(*c, connector_->onClientWatch(*c, cqe.res));
+            releaseIfDone(*c);
             return;
         }
     }
+}
+
+void Worker::releaseIfDone(Connection& c) {
+    if (c.state == ConnectionState::Closing && c.operationsInFlight() == 0) releaseConnection(c);
 }
 
 // ---- control and timers ---------------------------------------------------------------------
@@ -275,15 +268,16 @@ void Worker::handleControl() {
     if (requests & kTasks) runTasks();
     if (requests & kStop) {
         stopping_ = true;
-        for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
-        for (auto& c : connections_)
-            if (c && c->state != ConnectionState::Closing && c->id() != 0)
-                closeConnection(*c, CloseReason::Shutdown, false);
+        acceptor_->closeAll();
+        connections_.forEach([this](Connection& c) {
+            if (c.state != ConnectionState::Closing)
+                closeConnection(c, CloseReason::Shutdown, false);
+        });
     } else if (requests & kDrain) {
         draining_ = true;
-        for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
+        acceptor_->closeAll();
     } else if (requests & kReload) {
-        if (!draining_) applyRoutes(false);
+        if (!draining_) acceptor_->applyRoutes(false);
     }
     armControl();
 }
@@ -306,364 +300,86 @@ void Worker::onTimer() {
     }
     // A listener whose multishot accept ended on an error (EMFILE...) is re-armed here, not in a
     // tight loop.
-    for (std::uint32_t i = 0; i < listeners_.size(); ++i)
-        if (listeners_[i].fd && !draining_ && !stopping_) armAccepts(i);
+    acceptor_->rearm();
     armTimer();
 }
 
-// No byte either way for the idle timeout; or, sooner, a direction whose sender has gone while
-// its receiver takes nothing (it would hold its pipe and slot until the idle timeout).
+// Only the connections whose deadline came are looked at (relay/ConnectionTimeouts.h).
 void Worker::closeTimedOut() {
-    using std::chrono::milliseconds;
-    const auto idle = milliseconds(context_.settings.relay.idleTimeoutMs);
-    const auto halfClosed = milliseconds(context_.settings.relay.halfClosedTimeoutMs);
-    for (auto& c : connections_) {
-        if (!c || c->id() == 0 || c->state != ConnectionState::Relaying) continue;
-        const auto quiet = now_ - c->io.lastActivity;
-        if (idle.count() > 0 && quiet >= idle) {
-            closeConnection(*c, CloseReason::IdleTimeout, false);
-            continue;
-        }
-        // The checks cost system calls: a quiet connection is looked at once per half-closed
-        // timeout, not on every tick (the audit's tick may come every few ms).
-        if (halfClosed.count() == 0 || quiet < halfClosed || now_ < c->stallCheckAfter) continue;
-        c->stallCheckAfter = now_ + halfClosed;
-        const int clientState = tcpStateOf(c->io.client.get());
-        const int upstreamState = tcpStateOf(c->io.upstream.get());
-        // A peer that reset while its flows waited on the other side: nothing polls its socket
-        // then, and only the idle timeout would notice. One that closed in order may still have
-        // bytes to deliver: its flow reads them and the EOF.
-        if (closedByReset(c->io.client.get(), clientState)) {
-            closeConnection(*c, CloseReason::ClientReset, true);
-        } else if (closedByReset(c->io.upstream.get(), upstreamState)) {
-            closeConnection(*c, CloseReason::UpstreamReset, true);
-        } else if (senderGoneUndelivered(c->io, Direction::ClientToUpstream, clientState) ||
-                   senderGoneUndelivered(c->io, Direction::UpstreamToClient, upstreamState)) {
-            logDebug("connection ", c->id(),
-                     ": one side sent its FIN and the other has taken nothing for ",
-                     halfClosed.count(), " ms (--half-closed-timeout-ms)");
-            closeConnection(*c, CloseReason::IdleTimeout, false);
-        }
+    for (Connection* c : connections_.due(now_)) {
+        if (c->state != ConnectionState::Relaying) continue;
+        auto verdict = timeouts_.check(*c, now_);
+        if (verdict.close)
+            closeConnection(*c, verdict.reason, verdict.resetPeers);
+        else if (verdict.rearm)
+            connections_.setDeadline(*c, verdict.next);
     }
-}
-
-// ---- listeners ------------------------------------------------------------------------------
-
-void Worker::applyRoutes(bool failOnError) {
-    auto table = context_.routes();
-    if (table == appliedRoutes_) return;
-    // Closed first, so a listen address moved to another route can be bound again.
-    for (std::uint32_t i = 0; i < listeners_.size(); ++i) {
-        auto& listener = listeners_[i];
-        if (!listener.fd) continue;
-        const Route* replacement = nullptr;
-        for (const auto& route : *table)
-            if (route->config.name == listener.route->config.name) replacement = route.get();
-        if (replacement == nullptr ||
-            !(replacement->config.listen == listener.route->config.listen))
-            closeListener(i);
-    }
-    for (const auto& route : *table) {
-        bool found = false;
-        for (auto& listener : listeners_) {
-            if (listener.fd && listener.route->config.name == route->config.name) {
-                listener.route = route;  // new upstreams apply to new connections only
-                found = true;
-            }
-        }
-        if (found) continue;
-        try {
-            openListener(route);
-        } catch (const std::exception& error) {
-            if (failOnError) throw;
-            logError("route ", route->config.name, ": ", error.what());
-        }
-    }
-    appliedRoutes_ = table;
-}
-
-void Worker::openListener(const std::shared_ptr<const Route>& route) {
-    const auto& address = route->config.listen;
-    // Bound by the relay (ListenerSockets), so a reload fails before any listener changes.
-    UniqueFd fd = context_.listenerSockets()->duplicateFor(index_, address);
-    std::uint32_t index = 0;
-    while (index < listeners_.size() && listeners_[index].fd) ++index;
-    if (index == listeners_.size()) listeners_.emplace_back();
-    auto& listener = listeners_[index];
-    listener.route = route;
-    listener.fd = std::move(fd);
-    ++listener.generation;
-    armAccepts(index);
-    if (index_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
-}
-
-void Worker::closeListener(std::uint32_t index) {
-    auto& listener = listeners_[index];
-    if (!listener.fd) return;
-    auto* sqe = ring_->sqe();
-    io_uring_prep_cancel_fd(sqe, listener.fd.get(), IORING_ASYNC_CANCEL_ALL);
-    io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
-    ring_->submit();        // before the fd number can be reused
-    ++listener.generation;  // late accept completions of the old socket are ignored
-    listener.fd.reset();
-    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
-        listener.accepts[which].armed = false;
-    if (index_ == 0)
-        logInfo("route ", listener.route->config.name, ": stopped listening on ",
-                listener.route->config.listen);
-}
-
-void Worker::armAccepts(std::uint32_t index) {
-    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
-        if (!listeners_[index].accepts[which].armed) armAccept(index, which);
-}
-
-void Worker::armAccept(std::uint32_t index, std::uint8_t which) {
-    auto& listener = listeners_[index];
-    auto& slot = listener.accepts[which];
-    slot.length = sizeof slot.address;
-    auto* sqe = ring_->sqe();
-    io_uring_prep_accept(sqe, listener.fd.get(), reinterpret_cast<sockaddr*>(&slot.address),
-                         &slot.length, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(
-        sqe, CompletionTag::make(Op::Accept, index, listener.generation, which).encode());
-    slot.armed = true;
-}
-
-void Worker::onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cqe& cqe) {
-    auto& listener = listeners_[index];
-    auto& slot = listener.accepts[which];
-    slot.armed = false;
-    if (cqe.res < 0) {  // EMFILE...: re-armed by the timer, not in a tight loop
-        if (cqe.res != -ECANCELED)
-            logWarn("route ", listener.route->config.name, ": accept: ", errnoText(cqe.res));
-        return;
-    }
-    UniqueFd client(cqe.res);
-    if (draining_ || stopping_) return;
-    auto peer =
-        SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address), slot.length);
-    armAccept(index, which);
-    auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
-    if (active >= context_.settings.relay.maxConnections) {
-        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
-        stats_->routes[listener.route->statsIndex]
-            .refused[static_cast<std::size_t>(RefuseReason::MaxConnections)]
-            .add(1);
-        if (now_ - lastRefusalLog_ > std::chrono::seconds(1)) {
-            logWarn("route ", listener.route->config.name,
-                    ": refusing connections: ", context_.settings.relay.maxConnections,
-                    " connections open (--max-connections)");
-            lastRefusalLog_ = now_;
-        }
-        return;  // closing the accepted socket is the refusal
-    }
-    // Released in releaseConnection().
-    if (!context_.sourceLimiter.tryAcquire(peer)) {
-        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
-        stats_->routes[listener.route->statsIndex]
-            .refused[static_cast<std::size_t>(RefuseReason::MaxConnectionsPerSource)]
-            .add(1);
-        logWarnLimited("per-source refusals", "route ", listener.route->config.name, ": refusing ",
-                       peer, ": ", context_.sourceLimiter.limit(),
-                       " connections open from it (--max-connections-per-source)");
-        return;  // closing the accepted socket is the refusal
-    }
-    if (handOff(listener.route, client, peer)) return;
-    context_.workerLoads->add(index_, 1);  // until releaseConnection()
-    startAccepted(listener.route, std::move(client), peer);
-}
-
-// Reuseport spreads new connections at random (relay/WorkerLoads.h): a worker that owns
-// kHandOffSlack connections more than the least busy one passes a new connection to it. The
-// admission (--max-connections, per-source limit) was done here and stays booked; the other
-// worker relays it as if it had accepted it.
-bool Worker::handOff(const std::shared_ptr<const Route>& route, UniqueFd& client,
-                     const SocketAddress& peer) {
-    auto target = context_.workerLoads->lighterThan(index_, kHandOffSlack);
-    if (!target) return false;
-    Worker* to = context_.workers[*target];
-    context_.workerLoads->add(*target, 1);  // booked now: a burst spreads, not piles up there
-    // Shared, so that a task dropped by a worker that stopped still closes the socket.
-    auto socket = std::make_shared<UniqueFd>(std::move(client));
-    if (to->post([to, route, socket, peer] { to->adopt(route, std::move(*socket), peer); }))
-        return true;
-    context_.workerLoads->add(*target, -1);
-    client = std::move(*socket);
-    return false;
-}
-
-void Worker::adopt(const std::shared_ptr<const Route>& route, UniqueFd client,
-                   const SocketAddress& peer) {
-    if (draining_ || stopping_) {  // closing the socket is the refusal
-        releaseAdmission(peer);
-        return;
-    }
-    startAccepted(route, std::move(client), peer);
-}
-
-void Worker::startAccepted(const std::shared_ptr<const Route>& route, UniqueFd client,
-                           const SocketAddress& peer) {
-    Connection* c = allocateConnection();
-    c->io.id = context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed);
-    if (auto* lease = context_.auditStart.idLease) lease->cover(c->io.id);
-    c->route = route;
-    c->io.counters = &routeStats(*c);
-    routeStats(*c).accepted.add(1);
-    routeStats(*c).active.add(1);
-    c->io.client = std::move(client);  // TCP_NODELAY inherited from the listener
-    c->clientAddress = peer;
-    c->opened = c->io.lastActivity = now_;
-    startConnect(*c);
-    if (c->state == ConnectionState::Connecting)
-        watchSoon_.push_back(CompletionTag::make(Op::ClientWatch, c->io.slot, c->io.generation));
 }
 
 // ---- connections ----------------------------------------------------------------------------
 
-Connection* Worker::allocateConnection() {
-    std::uint32_t slot;
-    if (!freeSlots_.empty()) {
-        slot = freeSlots_.back();
-        freeSlots_.pop_back();
-    } else {
-        slot = static_cast<std::uint32_t>(connections_.size());
-        connections_.push_back(nullptr);
-    }
-    auto previousGeneration = connections_[slot] ? connections_[slot]->io.generation : 0;
-    connections_[slot] = std::make_unique<Connection>();
-    auto* c = connections_[slot].get();
-    c->io.slot = slot;
-    c->io.generation = static_cast<std::uint16_t>(previousGeneration + 1);
-    ++liveConnections_;
-    return c;
+void Worker::take(Admitted admitted) {
+    if (admitted.handOffTo && handOff(admitted)) return;
+    startAccepted(std::move(admitted));
 }
 
-Connection* Worker::lookup(std::uint32_t slot, std::uint16_t generation) noexcept {
-    if (slot >= connections_.size()) return nullptr;
-    auto* c = connections_[slot].get();
-    if (c == nullptr || c->id() == 0 || c->io.generation != generation) return nullptr;
-    return c;
+// The other worker relays it as if it had accepted it.
+bool Worker::handOff(Admitted& admitted) {
+    Worker* to = context_.workers[*admitted.handOffTo];
+    // Shared, so that a task dropped by a worker that stopped still closes the socket.
+    auto handed = std::make_shared<Admitted>(std::move(admitted));
+    if (to->post([to, handed] { to->adopt(std::move(*handed)); })) return true;
+    admitted = std::move(*handed);
+    acceptor_->handOffFailed(admitted);
+    return false;
 }
 
-void Worker::startConnect(Connection& c) {
-    // The route's pool picks: round robin over healthy upstreams, probes of down ones.
-    auto pick = c.route->pool->pick();
-    if (!pick) {
-        logWarnLimited("no upstream address on route " + c.route->config.name, "route ",
-                       c.route->config.name, ": no upstream has an address yet (connection ",
-                       c.id(), " closed)");
-        closeConnection(c, CloseReason::UpstreamUnreachable, false);
+void Worker::adopt(Admitted admitted) {
+    if (draining_ || stopping_) {  // closing the socket is the refusal
+        acceptor_->release(admitted.peer);
         return;
     }
-    c.upstreamIndex = pick->upstream;
-    c.upstreamAddress = pick->address;
-    int fd = ::socket(c.upstreamAddress.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        logWarn("route ", c.route->config.name, ": socket for ", c.upstreamAddress, ": ",
-                errnoText(errno));
-        closeConnection(c, CloseReason::Error, false);
-        return;
+    startAccepted(std::move(admitted));
+}
+
+void Worker::startAccepted(Admitted admitted) {
+    auto& c =
+        connections_.allocate(context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed));
+    if (auto* lease = context_.auditStart.idLease) lease->cover(c.io.id);
+    c.route = std::move(admitted.route);
+    c.io.counters = &routeStats(c);
+    routeStats(c).accepted.add(1);
+    routeStats(c).active.add(1);
+    c.io.client = std::move(admitted.client);  // TCP_NODELAY inherited from the listener
+    c.clientAddress = admitted.peer;
+    c.opened = c.io.lastActivity = now_;
+    beginConnect(c);
+}
+
+void Worker::beginConnect(Connection& c) {
+    actOnConnect(c, connector_->start(c));
+}
+
+void Worker::actOnConnect(Connection& c, const ConnectStep& step) {
+    switch (step.action) {
+        case ConnectStep::Action::Wait:
+            return;
+        case ConnectStep::Action::Connected:
+            startRelaying(c);
+            return;
+        case ConnectStep::Action::Retry:
+            beginConnect(c);
+            return;
+        case ConnectStep::Action::Fail:
+            closeConnection(c, step.reason, false);
+            return;
     }
-    c.io.upstream.reset(fd);
-    if (int rc = setNoDelay(fd); rc < 0)
-        logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
-    // Checked at start (congestionControlProblems): a failure here is the kernel's, and the
-    // connection can go on with the system's default.
-    const auto& congestion = context_.settings.relay.upstreamCongestion;
-    if (int rc = setCongestionControl(fd, congestion); rc < 0)
-        logWarnLimited("upstream-tcp-congestion", "route ", c.route->config.name,
-                       ": TCP_CONGESTION ", congestion, " for ", c.upstreamAddress, ": ",
-                       errnoText(-rc), "; the system's default is used");
-    // A client that has spoken already: its bytes go out as soon as the handshake is done, and
-    // the handshake's last ACK can ride on them, one packet fewer. One that has not may be
-    // waiting for a server that speaks first, whose accept must not wait for that ACK.
-    c.upstreamDelaysAcks = context_.settings.relay.delayedAck &&
-                           bytesWaiting(c.io.client.get()) > 0 && enterDelayedAckMode(fd) == 0;
-    ++c.connectAttempts;
-    auto* sqe = ring_->sqe();
-    io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
-    io_uring_sqe_set_data64(sqe,
-                            CompletionTag::make(Op::Connect, c.io.slot, c.io.generation).encode());
-    sqe->flags |= IOSQE_IO_LINK;
-    sqe = ring_->sqe();
-    io_uring_prep_link_timeout(sqe, &connectTimeout_, 0);
-    io_uring_sqe_set_data64(
-        sqe, CompletionTag::make(Op::ConnectTimeout, c.io.slot, c.io.generation).encode());
-    c.connectOps += 2;
-}
-
-void Worker::watchSlowConnects() {
-    for (auto tag : watchDue_) {
-        Connection* c = lookup(tag.slot, tag.generation);
-        if (c != nullptr && c->state == ConnectionState::Connecting && !c->watchingClient)
-            watchClient(*c);
-    }
-    watchDue_.swap(watchSoon_);
-    watchSoon_.clear();
-}
-
-void Worker::watchClient(Connection& c) {
-    auto* sqe = ring_->sqe();
-    io_uring_prep_poll_add(sqe, c.io.client.get(), POLLERR | POLLHUP);
-    io_uring_sqe_set_data64(sqe, clientWatchTag(c));
-    c.watchingClient = true;
-}
-
-std::uint64_t Worker::clientWatchTag(const Connection& c) noexcept {
-    return CompletionTag::make(Op::ClientWatch, c.io.slot, c.io.generation).encode();
-}
-
-// Whatever the watch saw after the connect ended is the data path's to find. io_uring also
-// reports POLLRDHUP: a client that sent its FIN still wants its bytes relayed, so that ends the
-// watch without a verdict (a re-armed poll would fire again at once).
-void Worker::onClientWatch(Connection& c, int result) {
-    c.watchingClient = false;
-    if (c.state != ConnectionState::Connecting || result <= 0 ||
-        (result & (POLLERR | POLLHUP)) == 0)
-        return;
-    logDebug("connection ", c.id(), ": client ", c.clientAddress,
-             " left while its upstream connect ran: connect cancelled");
-    closeConnection(c, CloseReason::ClientReset, false);
-}
-
-void Worker::onConnect(Connection& c, int result) {
-    if (c.state != ConnectionState::Connecting) return;
-    c.route->pool->report(c.upstreamIndex, result == 0);
-    if (result == 0) {
-        if (c.watchingClient) {
-            auto* sqe = ring_->sqe();
-            io_uring_prep_poll_remove(sqe, clientWatchTag(c));
-            io_uring_sqe_set_data64(sqe, CompletionTag::make(Op::Ignore).encode());
-        }
-        // Unless startConnect did it already (the client had spoken), here, after the handshake:
-        // in delayed-ACK mode while connecting, the socket would also hold back the handshake's
-        // last ACK, and a server that speaks first would wait for it.
-        if (context_.settings.relay.delayedAck && !c.upstreamDelaysAcks) {
-            if (int rc = enterDelayedAckMode(c.io.upstream.get()); rc < 0)
-                logDebug("connection ", c.id(), ": TCP_QUICKACK: ", errnoText(-rc));
-        }
-        startRelaying(c);
-        return;
-    }
-    const char* why = result == -ECANCELED ? "timed out" : nullptr;
-    logWarnLimited("connect failures on route " + c.route->config.name, "route ",
-                   c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
-                   why ? why : errnoText(result).c_str(), " (connection ", c.id(), ")");
-    c.io.upstream.reset();  // the linked timeout's completion may still come; it names no fd
-    routeStats(c).connectFailures.add(1);
-    if (c.connectAttempts < c.route->pool->addressCount()) {
-        startConnect(c);
-        return;
-    }
-    logWarnLimited("unreachable on route " + c.route->config.name, "route ", c.route->config.name,
-                   ": no upstream reachable for connection ", c.id(), " from ", c.clientAddress);
-    closeConnection(c, CloseReason::UpstreamUnreachable, false);
 }
 
 void Worker::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
     c.io.relaying = true;
+    if (timeouts_.any()) connections_.setDeadline(c, timeouts_.nextDeadline(c));
     if (audit_ && c.route->config.audit) {
         auto action = audit_->open(c.io, c.route->config.name, c.clientAddress.toString(),
                                    c.upstreamAddress.toString());
@@ -696,6 +412,7 @@ void Worker::closeConnection(Connection& c, CloseReason reason, bool resetPeers)
     c.state = ConnectionState::Closing;
     c.io.relaying = false;
     c.closeReason = reason;
+    connections_.clearDeadline(c);
     bool pending = c.operationsInFlight() > 0;
     for (auto* fd : {&c.io.client, &c.io.upstream}) {
         if (!*fd || !pending) continue;
@@ -736,40 +453,28 @@ void Worker::releaseConnection(Connection& c) {
                               c.io.at(Direction::ClientToUpstream).bytesForwarded(),
                               c.io.at(Direction::UpstreamToClient).bytesForwarded(),
                               static_cast<std::uint64_t>(lifetime.count()), c.closeReason}));
-    releaseAdmission(c.clientAddress);
+    acceptor_->release(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
-    c.io.id = 0;
-    c.route.reset();
-    freeSlots_.push_back(c.io.slot);
-    --liveConnections_;
-}
-
-// What onAccept() booked for a connection this worker owns: its place under --max-connections
-// and the per-source limit, and its count in the spread over the workers.
-void Worker::releaseAdmission(const SocketAddress& peer) {
-    context_.workerLoads->add(index_, -1);
-    context_.sourceLimiter.release(peer);
-    context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+    connections_.release(c);
 }
 
 // A group commit ended (or could not start): its decisions applied to the connections.
 void Worker::applySync(const SyncOutcome& outcome) {
     if (outcome.closeUndurable) {
-        for (auto& c : connections_)
-            if (c && c->id() != 0 && audit_->lostBySyncFailure(c->io))
-                closeConnection(
-                    *c, outcome.writeFailed ? CloseReason::AuditError : CloseReason::AuditSyncError,
-                    true);
+        auto reason = outcome.writeFailed ? CloseReason::AuditError : CloseReason::AuditSyncError;
+        connections_.forEach([&](Connection& c) {
+            if (audit_->lostBySyncFailure(c.io)) closeConnection(c, reason, true);
+        });
     }
     for (const auto& flow : outcome.roomFreed) {
-        Connection* c = lookup(flow.slot, flow.generation);
+        Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
         act(*c, d, driver_->drive(c->io, d));
     }
     for (const auto& flow : outcome.resume) {
-        Connection* c = lookup(flow.slot, flow.generation);
+        Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
         act(*c, d, driver_->durable(c->io, d));
@@ -781,7 +486,7 @@ void Worker::runDeferred() {
     auto batch = std::move(deferred_);
     deferred_.clear();
     for (const auto& flow : batch) {
-        Connection* c = lookup(flow.slot, flow.generation);
+        Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
         act(*c, d, driver_->drive(c->io, d));
@@ -808,34 +513,15 @@ void Worker::runTasks() {
 }
 
 void Worker::listConnections(std::vector<ConnectionView>& out) const {
-    for (const auto& c : connections_) {
-        if (!c || c->id() == 0) continue;
-        ConnectionView view;
-        view.id = c->id();
-        view.worker = index_;
-        view.route = c->route->config.name;
-        view.client = c->clientAddress.toString();
-        view.upstream = c->upstreamAddress.toString();
-        view.ageMs = static_cast<std::uint64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c->opened).count());
-        view.bytesC2u = c->io.flows[0].bytesForwarded();
-        view.bytesU2c = c->io.flows[1].bytesForwarded();
-        view.state = c->state == ConnectionState::Connecting ? "connecting"
-                     : c->state == ConnectionState::Relaying ? "relaying"
-                                                             : "closing";
-        out.push_back(std::move(view));
-    }
+    connections_.appendViews(out, index_, now_);
 }
 
 bool Worker::killConnection(std::uint64_t id) {
-    for (auto& c : connections_) {
-        if (c && c->id() == id && c->state != ConnectionState::Closing) {
-            logInfo("connection ", id, ": killed by the admin");
-            closeConnection(*c, CloseReason::Killed, true);
-            return true;
-        }
-    }
-    return false;
+    Connection* c = connections_.findById(id);
+    if (c == nullptr || c->state == ConnectionState::Closing) return false;
+    logInfo("connection ", id, ": killed by the admin");
+    closeConnection(*c, CloseReason::Killed, true);
+    return true;
 }
 
 int Worker::rotateAudit() noexcept {

@@ -3,16 +3,17 @@
 // connections it accepted. Other threads talk to it only through requestReload(),
 // requestDrain() and requestStop(), which set a flag and wake it through an eventfd.
 //
-// The worker owns the thread, the ring, the listeners and the connection table, and routes each
-// completion to its owner by op: its own (accept, connect, control, timer), the audit tap's
+// The worker owns the thread, the ring and the parts that return it decisions: the acceptor
+// (listeners, admission, hand-off: relay/Acceptor.h), the upstream connector
+// (relay/UpstreamConnector.h) and the connection table with its deadlines
+// (relay/ConnectionTable.h, relay/ConnectionTimeouts.h). It routes each completion to its
+// owner by op: its own (accept, connect, control, timer), the audit tap's
 // (group commit) or the mover's (data path, through the FlowDriver, whose Verdict it acts on).
 // Which engine moves the bytes is decided once, where the mover is made (RelayContext.h).
 // Sockets are not registered (fixed) files: the inline engine splices them with direct system
 // calls, which need real fds, and registering each accepted socket would cost an
 // io_uring_register call per connection to save an fd lookup on its one or two polls per
 // message.
-#include <sys/socket.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -32,23 +33,14 @@
 #include "datapath/FlowDriver.h"
 #include "datapath/Mover.h"
 #include "pipes/PipePool.h"
+#include "relay/Acceptor.h"
 #include "relay/Connection.h"
+#include "relay/ConnectionTable.h"
+#include "relay/ConnectionTimeouts.h"
 #include "relay/RelayContext.h"
+#include "relay/UpstreamConnector.h"
 
 namespace splicegate {
-
-// What the control plane shows of a connection.
-struct ConnectionView {
-    std::uint64_t id = 0;
-    unsigned worker = 0;
-    std::string route;
-    std::string client;
-    std::string upstream;
-    std::uint64_t ageMs = 0;
-    std::uint64_t bytesC2u = 0;
-    std::uint64_t bytesU2c = 0;
-    const char* state = "";
-};
 
 class Worker {
   public:
@@ -79,42 +71,13 @@ class Worker {
 
   private:
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
-    // The worker's own io_uring ops (below 0x20: the audit tap's and the movers' ops are theirs,
-    // datapath/AuditTap.h, datapath/Mover.h).
-    enum class Op : std::uint8_t {
-        Ignore,
-        Control,
-        Timer,
-        Accept,
-        Connect,
-        ConnectTimeout,
-        ClientWatch,  // the client's socket while its upstream connect runs
-    };
-    // An accept armed on a listener, with where the kernel writes the peer's address: single
-    // shot, so each connection's address comes with it (no getpeername per connection).
-    struct AcceptSlot {
-        sockaddr_storage address{};
-        socklen_t length = 0;
-        bool armed = false;
-    };
-    static constexpr std::uint8_t kAcceptsPerListener = 16;
-    struct Listener {
-        std::shared_ptr<const Route> route;
-        UniqueFd fd;
-        std::uint16_t generation = 0;
-        // Heap-held: the kernel writes into them while the listener vector may grow.
-        std::unique_ptr<AcceptSlot[]> accepts = std::make_unique<AcceptSlot[]>(kAcceptsPerListener);
-    };
-
     void signal(std::uint32_t request) noexcept;
-    bool handOff(const std::shared_ptr<const Route>& route, UniqueFd& client,
-                 const SocketAddress& peer);
-    // A connection another worker accepted and handed over (its admission is booked).
-    void adopt(const std::shared_ptr<const Route>& route, UniqueFd client,
-               const SocketAddress& peer);
-    void startAccepted(const std::shared_ptr<const Route>& route, UniqueFd client,
-                       const SocketAddress& peer);
-    void releaseAdmission(const SocketAddress& peer);
+    // A connection this worker admitted, or another one admitted and handed over (its
+    // admission is booked).
+    void take(Admitted admitted);
+    bool handOff(Admitted& admitted);
+    void adopt(Admitted admitted);
+    void startAccepted(Admitted admitted);
     void run(std::promise<void>& started);
     void setUp();
     void loop();
@@ -126,27 +89,14 @@ class Worker {
     void runTasks();
     void runDeferred();
 
-    // Listeners
-    void applyRoutes(bool failOnError);
-    void openListener(const std::shared_ptr<const Route>& route);
-    void closeListener(std::uint32_t index);
-    void armAccepts(std::uint32_t index);
-    void armAccept(std::uint32_t index, std::uint8_t which);
-    void onAccept(std::uint32_t index, std::uint8_t which, const io_uring_cqe& cqe);
-
     // Connections
-    Connection* allocateConnection();
-    Connection* lookup(std::uint32_t slot, std::uint16_t generation) noexcept;
-    void startConnect(Connection& c);
-    void onConnect(Connection& c, int result);
-    void watchClient(Connection& c);
-    void watchSlowConnects();
-    void onClientWatch(Connection& c, int result);
-    static std::uint64_t clientWatchTag(const Connection& c) noexcept;
+    void beginConnect(Connection& c);
+    void actOnConnect(Connection& c, const ConnectStep& step);
     void closeTimedOut();
     void startRelaying(Connection& c);
     void closeConnection(Connection& c, CloseReason reason, bool resetPeers);
     void releaseConnection(Connection& c);
+    void releaseIfDone(Connection& c);
     RouteCounters& routeStats(const Connection& c) noexcept {
         return stats_->routes[c.route->statsIndex];
     }
@@ -169,27 +119,19 @@ class Worker {
     bool draining_ = false;
     bool stopping_ = false;
     __kernel_timespec timerInterval_{};
-    __kernel_timespec connectTimeout_{};
     std::chrono::steady_clock::time_point now_;
     // Access lines of the connections closed in this turn: one write at the next turn's start.
     LogBatch accessLines_;
-    std::shared_ptr<const RouteTable> appliedRoutes_;
-    std::vector<Listener> listeners_;
-    std::vector<std::unique_ptr<Connection>> connections_;
-    std::vector<std::uint32_t> freeSlots_;
-    std::size_t liveConnections_ = 0;
-    std::vector<CompletionTag> deferred_;  // flows that yielded: driven again next turn
-    // Clients whose upstream connect started this turn (watchSoon_) and last turn (watchDue_).
-    // A connect still running a turn later gets its client watched (watchClient); most (on
-    // loopback) are done by then, and the watch's two SQEs and two completions are saved.
-    std::vector<CompletionTag> watchSoon_;
-    std::vector<CompletionTag> watchDue_;
+    ConnectionTable connections_;
+    ConnectionTimeouts timeouts_;
+    std::unique_ptr<Acceptor> acceptor_;            // made with the ring, in setUp()
+    std::unique_ptr<UpstreamConnector> connector_;  // made with the ring, in setUp()
+    std::vector<CompletionTag> deferred_;           // flows that yielded: driven again next turn
     // The data path, made once in setUp(): mover (the engine), audit tap, buffer lane, flow driver.
     std::unique_ptr<Mover> mover_;
     std::unique_ptr<AuditTap> audit_;
     std::unique_ptr<BufferLaneDriver> lanes_;  // null with --lane splice
     std::unique_ptr<FlowDriver> driver_;
-    std::chrono::steady_clock::time_point lastRefusalLog_{};
     std::chrono::steady_clock::time_point lastBufferTrim_{};
     std::thread thread_;
 };

@@ -1,0 +1,184 @@
+#include "relay/Acceptor.h"
+
+#include <cerrno>
+
+#include "common/Error.h"
+#include "common/Log.h"
+#include "relay/WorkerOps.h"
+
+namespace splicegate {
+namespace {
+// A worker keeps a new connection while it owns fewer than this many more than the least busy
+// worker: 64 connections over 2 workers end up at most 33/31, and only about one accept in
+// several is handed over (each hand-off costs the other worker a wake-up).
+constexpr long kHandOffSlack = 2;
+}  // namespace
+
+Acceptor::Acceptor(unsigned worker, RelayContext& context, Ring& ring, WorkerStats& stats)
+    : worker_(worker), context_(context), ring_(ring), stats_(stats) {}
+
+Acceptor::~Acceptor() = default;
+
+void Acceptor::applyRoutes(bool failOnError) {
+    if (closed_) return;
+    auto table = context_.routes();
+    if (table == appliedRoutes_) return;
+    // Closed first, so a listen address moved to another route can be bound again.
+    for (std::uint32_t i = 0; i < listeners_.size(); ++i) {
+        auto& listener = listeners_[i];
+        if (!listener.fd) continue;
+        const Route* replacement = nullptr;
+        for (const auto& route : *table)
+            if (route->config.name == listener.route->config.name) replacement = route.get();
+        if (replacement == nullptr ||
+            !(replacement->config.listen == listener.route->config.listen))
+            closeListener(i);
+    }
+    for (const auto& route : *table) {
+        bool found = false;
+        for (auto& listener : listeners_) {
+            if (listener.fd && listener.route->config.name == route->config.name) {
+                listener.route = route;  // new upstreams apply to new connections only
+                found = true;
+            }
+        }
+        if (found) continue;
+        try {
+            openListener(route);
+        } catch (const std::exception& error) {
+            if (failOnError) throw;
+            logError("route ", route->config.name, ": ", error.what());
+        }
+    }
+    appliedRoutes_ = table;
+}
+
+void Acceptor::closeAll() {
+    closed_ = true;
+    for (std::uint32_t i = 0; i < listeners_.size(); ++i) closeListener(i);
+}
+
+void Acceptor::rearm() {
+    if (closed_) return;
+    for (std::uint32_t i = 0; i < listeners_.size(); ++i)
+        if (listeners_[i].fd) armAccepts(i);
+}
+
+void Acceptor::openListener(const std::shared_ptr<const Route>& route) {
+    const auto& address = route->config.listen;
+    // Bound by the relay (ListenerSockets), so a reload fails before any listener changes.
+    UniqueFd fd = context_.listenerSockets()->duplicateFor(worker_, address);
+    std::uint32_t index = 0;
+    while (index < listeners_.size() && listeners_[index].fd) ++index;
+    if (index == listeners_.size()) listeners_.emplace_back();
+    auto& listener = listeners_[index];
+    listener.route = route;
+    listener.fd = std::move(fd);
+    ++listener.generation;
+    armAccepts(index);
+    if (worker_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
+}
+
+void Acceptor::closeListener(std::uint32_t index) {
+    auto& listener = listeners_[index];
+    if (!listener.fd) return;
+    auto* sqe = ring_.sqe();
+    io_uring_prep_cancel_fd(sqe, listener.fd.get(), IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(sqe, CompletionTag::make(WorkerOp::Ignore).encode());
+    ring_.submit();         // before the fd number can be reused
+    ++listener.generation;  // late accept completions of the old socket are ignored
+    listener.fd.reset();
+    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
+        listener.accepts[which].armed = false;
+    if (worker_ == 0)
+        logInfo("route ", listener.route->config.name, ": stopped listening on ",
+                listener.route->config.listen);
+}
+
+void Acceptor::armAccepts(std::uint32_t index) {
+    for (std::uint8_t which = 0; which < kAcceptsPerListener; ++which)
+        if (!listeners_[index].accepts[which].armed) armAccept(index, which);
+}
+
+void Acceptor::armAccept(std::uint32_t index, std::uint8_t which) {
+    auto& listener = listeners_[index];
+    auto& slot = listener.accepts[which];
+    slot.length = sizeof slot.address;
+    auto* sqe = ring_.sqe();
+    io_uring_prep_accept(sqe, listener.fd.get(), reinterpret_cast<sockaddr*>(&slot.address),
+                         &slot.length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(
+        sqe, CompletionTag::make(WorkerOp::Accept, index, listener.generation, which).encode());
+    slot.armed = true;
+}
+
+std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
+                                           std::chrono::steady_clock::time_point now) {
+    if (tag.slot >= listeners_.size() || listeners_[tag.slot].generation != tag.generation)
+        return std::nullopt;  // a listener closed since
+    auto& listener = listeners_[tag.slot];
+    auto& slot = listener.accepts[tag.direction];
+    slot.armed = false;
+    if (result < 0) {  // EMFILE...: re-armed by the timer, not in a tight loop
+        if (result != -ECANCELED)
+            logWarn("route ", listener.route->config.name, ": accept: ", errnoText(result));
+        return std::nullopt;
+    }
+    Admitted admitted{listener.route, UniqueFd(result), {}, std::nullopt};
+    if (closed_) return std::nullopt;
+    admitted.peer =
+        SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address), slot.length);
+    armAccept(tag.slot, tag.direction);
+    if (!admit(listener, admitted.peer, now)) return std::nullopt;  // closing it is the refusal
+    // Reuseport spreads new connections at random (relay/WorkerLoads.h): a worker that owns
+    // kHandOffSlack connections more than the least busy one passes a new connection to it. The
+    // admission stays booked; the other worker relays it as if it had accepted it. Booked now,
+    // so that a burst spreads instead of piling up on one worker.
+    admitted.handOffTo = context_.workerLoads->lighterThan(worker_, kHandOffSlack);
+    context_.workerLoads->add(admitted.handOffTo.value_or(worker_), 1);
+    return admitted;
+}
+
+bool Acceptor::admit(const Listener& listener, const SocketAddress& peer,
+                     std::chrono::steady_clock::time_point now) {
+    auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
+    if (active >= context_.settings.relay.maxConnections) {
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        refuse(listener, RefuseReason::MaxConnections);
+        if (now - lastRefusalLog_ > std::chrono::seconds(1)) {
+            logWarn("route ", listener.route->config.name,
+                    ": refusing connections: ", context_.settings.relay.maxConnections,
+                    " connections open (--max-connections)");
+            lastRefusalLog_ = now;
+        }
+        return false;
+    }
+    if (!context_.sourceLimiter.tryAcquire(peer)) {
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        refuse(listener, RefuseReason::MaxConnectionsPerSource);
+        logWarnLimited("per-source refusals", "route ", listener.route->config.name, ": refusing ",
+                       peer, ": ", context_.sourceLimiter.limit(),
+                       " connections open from it (--max-connections-per-source)");
+        return false;
+    }
+    return true;
+}
+
+void Acceptor::refuse(const Listener& listener, RefuseReason reason) noexcept {
+    stats_.routes[listener.route->statsIndex].refused[static_cast<std::size_t>(reason)].add(1);
+}
+
+void Acceptor::handOffFailed(Admitted& admitted) noexcept {
+    if (!admitted.handOffTo) return;
+    context_.workerLoads->add(*admitted.handOffTo, -1);
+    context_.workerLoads->add(worker_, 1);
+    admitted.handOffTo.reset();
+}
+
+void Acceptor::release(const SocketAddress& peer) noexcept {
+    context_.workerLoads->add(worker_, -1);
+    context_.sourceLimiter.release(peer);
+    context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace splicegate

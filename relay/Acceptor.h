@@ -1,0 +1,91 @@
+#pragma once
+// A worker's listeners and admission: its SO_REUSEPORT listener per route with the accepts
+// armed on it, the reload diff (applyRoutes), admission (--max-connections, the per-source
+// limit, the refusal's log line) and the choice of the worker that will own a new connection
+// (relay/WorkerLoads.h). It returns what it admitted; the worker starts it or hands it over.
+// Worker-thread only.
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/CompletionTag.h"
+#include "common/Ring.h"
+#include "common/SocketAddress.h"
+#include "common/UniqueFd.h"
+#include "metrics/Stats.h"
+#include "relay/RelayContext.h"
+#include "relay/Route.h"
+
+namespace splicegate {
+
+// A connection admitted: booked under the limits and in the load of the worker that will own it
+// (this one, or `handOffTo`). Either is released with Acceptor::release.
+struct Admitted {
+    std::shared_ptr<const Route> route;
+    UniqueFd client;
+    SocketAddress peer;
+    std::optional<unsigned> handOffTo;
+};
+
+class Acceptor {
+  public:
+    Acceptor(unsigned worker, RelayContext& context, Ring& ring, WorkerStats& stats);
+    ~Acceptor();
+    Acceptor(const Acceptor&) = delete;
+    Acceptor& operator=(const Acceptor&) = delete;
+
+    // Listeners for the route table in force: the changed ones closed and opened again, the
+    // others given the new route (new upstreams apply to new connections only).
+    void applyRoutes(bool failOnError);
+    // Drain or stop: every listener closed, nothing accepted any more.
+    void closeAll();
+    // Accepts that ended on an error (EMFILE...) armed again (from the timer, not in a loop).
+    void rearm();
+    // An accept completion; what it admitted, if anything (a refused socket is closed here).
+    std::optional<Admitted> onAccept(CompletionTag tag, int result,
+                                     std::chrono::steady_clock::time_point now);
+    // The worker it was to go to did not take it: it stays here.
+    void handOffFailed(Admitted& admitted) noexcept;
+    // What admission booked for a connection this worker owns.
+    void release(const SocketAddress& peer) noexcept;
+
+  private:
+    // An accept armed on a listener, with where the kernel writes the peer's address: single
+    // shot, so each connection's address comes with it (no getpeername per connection).
+    struct AcceptSlot {
+        sockaddr_storage address{};
+        socklen_t length = 0;
+        bool armed = false;
+    };
+    static constexpr std::uint8_t kAcceptsPerListener = 16;
+    struct Listener {
+        std::shared_ptr<const Route> route;
+        UniqueFd fd;
+        std::uint16_t generation = 0;
+        // Heap-held: the kernel writes into them while the listener vector may grow.
+        std::unique_ptr<AcceptSlot[]> accepts = std::make_unique<AcceptSlot[]>(kAcceptsPerListener);
+    };
+
+    void openListener(const std::shared_ptr<const Route>& route);
+    void closeListener(std::uint32_t index);
+    void armAccepts(std::uint32_t index);
+    void armAccept(std::uint32_t index, std::uint8_t which);
+    bool admit(const Listener& listener, const SocketAddress& peer,
+               std::chrono::steady_clock::time_point now);
+    void refuse(const Listener& listener, RefuseReason reason) noexcept;
+
+    const unsigned worker_;
+    RelayContext& context_;
+    Ring& ring_;
+    WorkerStats& stats_;
+    bool closed_ = false;
+    std::shared_ptr<const RouteTable> appliedRoutes_;
+    std::vector<Listener> listeners_;
+    std::chrono::steady_clock::time_point lastRefusalLog_{};
+};
+
+}  // namespace splicegate
