@@ -27,10 +27,11 @@ struct Connection {
     // A poll on the client socket while connecting: a client that resets (or closes both ways)
     // cancels its upstream connect instead of leaving it to the connect timeout.
     bool watchingClient = false;
-    // The upstream socket is in delayed-ACK mode already (--delayed-ack, Worker::startConnect).
+    // The upstream socket is in delayed-ACK mode already (--delayed-ack, UpstreamConnector::start).
     bool upstreamDelaysAcks = false;
     std::chrono::steady_clock::time_point opened;
-    // Quiet past the half-closed timeout: when its sockets are looked at next (Worker).
+    // Quiet past the half-closed timeout: when its sockets are looked at next
+    // (relay/ConnectionTimeouts.h).
     std::chrono::steady_clock::time_point stallCheckAfter;
     CloseReason closeReason = CloseReason::Closed;
 

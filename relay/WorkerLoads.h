@@ -4,7 +4,7 @@
 // not, and since every worker thread gets an equal share of the CPU, the busier worker's
 // connections each get less of it (their latency sets the tail). A worker that accepts a
 // connection while it owns `slack` or more connections than the least busy worker hands the
-// connection over to that worker (relay/Worker.cpp, Worker::handOff).
+// connection over to that worker (relay/Acceptor.cpp decides, the Worker posts it).
 //
 // Counts are booked for the worker that will own the connection at the moment of the decision,
 // so a burst of accepts does not hand every connection to the same worker before it has
