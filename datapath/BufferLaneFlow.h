@@ -2,7 +2,7 @@
 // One direction of a connection in the buffer lane: a multishot recv picks provided buffers
 // (common/BufferRing.h), the received chunks wait here in order until the audit has them and
 // the sink took them, and each buffer goes back to the ring once fully sent. Pure bookkeeping,
-// like Flow in the splice lane: it records what the recv, audit writes and sends achieved and
+// like SpliceFlow in the splice lane: it records what the recv, audit writes and sends achieved and
 // says what comes next; the worker does the I/O. Thread affinity: the owning worker's thread.
 //
 // Byte positions count from the front of the held chunks (the front one possibly part sent):

@@ -11,7 +11,7 @@
 #include "common/UniqueFd.h"
 #include "datapath/AuditLog.h"
 #include "datapath/BufferLaneFlow.h"
-#include "datapath/Flow.h"
+#include "datapath/SpliceFlow.h"
 #include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"
 #include "datapath/SocketTable.h"
@@ -22,7 +22,7 @@ namespace splicegate {
 // A direction's splice-lane half: made when the direction first enters that lane (FlowDriver),
 // kept afterwards. A direction that lives in the buffer lane never pays for it.
 struct SpliceHalf {
-    Flow flow;
+    SpliceFlow flow;
     MoveInFlight move;           // the mover's step in flight
     std::size_t stepLength = 0;  // what the step asked for (a short fill means drained)
 };
@@ -39,8 +39,8 @@ struct FlowIo {
     std::uint8_t laneOps = 0;  // buffer-lane SQEs whose (final) completion is still due
 
     // The splice half's: only once it exists (FlowDriver makes it before any splice-lane step).
-    Flow& flow() noexcept { return splice->flow; }
-    const Flow& flow() const noexcept { return splice->flow; }
+    SpliceFlow& flow() noexcept { return splice->flow; }
+    const SpliceFlow& flow() const noexcept { return splice->flow; }
     MoveInFlight& move() noexcept { return splice->move; }
 
     bool finished() const noexcept {
@@ -74,8 +74,8 @@ struct ConnectionIo {
     std::chrono::steady_clock::time_point lastActivity;
 
     FlowIo& at(Direction d) noexcept { return flows[static_cast<int>(d)]; }
-    Flow& flow(Direction d) noexcept { return at(d).flow(); }
-    const Flow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow(); }
+    SpliceFlow& flow(Direction d) noexcept { return at(d).flow(); }
+    const SpliceFlow& flow(Direction d) const noexcept { return flows[static_cast<int>(d)].flow(); }
     // A socket by side: 0 the client's, 1 the upstream's (the order of the socket table's
     // entries). Direction `d` reads from its source side and writes to the other.
     static unsigned sourceSide(Direction d) noexcept {

@@ -15,8 +15,8 @@ constexpr std::uint64_t kMaxBufferSize = std::uint64_t{1} << 24;
 
 constexpr Named<SpliceEngine> kEngineNames[] = {{"chain", SpliceEngine::Chain},
                                                 {"inline", SpliceEngine::Inline}};
-constexpr Named<Lane> kLaneNames[] = {
-    {"auto", Lane::Auto}, {"splice", Lane::Splice}, {"buffer", Lane::Buffer}};
+constexpr Named<LaneKind> kLaneNames[] = {
+    {"auto", LaneKind::Auto}, {"splice", LaneKind::Splice}, {"buffer", LaneKind::Buffer}};
 
 }  // namespace
 
@@ -77,10 +77,6 @@ void listChanged(const DatapathSettings& running, const DatapathSettings& next,
 
 const char* toString(SpliceEngine engine) noexcept {
     return nameOf(kEngineNames, engine);
-}
-
-const char* toString(Lane lane) noexcept {
-    return nameOf(kLaneNames, lane);
 }
 
 }  // namespace splicegate

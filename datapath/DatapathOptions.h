@@ -8,18 +8,19 @@
 #include <optional>
 
 #include "common/OptionValues.h"
+#include "datapath/LaneKind.h"
 
 namespace splicegate {
 
 enum class SpliceEngine { Chain, Inline };
-// How flows move bytes: auto starts in the buffer lane and moves to splice while reads stay large.
-enum class Lane { Auto, Splice, Buffer };
 
 struct DatapathSettings {
     std::optional<SpliceEngine> spliceEngine;  // unset: the default chosen by measurement
     std::uint64_t pipeSize = 1048576;          // lowered at start to what the system allows
     std::uint64_t pipeBudgetBytes = 0;  // extension: cap on all pipes' capacity; 0 = system's limit
-    Lane lane = Lane::Auto;
+    // How flows move bytes: auto starts in the buffer lane and moves to splice while reads stay
+    // large.
+    LaneKind lane = LaneKind::Auto;
     std::uint32_t bufferRingEntries = 4096;  // power of two (io_uring buffer rings require it)
     std::uint32_t bufferSize = 16384;
     // Each worker's ring polled by a kernel thread (IORING_SETUP_SQPOLL): no submit system call
@@ -38,6 +39,5 @@ void listChanged(const DatapathSettings& running, const DatapathSettings& next,
                  ChangedOptions& changed);
 
 const char* toString(SpliceEngine engine) noexcept;
-const char* toString(Lane lane) noexcept;
 
 }  // namespace splicegate

@@ -280,7 +280,7 @@ MoveEnds FlowDriver::endsOf(const ConnectionIo& io, Direction d) const noexcept 
                     flow.auditPipe.readFd(), flow.auditPipe.writeFd()};
 }
 
-void FlowDriver::returnPipes(Flow& flow) noexcept {
+void FlowDriver::returnPipes(SpliceFlow& flow) noexcept {
     if (flow.pipe.valid() && flow.pipeReturnable()) pipes_.release(std::move(flow.pipe), 0);
     if (flow.auditPipe.valid() && flow.auditPipeReturnable())
         pipes_.release(std::move(flow.auditPipe), 0);

@@ -69,7 +69,7 @@ class FlowDriver {
     StepResult moveFailed(ConnectionIo& io, Direction d, int error) noexcept;
     void bookOnly(ConnectionIo& io, Direction d, const MoveReport& report) noexcept;
     MoveEnds endsOf(const ConnectionIo& io, Direction d) const noexcept;
-    void returnPipes(Flow& flow) noexcept;
+    void returnPipes(SpliceFlow& flow) noexcept;
     void updatePipeGauges() noexcept;
 
     Mover& mover_;

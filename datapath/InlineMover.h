@@ -13,7 +13,7 @@ class Ring;
 class InlineMover final : public Mover {
   public:
     // A short fill under this size waits for readiness rather than retrying at once
-    // (Flow::setDrainedBelow); a request/response message is far below it, a bulk read far above.
+    // (SpliceFlow::setDrainedBelow); a request/response message is far below it, a bulk read far above.
     static constexpr std::size_t kSmallFillBytes = 16 * 1024;
 
     explicit InlineMover(Ring& ring) noexcept : ring_(ring) {}

@@ -1,7 +1,7 @@
 #pragma once
 // A Mover moves one flow's bytes: it starts a step and REPORTS what the step achieved. It never
-// calls back into the worker, never touches Flow's bookkeeping and never closes anything: the
-// flow driver (datapath/FlowDriver.h) applies the report to the Flow and decides what follows.
+// calls back into the worker, never touches SpliceFlow's bookkeeping and never closes anything: the
+// flow driver (datapath/FlowDriver.h) applies the report to the SpliceFlow and decides what follows.
 // One mover per worker, chosen once from the engine where it is made:
 //   InlineMover  direct non-blocking splice()/tee() from the worker's thread; the step's results
 //                are in the report at once (docs/kernel-notes.md §11);
@@ -34,7 +34,7 @@
 #include <span>
 
 #include "common/CompletionTag.h"
-#include "datapath/Flow.h"
+#include "datapath/SpliceFlow.h"
 
 namespace splicegate {
 
@@ -79,7 +79,7 @@ struct MoveEnds {
 // One step. `first` runs with `length`; for an audit chain (first == Tee or AuditWrite), the
 // stages behind it run only when the one before moved its whole length (soft link). A mover may
 // stop earlier than the plan (the inline mover runs tee -> write and leaves the forward to the
-// next step, after the write is booked); the driver takes each step from Flow::next() anyway.
+// next step, after the write is booked); the driver takes each step from SpliceFlow::next() anyway.
 struct MovePlan {
     MoveStage first = MoveStage::Fill;
     std::size_t length = 0;
@@ -170,7 +170,7 @@ class Mover {
   public:
     virtual ~Mover() = default;
     virtual const char* name() const noexcept = 0;
-    // A short fill below this many bytes means "the source is drained" (Flow::setDrainedBelow).
+    // A short fill below this many bytes means "the source is drained" (SpliceFlow::setDrainedBelow).
     virtual std::size_t drainedBelow() const noexcept = 0;
     // Begins `plan`; see the contract above.
     virtual MoveReport start(const MoveEnds& ends, const MovePlan& plan,

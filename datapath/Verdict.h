@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "datapath/CloseReason.h"
-#include "datapath/Flow.h"
+#include "datapath/SpliceFlow.h"
 
 namespace splicegate {
 

@@ -380,8 +380,8 @@ int runDaemon(int argc, const char* const* argv) {
             (config.metrics.listen.empty() ? 0 : HttpServerLimits{}.maxConnections);
         auto fds =
             raiseFdLimit(config.relay.maxConnections, workers, config.routes.size(), controlFds,
-                         config.datapath.lane == Lane::Buffer   ? PipeFds::None
-                         : config.datapath.lane == Lane::Splice ? PipeFds::PerConnection
+                         config.datapath.lane == LaneKind::Buffer   ? PipeFds::None
+                         : config.datapath.lane == LaneKind::Splice ? PipeFds::PerConnection
                                                                 : PipeFds::Shared);
         if (metrics) metrics->setConnectionsMax(fds.connections);
         auto settings = workerSettings(config, fds);

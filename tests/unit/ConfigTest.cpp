@@ -102,7 +102,7 @@ TEST(ConfigTest, DefaultsMatchTheSpec) {
     EXPECT_EQ(config.relay.halfClosedTimeoutMs, 60000u);
     EXPECT_EQ(config.relay.drainTimeoutMs, 30000u);
     EXPECT_EQ(config.relay.maxConnectionsPerSource, 0u);
-    EXPECT_EQ(config.datapath.lane, Lane::Auto);
+    EXPECT_EQ(config.datapath.lane, LaneKind::Auto);
     EXPECT_EQ(config.datapath.bufferRingEntries, 4096u);
     EXPECT_EQ(config.datapath.bufferSize, 16384u);
     EXPECT_FALSE(config.datapath.sqpoll);
@@ -219,7 +219,7 @@ TEST(ConfigTest, EveryOptionFromTheCommandLine) {
     EXPECT_EQ(config.xdp.synRate, 100u);
     EXPECT_EQ(config.xdp.synBurst, 20u);
     EXPECT_EQ(config.logLevel, LogLevel::Debug);
-    EXPECT_EQ(config.datapath.lane, Lane::Buffer);
+    EXPECT_EQ(config.datapath.lane, LaneKind::Buffer);
     EXPECT_EQ(config.datapath.bufferRingEntries, 256u);
     EXPECT_EQ(config.datapath.bufferSize, 4096u);
     EXPECT_TRUE(config.datapath.sqpoll);
@@ -259,9 +259,9 @@ TEST(ConfigTest, EveryEnumValueIsAccepted) {
     auto lane = [](const char* name) {
         return parseConfig(withDefaultRoute({"--lane", name})).datapath.lane;
     };
-    EXPECT_EQ(lane("auto"), Lane::Auto);
-    EXPECT_EQ(lane("splice"), Lane::Splice);
-    EXPECT_EQ(lane("buffer"), Lane::Buffer);
+    EXPECT_EQ(lane("auto"), LaneKind::Auto);
+    EXPECT_EQ(lane("splice"), LaneKind::Splice);
+    EXPECT_EQ(lane("buffer"), LaneKind::Buffer);
     EXPECT_EQ(parseConfig(withDefaultRoute({"--audit-writer", "direct"})).audit.writer,
               AuditWriterKind::Direct);
     EXPECT_TRUE(parseConfig(withDefaultRoute({"--access-log", "on"})).relay.accessLog);
@@ -270,7 +270,7 @@ TEST(ConfigTest, EveryEnumValueIsAccepted) {
         withDefaultRoute({"--client-tcp-congestion", "bbr", "--upstream-tcp-congestion", "cubic"}));
     EXPECT_EQ(congestion.relay.clientCongestion, "bbr");
     EXPECT_EQ(congestion.relay.upstreamCongestion, "cubic");
-    EXPECT_STREQ(toString(Lane::Buffer), "buffer");
+    EXPECT_STREQ(toString(LaneKind::Buffer), "buffer");
     EXPECT_STREQ(toString(AuditWriterKind::Splice), "splice");
 }
 

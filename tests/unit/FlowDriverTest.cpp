@@ -136,7 +136,7 @@ class FlowDriverTest : public ::testing::Test {
     Verdict deliver(MoveStage stage, int result) {
         return driver->complete(io, tagOf(stage), MoveCompletion{result, 0});
     }
-    Flow& flow() { return io.flow(Direction::ClientToUpstream); }
+    SpliceFlow& flow() { return io.flow(Direction::ClientToUpstream); }
 
     PipeBudget budget{16 * kPipeSize};
     PipePool pool{budget, kPipeSize, 4};
@@ -149,7 +149,7 @@ class FlowDriverTest : public ::testing::Test {
     ConnectionIo io;
 };
 
-TEST_F(FlowDriverTest, StartsTheAuditChainBehindAFill) {
+TEST_F(SpliceFlowDriverTest, StartsTheAuditChainBehindAFill) {
     makeDriver(true);
     auto verdict = fillAndStartChain(1000);
     EXPECT_EQ(verdict.action, Verdict::Action::Wait);
@@ -165,14 +165,14 @@ TEST_F(FlowDriverTest, StartsTheAuditChainBehindAFill) {
     EXPECT_TRUE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
-TEST_F(FlowDriverTest, StrictChainsStopBeforeTheForward) {
+TEST_F(SpliceFlowDriverTest, StrictChainsStopBeforeTheForward) {
     makeDriver(true, true);
     fillAndStartChain(1000);
     ASSERT_EQ(mover.started.size(), 2u);
     EXPECT_FALSE(mover.started[1].thenForward);
 }
 
-TEST_F(FlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
+TEST_F(SpliceFlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
     makeDriver(true);
     log->reserveError = -ENOBUFS;
     log->roomBytes = 0;
@@ -195,7 +195,7 @@ TEST_F(FlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
     EXPECT_EQ(mover.started[1].first, MoveStage::Tee);
 }
 
-TEST_F(FlowDriverTest, ShorterLogSpaceShortensTheChain) {
+TEST_F(SpliceFlowDriverTest, ShorterLogSpaceShortensTheChain) {
     makeDriver(true);
     log->maxSlot = 300;
     fillAndStartChain(1000);
@@ -271,7 +271,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ChainCase{"TeeWouldBlock", true, {-EAGAIN, -ECANCELED, -ECANCELED}}),
     [](const auto& param) { return std::string(param.param.name); });
 
-TEST_F(FlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
+TEST_F(SpliceFlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
     makeDriver(true);
     fillAndStartChain(1000);
     deliver(MoveStage::Forward, -ECANCELED);
@@ -288,7 +288,7 @@ TEST_F(FlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
     EXPECT_EQ(flow().bytesForwarded(), 300u);
 }
 
-TEST_F(FlowDriverTest, ReservationFailureIsAnAuditFailure) {
+TEST_F(SpliceFlowDriverTest, ReservationFailureIsAnAuditFailure) {
     makeDriver(true);
     log->reserveError = -ENOSPC;
     auto verdict = fillAndStartChain(1000);
@@ -298,7 +298,7 @@ TEST_F(FlowDriverTest, ReservationFailureIsAnAuditFailure) {
     EXPECT_EQ(stats.auditWriteErrors.get(), 1u);
 }
 
-TEST_F(FlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
+TEST_F(SpliceFlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
     makeDriver(false);
     log->reserveError = -ENOSPC;
     MoveReport forward;
@@ -316,7 +316,7 @@ TEST_F(FlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
     EXPECT_EQ(flow().bytesForwarded(), 1000u);
 }
 
-TEST_F(FlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
+TEST_F(SpliceFlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
     makeDriver(true);
     fillAndStartChain(1000);
     io.relaying = false;  // the connection layer closed it meanwhile
@@ -330,7 +330,7 @@ TEST_F(FlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
     EXPECT_FALSE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
-TEST_F(FlowDriverTest, FailedFillClosesWithTheSourcesReset) {
+TEST_F(SpliceFlowDriverTest, FailedFillClosesWithTheSourcesReset) {
     makeDriver(true);
     MoveReport fill;
     fill.add(MoveStage::Fill, -ECONNRESET);
@@ -340,7 +340,7 @@ TEST_F(FlowDriverTest, FailedFillClosesWithTheSourcesReset) {
     EXPECT_EQ(verdict.reason, CloseReason::ClientReset);
 }
 
-TEST_F(FlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
+TEST_F(SpliceFlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
     makeDriver(false);
     io.audited = false;
     for (int i = 0; i < FlowDriver::kStepBudget; ++i) {

@@ -1,5 +1,5 @@
 #pragma once
-// One direction of a connection: source socket -> lent pipe -> sink socket, with the audit copy
+// One direction of a connection in the splice lane: source socket -> lent pipe -> sink socket, with the audit copy
 // on the way. Pure bookkeeping: it records what the engine's moves achieved and decides the next
 // move, so the short-transfer rules are unit-tested without a kernel. Thread affinity: the
 // owning worker's thread.
@@ -41,7 +41,7 @@ enum class MoveOutcome { Moved, WouldBlock, EndOfStream, Failed };
 MoveOutcome classifyFill(ssize_t result) noexcept;
 MoveOutcome classifyForward(ssize_t result) noexcept;
 
-class Flow {
+class SpliceFlow {
   public:
     Pipe pipe;       // lent while bytes are in flight
     Pipe auditPipe;  // lent while an audit copy is in flight

@@ -2,24 +2,24 @@
 
 #include <cerrno>
 
-#include "datapath/Flow.h"
+#include "datapath/SpliceFlow.h"
 #include "pipes/PipePool.h"
 
 namespace splicegate {
 namespace {
 
-class FlowTest : public ::testing::Test {
+class SpliceFlowTest : public ::testing::Test {
   protected:
     void SetUp() override { ASSERT_EQ(Pipe::create(65536, flow.pipe), 0); }
-    Flow flow;
+    SpliceFlow flow;
 };
 
-TEST_F(FlowTest, StartsByFillingTheWholePipe) {
+TEST_F(SpliceFlowTest, StartsByFillingTheWholePipe) {
     EXPECT_EQ(flow.next(), FlowStep::Fill);
     EXPECT_EQ(flow.fillRequest(), 65536u);
 }
 
-TEST_F(FlowTest, ForwardsExactlyWhatWasFilled) {
+TEST_F(SpliceFlowTest, ForwardsExactlyWhatWasFilled) {
     EXPECT_EQ(flow.recordFill(65536, 65536), MoveOutcome::Moved);
     EXPECT_EQ(flow.next(), FlowStep::Forward);
     EXPECT_EQ(flow.forwardRequest(), 65536u);
@@ -28,7 +28,7 @@ TEST_F(FlowTest, ForwardsExactlyWhatWasFilled) {
     EXPECT_EQ(flow.next(), FlowStep::Fill);  // a full read: more may be waiting
 }
 
-TEST_F(FlowTest, ShortFillMeansTheSourceIsDrained) {
+TEST_F(SpliceFlowTest, ShortFillMeansTheSourceIsDrained) {
     flow.recordFill(100, 65536);
     EXPECT_EQ(flow.next(), FlowStep::Forward);
     flow.recordForward(100);
@@ -38,7 +38,7 @@ TEST_F(FlowTest, ShortFillMeansTheSourceIsDrained) {
 }
 
 // The inline engine's setting: a small short fill waits for readiness, a large one tries again.
-TEST_F(FlowTest, OnlyAShortFillBelowTheThresholdMeansDrained) {
+TEST_F(SpliceFlowTest, OnlyAShortFillBelowTheThresholdMeansDrained) {
     flow.setDrainedBelow(16384);
     flow.recordFill(20000, 65536);
     flow.recordForward(20000);
@@ -52,7 +52,7 @@ TEST_F(FlowTest, OnlyAShortFillBelowTheThresholdMeansDrained) {
     EXPECT_EQ(flow.next(), FlowStep::Fill) << "the threshold itself is not below it";
 }
 
-TEST_F(FlowTest, ShortForwardKeepsTheRestAndAsksForIt) {
+TEST_F(SpliceFlowTest, ShortForwardKeepsTheRestAndAsksForIt) {
     flow.recordFill(1000, 65536);
     EXPECT_EQ(flow.recordForward(300), MoveOutcome::Moved);
     EXPECT_EQ(flow.bytesInPipe(), 700u);
@@ -67,13 +67,13 @@ TEST_F(FlowTest, ShortForwardKeepsTheRestAndAsksForIt) {
     EXPECT_TRUE(flow.pipeReturnable());
 }
 
-TEST_F(FlowTest, FillTakesOnlyTheRoomLeft) {
+TEST_F(SpliceFlowTest, FillTakesOnlyTheRoomLeft) {
     flow.recordFill(60000, 60000);
     flow.recordForward(10000);
     EXPECT_EQ(flow.fillRequest(), 65536u - 50000u);
 }
 
-TEST_F(FlowTest, EndOfStreamWaitsForThePipeToDrainBeforeShutdown) {
+TEST_F(SpliceFlowTest, EndOfStreamWaitsForThePipeToDrainBeforeShutdown) {
     flow.recordFill(500, 65536);
     EXPECT_EQ(flow.recordFill(0, 65536), MoveOutcome::EndOfStream);
     EXPECT_EQ(flow.next(), FlowStep::Forward);
@@ -87,7 +87,7 @@ TEST_F(FlowTest, EndOfStreamWaitsForThePipeToDrainBeforeShutdown) {
     EXPECT_TRUE(flow.finished());
 }
 
-TEST_F(FlowTest, WouldBlockFillWaitsForReadiness) {
+TEST_F(SpliceFlowTest, WouldBlockFillWaitsForReadiness) {
     EXPECT_EQ(flow.recordFill(-EAGAIN, 65536), MoveOutcome::WouldBlock);
     EXPECT_EQ(flow.next(), FlowStep::WaitReadable);
 }

@@ -1,4 +1,4 @@
-#include "datapath/Flow.h"
+#include "datapath/SpliceFlow.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -19,11 +19,11 @@ MoveOutcome classifyForward(ssize_t result) noexcept {
     return MoveOutcome::Failed;
 }
 
-std::size_t Flow::fillRequest() const noexcept {
+std::size_t SpliceFlow::fillRequest() const noexcept {
     return inPipe_ >= pipe.capacity() ? 0 : pipe.capacity() - inPipe_;
 }
 
-MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
+MoveOutcome SpliceFlow::recordFill(ssize_t result, std::size_t requested) noexcept {
     auto outcome = classifyFill(result);
     switch (outcome) {
         case MoveOutcome::Moved: {
@@ -48,7 +48,7 @@ MoveOutcome Flow::recordFill(ssize_t result, std::size_t requested) noexcept {
     return outcome;
 }
 
-bool Flow::recordTee(ssize_t result) noexcept {
+bool SpliceFlow::recordTee(ssize_t result) noexcept {
     if (result < 0) return result == -EAGAIN || result == -EINTR || result == -ECANCELED;
     auto copied = std::min(static_cast<std::size_t>(result), teeRequest());
     teed_ += copied;
@@ -56,7 +56,7 @@ bool Flow::recordTee(ssize_t result) noexcept {
     return true;
 }
 
-bool Flow::recordAuditWrite(ssize_t result) noexcept {
+bool SpliceFlow::recordAuditWrite(ssize_t result) noexcept {
     if (result == -ECANCELED || result == -EINTR) return true;  // a broken link: try again
     if (result <= 0) return false;  // 0: the log file took nothing (full), like ENOSPC
     auto written = std::min(static_cast<std::size_t>(result), inAuditPipe_);
@@ -68,12 +68,12 @@ bool Flow::recordAuditWrite(ssize_t result) noexcept {
     return true;
 }
 
-void Flow::recordDurable() noexcept {
+void SpliceFlow::recordDurable() noexcept {
     released_ += writtenUnreleased_;
     writtenUnreleased_ = 0;
 }
 
-std::size_t Flow::abandonAudit() noexcept {
+std::size_t SpliceFlow::abandonAudit() noexcept {
     auto lost = inPipe_ - released_ - writtenUnreleased_;
     released_ = inPipe_;
     teed_ = inPipe_;
@@ -82,7 +82,7 @@ std::size_t Flow::abandonAudit() noexcept {
     return lost;
 }
 
-MoveOutcome Flow::recordForward(ssize_t result) noexcept {
+MoveOutcome SpliceFlow::recordForward(ssize_t result) noexcept {
     auto outcome = classifyForward(result);
     if (outcome == MoveOutcome::Moved) {
         auto moved = std::min(static_cast<std::size_t>(result), released_);
@@ -97,7 +97,7 @@ MoveOutcome Flow::recordForward(ssize_t result) noexcept {
     return outcome;
 }
 
-FlowStep Flow::next() const noexcept {
+FlowStep SpliceFlow::next() const noexcept {
     if (sinkShut_) return FlowStep::Finished;
     if (released_ > 0) return sinkBlocked_ ? FlowStep::WaitWritable : FlowStep::Forward;
     if (inAuditPipe_ > 0) return FlowStep::AuditWrite;
