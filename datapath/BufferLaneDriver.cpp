@@ -15,14 +15,14 @@
 namespace splicegate {
 
 BufferLaneDriver::BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize,
-                                   bool adaptive, AuditTap* audit, WorkerStats& stats,
-                                   unsigned connectionSlots)
+                                   AuditTap* audit, WorkerStats& stats, unsigned connectionSlots,
+                                   LaneRule& rule)
     : ring_(ring),
       lane_(ring, entries, bufferSize),
       sockets_(ring, connectionSlots),
-      adaptive_(adaptive),
       audit_(audit),
-      stats_(stats) {}
+      stats_(stats),
+      rule_(rule) {}
 
 std::uint64_t BufferLaneDriver::tag(const ConnectionIo& io, Direction d,
                                     std::uint8_t op) const noexcept {
@@ -31,13 +31,20 @@ std::uint64_t BufferLaneDriver::tag(const ConnectionIo& io, Direction d,
     return flowTag.encode();
 }
 
-void BufferLaneDriver::start(ConnectionIo& io, Direction d) noexcept {
-    auto& fio = io.at(d);
-    fio.lanePolicy = LanePolicy(adaptive_);
-    fio.laneFlow.configureAudit(io.audited, io.audited && audit_ != nullptr && audit_->strict());
-    fio.lane = LaneKind::Buffer;
-    if (!io.inSocketTable) installSockets(io);
+bool BufferLaneDriver::start(ConnectionIo& io) noexcept {
+    for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {
+        io.at(d).laneFlow.configureAudit(io.audited,
+                                         io.audited && audit_ != nullptr && audit_->strict());
+        if (!io.inSocketTable) installSockets(io);
+        armRecv(io, d);
+    }
+    return true;
+}
+
+StepResult BufferLaneDriver::enter(ConnectionIo& io, Direction d) noexcept {
+    io.at(d).laneFlow.recordLaneSwitched();
     armRecv(io, d);
+    return {Next::Wait};
 }
 
 // Before the connection's first ring operation on a socket, in the same submission: the kernel
@@ -48,31 +55,17 @@ void BufferLaneDriver::installSockets(ConnectionIo& io) noexcept {
     io.inSocketTable = sockets_.install(io.slot, io.tableFds, socketTableTag(io));
 }
 
-LaneResult BufferLaneDriver::drive(ConnectionIo& io, Direction d) noexcept {
+StepResult BufferLaneDriver::drive(ConnectionIo& io, Direction d) noexcept {
     for (int steps = 0; steps < 32; ++steps) {
-        if (!io.relaying || io.at(d).lane != LaneKind::Buffer) return {};
+        if (!io.relaying) return {Next::Wait};
         auto result = step(io, d);
-        if (result.next != Next::Continue) return toResult(io, d, result);
+        if (result.next != Next::Continue) return result;
     }
-    return {Verdict::yield()};  // let other flows have a turn
-}
-
-LaneResult BufferLaneDriver::toResult(ConnectionIo& io, Direction d, StepResult result) noexcept {
-    switch (result.next) {
-        case Next::Continue:
-            return drive(io, d);
-        case Next::Wait:
-            return {};
-        case Next::Close:
-            return {result.verdict};
-        case Next::ToSplice:
-            return {Verdict::wait(), true};
-    }
-    return {};
+    return {Next::Wait, Verdict::yield()};  // let other flows have a turn
 }
 
 // Takes the direction's next step.
-BufferLaneDriver::StepResult BufferLaneDriver::step(ConnectionIo& io, Direction d) noexcept {
+StepResult BufferLaneDriver::step(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     auto& flow = fio.laneFlow;
     if (flow.recvCancelWanted()) {
@@ -101,8 +94,8 @@ BufferLaneDriver::StepResult BufferLaneDriver::step(ConnectionIo& io, Direction 
             if (!flow.recvArmed() && !flow.starved()) armRecv(io, d);
             return {Next::Wait};
         case LaneStep::SwitchLane:
-            recordSwitch(io, d, LaneKind::Splice);
-            return {Next::ToSplice};
+            flow.recordLaneSwitched();
+            return {Next::Switch};
         case LaneStep::ShutdownSink:
             return shutdownSink(io, d);
         case LaneStep::Finished:
@@ -129,7 +122,7 @@ void BufferLaneDriver::armWritable(ConnectionIo& io, Direction d) noexcept {
 
 // Received bytes are in user memory: they go to the log from there (no tee). The send waits for
 // the write (fail-closed; strict: for the group commit too).
-BufferLaneDriver::StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
+StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
                                                                Direction d) noexcept {
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.auditSlice();
@@ -155,7 +148,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
     return {Next::Continue};
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d,
+StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d,
                                                             int result) noexcept {
     int booked = audit_->book(io, d, result);
     bool written = io.at(d).laneFlow.recordAuditWrite(booked);
@@ -164,7 +157,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Di
     return {Next::Continue};
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d,
+StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d,
                                                            int error) noexcept {
     // The tap judges (fail-closed or fail-open) and, fail-open, gives up this lane's audit stage.
     if (audit_->failed(io, d, error) == AuditAction::Close)
@@ -172,7 +165,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Dir
     return {Next::Continue};
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
+StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.sendSlice();
     auto length = static_cast<std::uint32_t>(failpointLength(FailSite::Forward, slice.length));
@@ -182,7 +175,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::send(ConnectionIo& io, Direction 
     return {Next::Continue};
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d,
+StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d,
                                                     int result) noexcept {
     auto& flow = io.at(d).laneFlow;
     bool ok = flow.recordSend(result, flow.sendInFlight());
@@ -202,7 +195,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction 
     return {Next::Continue};
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
+StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
                                                             Direction d) noexcept {
     ::shutdown(io.sinkFd(d), SHUT_WR);
     io.at(d).laneFlow.recordSinkShutdown();
@@ -210,13 +203,13 @@ BufferLaneDriver::StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
     return {Next::Wait};
 }
 
-LaneResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
+StepResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
                                       MoveCompletion completion) noexcept {
     if (tag.op == kSocketTableOp) {
         if (completion.result < 0)
             logWarn("connection ", io.id, ": io_uring fixed file table update failed (",
                     errnoText(completion.result), "): its ring operations will fail");
-        return {};
+        return {Next::Wait};
     }
     auto d = static_cast<Direction>(tag.direction);
     auto& fio = io.at(d);
@@ -248,11 +241,11 @@ LaneResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
         default:
             break;
     }
-    if (!io.relaying || fio.lane != LaneKind::Buffer) return {};
-    return toResult(io, d, result);
+    if (!io.relaying) return {Next::Wait};
+    return result;
 }
 
-BufferLaneDriver::StepResult BufferLaneDriver::received(ConnectionIo& io, Direction d,
+StepResult BufferLaneDriver::received(ConnectionIo& io, Direction d,
                                                         MoveCompletion completion) noexcept {
     auto& fio = io.at(d);
     int result = completion.result;
@@ -265,8 +258,7 @@ BufferLaneDriver::StepResult BufferLaneDriver::received(ConnectionIo& io, Direct
     switch (outcome) {
         case RecvOutcome::Data:
             io.lastActivity = now_;
-            if (fio.lanePolicy.recordBufferRead(static_cast<std::size_t>(result),
-                                                lane_.bufferSize()))
+            if (rule_.recordRead(io, d, static_cast<std::size_t>(result)))
                 fio.laneFlow.requestLaneSwitch();
             break;
         case RecvOutcome::EndOfStream:
@@ -283,9 +275,9 @@ BufferLaneDriver::StepResult BufferLaneDriver::received(ConnectionIo& io, Direct
     return {Next::Continue};
 }
 
-LaneResult BufferLaneDriver::durable(ConnectionIo& io, Direction d) noexcept {
+StepResult BufferLaneDriver::durable(ConnectionIo& io, Direction d) noexcept {
     io.at(d).laneFlow.recordDurable();
-    return drive(io, d);
+    return {Next::Continue};
 }
 
 void BufferLaneDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
@@ -308,36 +300,17 @@ void BufferLaneDriver::release(ConnectionIo& io) noexcept {
     updateGauge();
 }
 
-void BufferLaneDriver::recordSpliceRead(ConnectionIo& io, Direction d, int bytes) noexcept {
-    if (bytes > 0)
-        io.at(d).lanePolicy.recordSpliceRead(static_cast<std::size_t>(bytes), lane_.bufferSize());
-}
-
-bool BufferLaneDriver::switchIn(ConnectionIo& io, Direction d) noexcept {
-    auto& fio = io.at(d);
-    if (!fio.lanePolicy.wantsSwitch() || fio.laneFlow.finished()) return false;
-    recordSwitch(io, d, LaneKind::Buffer);
-    armRecv(io, d);
-    return true;
-}
-
-void BufferLaneDriver::takeBack(ConnectionIo& io, Direction d) noexcept {
-    recordSwitch(io, d, LaneKind::Buffer);
-    armRecv(io, d);
-}
-
-void BufferLaneDriver::recordSwitch(ConnectionIo& io, Direction d, LaneKind to) noexcept {
-    auto& fio = io.at(d);
-    fio.lanePolicy.recordSwitched();
-    fio.laneFlow.recordLaneSwitched();
-    fio.lane = to;
-    if (io.counters != nullptr) io.counters->laneSwitches[static_cast<int>(to)].add(1);
-    logDebug("connection ", io.id, ": ", toString(d), " moves to the ", toString(to), " lane");
+void BufferLaneDriver::afterTurn(const ConnectionFinder& find) noexcept {
+    lane_.rearmParked([&](std::uint64_t userData) {
+        auto tag = CompletionTag::decode(userData);
+        if (ConnectionIo* io = find.find(tag)) rearm(*io, static_cast<Direction>(tag.direction));
+    });
 }
 
 void BufferLaneDriver::rearm(ConnectionIo& io, Direction d) noexcept {
+    // A direction that left the lane since it was parked is no longer starved here.
     auto& fio = io.at(d);
-    if (!io.relaying || fio.lane != LaneKind::Buffer) return;
+    if (!io.relaying) return;
     if (fio.laneFlow.recvArmed() || !fio.laneFlow.starved()) return;
     armRecv(io, d);
 }

@@ -31,10 +31,11 @@ struct FlowIo {
     std::unique_ptr<SpliceHalf> splice;
     AuditSlot auditSlot;             // log space of the audit write in flight
     std::uint64_t auditedBytes = 0;  // recorded in the index
-    // The buffer lane's half of the direction (datapath/BufferLaneDriver.h). A direction is in
-    // one lane at a time; the other lane's half stays idle (no buffer, no pipe).
+    // The lane it is in and its switching rule's run (datapath/LaneSwitch.h, which sets both).
+    // A direction is in one lane at a time; the other lane's half stays idle (no buffer, no pipe).
     LaneKind lane = LaneKind::Splice;
-    LanePolicy lanePolicy{true};  // reset by the buffer lane when a direction starts
+    LanePolicy lanePolicy{true};
+    // The buffer lane's half of the direction (datapath/BufferLaneDriver.h).
     BufferLaneFlow laneFlow;
     std::uint8_t laneOps = 0;  // buffer-lane SQEs whose (final) completion is still due
 

@@ -13,10 +13,6 @@ namespace splicegate {
 
 bool FlowDriver::start(ConnectionIo& io) noexcept {
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {
-        if (lanes_ != nullptr) {
-            lanes_->start(io, d);
-            continue;
-        }
         if (!enterSplice(io, d)) return false;
         waitReadable(io, d);
     }
@@ -36,67 +32,48 @@ bool FlowDriver::enterSplice(ConnectionIo& io, Direction d) noexcept {
     return true;
 }
 
-FlowDriver::StepResult FlowDriver::waitReadable(ConnectionIo& io, Direction d) noexcept {
+StepResult FlowDriver::waitReadable(ConnectionIo& io, Direction d) noexcept {
     MovePlan plan;
     plan.first = MoveStage::WaitReadable;
     return startMove(io, d, plan);
 }
 
-// A buffer-lane verdict; a direction that moved to splice starts at its wait for readiness
-// (pipes empty, nothing in flight in either lane).
-Verdict FlowDriver::fromLane(ConnectionIo& io, Direction d, const LaneResult& result) noexcept {
-    if (!result.toSplice) return result.verdict;
-    if (!enterSplice(io, d)) {  // no memory for the splice half: the buffer lane goes on
-        lanes_->takeBack(io, d);
-        return Verdict::wait();
-    }
+StepResult FlowDriver::enter(ConnectionIo& io, Direction d) noexcept {
+    if (!enterSplice(io, d)) return {Next::Switch};  // no memory: the buffer lane goes on
     auto started = waitReadable(io, d);
-    if (started.next == Next::Close) return started.verdict;
-    if (started.next == Next::Wait) return Verdict::wait();
+    if (started.next != Next::Continue) return started;
     return drive(io, d);
 }
 
-Verdict FlowDriver::drive(ConnectionIo& io, Direction d) noexcept {
-    if (lanes_ != nullptr && io.at(d).lane == LaneKind::Buffer)
-        return fromLane(io, d, lanes_->drive(io, d));
-    if (!enterSplice(io, d)) return Verdict::close(CloseReason::Error, true);
+StepResult FlowDriver::drive(ConnectionIo& io, Direction d) noexcept {
+    if (!enterSplice(io, d)) return {Next::Close, Verdict::close(CloseReason::Error, true)};
     for (int steps = 0; steps < kStepBudget; ++steps) {
-        if (!io.relaying || io.at(d).move().busy()) return Verdict::wait();
+        if (!io.relaying || io.at(d).move().busy()) return {Next::Wait};
         auto result = step(io, d);
-        if (result.next == Next::Close) return result.verdict;
-        if (result.next == Next::Wait) return Verdict::wait();
+        if (result.next != Next::Continue) return result;
     }
-    return Verdict::yield();  // let other flows have a turn
+    return {Next::Wait, Verdict::yield()};  // let other flows have a turn
 }
 
-Verdict FlowDriver::complete(ConnectionIo& io, CompletionTag tag,
-                             MoveCompletion completion) noexcept {
+StepResult FlowDriver::complete(ConnectionIo& io, CompletionTag tag,
+                                MoveCompletion completion) noexcept {
     auto d = static_cast<Direction>(tag.direction);
-    if (BufferLaneDriver::isLaneOp(tag.op)) {
-        if (lanes_ == nullptr) return Verdict::wait();
-        return fromLane(io, d, lanes_->complete(io, tag, completion));
-    }
     auto report = mover_.complete(tag, completion, io.at(d).move());
-    if (report.pending) return Verdict::wait();
+    if (report.pending) return {Next::Wait};
     if (!io.relaying) {
         bookOnly(io, d, report);
-        return Verdict::wait();
+        return {Next::Wait};
     }
-    auto result = apply(io, d, report);
-    if (result.next == Next::Close) return result.verdict;
-    if (result.next == Next::Wait) return Verdict::wait();
-    return drive(io, d);
+    return apply(io, d, report);
 }
 
-Verdict FlowDriver::durable(ConnectionIo& io, Direction d) noexcept {
-    if (lanes_ != nullptr && io.at(d).lane == LaneKind::Buffer)
-        return fromLane(io, d, lanes_->durable(io, d));
+StepResult FlowDriver::durable(ConnectionIo& io, Direction d) noexcept {
     io.flow(d).recordDurable();
-    return drive(io, d);
+    return {Next::Continue};
 }
 
 // Takes the flow's next step.
-FlowDriver::StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept {
+StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept {
     auto& flow = io.flow(d);
     MovePlan plan;
     switch (flow.next()) {
@@ -116,7 +93,7 @@ FlowDriver::StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept 
         case FlowStep::WaitReadable:
             returnPipes(flow);
             // Reads turned small (--lane auto): the buffer lane takes over from here.
-            if (lanes_ != nullptr && lanes_->switchIn(io, d)) return {Next::Wait};
+            if (rule_.leaveNow(io, d)) return {Next::Switch};
             return waitReadable(io, d);
         case FlowStep::WaitWritable:
             plan.first = MoveStage::WaitWritable;
@@ -133,7 +110,7 @@ FlowDriver::StepResult FlowDriver::step(ConnectionIo& io, Direction d) noexcept 
     return {Next::Wait};
 }
 
-FlowDriver::StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noexcept {
+StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noexcept {
     auto& flow = io.flow(d);
     // Both pipes are empty here: a good moment to trade one that no longer fits the budget's
     // fair share (a flow that never runs dry would otherwise keep it forever).
@@ -146,10 +123,7 @@ FlowDriver::StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noex
     if (rc < 0) {
         returnPipes(flow);
         // --lane auto: the buffer lane needs no pipe (the pool's cap, or the fd limit, reached).
-        if (lanes_ != nullptr) {
-            lanes_->takeBack(io, d);
-            return {Next::Wait};
-        }
+        if (rule_.canLeave(io, d)) return {Next::Switch};
         logError("connection ", io.id, ": no pipe: ", errnoText(rc));
         return {Next::Close, Verdict::close(CloseReason::PipeError, true)};
     }
@@ -163,7 +137,7 @@ FlowDriver::StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noex
 // (unless strict) forwards it: one soft-linked chain, each stage sized as if the one before
 // will be whole, so nothing unaudited is forwarded (docs/kernel-notes.md §2). `first` is
 // AuditWrite when an earlier short tee left bytes in the audit pipe.
-FlowDriver::StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
+StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
                                               MoveStage first) noexcept {
     auto& fio = io.at(d);
     auto& flow = fio.flow();
@@ -187,7 +161,7 @@ FlowDriver::StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
     return startMove(io, d, plan);
 }
 
-FlowDriver::StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
+StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
                                              const MovePlan& plan) noexcept {
     auto& half = *io.at(d).splice;
     half.stepLength = plan.length;
@@ -197,7 +171,7 @@ FlowDriver::StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
 }
 
 // Applies a step's results to the flow in stage order.
-FlowDriver::StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
+StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
                                          const MoveReport& report) noexcept {
     if (report.pending) return {Next::Wait};
     auto& flow = io.flow(d);
@@ -208,7 +182,7 @@ FlowDriver::StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
                 auto outcome = flow.recordFill(result, io.at(d).splice->stepLength);
                 if (outcome == MoveOutcome::Failed) return moveFailed(io, d, result);
                 if (outcome == MoveOutcome::Moved) io.lastActivity = now_;
-                if (lanes_ != nullptr) lanes_->recordSpliceRead(io, d, result);
+                if (result > 0) rule_.recordRead(io, d, static_cast<std::size_t>(result));
                 break;
             }
             case MoveStage::Tee:
@@ -257,7 +231,7 @@ void FlowDriver::bookOnly(ConnectionIo& io, Direction d, const MoveReport& repor
         if (stage == MoveStage::AuditWrite) audit_->book(io, d, result);
 }
 
-FlowDriver::StepResult FlowDriver::auditFailed(ConnectionIo& io, Direction d, int error) noexcept {
+StepResult FlowDriver::auditFailed(ConnectionIo& io, Direction d, int error) noexcept {
     if (audit_->failed(io, d, error) == AuditAction::Close)
         return {Next::Close, Verdict::close(CloseReason::AuditError, true)};
     auto& flow = io.flow(d);
@@ -265,7 +239,7 @@ FlowDriver::StepResult FlowDriver::auditFailed(ConnectionIo& io, Direction d, in
     return {Next::Continue};
 }
 
-FlowDriver::StepResult FlowDriver::moveFailed(ConnectionIo& io, Direction d, int error) noexcept {
+StepResult FlowDriver::moveFailed(ConnectionIo& io, Direction d, int error) noexcept {
     // A failed fill is the source's error; a failed forward the sink's (EPIPE, ECONNRESET).
     bool sourceSide = io.flow(d).bytesInPipe() == 0 || error == -ECONNRESET;
     logDebug("connection ", io.id, ": ", toString(d), " move failed: ", errnoText(error));
@@ -306,12 +280,6 @@ void FlowDriver::release(ConnectionIo& io) noexcept {
         }
     }
     updatePipeGauges();
-    if (lanes_ != nullptr) lanes_->release(io);
-}
-
-void FlowDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
-    if (lanes_ != nullptr && BufferLaneDriver::isLaneOp(tag.op))
-        lanes_->dropCompletion(tag, completion);
 }
 
 void FlowDriver::updatePipeGauges() noexcept {

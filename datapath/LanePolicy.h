@@ -6,17 +6,14 @@
 // after kRun large reads in a row (at least half a buffer: a busy sender's recvs often end a
 // little short of a full buffer), and back after kRun small reads in a row. The policy only
 // decides; the worker switches at a point where nothing is in flight, so a switch never reorders,
-// drops or duplicates a byte. Pure logic, no state but two run counters. Thread affinity: the
+// drops or duplicates a byte (datapath/LaneSwitch.h applies it). Pure logic, no state but two run counters. Thread affinity: the
 // owning worker's thread.
 #include <cstddef>
 #include <cstdint>
 
-namespace splicegate {
+#include "datapath/LaneKind.h"
 
-enum class LaneKind : std::uint8_t { Buffer = 0, Splice = 1 };
-inline const char* toString(LaneKind lane) noexcept {
-    return lane == LaneKind::Buffer ? "buffer" : "splice";
-}
+namespace splicegate {
 
 class LanePolicy {
   public:

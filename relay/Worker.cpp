@@ -10,8 +10,10 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/ThreadName.h"
+#include "datapath/BufferLaneDriver.h"
 #include "datapath/DirectAuditLog.h"
 #include "datapath/Failpoints.h"
+#include "datapath/FlowDriver.h"
 #include "datapath/SegmentAuditLog.h"
 #include "relay/AccessLog.h"
 #include "relay/SocketOptions.h"
@@ -131,8 +133,7 @@ void Worker::run(std::promise<void>& started) {
     connections_.clear();
     connector_.reset();
     acceptor_.reset();
-    driver_.reset();
-    lanes_.reset();  // unregisters its buffer ring: before the ring goes
+    lanes_.reset();  // unregisters the buffer lane's ring: before the ring goes
     audit_.reset();
     mover_.reset();
     ring_.reset();
@@ -159,13 +160,17 @@ void Worker::setUp() {
         audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);
     }
     mover_ = makeMover(settings.datapath.engine(), *ring_);
-    if (settings.datapath.lane != Lane::Splice)
-        lanes_ = std::make_unique<BufferLaneDriver>(
-            *ring_->raw(), settings.datapath.bufferRingEntries, settings.datapath.bufferSize,
-            settings.datapath.lane == Lane::Auto, audit_.get(), *stats_,
-            static_cast<unsigned>(
-                std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX)));
-    driver_ = std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, lanes_.get());
+    lanes_ = std::make_unique<LaneSwitch>(settings.datapath.lane, settings.datapath.bufferSize);
+    lanes_->own(LaneKind::Splice, std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(),
+                                                               *stats_, *lanes_));
+    if (settings.datapath.lane != LaneKind::Splice)
+        lanes_->own(LaneKind::Buffer,
+                    std::make_unique<BufferLaneDriver>(
+                        *ring_->raw(), settings.datapath.bufferRingEntries,
+                        settings.datapath.bufferSize, audit_.get(), *stats_,
+                        static_cast<unsigned>(
+                            std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX)),
+                        *lanes_));
     acceptor_ = std::make_unique<Acceptor>(index_, context_, *ring_, *stats_);
     connector_ = std::make_unique<UpstreamConnector>(context_, *ring_, connections_);
     now_ = std::chrono::steady_clock::now();
@@ -189,15 +194,14 @@ void Worker::loop() {
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
             logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
         now_ = std::chrono::steady_clock::now();
-        driver_->setNow(now_);
+        lanes_->setNow(now_);
         ring_->drainCompletions([this](const io_uring_cqe& cqe) { handleCompletion(cqe); });
         runDeferred();
         connector_->watchSlowConnects();
-        if (lanes_)
-            lanes_->rearmParked([this](CompletionTag tag) -> ConnectionIo* {
-                Connection* c = connections_.find(tag);
-                return c != nullptr ? &c->io : nullptr;
-            });
+        lanes_->afterTurn(FinderOf([this](CompletionTag tag) noexcept -> ConnectionIo* {
+            Connection* c = connections_.find(tag);
+            return c != nullptr ? &c->io : nullptr;
+        }));
         if (audit_) {
             if (auto outcome = audit_->afterTurn()) applySync(*outcome);
         }
@@ -214,11 +218,11 @@ void Worker::handleCompletion(const io_uring_cqe& cqe) {
     if (isMoverOp(tag.op)) {
         Connection* c = connections_.find(tag);
         if (c == nullptr) {
-            driver_->dropCompletion(tag, MoveCompletion{cqe.res, cqe.flags});
+            lanes_->dropCompletion(tag, MoveCompletion{cqe.res, cqe.flags});
             return;
         }
         act(*c, static_cast<Direction>(tag.direction),
-            driver_->complete(c->io, tag, MoveCompletion{cqe.res, cqe.flags}));
+            lanes_->complete(c->io, tag, MoveCompletion{cqe.res, cqe.flags}).verdict);
         releaseIfDone(*c);
         return;
     }
@@ -294,7 +298,7 @@ void Worker::onTimer() {
         if (auto outcome = audit_->tick()) applySync(*outcome);
     }
     closeTimedOut();
-    if (lanes_ && now_ - lastBufferTrim_ >= kBufferTrimInterval) {
+    if (now_ - lastBufferTrim_ >= kBufferTrimInterval) {
         lanes_->trim();
         lastBufferTrim_ = now_;
     }
@@ -390,7 +394,7 @@ void Worker::startRelaying(Connection& c) {
     }
     logDebug("connection ", c.id(), ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");
-    if (!driver_->start(c.io)) closeConnection(c, CloseReason::Error, true);  // out of memory
+    if (!lanes_->start(c.io)) closeConnection(c, CloseReason::Error, true);  // out of memory
 }
 
 // Acts on the data path's verdict for one flow of `c`.
@@ -441,7 +445,7 @@ void Worker::releaseConnection(Connection& c) {
     if (audit_) audit_->close(c.io, toString(c.closeReason));
     c.io.client.reset();
     c.io.upstream.reset();
-    driver_->release(c.io);
+    lanes_->release(c.io);
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", c.io.at(Direction::ClientToUpstream).bytesForwarded(),
@@ -471,13 +475,13 @@ void Worker::applySync(const SyncOutcome& outcome) {
         Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
-        act(*c, d, driver_->drive(c->io, d));
+        act(*c, d, lanes_->drive(c->io, d).verdict);
     }
     for (const auto& flow : outcome.resume) {
         Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
-        act(*c, d, driver_->durable(c->io, d));
+        act(*c, d, lanes_->durable(c->io, d).verdict);
     }
 }
 
@@ -489,7 +493,7 @@ void Worker::runDeferred() {
         Connection* c = connections_.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
-        act(*c, d, driver_->drive(c->io, d));
+        act(*c, d, lanes_->drive(c->io, d).verdict);
     }
 }
 

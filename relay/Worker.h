@@ -8,7 +8,7 @@
 // (relay/UpstreamConnector.h) and the connection table with its deadlines
 // (relay/ConnectionTable.h, relay/ConnectionTimeouts.h). It routes each completion to its
 // owner by op: its own (accept, connect, control, timer), the audit tap's
-// (group commit) or the mover's (data path, through the FlowDriver, whose Verdict it acts on).
+// (group commit) or the mover's (data path, through the LaneSwitch, whose Verdict it acts on).
 // Which engine moves the bytes is decided once, where the mover is made (RelayContext.h).
 // Sockets are not registered (fixed) files: the inline engine splices them with direct system
 // calls, which need real fds, and registering each accepted socket would cost an
@@ -30,7 +30,7 @@
 #include "common/Ring.h"
 #include "common/UniqueFd.h"
 #include "datapath/AuditTap.h"
-#include "datapath/FlowDriver.h"
+#include "datapath/LaneSwitch.h"
 #include "datapath/Mover.h"
 #include "pipes/PipePool.h"
 #include "relay/Acceptor.h"
@@ -127,11 +127,11 @@ class Worker {
     std::unique_ptr<Acceptor> acceptor_;            // made with the ring, in setUp()
     std::unique_ptr<UpstreamConnector> connector_;  // made with the ring, in setUp()
     std::vector<CompletionTag> deferred_;           // flows that yielded: driven again next turn
-    // The data path, made once in setUp(): mover (the engine), audit tap, buffer lane, flow driver.
+    // The data path, made once in setUp(): mover (the engine), audit tap, and the lanes (splice
+    // over the mover, buffer unless --lane splice) with their switching rule.
     std::unique_ptr<Mover> mover_;
     std::unique_ptr<AuditTap> audit_;
-    std::unique_ptr<BufferLaneDriver> lanes_;  // null with --lane splice
-    std::unique_ptr<FlowDriver> driver_;
+    std::unique_ptr<LaneSwitch> lanes_;
     std::chrono::steady_clock::time_point lastBufferTrim_{};
     std::thread thread_;
 };

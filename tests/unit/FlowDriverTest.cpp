@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "datapath/FlowDriver.h"
+#include "datapath/LaneSwitch.h"
 #include "datapath/MoverOps.h"
 
 namespace splicegate {
@@ -98,6 +99,23 @@ class RecordingLog final : public AuditLog {
     std::vector<std::uint32_t> chunks;
 };
 
+// The splice lane as the worker drives it under --lane splice.
+class SpliceOnly {
+  public:
+    SpliceOnly(Mover& mover, PipePool& pool, AuditTap* tap, WorkerStats& stats)
+        : lanes_(LaneKind::Splice, 16384) {
+        lanes_.own(LaneKind::Splice, std::make_unique<FlowDriver>(mover, pool, tap, stats, lanes_));
+    }
+    Verdict drive(ConnectionIo& io, Direction d) { return lanes_.drive(io, d).verdict; }
+    Verdict complete(ConnectionIo& io, CompletionTag tag, MoveCompletion completion) {
+        return lanes_.complete(io, tag, completion).verdict;
+    }
+    void release(ConnectionIo& io) { lanes_.release(io); }
+
+  private:
+    LaneSwitch lanes_;
+};
+
 struct ChainCase {
     const char* name;
     bool failClosed;
@@ -113,7 +131,7 @@ class FlowDriverTest : public ::testing::Test {
         policy.failClosed = failClosed;
         policy.strict = strict;
         tap = std::make_unique<AuditTap>(std::move(owned), policy, stats);
-        driver = std::make_unique<FlowDriver>(mover, pool, tap.get(), stats);
+        driver = std::make_unique<SpliceOnly>(mover, pool, tap.get(), stats);
         io.id = 7;
         io.slot = 3;
         io.generation = 9;
@@ -145,11 +163,11 @@ class FlowDriverTest : public ::testing::Test {
     ScriptedMover mover;
     RecordingLog* log = nullptr;
     std::unique_ptr<AuditTap> tap;
-    std::unique_ptr<FlowDriver> driver;
+    std::unique_ptr<SpliceOnly> driver;
     ConnectionIo io;
 };
 
-TEST_F(SpliceFlowDriverTest, StartsTheAuditChainBehindAFill) {
+TEST_F(FlowDriverTest, StartsTheAuditChainBehindAFill) {
     makeDriver(true);
     auto verdict = fillAndStartChain(1000);
     EXPECT_EQ(verdict.action, Verdict::Action::Wait);
@@ -165,14 +183,14 @@ TEST_F(SpliceFlowDriverTest, StartsTheAuditChainBehindAFill) {
     EXPECT_TRUE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
-TEST_F(SpliceFlowDriverTest, StrictChainsStopBeforeTheForward) {
+TEST_F(FlowDriverTest, StrictChainsStopBeforeTheForward) {
     makeDriver(true, true);
     fillAndStartChain(1000);
     ASSERT_EQ(mover.started.size(), 2u);
     EXPECT_FALSE(mover.started[1].thenForward);
 }
 
-TEST_F(SpliceFlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
+TEST_F(FlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
     makeDriver(true);
     log->reserveError = -ENOBUFS;
     log->roomBytes = 0;
@@ -195,7 +213,7 @@ TEST_F(SpliceFlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
     EXPECT_EQ(mover.started[1].first, MoveStage::Tee);
 }
 
-TEST_F(SpliceFlowDriverTest, ShorterLogSpaceShortensTheChain) {
+TEST_F(FlowDriverTest, ShorterLogSpaceShortensTheChain) {
     makeDriver(true);
     log->maxSlot = 300;
     fillAndStartChain(1000);
@@ -271,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ChainCase{"TeeWouldBlock", true, {-EAGAIN, -ECANCELED, -ECANCELED}}),
     [](const auto& param) { return std::string(param.param.name); });
 
-TEST_F(SpliceFlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
+TEST_F(FlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
     makeDriver(true);
     fillAndStartChain(1000);
     deliver(MoveStage::Forward, -ECANCELED);
@@ -288,7 +306,7 @@ TEST_F(SpliceFlowDriverTest, ShortWriteForwardsOnlyWhatReachedTheLog) {
     EXPECT_EQ(flow().bytesForwarded(), 300u);
 }
 
-TEST_F(SpliceFlowDriverTest, ReservationFailureIsAnAuditFailure) {
+TEST_F(FlowDriverTest, ReservationFailureIsAnAuditFailure) {
     makeDriver(true);
     log->reserveError = -ENOSPC;
     auto verdict = fillAndStartChain(1000);
@@ -298,7 +316,7 @@ TEST_F(SpliceFlowDriverTest, ReservationFailureIsAnAuditFailure) {
     EXPECT_EQ(stats.auditWriteErrors.get(), 1u);
 }
 
-TEST_F(SpliceFlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
+TEST_F(FlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
     makeDriver(false);
     log->reserveError = -ENOSPC;
     MoveReport forward;
@@ -316,7 +334,7 @@ TEST_F(SpliceFlowDriverTest, FailOpenReservationFailureForwardsUnaudited) {
     EXPECT_EQ(flow().bytesForwarded(), 1000u);
 }
 
-TEST_F(SpliceFlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
+TEST_F(FlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
     makeDriver(true);
     fillAndStartChain(1000);
     io.relaying = false;  // the connection layer closed it meanwhile
@@ -330,7 +348,7 @@ TEST_F(SpliceFlowDriverTest, ResultsAfterTheCloseOnlyBookTheAuditWrite) {
     EXPECT_FALSE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
-TEST_F(SpliceFlowDriverTest, FailedFillClosesWithTheSourcesReset) {
+TEST_F(FlowDriverTest, FailedFillClosesWithTheSourcesReset) {
     makeDriver(true);
     MoveReport fill;
     fill.add(MoveStage::Fill, -ECONNRESET);
@@ -340,7 +358,7 @@ TEST_F(SpliceFlowDriverTest, FailedFillClosesWithTheSourcesReset) {
     EXPECT_EQ(verdict.reason, CloseReason::ClientReset);
 }
 
-TEST_F(SpliceFlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
+TEST_F(FlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
     makeDriver(false);
     io.audited = false;
     for (int i = 0; i < FlowDriver::kStepBudget; ++i) {

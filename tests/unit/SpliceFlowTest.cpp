@@ -104,15 +104,15 @@ TEST(MoveOutcome, ClassifiesResults) {
 }  // namespace
 // ---- audit stages: the rules that make the audit fail-closed --------------------------------
 
-class AuditedFlowTest : public FlowTest {
+class AuditedSpliceFlowTest : public SpliceFlowTest {
   protected:
     void SetUp() override {
-        FlowTest::SetUp();
+        SpliceFlowTest::SetUp();
         flow.configureAudit(true, false);
     }
 };
 
-TEST_F(AuditedFlowTest, NothingIsForwardedBeforeItIsTeedAndWritten) {
+TEST_F(AuditedSpliceFlowTest, NothingIsForwardedBeforeItIsTeedAndWritten) {
     flow.recordFill(1000, 65536);
     EXPECT_EQ(flow.next(), FlowStep::Tee);
     EXPECT_EQ(flow.forwardRequest(), 0u);
@@ -129,7 +129,7 @@ TEST_F(AuditedFlowTest, NothingIsForwardedBeforeItIsTeedAndWritten) {
     EXPECT_TRUE(flow.auditPipeReturnable());
 }
 
-TEST_F(AuditedFlowTest, ShortTeeWritesWhatWasCopiedAndTeesTheRestOnlyAfterItIsForwarded) {
+TEST_F(AuditedSpliceFlowTest, ShortTeeWritesWhatWasCopiedAndTeesTheRestOnlyAfterItIsForwarded) {
     flow.recordFill(1000, 65536);
     EXPECT_TRUE(flow.recordTee(400));
     EXPECT_EQ(flow.auditWriteRequest(), 400u);
@@ -144,7 +144,7 @@ TEST_F(AuditedFlowTest, ShortTeeWritesWhatWasCopiedAndTeesTheRestOnlyAfterItIsFo
     EXPECT_EQ(flow.forwardRequest(), 600u);
 }
 
-TEST_F(AuditedFlowTest, ShortAuditWriteReleasesOnlyWhatReachedTheLog) {
+TEST_F(AuditedSpliceFlowTest, ShortAuditWriteReleasesOnlyWhatReachedTheLog) {
     flow.recordFill(1000, 65536);
     flow.recordTee(1000);
     EXPECT_TRUE(flow.recordAuditWrite(300));
@@ -157,7 +157,7 @@ TEST_F(AuditedFlowTest, ShortAuditWriteReleasesOnlyWhatReachedTheLog) {
     EXPECT_EQ(flow.auditWriteRequest(), 700u);
 }
 
-TEST_F(AuditedFlowTest, CancelledOrInterruptedStagesChangeNothingAndAreRetried) {
+TEST_F(AuditedSpliceFlowTest, CancelledOrInterruptedStagesChangeNothingAndAreRetried) {
     flow.recordFill(1000, 65536);
     EXPECT_TRUE(flow.recordTee(-ECANCELED));
     EXPECT_TRUE(flow.recordTee(-EAGAIN));
@@ -169,7 +169,7 @@ TEST_F(AuditedFlowTest, CancelledOrInterruptedStagesChangeNothingAndAreRetried) 
     EXPECT_EQ(flow.forwardRequest(), 0u);
 }
 
-TEST_F(AuditedFlowTest, FailedStagesAreAuditFailures) {
+TEST_F(AuditedSpliceFlowTest, FailedStagesAreAuditFailures) {
     flow.recordFill(1000, 65536);
     EXPECT_FALSE(flow.recordTee(-EIO));
     EXPECT_TRUE(flow.recordTee(1000));
@@ -179,7 +179,7 @@ TEST_F(AuditedFlowTest, FailedStagesAreAuditFailures) {
     EXPECT_EQ(flow.forwardRequest(), 0u) << "a failed write releases nothing";
 }
 
-TEST_F(AuditedFlowTest, StrictReleasesOnlyWhenDurable) {
+TEST_F(AuditedSpliceFlowTest, StrictReleasesOnlyWhenDurable) {
     flow.configureAudit(true, true);
     flow.recordFill(1000, 65536);
     flow.recordTee(1000);
@@ -193,7 +193,7 @@ TEST_F(AuditedFlowTest, StrictReleasesOnlyWhenDurable) {
     EXPECT_EQ(flow.forwardRequest(), 1000u);
 }
 
-TEST_F(AuditedFlowTest, AbandonAuditReleasesEverythingAndCountsWhatWasNotAudited) {
+TEST_F(AuditedSpliceFlowTest, AbandonAuditReleasesEverythingAndCountsWhatWasNotAudited) {
     flow.recordFill(1000, 65536);
     flow.recordTee(600);
     flow.recordAuditWrite(200);  // 200 audited and released, 400 teed unwritten, 400 unteed
@@ -205,7 +205,7 @@ TEST_F(AuditedFlowTest, AbandonAuditReleasesEverythingAndCountsWhatWasNotAudited
     EXPECT_TRUE(flow.pipeReturnable());
 }
 
-TEST_F(AuditedFlowTest, AbandonAuditInStrictModeCountsWrittenButNotDurableBytesAsAudited) {
+TEST_F(AuditedSpliceFlowTest, AbandonAuditInStrictModeCountsWrittenButNotDurableBytesAsAudited) {
     flow.configureAudit(true, true);
     flow.recordFill(1000, 65536);
     flow.recordTee(1000);
