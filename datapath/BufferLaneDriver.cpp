@@ -122,8 +122,7 @@ void BufferLaneDriver::armWritable(ConnectionIo& io, Direction d) noexcept {
 
 // Received bytes are in user memory: they go to the log from there (no tee). The send waits for
 // the write (fail-closed; strict: for the group commit too).
-StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
-                                                               Direction d) noexcept {
+StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.auditSlice();
     auto length = failpointLength(FailSite::AuditWrite, slice.length);
@@ -148,8 +147,7 @@ StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io,
     return {Next::Continue};
 }
 
-StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d,
-                                                            int result) noexcept {
+StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d, int result) noexcept {
     int booked = audit_->book(io, d, result);
     bool written = io.at(d).laneFlow.recordAuditWrite(booked);
     if (!io.relaying) return {Next::Wait};
@@ -157,8 +155,7 @@ StepResult BufferLaneDriver::auditWritten(ConnectionIo& io, Direction d,
     return {Next::Continue};
 }
 
-StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d,
-                                                           int error) noexcept {
+StepResult BufferLaneDriver::auditFailed(ConnectionIo& io, Direction d, int error) noexcept {
     // The tap judges (fail-closed or fail-open) and, fail-open, gives up this lane's audit stage.
     if (audit_->failed(io, d, error) == AuditAction::Close)
         return {Next::Close, Verdict::close(CloseReason::AuditError, true)};
@@ -175,8 +172,7 @@ StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
     return {Next::Continue};
 }
 
-StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d,
-                                                    int result) noexcept {
+StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d, int result) noexcept {
     auto& flow = io.at(d).laneFlow;
     bool ok = flow.recordSend(result, flow.sendInFlight());
     lane_.giveBackSent(flow);
@@ -195,8 +191,7 @@ StepResult BufferLaneDriver::sent(ConnectionIo& io, Direction d,
     return {Next::Continue};
 }
 
-StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io,
-                                                            Direction d) noexcept {
+StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io, Direction d) noexcept {
     ::shutdown(io.sinkFd(d), SHUT_WR);
     io.at(d).laneFlow.recordSinkShutdown();
     if (io.finished()) return {Next::Close, Verdict::close(CloseReason::Closed, false)};
@@ -246,7 +241,7 @@ StepResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
 }
 
 StepResult BufferLaneDriver::received(ConnectionIo& io, Direction d,
-                                                        MoveCompletion completion) noexcept {
+                                      MoveCompletion completion) noexcept {
     auto& fio = io.at(d);
     int result = completion.result;
     if (result > 0) result = failpointResult(FailSite::Fill, result);

@@ -11,10 +11,10 @@
 #include "common/UniqueFd.h"
 #include "datapath/AuditLog.h"
 #include "datapath/BufferLaneFlow.h"
-#include "datapath/SpliceFlow.h"
 #include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"
 #include "datapath/SocketTable.h"
+#include "datapath/SpliceFlow.h"
 #include "metrics/Stats.h"
 
 namespace splicegate {

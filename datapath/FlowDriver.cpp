@@ -137,8 +137,7 @@ StepResult FlowDriver::startFill(ConnectionIo& io, Direction d) noexcept {
 // (unless strict) forwards it: one soft-linked chain, each stage sized as if the one before
 // will be whole, so nothing unaudited is forwarded (docs/kernel-notes.md §2). `first` is
 // AuditWrite when an earlier short tee left bytes in the audit pipe.
-StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
-                                              MoveStage first) noexcept {
+StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d, MoveStage first) noexcept {
     auto& fio = io.at(d);
     auto& flow = fio.flow();
     if (!flow.auditPipe.valid()) {
@@ -161,8 +160,7 @@ StepResult FlowDriver::startAudit(ConnectionIo& io, Direction d,
     return startMove(io, d, plan);
 }
 
-StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
-                                             const MovePlan& plan) noexcept {
+StepResult FlowDriver::startMove(ConnectionIo& io, Direction d, const MovePlan& plan) noexcept {
     auto& half = *io.at(d).splice;
     half.stepLength = plan.length;
     MovePlan tagged = plan;
@@ -171,8 +169,7 @@ StepResult FlowDriver::startMove(ConnectionIo& io, Direction d,
 }
 
 // Applies a step's results to the flow in stage order.
-StepResult FlowDriver::apply(ConnectionIo& io, Direction d,
-                                         const MoveReport& report) noexcept {
+StepResult FlowDriver::apply(ConnectionIo& io, Direction d, const MoveReport& report) noexcept {
     if (report.pending) return {Next::Wait};
     auto& flow = io.flow(d);
     for (const auto& [stage, result] : report.stages()) {

@@ -6,8 +6,8 @@
 // after kRun large reads in a row (at least half a buffer: a busy sender's recvs often end a
 // little short of a full buffer), and back after kRun small reads in a row. The policy only
 // decides; the worker switches at a point where nothing is in flight, so a switch never reorders,
-// drops or duplicates a byte (datapath/LaneSwitch.h applies it). Pure logic, no state but two run counters. Thread affinity: the
-// owning worker's thread.
+// drops or duplicates a byte (datapath/LaneSwitch.h applies it). Pure logic, no state but two run
+// counters. Thread affinity: the owning worker's thread.
 #include <cstddef>
 #include <cstdint>
 

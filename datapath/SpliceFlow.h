@@ -1,8 +1,8 @@
 #pragma once
-// One direction of a connection in the splice lane: source socket -> lent pipe -> sink socket, with the audit copy
-// on the way. Pure bookkeeping: it records what the engine's moves achieved and decides the next
-// move, so the short-transfer rules are unit-tested without a kernel. Thread affinity: the
-// owning worker's thread.
+// One direction of a connection in the splice lane: source socket -> lent pipe -> sink socket, with
+// the audit copy on the way. Pure bookkeeping: it records what the engine's moves achieved and
+// decides the next move, so the short-transfer rules are unit-tested without a kernel. Thread
+// affinity: the owning worker's thread.
 //
 // A chunk goes through: fill (source -> pipe), tee (pipe -> audit pipe, no consumption),
 // audit write (audit pipe -> log file), release (at once, or when durable in strict mode),

@@ -1,7 +1,7 @@
 #pragma once
 // What the data path decides for a connection after driving one of its flows: the connection
-// layer acts on it (as Envoy's transport sockets return a PostIoAction). Both lanes' drivers
-// (datapath/FlowDriver.h, datapath/BufferLaneDriver.h) return it.
+// layer acts on it (as Envoy's transport sockets return a PostIoAction). Both lanes return it
+// within their StepResult (datapath/Lane.h).
 #include <cstdint>
 
 #include "datapath/CloseReason.h"

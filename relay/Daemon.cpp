@@ -382,7 +382,7 @@ int runDaemon(int argc, const char* const* argv) {
             raiseFdLimit(config.relay.maxConnections, workers, config.routes.size(), controlFds,
                          config.datapath.lane == LaneKind::Buffer   ? PipeFds::None
                          : config.datapath.lane == LaneKind::Splice ? PipeFds::PerConnection
-                                                                : PipeFds::Shared);
+                                                                    : PipeFds::Shared);
         if (metrics) metrics->setConnectionsMax(fds.connections);
         auto settings = workerSettings(config, fds);
         auto budget = pipeBudget(config);
