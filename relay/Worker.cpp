@@ -160,17 +160,17 @@ void Worker::setUp() {
         audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);
     }
     mover_ = makeMover(settings.datapath.engine(), *ring_);
-    lanes_ = std::make_unique<LaneSwitch>(settings.datapath.lane, settings.datapath.bufferSize);
-    lanes_->own(LaneKind::Splice, std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(),
-                                                               *stats_, *lanes_));
-    if (settings.datapath.lane != LaneKind::Splice)
+    const auto& datapath = settings.datapath;
+    lanes_ = std::make_unique<LaneSwitch>(datapath.lane, datapath.bufferSize);
+    lanes_->own(LaneKind::Splice,
+                std::make_unique<FlowDriver>(*mover_, pipePool_, audit_.get(), *stats_, *lanes_));
+    auto slots =
+        static_cast<unsigned>(std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX));
+    if (datapath.lane != LaneKind::Splice)
         lanes_->own(LaneKind::Buffer,
-                    std::make_unique<BufferLaneDriver>(
-                        *ring_->raw(), settings.datapath.bufferRingEntries,
-                        settings.datapath.bufferSize, audit_.get(), *stats_,
-                        static_cast<unsigned>(
-                            std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX)),
-                        *lanes_));
+                    std::make_unique<BufferLaneDriver>(*ring_->raw(), datapath.bufferRingEntries,
+                                                       datapath.bufferSize, audit_.get(), *stats_,
+                                                       slots, *lanes_));
     acceptor_ = std::make_unique<Acceptor>(index_, context_, *ring_, *stats_);
     connector_ = std::make_unique<UpstreamConnector>(context_, *ring_, connections_);
     now_ = std::chrono::steady_clock::now();
