@@ -1,6 +1,7 @@
 // The flow driver and the chain's result gathering, without a kernel: a scripted mover submits
 // nothing, the test delivers the chain's completions in any order (as io_uring may), and checks
-// what the driver makes of them — the fail-closed rules of the audit chain.
+// what the driver makes of them — the fail-closed rules of the audit chain; and that without a
+// pipe the splice lane hands a direction to the buffer lane (--lane auto) or closes it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -369,6 +370,80 @@ TEST_F(FlowDriverTest, ABusyFlowYieldsAfterItsBudget) {
     auto verdict = driver->drive(io, Direction::ClientToUpstream);
     EXPECT_EQ(verdict.action, Verdict::Action::Yield);
     EXPECT_EQ(flow().bytesForwarded(), FlowDriver::kStepBudget / 2 * kPipeSize);
+}
+
+// ---- the splice lane's hand-back when no pipe is to be had ---------------------------------
+
+// A buffer lane that takes every direction it is given.
+class TakingLane final : public Lane {
+  public:
+    void setNow(std::chrono::steady_clock::time_point) noexcept override {}
+    bool start(ConnectionIo&) noexcept override { return true; }
+    StepResult enter(ConnectionIo&, Direction) noexcept override {
+        ++entered;
+        return {Next::Wait};
+    }
+    StepResult drive(ConnectionIo&, Direction) noexcept override { return {Next::Wait}; }
+    bool ownsOp(std::uint8_t op) const noexcept override { return (op & 0xf0) == 0x60; }
+    StepResult complete(ConnectionIo&, CompletionTag, MoveCompletion) noexcept override {
+        return {Next::Wait};
+    }
+    StepResult durable(ConnectionIo&, Direction) noexcept override { return {Next::Wait}; }
+    void release(ConnectionIo&) noexcept override {}
+    void dropCompletion(CompletionTag, MoveCompletion) noexcept override {}
+    void afterTurn(const ConnectionFinder&) noexcept override {}
+    void trim() noexcept override {}
+    int entered = 0;
+};
+
+class NoPipeTest : public ::testing::Test {
+  protected:
+    // A splice-lane direction whose next step is a fill, with a pool that has no pipe to lend.
+    StepResult driveWithoutPipe(LaneKind mode) {
+        lanes = std::make_unique<LaneSwitch>(mode, 16384);
+        lanes->own(LaneKind::Splice,
+                   std::make_unique<FlowDriver>(mover, pool, nullptr, stats, *lanes));
+        if (mode == LaneKind::Auto) {
+            auto owned = std::make_unique<TakingLane>();
+            buffer = owned.get();
+            lanes->own(LaneKind::Buffer, std::move(owned));
+        }
+        EXPECT_EQ(pool.acquire(taken), 0);
+        io.relaying = true;
+        io.counters = &counters;
+        io.at(Direction::ClientToUpstream).lane = LaneKind::Splice;
+        return lanes->drive(io, Direction::ClientToUpstream);
+    }
+
+    void TearDown() override {
+        if (lanes) lanes->release(io);
+        pool.release(std::move(taken), 0);
+    }
+
+    PipeBudget budget{16 * kPipeSize, 1};  // one pipe at most, held by `taken`
+    PipePool pool{budget, kPipeSize, 4};
+    WorkerStats stats;
+    RouteCounters counters;
+    Pipe taken;
+    ScriptedMover mover;
+    std::unique_ptr<LaneSwitch> lanes;
+    TakingLane* buffer = nullptr;
+    ConnectionIo io;
+};
+
+TEST_F(NoPipeTest, AutoHandsTheDirectionToTheBufferLane) {
+    auto result = driveWithoutPipe(LaneKind::Auto);
+    EXPECT_EQ(result.next, Next::Wait);
+    EXPECT_EQ(buffer->entered, 1);
+    EXPECT_EQ(io.at(Direction::ClientToUpstream).lane, LaneKind::Buffer);
+    EXPECT_EQ(counters.laneSwitches[static_cast<int>(LaneKind::Buffer)].get(), 1u);
+    EXPECT_TRUE(mover.started.empty()) << "no fill without a pipe";
+}
+
+TEST_F(NoPipeTest, SpliceOnlyClosesTheConnection) {
+    auto result = driveWithoutPipe(LaneKind::Splice);
+    EXPECT_EQ(result.next, Next::Close);
+    EXPECT_EQ(result.verdict.reason, CloseReason::PipeError);
 }
 
 // ---- MoveInFlight: the chain mover's gathering ---------------------------------------------
