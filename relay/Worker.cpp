@@ -16,6 +16,7 @@
 #include "datapath/FlowDriver.h"
 #include "datapath/SegmentAuditLog.h"
 #include "relay/AccessLog.h"
+#include "relay/CpuPlacement.h"
 #include "relay/SocketOptions.h"
 #include "relay/WorkerOps.h"
 
@@ -107,6 +108,8 @@ std::future<void> Worker::start() {
     auto future = started->get_future();
     thread_ = std::thread([this, started] {
         nameThisThread("sg-worker-" + std::to_string(index_));
+        if (int rc = placeThisWorker(index_); rc < 0)
+            logWarn("worker ", index_, ": cannot pin to its CPU: ", errnoText(rc));
         run(*started);
     });
     return future;

@@ -46,6 +46,9 @@ options:
                       the CPUs over 25 % busy (default 0: measure anyway, with a note)
   --nice N            run the whole benchmark at this nice value (e.g. -10 on a machine
                       shared with builds; negative values need root; default 0)
+  --single-threaded   upstream servers and the rr/churn clients run one thread each (a
+                      single-threaded epoll upstream and client, as a new user tries it);
+                      default: 2 threads each
   --keep-logs         keep the work directory with every process's log
   --help              this text
 
@@ -62,7 +65,7 @@ alive() {
 }
 
 RUNS="" DURATION="" WARMUP="" IDLE_CONNS=8000 IDLE_HOLD="" DIRECTION=down QUICK=0
-PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" AUDIT_ROOT=/var/tmp SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0 NICE=0
+PARTIES=$ALL_PARTIES TESTS=$ALL_TESTS BENCH="" AUDIT_ROOT=/var/tmp SPLICEGATE="" OUT="" KEEP_LOGS=0 WAIT_QUIET=0 NICE=0 LOAD_THREADS=2
 ORIGINAL_ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -80,6 +83,7 @@ while (($#)); do
         --out) OUT=${2:?}; shift 2 ;;
         --audit-root) AUDIT_ROOT=${2:?}; shift 2 ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
+        --single-threaded) LOAD_THREADS=1; shift ;;
         --wait-quiet) WAIT_QUIET=${2:?}; shift 2 ;;
         --nice) NICE=${2:?}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -208,7 +212,7 @@ forget_pid() {
 # client socket in TIME_WAIT holds would fail to bind with EADDRINUSE.
 SOURCE_ADDR=127.0.0.1:65001 SINK_ADDR=127.0.0.1:65002 ECHO_ADDR=127.0.0.1:65003
 start_server() {  # mode address
-    "$BENCH" server --mode "$1" --listen "$2" --threads 2 --duration 7200 \
+    "$BENCH" server --mode "$1" --listen "$2" --threads "$LOAD_THREADS" --duration 7200 \
         </dev/null >"$WORK/server-$1.log" 2>&1 &
     PIDS+=($!)
     "$BENCH" waitport --connect "$2" --timeout 10 || die "server $1 did not start (see $WORK/server-$1.log)"
@@ -344,11 +348,11 @@ measure() {
             limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 40 }') ;;
         rr)
             upstream=$ECHO_ADDR
-            args=(rr --conns 64 --size 64 --threads 2 --duration "$DURATION" --warmup "$WARMUP")
+            args=(rr --conns 64 --size 64 --threads "$LOAD_THREADS" --duration "$DURATION" --warmup "$WARMUP")
             limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 30 }') ;;
         churn)
             upstream=$ECHO_ADDR
-            args=(churn --concurrency 32 --size 1024 --threads 2 --duration "$DURATION" --warmup "$WARMUP")
+            args=(churn --concurrency 32 --size 1024 --threads "$LOAD_THREADS" --duration "$DURATION" --warmup "$WARMUP")
             limit=$(awk -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", d + w + 30 }') ;;
         idle)
             upstream=$ECHO_ADDR
