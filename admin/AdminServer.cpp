@@ -21,6 +21,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -62,12 +63,13 @@ constexpr std::size_t kMaxBufferedInput = 2 * admin::kMaxFrameBytes + 64 * 1024;
 constexpr std::uint32_t kMaxSlots = 1u << 20;
 constexpr unsigned kHostileLogLinesPerSecond = 20;
 
-// Completion tags (common/CompletionTag.h): op, slot and generation of the peer.
+// Completion tags (common/CompletionTag.h): RingOwner::AdminServer, op, slot and generation of
+// the peer.
 enum class Op : std::uint8_t { Accept = 1, Recv = 2, Send = 3, Cancel = 4, Wake = 5 };
 
-constexpr std::uint64_t tagOf(Op op, std::uint32_t slot = 0,
+constexpr CompletionTag tagOf(Op op, std::uint32_t slot = 0,
                               std::uint16_t generation = 0) noexcept {
-    return CompletionTag::make(op, slot, generation).encode();
+    return CompletionTag::of(RingOwner::AdminServer, op, slot, generation);
 }
 
 // Resolves a group option (--admin-group, --admin-readonly-group) by name or numeric gid.
@@ -156,7 +158,6 @@ struct AdminServer::Impl {
     void setUpRing();
     void run(std::promise<void>& ready) noexcept;
     void loop();
-    io_uring_sqe* sqe();
     void armAccept();
     void armWake();
     void armRecv(Peer& peer);
@@ -198,6 +199,9 @@ struct AdminServer::Impl {
 
     std::optional<AdminSocket> socket;
     std::optional<Ring> ring;  // made on the admin thread: the ring's single issuer
+    // Every SQE the server prepares goes through this (the ring's), one indirect call each: a
+    // few per request.
+    RingOps* ops = nullptr;
     // Registered with the ring and unregistered on the admin thread (see run()).
     std::optional<BufferRing> buffers;
     UniqueFd wakeFd;
@@ -257,11 +261,12 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
 void AdminServer::Impl::setUpRing() {
     const std::string& path = options.socketPath;
     ring.emplace(kRingEntries, kMaxIoWorkers, kMaxIoWorkers);
+    ops = &*ring;
 
     unsigned count = 1;
     while (count < std::clamp(options.recvBuffers, 1u, BufferRing::kMaxEntries)) count *= 2;
     try {
-        buffers.emplace(*ring->raw(), kBufferGroup, count, kBufferSize);
+        buffers.emplace(ring->registration(), kBufferGroup, count, kBufferSize);
     } catch (const std::system_error& error) {
         throw std::system_error(error.code(), "admin socket " + path + ": " + error.what());
     }
@@ -295,48 +300,31 @@ void AdminServer::Impl::flushHostileLog(Clock::time_point now) {
     logSuppressed = 0;
 }
 
-io_uring_sqe* AdminServer::Impl::sqe() {
-    return ring->sqe();
-}
-
 void AdminServer::Impl::armAccept() {
-    io_uring_sqe* entry = sqe();
-    io_uring_prep_multishot_accept(entry, socket->fd(), nullptr, nullptr,
-                                   SOCK_CLOEXEC | SOCK_NONBLOCK);
-    io_uring_sqe_set_data64(entry, tagOf(Op::Accept));
+    ops->acceptMultishot(socket->fd(), SOCK_CLOEXEC | SOCK_NONBLOCK, tagOf(Op::Accept));
     acceptArmed = true;
 }
 
 void AdminServer::Impl::armWake() {
-    io_uring_sqe* entry = sqe();
-    io_uring_prep_read(entry, wakeFd.get(), &wakeValue, sizeof(wakeValue), 0);
-    io_uring_sqe_set_data64(entry, tagOf(Op::Wake));
+    ops->read(wakeFd.get(), std::as_writable_bytes(std::span(&wakeValue, 1)), 0, tagOf(Op::Wake));
 }
 
 void AdminServer::Impl::armRecv(Peer& peer) {
-    io_uring_sqe* entry = sqe();
-    io_uring_prep_recv_multishot(entry, peer.fd.get(), nullptr, 0, 0);
-    entry->flags |= IOSQE_BUFFER_SELECT;
-    entry->buf_group = kBufferGroup;
-    io_uring_sqe_set_data64(entry, tagOf(Op::Recv, peer.slot, peer.generation));
+    ops->recvMultishot(peer.fd.get(), kBufferGroup, tagOf(Op::Recv, peer.slot, peer.generation));
     peer.recvArmed = true;
     peer.cancelledRecv = false;
 }
 
 void AdminServer::Impl::submitSend(Peer& peer) {
     const std::string& front = peer.output.front();
-    io_uring_sqe* entry = sqe();
-    io_uring_prep_send(entry, peer.fd.get(), front.data() + peer.outputOffset,
-                       front.size() - peer.outputOffset, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(entry, tagOf(Op::Send, peer.slot, peer.generation));
+    ops->send(peer.fd.get(), std::as_bytes(std::span(front)).subspan(peer.outputOffset),
+              MSG_NOSIGNAL, tagOf(Op::Send, peer.slot, peer.generation));
     peer.sendInFlight = true;
     peer.cancelledSend = false;
 }
 
 void AdminServer::Impl::cancelOp(Op op, const Peer& peer) {
-    io_uring_sqe* entry = sqe();
-    io_uring_prep_cancel64(entry, tagOf(op, peer.slot, peer.generation), 0);
-    io_uring_sqe_set_data64(entry, tagOf(Op::Cancel));
+    ops->cancel(tagOf(op, peer.slot, peer.generation), tagOf(Op::Cancel));
 }
 
 // The live peer a completion belongs to; null when its slot was freed or reused since.

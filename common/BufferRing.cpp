@@ -58,9 +58,9 @@ std::size_t BufferRing::checkedSize(std::size_t bufferSize) {
     return bufferSize;
 }
 
-BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
+BufferRing::BufferRing(RingRegistration& registration, std::uint16_t groupId, unsigned entries,
                        std::size_t bufferSize)
-    : ring_(&ring),
+    : registration_(&registration),
       groupId_(groupId),
       entries_(checkedEntries(entries)),
       bufferSize_(checkedSize(bufferSize)),
@@ -69,11 +69,11 @@ BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
                "the provided buffers (--buffer-ring-entries x --buffer-size)") {
     shared_ = reinterpret_cast<io_uring_buf_ring*>(ringMemory_.data());
     io_uring_buf_ring_init(shared_);
-    io_uring_buf_reg registration{};
-    registration.ring_addr = reinterpret_cast<std::uintptr_t>(shared_);
-    registration.ring_entries = entries;
-    registration.bgid = groupId;
-    checkNeg(io_uring_register_buf_ring(ring_, &registration, 0),
+    io_uring_buf_reg request{};
+    request.ring_addr = reinterpret_cast<std::uintptr_t>(shared_);
+    request.ring_entries = entries;
+    request.bgid = groupId;
+    checkNeg(registration_->registerBufferRing(request),
              "io_uring_register_buf_ring (buffer group " + std::to_string(groupId) + ", " +
                  std::to_string(entries) + " entries; provided buffer rings need kernel 5.19)");
     registered_ = true;
@@ -86,11 +86,11 @@ BufferRing::BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries,
 
 BufferRing::~BufferRing() {
     // The kernel stops picking from the group first; the mappings go after (members).
-    if (registered_) io_uring_unregister_buf_ring(ring_, groupId_);
+    if (registered_) registration_->unregisterBufferRing(groupId_);
 }
 
 BufferRing::BufferRing(BufferRing&& other) noexcept
-    : ring_(other.ring_),
+    : registration_(other.registration_),
       groupId_(other.groupId_),
       entries_(other.entries_),
       bufferSize_(other.bufferSize_),

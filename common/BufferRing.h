@@ -20,6 +20,9 @@
 // it, buffers given back while the ring holds more than the window wait on the stack, and the
 // stack's cold end gives its pages back to the kernel (MADV_DONTNEED).
 //
+// It is registered through a RingRegistration (common/RingRegistration.h): a Ring's, or
+// tests/support/FakeRing.h's FakeRegistration, which hands the buffers out as the kernel would.
+//
 // Ownership: one per worker ring, move-only; the io_uring must outlive it. Destroy it only when no
 // recv naming the group is armed any more (the destructor unregisters the group, then unmaps).
 // Thread affinity: the ring's thread. Error contract: the constructor throws (UsageError for bad
@@ -32,6 +35,8 @@
 #include <span>
 #include <vector>
 
+#include "common/RingRegistration.h"
+
 namespace splicegate {
 
 class BufferRing {
@@ -40,7 +45,8 @@ class BufferRing {
     // 16-bit.
     static constexpr unsigned kMaxEntries = 32768;
 
-    BufferRing(io_uring& ring, std::uint16_t groupId, unsigned entries, std::size_t bufferSize);
+    BufferRing(RingRegistration& registration, std::uint16_t groupId, unsigned entries,
+               std::size_t bufferSize);
     ~BufferRing();
     BufferRing(BufferRing&& other) noexcept;
     BufferRing& operator=(BufferRing&&) = delete;
@@ -100,7 +106,7 @@ class BufferRing {
     void topUp() noexcept;
     bool releasePages(std::uint16_t id) noexcept;  // false: madvise refused
 
-    io_uring* ring_;
+    RingRegistration* registration_;
     std::uint16_t groupId_;
     unsigned entries_;
     std::size_t bufferSize_;
@@ -111,7 +117,7 @@ class BufferRing {
     unsigned inRing_ = 0;               // free buffers in the ring, the kernel's to take
     unsigned window_ = 0;               // at most this many in the ring
     unsigned inUse_ = 0;
-    unsigned peakInUse_ = 0;       // since the last trim()
+    unsigned peakInUse_ = 0;      // since the last trim()
     std::vector<bool> resident_;  // a recv may have written into the buffer since its release
     bool registered_ = false;
 };

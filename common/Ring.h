@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/RingOps.h"
+#include "common/RingRegistration.h"
 
 namespace splicegate {
 
@@ -27,17 +28,6 @@ struct RingOptions {
     unsigned sqThreadIdleMs = 50;
 };
 
-// A fresh SQE of `ring`, never null: submits pending ones first when the queue is full. For code
-// that holds the raw io_uring (Ring::sqe() is the same for a Ring).
-inline io_uring_sqe* nextSqe(io_uring& ring) noexcept {
-    io_uring_sqe* entry = io_uring_get_sqe(&ring);
-    while (entry == nullptr) {
-        io_uring_submit(&ring);
-        entry = io_uring_get_sqe(&ring);
-    }
-    return entry;
-}
-
 class Ring final : public RingOps {
   public:
     // `maxUnboundWorkers` caps io-wq's threads for socket work (docs/kernel-notes.md §1): a blocked
@@ -49,7 +39,14 @@ class Ring final : public RingOps {
     Ring& operator=(const Ring&) = delete;
 
     // A fresh SQE, never null: submits pending ones first when the queue is full.
-    io_uring_sqe* sqe() noexcept { return nextSqe(ring_); }
+    io_uring_sqe* sqe() noexcept {
+        io_uring_sqe* entry = io_uring_get_sqe(&ring_);
+        while (entry == nullptr) {
+            io_uring_submit(&ring_);
+            entry = io_uring_get_sqe(&ring_);
+        }
+        return entry;
+    }
     void makeRoom(unsigned entries) noexcept override {
         if (io_uring_sq_space_left(&ring_) < entries) io_uring_submit(&ring_);
     }
@@ -188,7 +185,7 @@ class Ring final : public RingOps {
     // Submits pending SQEs and waits for at least one completion or until `timeoutMs`.
     // Returns -errno (-ETIME and -EINTR are normal).
     int submitAndWait(unsigned timeoutMs) noexcept;
-    int submit() noexcept;
+    int submit() noexcept override;
     // Submits pending SQEs and reaps what completed without waiting (with DEFER_TASKRUN a plain
     // submit would leave finished work unposted).
     int submitAndPeek() noexcept;
@@ -216,6 +213,8 @@ class Ring final : public RingOps {
     }
 
     io_uring* raw() noexcept { return &ring_; }
+    // Registers provided buffer rings and the fixed file table with this ring.
+    RingRegistration& registration() noexcept { return registration_; }
 
   private:
     // After the io_uring_prep_* call: liburing's prep helpers reset the SQE's flags and data.
@@ -225,6 +224,7 @@ class Ring final : public RingOps {
     }
 
     io_uring ring_{};
+    IoUringRegistration registration_{ring_};
 };
 
 // The io_uring opcodes splicegate relies on, with the feature each serves.

@@ -146,6 +146,10 @@ class RingOps {
     // Submits pending SQEs unless `entries` more fit, so that a linked chain of that many goes
     // into one submission (a chain cut by a submit would run its tail unordered).
     virtual void makeRoom(unsigned entries) noexcept = 0;
+    // Hands the pending SQEs to the kernel now; returns how many, or -errno. For an SQE naming
+    // an fd that is about to be closed: the kernel resolves the number when it takes the SQE,
+    // and once closed the number may name another file.
+    virtual int submit() noexcept = 0;
 
   protected:
     RingOps() = default;

@@ -4,30 +4,22 @@
 
 #include <cerrno>
 
-#include "common/Ring.h"
-
 namespace splicegate {
 
-BufferLane::BufferLane(io_uring& ring, unsigned entries, std::size_t bufferSize)
-    : ring_(&ring), buffers_(ring, kBufferGroup, entries, bufferSize) {}
+BufferLane::BufferLane(RingOps& ring, RingRegistration& registration, unsigned entries,
+                       std::size_t bufferSize)
+    : ring_(ring), buffers_(registration, kBufferGroup, entries, bufferSize) {}
 
-void BufferLane::armRecv(BufferLaneFlow& flow, SocketRef source, std::uint64_t tag) noexcept {
-    auto* sqe = nextSqe(*ring_);
+void BufferLane::armRecv(BufferLaneFlow& flow, SocketRef source, CompletionTag tag) noexcept {
     // Multishot recv (kernel 6.0): one SQE delivers every chunk until it ends (EOF, error,
     // -ENOBUFS, cancel), each completion with IORING_CQE_F_MORE while it stays armed.
-    io_uring_prep_recv_multishot(sqe, source.index, nullptr, 0, 0);
-    source.mark(sqe);
-    sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = kBufferGroup;
-    io_uring_sqe_set_data64(sqe, tag);
+    ring_.recvMultishot(source.index, kBufferGroup, tag, source.flags());
     flow.recordArmed();
 }
 
-void BufferLane::cancelRecv(BufferLaneFlow& flow, std::uint64_t recvTag,
-                            std::uint64_t cancelTag) noexcept {
-    auto* sqe = nextSqe(*ring_);
-    io_uring_prep_cancel64(sqe, recvTag, 0);
-    io_uring_sqe_set_data64(sqe, cancelTag);
+void BufferLane::cancelRecv(BufferLaneFlow& flow, CompletionTag recvTag,
+                            CompletionTag cancelTag) noexcept {
+    ring_.cancel(recvTag, cancelTag);
     flow.recordCancelAsked();
 }
 
@@ -56,15 +48,12 @@ std::span<const std::byte> BufferLane::bytes(const BufferLaneFlow::Slice& slice)
 }
 
 void BufferLane::submitSend(SocketRef sink, const BufferLaneFlow::Slice& slice, std::size_t length,
-                            std::uint64_t tag) noexcept {
+                            CompletionTag tag) noexcept {
     auto data = bytes(slice);
-    auto* sqe = nextSqe(*ring_);
     // Without MSG_WAITALL a stream send completes with what the socket took (a short send when
     // it filled up); a socket with no room at all is polled by io_uring, not reported.
-    io_uring_prep_send(sqe, sink.index, data.data(), length < data.size() ? length : data.size(),
-                       MSG_NOSIGNAL);
-    sink.mark(sqe);
-    io_uring_sqe_set_data64(sqe, tag);
+    ring_.send(sink.index, data.first(length < data.size() ? length : data.size()), MSG_NOSIGNAL,
+               tag, sink.flags());
 }
 
 void BufferLane::giveBackSent(BufferLaneFlow& flow) noexcept {
@@ -74,12 +63,9 @@ void BufferLane::giveBackSent(BufferLaneFlow& flow) noexcept {
 }
 
 void BufferLane::submitWrite(int fd, std::uint64_t offset, const BufferLaneFlow::Slice& slice,
-                             std::size_t length, std::uint64_t tag) noexcept {
+                             std::size_t length, CompletionTag tag) noexcept {
     auto data = bytes(slice);
-    auto* sqe = nextSqe(*ring_);
-    io_uring_prep_write(sqe, fd, data.data(),
-                        static_cast<unsigned>(length < data.size() ? length : data.size()), offset);
-    io_uring_sqe_set_data64(sqe, tag);
+    ring_.write(fd, data.first(length < data.size() ? length : data.size()), offset, 0, tag);
 }
 
 void BufferLane::release(BufferLaneFlow& flow) noexcept {

@@ -12,17 +12,20 @@
 // buffers come back, at most as many directions as there are free buffers at a time.
 //
 // This class submits and books; the worker decides (close, wait, switch lanes) from the
-// outcomes. Thread affinity: the worker's thread; the io_uring must outlive it. Set-up throws
+// outcomes. It prepares its SQEs through RingOps and registers its buffer ring through a
+// RingRegistration, so it runs over tests/support/FakeRing.h as well as over a Ring.
+// Thread affinity: the worker's thread; the io_uring must outlive it. Set-up throws
 // (see BufferRing); everything else is noexcept.
-#include <liburing.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <span>
 
-#include "datapath/BufferLaneFlow.h"
 #include "common/BufferRing.h"
+#include "common/CompletionTag.h"
+#include "common/RingOps.h"
+#include "common/RingRegistration.h"
+#include "datapath/BufferLaneFlow.h"
 #include "datapath/SocketTable.h"
 
 namespace splicegate {
@@ -31,7 +34,10 @@ class BufferLane {
   public:
     static constexpr std::uint16_t kBufferGroup = 0;
 
-    BufferLane(io_uring& ring, unsigned entries, std::size_t bufferSize);
+    // The buffer ring (`entries` buffers of `bufferSize` bytes, group kBufferGroup) is
+    // registered through `registration`, the registrations of the ring `ring` prepares for.
+    BufferLane(RingOps& ring, RingRegistration& registration, unsigned entries,
+               std::size_t bufferSize);
 
     std::size_t bufferSize() const noexcept { return buffers_.bufferSize(); }
     unsigned buffersInUse() const noexcept { return buffers_.inUse(); }
@@ -41,10 +47,10 @@ class BufferLane {
     std::uint64_t dryEvents() const noexcept { return dryEvents_; }
 
     // Submits a multishot recv on `source` picking from the ring; its completions carry `tag`.
-    void armRecv(BufferLaneFlow& flow, SocketRef source, std::uint64_t tag) noexcept;
+    void armRecv(BufferLaneFlow& flow, SocketRef source, CompletionTag tag) noexcept;
     // Asks the kernel to end the recv tagged `recvTag`; its final completion (no
     // IORING_CQE_F_MORE) follows. The cancel's own completion carries `cancelTag`.
-    void cancelRecv(BufferLaneFlow& flow, std::uint64_t recvTag, std::uint64_t cancelTag) noexcept;
+    void cancelRecv(BufferLaneFlow& flow, CompletionTag recvTag, CompletionTag cancelTag) noexcept;
     // Books a recv completion into `flow`; a buffer the flow does not keep goes back at once.
     // `result` may differ from the completion's (fault injection in test builds).
     RecvOutcome onRecv(BufferLaneFlow& flow, int result, std::uint32_t flags) noexcept;
@@ -55,17 +61,17 @@ class BufferLane {
     // An IORING_OP_SEND of the first `length` bytes of `slice` to `sink`; the slice's buffer
     // must stay held until its completion (bytes sent, or -errno).
     void submitSend(SocketRef sink, const BufferLaneFlow::Slice& slice, std::size_t length,
-                    std::uint64_t tag) noexcept;
+                    CompletionTag tag) noexcept;
     // Gives back the buffers `flow` has fully sent.
     void giveBackSent(BufferLaneFlow& flow) noexcept;
     // An IORING_OP_WRITE of the first `length` bytes of `slice` at `offset` of `fd`.
     void submitWrite(int fd, std::uint64_t offset, const BufferLaneFlow::Slice& slice,
-                     std::size_t length, std::uint64_t tag) noexcept;
+                     std::size_t length, CompletionTag tag) noexcept;
     // The connection closes: every buffer `flow` holds goes back.
     void release(BufferLaneFlow& flow) noexcept;
 
     // Back-pressure after -ENOBUFS: `tag` names the parked direction (the caller's encoding).
-    void park(std::uint64_t tag) { parked_.push_back(tag); }
+    void park(CompletionTag tag) { parked_.push_back(tag); }
     // Calls `rearm(tag)` for parked directions, oldest first, one per free buffer. A tag whose
     // flow is gone is the caller's to skip.
     template <typename Rearm>
@@ -82,9 +88,9 @@ class BufferLane {
     bool anyParked() const noexcept { return !parked_.empty(); }
 
   private:
-    io_uring* ring_;
+    RingOps& ring_;
     BufferRing buffers_;
-    std::deque<std::uint64_t> parked_;
+    std::deque<CompletionTag> parked_;
     std::uint64_t dryEvents_ = 0;
 };
 

@@ -9,27 +9,19 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
-#include "common/Ring.h"
 #include "datapath/Failpoints.h"
 
 namespace splicegate {
 
-BufferLaneDriver::BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize,
-                                   AuditTap* audit, WorkerStats& stats, unsigned connectionSlots,
-                                   LaneRule& rule)
+BufferLaneDriver::BufferLaneDriver(RingOps& ring, RingRegistration& registration, unsigned entries,
+                                   std::size_t bufferSize, AuditTap* audit, WorkerStats& stats,
+                                   unsigned connectionSlots, LaneRule& rule)
     : ring_(ring),
-      lane_(ring, entries, bufferSize),
-      sockets_(ring, connectionSlots),
+      lane_(ring, registration, entries, bufferSize),
+      sockets_(ring, registration, connectionSlots),
       audit_(audit),
       stats_(stats),
       rule_(rule) {}
-
-std::uint64_t BufferLaneDriver::tag(const ConnectionIo& io, Direction d,
-                                    std::uint8_t op) const noexcept {
-    auto flowTag = io.tag(d);
-    flowTag.op = op;
-    return flowTag.encode();
-}
 
 bool BufferLaneDriver::start(ConnectionIo& io) noexcept {
     for (auto d : {Direction::ClientToUpstream, Direction::UpstreamToClient}) {
@@ -69,7 +61,7 @@ StepResult BufferLaneDriver::step(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     auto& flow = fio.laneFlow;
     if (flow.recvCancelWanted()) {
-        lane_.cancelRecv(flow, tag(io, d, kRecvOp), tag(io, d, kCancelOp));
+        lane_.cancelRecv(flow, tag(io, d, BufferLaneOp::Recv), tag(io, d, BufferLaneOp::Cancel));
         ++fio.laneOps;
     }
     switch (flow.next()) {
@@ -105,18 +97,15 @@ StepResult BufferLaneDriver::step(ConnectionIo& io, Direction d) noexcept {
 }
 
 void BufferLaneDriver::armRecv(ConnectionIo& io, Direction d) noexcept {
-    lane_.armRecv(io.at(d).laneFlow, io.sourceRef(d), tag(io, d, kRecvOp));
+    lane_.armRecv(io.at(d).laneFlow, io.sourceRef(d), tag(io, d, BufferLaneOp::Recv));
     ++io.at(d).laneOps;  // until the multishot's final completion (no IORING_CQE_F_MORE)
 }
 
 void BufferLaneDriver::armWritable(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     fio.laneFlow.recordWritableWaitArmed();
-    auto* sqe = nextSqe(ring_);
     auto sink = io.sinkRef(d);
-    io_uring_prep_poll_add(sqe, sink.index, POLLOUT);
-    sink.mark(sqe);
-    io_uring_sqe_set_data64(sqe, tag(io, d, kWritableOp));
+    ring_.pollAdd(sink.index, POLLOUT, tag(io, d, BufferLaneOp::Writable), sink.flags());
     ++fio.laneOps;
 }
 
@@ -142,7 +131,8 @@ StepResult BufferLaneDriver::startAuditWrite(ConnectionIo& io, Direction d) noex
         std::memcpy(destination.memory.data(), bytes.data(), length);
         return auditWritten(io, d, failpointResult(FailSite::AuditWrite, static_cast<int>(length)));
     }
-    lane_.submitWrite(destination.fd, destination.offset, slice, length, tag(io, d, kAuditWriteOp));
+    lane_.submitWrite(destination.fd, destination.offset, slice, length,
+                      tag(io, d, BufferLaneOp::AuditWrite));
     ++fio.laneOps;
     return {Next::Continue};
 }
@@ -166,7 +156,7 @@ StepResult BufferLaneDriver::send(ConnectionIo& io, Direction d) noexcept {
     auto& fio = io.at(d);
     auto slice = fio.laneFlow.sendSlice();
     auto length = static_cast<std::uint32_t>(failpointLength(FailSite::Forward, slice.length));
-    lane_.submitSend(io.sinkRef(d), slice, length, tag(io, d, kSendOp));
+    lane_.submitSend(io.sinkRef(d), slice, length, tag(io, d, BufferLaneOp::Send));
     fio.laneFlow.recordSendStarted(length);
     ++fio.laneOps;
     return {Next::Continue};
@@ -200,7 +190,8 @@ StepResult BufferLaneDriver::shutdownSink(ConnectionIo& io, Direction d) noexcep
 
 StepResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
                                       MoveCompletion completion) noexcept {
-    if (tag.op == kSocketTableOp) {
+    auto op = tag.opAs<BufferLaneOp>();
+    if (op == BufferLaneOp::SocketTable) {
         if (completion.result < 0)
             logWarn("connection ", io.id, ": io_uring fixed file table update failed (",
                     errnoText(completion.result), "): its ring operations will fail");
@@ -209,31 +200,31 @@ StepResult BufferLaneDriver::complete(ConnectionIo& io, CompletionTag tag,
     auto d = static_cast<Direction>(tag.direction);
     auto& fio = io.at(d);
     // A multishot recv stays one operation in flight until its final completion.
-    bool more = tag.op == kRecvOp && (completion.flags & IORING_CQE_F_MORE);
+    bool more = op == BufferLaneOp::Recv && (completion.flags & IORING_CQE_F_MORE);
     if (!more && fio.laneOps > 0) --fio.laneOps;
     StepResult result{Next::Continue};
-    switch (tag.op) {
-        case kRecvOp:
+    switch (op) {
+        case BufferLaneOp::Recv:
             result = received(io, d, completion);
             break;
-        case kCancelOp:
+        case BufferLaneOp::Cancel:
             // It can miss (-ENOENT, -EALREADY) when the recv was completing at that moment;
             // while the recv is still armed the next step asks again.
             if (completion.result < 0 && fio.laneFlow.recvArmed())
                 fio.laneFlow.recordCancelMissed();
             break;
-        case kAuditWriteOp:
+        case BufferLaneOp::AuditWrite:
             result = auditWritten(io, d, failpointResult(FailSite::AuditWrite, completion.result));
             break;
-        case kSendOp:
+        case BufferLaneOp::Send:
             result = sent(io, d, failpointResult(FailSite::Forward, completion.result));
             break;
-        case kWritableOp:
+        case BufferLaneOp::Writable:
             fio.laneFlow.recordSinkWritable();
             if (completion.result < 0 && completion.result != -ECANCELED && io.relaying)
                 result = {Next::Close, Verdict::close(CloseReason::Error, true)};
             break;
-        default:
+        case BufferLaneOp::SocketTable:  // answered above
             break;
     }
     if (!io.relaying) return {Next::Wait};
@@ -261,7 +252,7 @@ StepResult BufferLaneDriver::received(ConnectionIo& io, Direction d,
             break;
         case RecvOutcome::NoBuffers:
             stats_.bufferRingDry.add(1);
-            lane_.park(tag(io, d, kRecvOp));
+            lane_.park(tag(io, d, BufferLaneOp::Recv));
             break;
         case RecvOutcome::Failed:
             logDebug("connection ", io.id, ": ", toString(d), " recv failed: ", errnoText(result));
@@ -276,7 +267,7 @@ StepResult BufferLaneDriver::durable(ConnectionIo& io, Direction d) noexcept {
 }
 
 void BufferLaneDriver::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
-    if (tag.op == kSocketTableOp) {
+    if (tag.opAs<BufferLaneOp>() == BufferLaneOp::SocketTable) {
         if (completion.result < 0)
             logDebug("io_uring fixed file table update of a closed connection: ",
                      errnoText(completion.result));
@@ -296,8 +287,7 @@ void BufferLaneDriver::release(ConnectionIo& io) noexcept {
 }
 
 void BufferLaneDriver::afterTurn(const ConnectionFinder& find) noexcept {
-    lane_.rearmParked([&](std::uint64_t userData) {
-        auto tag = CompletionTag::decode(userData);
+    lane_.rearmParked([&](CompletionTag tag) {
         if (ConnectionIo* io = find.find(tag)) rearm(*io, static_cast<Direction>(tag.direction));
     });
 }

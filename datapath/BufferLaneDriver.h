@@ -12,13 +12,17 @@
 // every held byte was sent; into it at the splice lane's wait for readiness, when its pipes are
 // empty. So a switch never reorders, drops or duplicates a byte.
 //
+// Its SQEs go through RingOps, its buffer ring and socket table are registered through a
+// RingRegistration: tests drive it over tests/support/FakeRing.h. Its completions carry
+// RingOwner::BufferLane and one of its BufferLaneOp codes.
+//
 // Thread affinity: the owning worker. Set-up throws (BufferRing); everything else is noexcept.
-#include <liburing.h>
-
 #include <chrono>
 #include <cstdint>
 
 #include "common/CompletionTag.h"
+#include "common/RingOps.h"
+#include "common/RingRegistration.h"
 #include "datapath/AuditTap.h"
 #include "datapath/BufferLane.h"
 #include "datapath/ConnectionIo.h"
@@ -29,23 +33,24 @@
 
 namespace splicegate {
 
+// The buffer lane's op codes (RingOwner::BufferLane).
+enum class BufferLaneOp : std::uint8_t {
+    Recv,         // the direction's multishot recv
+    Cancel,       // the cancel of that recv
+    AuditWrite,   // received bytes to the audit log
+    Writable,     // the sink's POLLOUT after a short send
+    Send,         // held bytes to the sink
+    SocketTable,  // the connection's fixed file table update (not counted in laneOps)
+};
+
 class BufferLaneDriver final : public Lane {
   public:
-    // io_uring op codes of the buffer lane (0x60..0x6f, within the movers' range so the worker
-    // routes them to the data path).
-    static constexpr std::uint8_t kRecvOp = 0x60;
-    static constexpr std::uint8_t kCancelOp = 0x61;
-    static constexpr std::uint8_t kAuditWriteOp = 0x62;
-    static constexpr std::uint8_t kWritableOp = 0x63;
-    static constexpr std::uint8_t kSendOp = 0x64;
-    static constexpr std::uint8_t kSocketTableOp = 0x65;  // not counted in laneOps
-    static constexpr bool isLaneOp(std::uint8_t op) noexcept { return (op & 0xf0) == 0x60; }
-    static_assert(isMoverOp(kRecvOp) && isMoverOp(kSendOp));
-
     // `audit` is null when the worker audits nothing. `connectionSlots`: how many connections
-    // the worker may hold, for the fixed file table. Throws std::system_error (BufferRing).
-    BufferLaneDriver(io_uring& ring, unsigned entries, std::size_t bufferSize, AuditTap* audit,
-                     WorkerStats& stats, unsigned connectionSlots, LaneRule& rule);
+    // the worker may hold, for the fixed file table. `registration` is `ring`'s. Throws
+    // std::system_error (BufferRing).
+    BufferLaneDriver(RingOps& ring, RingRegistration& registration, unsigned entries,
+                     std::size_t bufferSize, AuditTap* audit, WorkerStats& stats,
+                     unsigned connectionSlots, LaneRule& rule);
 
     void setNow(std::chrono::steady_clock::time_point now) noexcept override { now_ = now; }
     // Every few seconds: the buffer ring's memory follows a past peak back down.
@@ -56,7 +61,7 @@ class BufferLaneDriver final : public Lane {
     // From the splice lane (its pipes empty): the recv is armed again.
     StepResult enter(ConnectionIo& io, Direction d) noexcept override;
     StepResult drive(ConnectionIo& io, Direction d) noexcept override;
-    bool ownsOp(std::uint8_t op) const noexcept override { return isLaneOp(op); }
+    bool owns(RingOwner owner) const noexcept override { return owner == RingOwner::BufferLane; }
     // Its buffers are kept until release() after the connection stopped relaying.
     StepResult complete(ConnectionIo& io, CompletionTag tag,
                         MoveCompletion completion) noexcept override;
@@ -81,14 +86,16 @@ class BufferLaneDriver final : public Lane {
     void installSockets(ConnectionIo& io) noexcept;
     void armWritable(ConnectionIo& io, Direction d) noexcept;
     void rearm(ConnectionIo& io, Direction d) noexcept;
-    std::uint64_t tag(const ConnectionIo& io, Direction d, std::uint8_t op) const noexcept;
+    static CompletionTag tag(const ConnectionIo& io, Direction d, BufferLaneOp op) noexcept {
+        return io.tag(d, RingOwner::BufferLane).withOp(op);
+    }
     // The connection's socket table updates (both sides at once: the direction is moot).
-    std::uint64_t socketTableTag(const ConnectionIo& io) const noexcept {
-        return tag(io, Direction::ClientToUpstream, kSocketTableOp);
+    static CompletionTag socketTableTag(const ConnectionIo& io) noexcept {
+        return tag(io, Direction::ClientToUpstream, BufferLaneOp::SocketTable);
     }
     void updateGauge() noexcept { stats_.buffersInUse.set(lane_.buffersInUse()); }
 
-    io_uring& ring_;
+    RingOps& ring_;
     BufferLane lane_;
     SocketTable sockets_;
     AuditTap* audit_;

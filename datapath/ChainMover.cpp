@@ -21,21 +21,17 @@ void ChainMover::submitFill(const MoveEnds& ends, const MovePlan& plan,
                             MoveInFlight& state) noexcept {
     int injected = injectedErrno(FailSite::Fill);
     auto length = failpointLength(FailSite::Fill, plan.length);
-    auto* sqe = ring_.sqe();
-    io_uring_prep_splice(sqe, injected ? kRejectedFd : ends.source, -1, ends.pipeWrite, -1,
-                         length32(length), moverops::kSpliceFlags);
-    moverops::setTag(sqe, plan.flow, MoveStage::Fill);
+    ring_.splice(injected ? kRejectedFd : ends.source, -1, ends.pipeWrite, -1, length32(length),
+                 moverops::kSpliceFlags, moverops::tagOf(plan, MoveStage::Fill));
     state.expect(MoveStage::Fill, injected);
 }
 
 void ChainMover::submitTee(const MoveEnds& ends, const MovePlan& plan, std::size_t length,
                            MoveInFlight& state) noexcept {
     int injected = injectedErrno(FailSite::Tee);
-    auto* sqe = ring_.sqe();
-    io_uring_prep_tee(sqe, injected ? kRejectedFd : ends.pipeRead, ends.auditPipeWrite,
-                      length32(length), SPLICE_F_NONBLOCK);
-    moverops::setTag(sqe, plan.flow, MoveStage::Tee);
-    if (plan.thenAuditWrite) sqe->flags |= IOSQE_IO_LINK;
+    ring_.tee(injected ? kRejectedFd : ends.pipeRead, ends.auditPipeWrite, length32(length),
+              SPLICE_F_NONBLOCK, moverops::tagOf(plan, MoveStage::Tee),
+              SqeFlags::when(plan.thenAuditWrite, SqeFlag::Link));
     state.expect(MoveStage::Tee, injected);
 }
 
@@ -43,29 +39,25 @@ void ChainMover::submitAuditWrite(const MoveEnds& ends, const MovePlan& plan, st
                                   bool linkNext, MoveInFlight& state) noexcept {
     int injected = injectedErrno(FailSite::AuditWrite);
     int from = injected ? kRejectedFd : ends.auditPipeRead;
-    auto* sqe = ring_.sqe();
+    auto tag = moverops::tagOf(plan, MoveStage::AuditWrite);
+    auto flags = SqeFlags::when(linkNext, SqeFlag::Link);
     if (plan.audit.inMemory()) {
         // Offset -1: a pipe has no position (read at the current one).
-        io_uring_prep_read(sqe, from, plan.audit.memory.data(),
-                           length32(std::min(length, plan.audit.memory.size())),
-                           static_cast<std::uint64_t>(-1));
+        ring_.read(from,
+                   plan.audit.memory.first(length32(std::min(length, plan.audit.memory.size()))),
+                   static_cast<std::uint64_t>(-1), tag, flags);
     } else {
-        io_uring_prep_splice(sqe, from, -1, plan.audit.fd,
-                             static_cast<std::int64_t>(plan.audit.offset), length32(length),
-                             moverops::kSpliceFlags);
+        ring_.splice(from, -1, plan.audit.fd, static_cast<std::int64_t>(plan.audit.offset),
+                     length32(length), moverops::kSpliceFlags, tag, flags);
     }
-    moverops::setTag(sqe, plan.flow, MoveStage::AuditWrite);
-    if (linkNext) sqe->flags |= IOSQE_IO_LINK;
     state.expect(MoveStage::AuditWrite, injected);
 }
 
 void ChainMover::submitForward(const MoveEnds& ends, const MovePlan& plan, std::size_t length,
                                MoveInFlight& state) noexcept {
     int injected = injectedErrno(FailSite::Forward);
-    auto* sqe = ring_.sqe();
-    io_uring_prep_splice(sqe, injected ? kRejectedFd : ends.pipeRead, -1, ends.sink, -1,
-                         length32(length), moverops::kSpliceFlags);
-    moverops::setTag(sqe, plan.flow, MoveStage::Forward);
+    ring_.splice(injected ? kRejectedFd : ends.pipeRead, -1, ends.sink, -1, length32(length),
+                 moverops::kSpliceFlags, moverops::tagOf(plan, MoveStage::Forward));
     state.expect(MoveStage::Forward, injected);
 }
 

@@ -35,7 +35,7 @@ class ChainMover final : public Mover {
     void submitForward(const MoveEnds& ends, const MovePlan& plan, std::size_t length,
                        MoveInFlight& state) noexcept;
 
-    Ring& ring_;
+    Ring& ring_;  // not RingOps&: see datapath/MoverOps.h
 };
 
 }  // namespace splicegate

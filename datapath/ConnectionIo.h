@@ -93,9 +93,14 @@ struct ConnectionIo {
     }
     SocketRef sourceRef(Direction d) const noexcept { return socketRef(sourceSide(d)); }
     SocketRef sinkRef(Direction d) const noexcept { return socketRef(sinkSide(d)); }
-    // The flow's identity in completion tags (the op is the mover's).
-    CompletionTag tag(Direction d) const noexcept {
-        return CompletionTag{0, static_cast<std::uint8_t>(d), generation, slot};
+    // The flow's identity: slot, generation and direction (what ConnectionTable::find and the
+    // worker's lists of flows go by).
+    CompletionTag tag(Direction d) const noexcept { return tag(d, RingOwner::Worker); }
+    // The flow's identity in the completion tags of a lane's operations: the lane names itself
+    // as their owner (RingOwner::Mover, RingOwner::BufferLane) and adds its op code.
+    CompletionTag tag(Direction d, RingOwner owner) const noexcept {
+        return CompletionTag::of(owner, std::uint8_t{0}, slot, generation,
+                                 static_cast<std::uint8_t>(d));
     }
     // `bytes` of direction `d` reached its sink through `lane`: the route's byte counters, and
     // the worker's count of bytes relayed unaudited when the audit gave up on the connection.

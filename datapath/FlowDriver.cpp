@@ -164,7 +164,7 @@ StepResult FlowDriver::startMove(ConnectionIo& io, Direction d, const MovePlan& 
     auto& half = *io.at(d).splice;
     half.stepLength = plan.length;
     MovePlan tagged = plan;
-    tagged.flow = io.tag(d);
+    tagged.flow = io.tag(d, RingOwner::Mover);
     return apply(io, d, mover_.start(endsOf(io, d), tagged, half.move));
 }
 

@@ -36,7 +36,7 @@ class FlowDriver final : public Lane {
     // (Switch) when there is no memory for its splice half.
     StepResult enter(ConnectionIo& io, Direction d) noexcept override;
     StepResult drive(ConnectionIo& io, Direction d) noexcept override;
-    bool ownsOp(std::uint8_t op) const noexcept override { return isMoverOp(op); }
+    bool owns(RingOwner owner) const noexcept override { return owner == RingOwner::Mover; }
     StepResult complete(ConnectionIo& io, CompletionTag tag,
                         MoveCompletion completion) noexcept override;
     StepResult durable(ConnectionIo& io, Direction d) noexcept override;

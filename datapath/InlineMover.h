@@ -13,7 +13,8 @@ class Ring;
 class InlineMover final : public Mover {
   public:
     // A short fill under this size waits for readiness rather than retrying at once
-    // (SpliceFlow::setDrainedBelow); a request/response message is far below it, a bulk read far above.
+    // (SpliceFlow::setDrainedBelow); a request/response message is far below it, a bulk read far
+    // above.
     static constexpr std::size_t kSmallFillBytes = 16 * 1024;
 
     explicit InlineMover(Ring& ring) noexcept : ring_(ring) {}
@@ -26,7 +27,7 @@ class InlineMover final : public Mover {
                         MoveInFlight& state) noexcept override;
 
   private:
-    Ring& ring_;
+    Ring& ring_;  // not RingOps&: see datapath/MoverOps.h
 };
 
 }  // namespace splicegate

@@ -78,9 +78,9 @@ class Lane {
     virtual StepResult enter(ConnectionIo& io, Direction d) noexcept = 0;
     // Takes the direction's next steps until it must wait, yields, leaves or must close.
     virtual StepResult drive(ConnectionIo& io, Direction d) noexcept = 0;
-    // Whether completions with this op are this lane's.
-    virtual bool ownsOp(std::uint8_t op) const noexcept = 0;
-    // A completion with one of its ops for this connection (also after it stopped relaying: what
+    // Whether completions of this owner (CompletionTag::owner) are this lane's.
+    virtual bool owns(RingOwner owner) const noexcept = 0;
+    // A completion of its owner for this connection (also after it stopped relaying: what
     // the audit must know is still booked, nothing else is applied). Continue: drive the
     // direction, if it is still in this lane.
     virtual StepResult complete(ConnectionIo& io, CompletionTag tag,
@@ -89,7 +89,7 @@ class Lane {
     virtual StepResult durable(ConnectionIo& io, Direction d) noexcept = 0;
     // The connection is released (nothing in flight): what the lane lent it goes back.
     virtual void release(ConnectionIo& io) noexcept = 0;
-    // A completion with one of its ops whose connection is gone.
+    // A completion of its owner whose connection is gone.
     virtual void dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept = 0;
     // After each turn's completions.
     virtual void afterTurn(const ConnectionFinder& find) noexcept = 0;

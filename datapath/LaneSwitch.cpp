@@ -30,16 +30,15 @@ StepResult LaneSwitch::drive(ConnectionIo& io, Direction d) noexcept {
     return settle(io, d, laneOf(io, d).drive(io, d));
 }
 
-Lane* LaneSwitch::ownerOf(std::uint8_t op) const noexcept {
-    // The buffer lane's ops lie within the movers' range: it is asked first.
-    if (buffer_ && buffer_->ownsOp(op)) return buffer_.get();
-    if (splice_ && splice_->ownsOp(op)) return splice_.get();
+Lane* LaneSwitch::laneOwning(RingOwner owner) const noexcept {
+    if (buffer_ && buffer_->owns(owner)) return buffer_.get();
+    if (splice_ && splice_->owns(owner)) return splice_.get();
     return nullptr;
 }
 
 StepResult LaneSwitch::complete(ConnectionIo& io, CompletionTag tag,
                                 MoveCompletion completion) noexcept {
-    Lane* owner = ownerOf(tag.op);
+    Lane* owner = laneOwning(tag.owner);
     if (owner == nullptr) return {Next::Wait};
     auto d = static_cast<Direction>(tag.direction);
     auto result = owner->complete(io, tag, completion);
@@ -87,7 +86,7 @@ void LaneSwitch::release(ConnectionIo& io) noexcept {
 }
 
 void LaneSwitch::dropCompletion(CompletionTag tag, MoveCompletion completion) noexcept {
-    if (Lane* owner = ownerOf(tag.op)) owner->dropCompletion(tag, completion);
+    if (Lane* owner = laneOwning(tag.owner)) owner->dropCompletion(tag, completion);
 }
 
 void LaneSwitch::afterTurn(const ConnectionFinder& find) noexcept {

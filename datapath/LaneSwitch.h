@@ -5,7 +5,8 @@
 // large reads to splice, a run of small ones back); the splice lane also hands a direction back
 // when no pipe is to be had. A lane leaves a direction only where nothing of it is in flight
 // (Next::Switch), so a switch never reorders, drops or duplicates a byte. It routes completions
-// to the lane whose op they carry, and drives a direction in the lane it is in.
+// to the lane whose owner they carry (RingOwner::Mover, RingOwner::BufferLane), and drives a
+// direction in the lane it is in.
 //
 // Thread affinity: the owning worker. noexcept throughout but set-up.
 #include <cstddef>
@@ -29,7 +30,7 @@ class LaneSwitch final : public Lane, public LaneRule {
     [[nodiscard]] bool start(ConnectionIo& io) noexcept override;
     StepResult enter(ConnectionIo& io, Direction d) noexcept override;
     StepResult drive(ConnectionIo& io, Direction d) noexcept override;
-    bool ownsOp(std::uint8_t op) const noexcept override { return ownerOf(op) != nullptr; }
+    bool owns(RingOwner owner) const noexcept override { return laneOwning(owner) != nullptr; }
     StepResult complete(ConnectionIo& io, CompletionTag tag,
                         MoveCompletion completion) noexcept override;
     StepResult durable(ConnectionIo& io, Direction d) noexcept override;
@@ -53,7 +54,7 @@ class LaneSwitch final : public Lane, public LaneRule {
     Lane& laneOf(const ConnectionIo& io, Direction d) const noexcept {
         return *laneOf(io.flows[static_cast<int>(d)].lane);
     }
-    Lane* ownerOf(std::uint8_t op) const noexcept;
+    Lane* laneOwning(RingOwner owner) const noexcept;
     // Carries a lane's result on: drives a direction that can go on, moves one that left.
     StepResult settle(ConnectionIo& io, Direction d, StepResult result) noexcept;
     StepResult moveOver(ConnectionIo& io, Direction d) noexcept;

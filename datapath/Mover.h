@@ -1,20 +1,20 @@
 #pragma once
 // A Mover moves one flow's bytes: it starts a step and REPORTS what the step achieved. It never
 // calls back into the worker, never touches SpliceFlow's bookkeeping and never closes anything: the
-// flow driver (datapath/FlowDriver.h) applies the report to the SpliceFlow and decides what follows.
-// One mover per worker, chosen once from the engine where it is made:
+// flow driver (datapath/FlowDriver.h) applies the report to the SpliceFlow and decides what
+// follows. One mover per worker, chosen once from the engine where it is made:
 //   InlineMover  direct non-blocking splice()/tee() from the worker's thread; the step's results
 //                are in the report at once (docs/kernel-notes.md §11);
 //   ChainMover   IORING_OP_SPLICE/TEE SQEs, audit stages soft-linked tee -> write -> forward
 //                (docs/kernel-notes.md §2); results come back through complete();
 // The buffer lane (multishot recv into a provided buffer ring, then send) is not a mover: it has
-// its own driver beside the flow driver (datapath/BufferLaneDriver.h), its ops 0x60..0x6f within
-// the movers' range.
+// its own driver beside the flow driver (datapath/BufferLaneDriver.h) and its own owner
+// (RingOwner::BufferLane).
 //
 // Contract
 // - start() begins `plan` for one flow. The report either holds every stage's result
 //   (pending == false), or says completions are due (pending == true). The worker then routes
-//   each completion whose tag op is a mover op (isMoverOp) to complete(); the report of the
+//   each completion whose tag owner is RingOwner::Mover to complete(); the report of the
 //   completion that ends the step holds all its results, in stage order; until then complete()
 //   reports pending. A mover may also report results nobody asked for (a multishot recv).
 // - Stage results: bytes moved (> 0); 0 = end of stream (Fill) or nothing taken; -EAGAIN would
@@ -48,13 +48,9 @@ enum class MoveStage : std::uint8_t {
 };
 const char* toString(MoveStage stage) noexcept;
 
-// io_uring op codes 0x40..0x7f belong to movers (the rest to the ring's owner); a mover encodes
-// its submissions with CompletionTag{op, direction, slot, generation} of the flow.
-inline constexpr std::uint8_t kFirstMoverOp = 0x40;
-inline constexpr std::uint8_t kLastMoverOp = 0x7f;
-constexpr bool isMoverOp(std::uint8_t op) noexcept {
-    return op >= kFirstMoverOp && op <= kLastMoverOp;
-}
+// A mover's completion tags carry RingOwner::Mover and, as their op code, the MoveStage the SQE
+// runs: the flow's tag (MovePlan::flow: owner, direction, slot, generation) with that op.
+static_assert(CompletionOp<MoveStage>);
 
 // Where a chunk's audit copy goes: a file range, written by splice from the audit pipe; or memory
 // in the log writer's buffer (an O_DIRECT writer), filled by read() from the audit pipe or by a
@@ -86,7 +82,7 @@ struct MovePlan {
     bool thenAuditWrite = false;  // Tee -> AuditWrite
     bool thenForward = false;     // ... -> Forward
     AuditDestination audit;       // for an AuditWrite stage
-    CompletionTag flow;           // the flow's slot, generation and direction (op unused)
+    CompletionTag flow;  // the flow's owner (RingOwner::Mover), slot, generation and direction
 };
 
 struct StageResult {
@@ -170,12 +166,13 @@ class Mover {
   public:
     virtual ~Mover() = default;
     virtual const char* name() const noexcept = 0;
-    // A short fill below this many bytes means "the source is drained" (SpliceFlow::setDrainedBelow).
+    // A short fill below this many bytes means "the source is drained"
+    // (SpliceFlow::setDrainedBelow).
     virtual std::size_t drainedBelow() const noexcept = 0;
     // Begins `plan`; see the contract above.
     virtual MoveReport start(const MoveEnds& ends, const MovePlan& plan,
                              MoveInFlight& state) noexcept = 0;
-    // A completion tagged with one of this mover's ops, for the flow whose `state` this is.
+    // A completion of RingOwner::Mover (its op a MoveStage), for the flow whose `state` this is.
     virtual MoveReport complete(CompletionTag tag, MoveCompletion completion,
                                 MoveInFlight& state) noexcept = 0;
 };

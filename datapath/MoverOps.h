@@ -1,7 +1,12 @@
 #pragma once
-// What the splice movers share: their io_uring op codes (within the movers' range) and the
-// readiness waits, which both arm as IORING_OP_POLL_ADD (docs/kernel-notes.md §1: wait for
-// readiness first, then move without blocking).
+// What the splice movers share: their completion tags (RingOwner::Mover, the stage as op code)
+// and the readiness waits, which both arm as IORING_OP_POLL_ADD (docs/kernel-notes.md §1: wait
+// for readiness first, then move without blocking).
+//
+// The movers hold a Ring&, not a RingOps&: Ring is final and defines every operation inline, so
+// each SQE of the splice lane's hot path (several per chunk moved) is the liburing prep call
+// itself, with no indirect call. They are tested on the kernel (tests/ring/MoverTest.cpp), the
+// lane's logic above them over fake movers (tests/unit/FlowDriverTest.cpp).
 #include <fcntl.h>
 #include <poll.h>
 
@@ -15,16 +20,9 @@ namespace splicegate::moverops {
 // which tcp_splice_read honours (docs/kernel-notes.md §1).
 inline constexpr unsigned kSpliceFlags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
 
-constexpr std::uint8_t opFor(MoveStage stage) noexcept {
-    return static_cast<std::uint8_t>(kFirstMoverOp + static_cast<std::uint8_t>(stage));
-}
-constexpr MoveStage stageFor(std::uint8_t op) noexcept {
-    return static_cast<MoveStage>(op - kFirstMoverOp);
-}
-
-inline void setTag(io_uring_sqe* sqe, CompletionTag flow, MoveStage stage) noexcept {
-    flow.op = opFor(stage);
-    io_uring_sqe_set_data64(sqe, flow.encode());
+// The tag of `stage`'s SQE for the flow `plan.flow` names.
+constexpr CompletionTag tagOf(const MovePlan& plan, MoveStage stage) noexcept {
+    return plan.flow.withOp(stage);
 }
 
 // The lengths of an audit chain's stages. Each is sized as if the stage before will be whole;
@@ -48,9 +46,8 @@ inline ChainLengths chainLengths(const MovePlan& plan) noexcept {
 inline MoveReport armWait(Ring& ring, const MoveEnds& ends, const MovePlan& plan,
                           MoveInFlight& state) noexcept {
     bool readable = plan.first == MoveStage::WaitReadable;
-    auto* sqe = ring.sqe();
-    io_uring_prep_poll_add(sqe, readable ? ends.source : ends.sink, readable ? POLLIN : POLLOUT);
-    setTag(sqe, plan.flow, plan.first);
+    ring.pollAdd(readable ? ends.source : ends.sink, readable ? POLLIN : POLLOUT,
+                 tagOf(plan, plan.first));
     state.begin();
     state.expect(plan.first);
     return MoveReport::inFlight();
@@ -59,7 +56,7 @@ inline MoveReport armWait(Ring& ring, const MoveEnds& ends, const MovePlan& plan
 // Shared complete(): gathers by stage, reports once the step's last completion is in.
 inline MoveReport gather(CompletionTag tag, MoveCompletion completion,
                          MoveInFlight& state) noexcept {
-    if (!state.gather(stageFor(tag.op), completion.result)) return MoveReport::inFlight();
+    if (!state.gather(tag.opAs<MoveStage>(), completion.result)) return MoveReport::inFlight();
     auto report = state.report();
     state.begin();
     return report;

@@ -6,7 +6,6 @@
 
 #include "common/Error.h"
 #include "common/Log.h"
-#include "common/Ring.h"
 
 namespace splicegate {
 
@@ -15,7 +14,9 @@ namespace {
 constexpr int kNoSockets[2] = {-1, -1};
 }  // namespace
 
-SocketTable::SocketTable(io_uring& ring, unsigned connectionSlots) noexcept : ring_(ring) {
+SocketTable::SocketTable(RingOps& ring, RingRegistration& registration,
+                         unsigned connectionSlots) noexcept
+    : ring_(ring), registration_(registration) {
     unsigned slots = std::min(connectionSlots, kMaxSlots);
     // The kernel refuses a table of more entries than RLIMIT_NOFILE: a smaller table, not none.
     rlimit files{};
@@ -23,7 +24,7 @@ SocketTable::SocketTable(io_uring& ring, unsigned connectionSlots) noexcept : ri
         slots = static_cast<unsigned>(std::min<rlim_t>(slots, files.rlim_cur / 2));
     if (slots == 0) return;
     // Sparse registration: kernel 5.19.
-    int rc = io_uring_register_files_sparse(&ring_, 2 * slots);
+    int rc = registration_.registerSparseFiles(2 * slots);
     if (rc < 0) {
         logInfo("io_uring fixed file table of ", 2 * slots, " entries refused (", errnoText(rc),
                 "): buffer-lane sockets use plain fds");
@@ -33,24 +34,21 @@ SocketTable::SocketTable(io_uring& ring, unsigned connectionSlots) noexcept : ri
 }
 
 SocketTable::~SocketTable() {
-    if (slots_ > 0) (void)io_uring_unregister_files(&ring_);
+    if (slots_ > 0) (void)registration_.unregisterFiles();
 }
 
-bool SocketTable::install(std::uint32_t slot, const int (&sockets)[2], std::uint64_t tag) noexcept {
+bool SocketTable::install(std::uint32_t slot, const int (&sockets)[2], CompletionTag tag) noexcept {
     if (!covers(slot)) return false;
     update(slot, sockets, tag);
     return true;
 }
 
-void SocketTable::remove(std::uint32_t slot, std::uint64_t tag) noexcept {
+void SocketTable::remove(std::uint32_t slot, CompletionTag tag) noexcept {
     if (covers(slot)) update(slot, kNoSockets, tag);
 }
 
-void SocketTable::update(std::uint32_t slot, const int* sockets, std::uint64_t tag) noexcept {
-    auto* sqe = nextSqe(ring_);
-    // The kernel's argument is not const, but it only reads the array.
-    io_uring_prep_files_update(sqe, const_cast<int*>(sockets), 2, entry(slot, 0));
-    io_uring_sqe_set_data64(sqe, tag);
+void SocketTable::update(std::uint32_t slot, const int* sockets, CompletionTag tag) noexcept {
+    ring_.filesUpdate(sockets, 2, entry(slot, 0), tag);
 }
 
 }  // namespace splicegate

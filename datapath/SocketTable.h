@@ -13,9 +13,11 @@
 // same operations, one lookup more each.
 //
 // Thread affinity: the worker's thread; the io_uring must outlive it.
-#include <liburing.h>
-
 #include <cstdint>
+
+#include "common/CompletionTag.h"
+#include "common/RingOps.h"
+#include "common/RingRegistration.h"
 
 namespace splicegate {
 
@@ -24,18 +26,16 @@ struct SocketRef {
     int index = -1;
     bool fixed = false;
 
-    // After the io_uring_prep_* call that was given `index`.
-    void mark(io_uring_sqe* sqe) const noexcept {
-        if (fixed) sqe->flags |= IOSQE_FIXED_FILE;
-    }
+    // The SQE flags of an operation given `index`: a table entry is named as a fixed file.
+    SqeFlags flags() const noexcept { return SqeFlags::when(fixed, SqeFlag::FixedFile); }
 };
 
 class SocketTable {
   public:
     // Room for the sockets of `connectionSlots` connections (capped at kMaxSlots and at half of
-    // RLIMIT_NOFILE), registered sparse (empty). Never throws: a refusal leaves the table
-    // disabled.
-    SocketTable(io_uring& ring, unsigned connectionSlots) noexcept;
+    // RLIMIT_NOFILE), registered sparse (empty) through `registration`; the updates go through
+    // `ring`, the same ring's operations. Never throws: a refusal leaves the table disabled.
+    SocketTable(RingOps& ring, RingRegistration& registration, unsigned connectionSlots) noexcept;
     ~SocketTable();
     SocketTable(const SocketTable&) = delete;
     SocketTable& operator=(const SocketTable&) = delete;
@@ -53,14 +53,15 @@ class SocketTable {
     // the array when the SQE is submitted: it must stay where it is until then. The completion
     // carries `tag` (the number of entries filled, or -errno). False, and nothing queued, when
     // the slot is past the table's end.
-    bool install(std::uint32_t slot, const int (&sockets)[2], std::uint64_t tag) noexcept;
+    bool install(std::uint32_t slot, const int (&sockets)[2], CompletionTag tag) noexcept;
     // Queues emptying slot `slot`'s entries; the completion carries `tag`.
-    void remove(std::uint32_t slot, std::uint64_t tag) noexcept;
+    void remove(std::uint32_t slot, CompletionTag tag) noexcept;
 
   private:
-    void update(std::uint32_t slot, const int* sockets, std::uint64_t tag) noexcept;
+    void update(std::uint32_t slot, const int* sockets, CompletionTag tag) noexcept;
 
-    io_uring& ring_;
+    RingOps& ring_;
+    RingRegistration& registration_;
     unsigned slots_ = 0;
 };
 

@@ -14,7 +14,7 @@ namespace {
 constexpr long kHandOffSlack = 2;
 }  // namespace
 
-Acceptor::Acceptor(unsigned worker, RelayContext& context, Ring& ring, WorkerStats& stats)
+Acceptor::Acceptor(unsigned worker, RelayContext& context, RingOps& ring, WorkerStats& stats)
     : worker_(worker), context_(context), ring_(ring), stats_(stats) {}
 
 Acceptor::~Acceptor() = default;
@@ -82,9 +82,8 @@ void Acceptor::openListener(const std::shared_ptr<const Route>& route) {
 void Acceptor::closeListener(std::uint32_t index) {
     auto& listener = listeners_[index];
     if (!listener.fd) return;
-    auto* sqe = ring_.sqe();
-    io_uring_prep_cancel_fd(sqe, listener.fd.get(), IORING_ASYNC_CANCEL_ALL);
-    io_uring_sqe_set_data64(sqe, CompletionTag::make(WorkerOp::Ignore).encode());
+    ring_.cancelFd(listener.fd.get(), IORING_ASYNC_CANCEL_ALL,
+                   CompletionTag::make(WorkerOp::Ignore));
     ring_.submit();         // before the fd number can be reused
     ++listener.generation;  // late accept completions of the old socket are ignored
     listener.fd.reset();
@@ -104,11 +103,9 @@ void Acceptor::armAccept(std::uint32_t index, std::uint8_t which) {
     auto& listener = listeners_[index];
     auto& slot = listener.accepts[which];
     slot.length = sizeof slot.address;
-    auto* sqe = ring_.sqe();
-    io_uring_prep_accept(sqe, listener.fd.get(), reinterpret_cast<sockaddr*>(&slot.address),
-                         &slot.length, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(
-        sqe, CompletionTag::make(WorkerOp::Accept, index, listener.generation, which).encode());
+    ring_.accept(listener.fd.get(), reinterpret_cast<sockaddr*>(&slot.address), &slot.length,
+                 SOCK_NONBLOCK | SOCK_CLOEXEC,
+                 CompletionTag::make(WorkerOp::Accept, index, listener.generation, which));
     slot.armed = true;
 }
 

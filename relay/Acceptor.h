@@ -3,6 +3,8 @@
 // armed on it, the reload diff (applyRoutes), admission (--max-connections, the per-source
 // limit, the refusal's log line) and the choice of the worker that will own a new connection
 // (relay/WorkerLoads.h). It returns what it admitted; the worker starts it or hands it over.
+// Its SQEs (accepts, the cancel of a closed listener's) go through RingOps, tagged
+// RingOwner::Worker (WorkerOp::Accept: listener index, generation, accept slot as direction).
 // Worker-thread only.
 #include <sys/socket.h>
 
@@ -13,7 +15,7 @@
 #include <vector>
 
 #include "common/CompletionTag.h"
-#include "common/Ring.h"
+#include "common/RingOps.h"
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
 #include "metrics/Stats.h"
@@ -33,7 +35,7 @@ struct Admitted {
 
 class Acceptor {
   public:
-    Acceptor(unsigned worker, RelayContext& context, Ring& ring, WorkerStats& stats);
+    Acceptor(unsigned worker, RelayContext& context, RingOps& ring, WorkerStats& stats);
     ~Acceptor();
     Acceptor(const Acceptor&) = delete;
     Acceptor& operator=(const Acceptor&) = delete;
@@ -80,7 +82,7 @@ class Acceptor {
 
     const unsigned worker_;
     RelayContext& context_;
-    Ring& ring_;
+    RingOps& ring_;
     WorkerStats& stats_;
     bool closed_ = false;
     std::shared_ptr<const RouteTable> appliedRoutes_;

@@ -99,9 +99,8 @@ void Dispatcher::onAuditCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
 }
 
 void Dispatcher::onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
-    // Until every part tags its own owner: the audit's and the data path's op ranges.
+    // Until the audit tags its own owner: its op range.
     if (AuditTap::isAuditOp(tag.op)) return onAuditCompletion(tag, cqe);
-    if (isMoverOp(tag.op)) return onLaneCompletion(tag, cqe);
     switch (tag.opAs<Op>()) {
         case Op::Ignore:
         case Op::Control:  // the worker's own (relay/Worker.cpp)

@@ -17,7 +17,7 @@ ConnectStep fail(CloseReason reason) noexcept {
 }
 }  // namespace
 
-UpstreamConnector::UpstreamConnector(RelayContext& context, Ring& ring,
+UpstreamConnector::UpstreamConnector(RelayContext& context, RingOps& ring,
                                      ConnectionTable& connections)
     : context_(context), ring_(ring), connections_(connections) {
     const std::uint32_t ms = context.settings.relay.connectTimeoutMs;
@@ -57,19 +57,10 @@ ConnectStep UpstreamConnector::start(Connection& c) {
     c.upstreamDelaysAcks = context_.settings.relay.delayedAck &&
                            bytesWaiting(c.io.client.get()) > 0 && enterDelayedAckMode(fd) == 0;
     ++c.connectAttempts;
-    auto* sqe = ring_.sqe();
-    io_uring_prep_connect(sqe, fd, c.upstreamAddress.get(), c.upstreamAddress.length());
-    io_uring_sqe_set_data64(
-        sqe, CompletionTag::make(WorkerOp::Connect, c.io.slot, c.io.generation).encode());
-    sqe->flags |= IOSQE_IO_LINK;
-    sqe = ring_.sqe();
-    io_uring_prep_link_timeout(sqe, &connectTimeout_, 0);
-    io_uring_sqe_set_data64(
-        sqe, CompletionTag::make(WorkerOp::ConnectTimeout, c.io.slot, c.io.generation).encode());
+    ring_.connect(fd, c.upstreamAddress.get(), c.upstreamAddress.length(), &connectTimeout_,
+                  tagOf(WorkerOp::Connect, c), tagOf(WorkerOp::ConnectTimeout, c));
     c.connectOps += 2;
-    if (c.connectAttempts == 1)
-        watchSoon_.push_back(
-            CompletionTag::make(WorkerOp::ClientWatch, c.io.slot, c.io.generation));
+    if (c.connectAttempts == 1) watchSoon_.push_back(tagOf(WorkerOp::ClientWatch, c));
     return {};
 }
 
@@ -79,9 +70,8 @@ ConnectStep UpstreamConnector::onConnect(Connection& c, int result) {
     c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
         if (c.watchingClient) {
-            auto* sqe = ring_.sqe();
-            io_uring_prep_poll_remove(sqe, clientWatchTag(c));
-            io_uring_sqe_set_data64(sqe, CompletionTag::make(WorkerOp::Ignore).encode());
+            ring_.pollRemove(tagOf(WorkerOp::ClientWatch, c),
+                             CompletionTag::make(WorkerOp::Ignore));
         }
         // Unless start() did it already (the client had spoken), here, after the handshake:
         // in delayed-ACK mode while connecting, the socket would also hold back the handshake's
@@ -116,14 +106,8 @@ void UpstreamConnector::watchSlowConnects() {
 }
 
 void UpstreamConnector::watchClient(Connection& c) {
-    auto* sqe = ring_.sqe();
-    io_uring_prep_poll_add(sqe, c.io.client.get(), POLLERR | POLLHUP);
-    io_uring_sqe_set_data64(sqe, clientWatchTag(c));
+    ring_.pollAdd(c.io.client.get(), POLLERR | POLLHUP, tagOf(WorkerOp::ClientWatch, c));
     c.watchingClient = true;
-}
-
-std::uint64_t UpstreamConnector::clientWatchTag(const Connection& c) noexcept {
-    return CompletionTag::make(WorkerOp::ClientWatch, c.io.slot, c.io.generation).encode();
 }
 
 // Whatever the watch saw after the connect ended is the data path's to find. io_uring also

@@ -4,17 +4,19 @@
 // outcome is reported to the pool (the health UpstreamMonitor reads), and a failed one is tried
 // again on the route's next address until each had its turn. A client that leaves while its
 // connect is slow cancels it (the client watch). Every step returns what the worker is to do.
-// Worker-thread only.
+// Its SQEs go through RingOps, tagged RingOwner::Worker with the connection's slot and
+// generation (WorkerOp::Connect, ConnectTimeout, ClientWatch). Worker-thread only.
 #include <linux/time_types.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "common/CompletionTag.h"
-#include "common/Ring.h"
+#include "common/RingOps.h"
 #include "relay/Connection.h"
 #include "relay/ConnectionTable.h"
 #include "relay/RelayContext.h"
+#include "relay/WorkerOps.h"
 
 namespace splicegate {
 
@@ -31,7 +33,7 @@ struct ConnectStep {
 
 class UpstreamConnector {
   public:
-    UpstreamConnector(RelayContext& context, Ring& ring, ConnectionTable& connections);
+    UpstreamConnector(RelayContext& context, RingOps& ring, ConnectionTable& connections);
 
     // A connect to the next address of the route: Wait, or Fail.
     ConnectStep start(Connection& c);
@@ -46,10 +48,12 @@ class UpstreamConnector {
 
   private:
     void watchClient(Connection& c);
-    static std::uint64_t clientWatchTag(const Connection& c) noexcept;
+    static CompletionTag tagOf(WorkerOp op, const Connection& c) noexcept {
+        return CompletionTag::make(op, c.io.slot, c.io.generation);
+    }
 
     RelayContext& context_;
-    Ring& ring_;
+    RingOps& ring_;
     ConnectionTable& connections_;
     __kernel_timespec connectTimeout_{};
     // Clients whose upstream connect started this turn (watchSoon_) and last turn (watchDue_).

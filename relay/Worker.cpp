@@ -141,9 +141,9 @@ void Worker::makeDataPath() {
         static_cast<unsigned>(std::min<std::uint64_t>(settings.relay.maxConnections, UINT32_MAX));
     if (datapath.lane != LaneKind::Splice)
         lanes_->own(LaneKind::Buffer,
-                    std::make_unique<BufferLaneDriver>(*ring_->raw(), datapath.bufferRingEntries,
-                                                       datapath.bufferSize, audit_.get(), *stats_,
-                                                       slots, *lanes_));
+                    std::make_unique<BufferLaneDriver>(
+                        *ring_, ring_->registration(), datapath.bufferRingEntries,
+                        datapath.bufferSize, audit_.get(), *stats_, slots, *lanes_));
 }
 
 // Pipes and fds are released by the destructors, the parts before the ring they use.

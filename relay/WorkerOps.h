@@ -1,7 +1,8 @@
 #pragma once
-// The worker's own io_uring ops, shared by the parts it is made of (acceptor, upstream
-// connector, timers). Below 0x20: the audit tap's and the movers' ops are theirs
-// (datapath/AuditTap.h, datapath/Mover.h).
+// The worker's own io_uring ops (RingOwner::Worker), shared by the parts it is made of
+// (acceptor, upstream connector, timers). The lanes' ops carry owners of their own
+// (RingOwner::Mover: datapath/Mover.h, RingOwner::BufferLane: datapath/BufferLaneDriver.h);
+// the audit tap's lie at 0x20..0x2f (datapath/AuditTap.h), so these stay below.
 #include <cstdint>
 
 namespace splicegate {

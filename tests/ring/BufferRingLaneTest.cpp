@@ -14,10 +14,15 @@
 namespace splicegate::test {
 namespace {
 
+CompletionTag tagOf(std::uint8_t op) {
+    return CompletionTag::of(RingOwner::Test, op);
+}
+
 std::optional<BufferLane> makeLane(TestRing& ring, unsigned entries, std::size_t size,
                                    std::string& skipWhy) {
     try {
-        return std::optional<BufferLane>(std::in_place, ring.get(), entries, size);
+        return std::optional<BufferLane>(std::in_place, ring.ops(), ring.registration(), entries,
+                                         size);
     } catch (const std::system_error& error) {
         if (error.code().value() != EINVAL && error.code().value() != ENOSYS) throw;
         skipWhy = std::string("no provided buffer rings here: ") + error.what();
@@ -45,7 +50,7 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
     int small = 4096;
     ::setsockopt(sink.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
     BufferLaneFlow flow;
-    lane->armRecv(flow, SocketRef{source.a.get()}, 1);
+    lane->armRecv(flow, SocketRef{source.a.get()}, tagOf(1));
     ring.submit();
     std::string payload(48 * 1024, '\0');
     for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>('a' + i % 26);
@@ -70,7 +75,7 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
         }
         ASSERT_EQ(flow.next(), LaneStep::Send);
         auto slice = flow.sendSlice();
-        lane->submitSend(SocketRef{sink.a.get()}, slice, slice.length, 7);
+        lane->submitSend(SocketRef{sink.a.get()}, slice, slice.length, tagOf(7));
         flow.recordSendStarted(slice.length);
         ring.submit();
         EXPECT_EQ(flow.next(), LaneStep::WaitSend);
@@ -85,7 +90,7 @@ TEST(BufferLane, ABufferGoesBackOnlyOnceFullySentThroughPartialSends) {
             done = ring.next(50);
         }
         ASSERT_TRUE(done) << "the send never completed";
-        ASSERT_EQ(done->user_data, 7u);
+        ASSERT_EQ(CompletionTag::decode(done->user_data), tagOf(7));
         long sent = done->res;
         if (sent > 0 && static_cast<std::size_t>(sent) < slice.length) ++partial;
         ASSERT_TRUE(flow.recordSend(sent, slice.length)) << errnoText(static_cast<int>(-sent));
@@ -113,7 +118,7 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     if (!lane) GTEST_SKIP() << why;
     SocketPair source;
     BufferLaneFlow flow;
-    lane->armRecv(flow, SocketRef{source.a.get()}, 5);
+    lane->armRecv(flow, SocketRef{source.a.get()}, tagOf(5));
     ring.submit();
     ASSERT_EQ(::write(source.b.get(), "0123456789abcdefXYZ", 19), 19);
     auto first = ring.next();
@@ -124,9 +129,9 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     ASSERT_TRUE(dry);
     ASSERT_EQ(lane->onRecv(flow, dry->res, dry->flags), RecvOutcome::NoBuffers);
     EXPECT_EQ(lane->dryEvents(), 1u);
-    lane->park(5);
+    lane->park(tagOf(5));
     int rearmed = 0;
-    lane->rearmParked([&](std::uint64_t) { ++rearmed; });
+    lane->rearmParked([&](CompletionTag) { ++rearmed; });
     EXPECT_EQ(rearmed, 0) << "re-armed while no buffer is free";
     EXPECT_TRUE(lane->anyParked());
     auto sent = flow.sendSlice();
@@ -135,8 +140,8 @@ TEST(BufferLane, ADryRingParksTheDirectionUntilBuffersReturn) {
     flow.recordSendStarted(sent.length);
     flow.recordSend(sent.length, sent.length);  // as if sent
     lane->giveBackSent(flow);
-    lane->rearmParked([&](std::uint64_t tag) {
-        EXPECT_EQ(tag, 5u);
+    lane->rearmParked([&](CompletionTag tag) {
+        EXPECT_EQ(tag, tagOf(5));
         ++rearmed;
         lane->armRecv(flow, SocketRef{source.a.get()}, tag);
         ring.submit();

@@ -44,16 +44,16 @@ void writeAll(int fd, std::string_view data) {
 TEST(BufferRing, RefusesSizesTheKernelCannotTakeNamingTheOption) {
     TestRing ring;
     try {
-        BufferRing bad(ring.get(), kGroup, 1000, 4096);
+        BufferRing bad(ring.registration(), kGroup, 1000, 4096);
         FAIL() << "1000 entries accepted";
     } catch (const UsageError& error) {
         EXPECT_NE(std::string(error.what()).find("--buffer-ring-entries 1000"), std::string::npos)
             << error.what();
     }
-    EXPECT_THROW(BufferRing(ring.get(), kGroup, 0, 4096), UsageError);
-    EXPECT_THROW(BufferRing(ring.get(), kGroup, 65536, 4096), UsageError);
+    EXPECT_THROW(BufferRing(ring.registration(), kGroup, 0, 4096), UsageError);
+    EXPECT_THROW(BufferRing(ring.registration(), kGroup, 65536, 4096), UsageError);
     try {
-        BufferRing bad(ring.get(), kGroup, 16, 0);
+        BufferRing bad(ring.registration(), kGroup, 16, 0);
         FAIL() << "buffer size 0 accepted";
     } catch (const UsageError& error) {
         EXPECT_NE(std::string(error.what()).find("--buffer-size 0"), std::string::npos)
@@ -328,9 +328,7 @@ TEST(BufferRing, CancelledRecvEndsWithAFinalCompletionAndLeavesLaterBytesInTheSo
     buffers->take(*id, 6);
     buffers->giveBack(*id);
 
-    auto* cancel = ring.sqe();
-    io_uring_prep_cancel64(cancel, 77, 0);
-    io_uring_sqe_set_data64(cancel, 78);
+    ring.ops().cancel(CompletionTag::decode(77), CompletionTag::decode(78));
     ring.submit();
     bool sawFinal = false;
     bool sawCancelResult = false;
@@ -441,9 +439,7 @@ TEST(BufferRing, CancelEndsARecvThatKeepsFindingData) {
         if (!(cqe->flags & IORING_CQE_F_MORE)) ended = true;
         (cancelled ? after : before)++;
         if (!cancelled && before == 100) {
-            auto* cancel = ring.sqe();
-            io_uring_prep_cancel64(cancel, 11, 0);
-            io_uring_sqe_set_data64(cancel, 12);
+            ring.ops().cancel(CompletionTag::decode(11), CompletionTag::decode(12));
             ring.submit();
             cancelled = true;
         }

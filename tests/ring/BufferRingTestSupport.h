@@ -1,6 +1,8 @@
 #pragma once
-// Ring-tier helpers for the buffer ring and buffer lane tests: an io_uring of the test's own,
-// non-blocking socket pairs, and bounded waits for completions. No root needed.
+// Ring-tier helpers for the buffer ring and buffer lane tests: a ring of the test's own (a
+// common/Ring, for the components that prepare through RingOps and register through its
+// RingRegistration; the raw io_uring for the tests' own SQEs), non-blocking socket pairs, and
+// bounded waits for completions. No root needed.
 #include <gtest/gtest.h>
 #include <liburing.h>
 #include <sys/socket.h>
@@ -11,9 +13,10 @@
 #include <string>
 #include <system_error>
 
-#include "common/Error.h"
-#include "common/UniqueFd.h"
 #include "common/BufferRing.h"
+#include "common/Error.h"
+#include "common/Ring.h"
+#include "common/UniqueFd.h"
 
 namespace splicegate::test {
 
@@ -26,34 +29,20 @@ struct Completion {
 
 class TestRing {
   public:
-    explicit TestRing(unsigned entries = 256) {
-        io_uring_params params{};
-        params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER;
-        params.cq_entries = entries * 8;
-        checkNeg(io_uring_queue_init_params(entries, &ring_, &params), "io_uring_queue_init");
-    }
-    ~TestRing() { io_uring_queue_exit(&ring_); }
+    explicit TestRing(unsigned entries = 256) : ring_(entries, kIoWorkers, kIoWorkers, options()) {}
     TestRing(const TestRing&) = delete;
     TestRing& operator=(const TestRing&) = delete;
 
-    io_uring& get() noexcept { return ring_; }
-    io_uring_sqe* sqe() {
-        auto* entry = io_uring_get_sqe(&ring_);
-        if (entry == nullptr) {
-            io_uring_submit(&ring_);
-            entry = io_uring_get_sqe(&ring_);
-        }
-        return entry;
-    }
-    void submit() { checkNeg(io_uring_submit(&ring_), "io_uring_submit"); }
+    io_uring& get() noexcept { return *ring_.raw(); }
+    Ring& ops() noexcept { return ring_; }
+    RingRegistration& registration() noexcept { return ring_.registration(); }
+    io_uring_sqe* sqe() { return ring_.sqe(); }
+    void submit() { checkNeg(ring_.submit(), "io_uring_submit"); }
 
-    // Multishot recv on `fd` picking from `group`, tagged `userData`.
+    // Multishot recv on `fd` picking from `group`, tagged `userData` (any 64 bits: a tag's
+    // fields cover them all).
     void armRecv(int fd, std::uint16_t group, std::uint64_t userData) {
-        auto* entry = sqe();
-        io_uring_prep_recv_multishot(entry, fd, nullptr, 0, 0);
-        entry->flags |= IOSQE_BUFFER_SELECT;
-        entry->buf_group = group;
-        io_uring_sqe_set_data64(entry, userData);
+        ring_.recvMultishot(fd, group, CompletionTag::decode(userData));
         submit();
     }
 
@@ -63,24 +52,33 @@ class TestRing {
         timeout.tv_sec = timeoutMs / 1000;
         timeout.tv_nsec = static_cast<long long>(timeoutMs % 1000) * 1000000;
         io_uring_cqe* cqe = nullptr;
-        int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &timeout);
+        int rc = io_uring_wait_cqe_timeout(&get(), &cqe, &timeout);
         if (rc == -ETIME) return std::nullopt;
         checkNeg(rc, "io_uring_wait_cqe_timeout");
         Completion copy{cqe->user_data, cqe->res, cqe->flags};
-        io_uring_cqe_seen(&ring_, cqe);
+        io_uring_cqe_seen(&get(), cqe);
         return copy;
     }
     // A completion that is already there, without waiting.
     std::optional<Completion> ready() {
         io_uring_cqe* cqe = nullptr;
-        if (io_uring_peek_cqe(&ring_, &cqe) != 0) return std::nullopt;
+        if (io_uring_peek_cqe(&get(), &cqe) != 0) return std::nullopt;
         Completion copy{cqe->user_data, cqe->res, cqe->flags};
-        io_uring_cqe_seen(&ring_, cqe);
+        io_uring_cqe_seen(&get(), cqe);
         return copy;
     }
 
   private:
-    io_uring ring_{};
+    static constexpr unsigned kIoWorkers = 8;
+    // Without DEFER_TASKRUN: ready() peeks without entering the kernel, so completions must be
+    // posted as they happen.
+    static RingOptions options() {
+        RingOptions options;
+        options.deferTaskrun = false;
+        return options;
+    }
+
+    Ring ring_;
 };
 
 // A connected AF_UNIX stream pair, both ends non-blocking.
@@ -101,7 +99,7 @@ inline std::optional<BufferRing> makeBufferRing(TestRing& ring, std::uint16_t gr
                                                 unsigned entries, std::size_t size,
                                                 std::string& skipWhy) {
     try {
-        return BufferRing(ring.get(), group, entries, size);
+        return BufferRing(ring.registration(), group, entries, size);
     } catch (const std::system_error& error) {
         if (error.code().value() != EINVAL && error.code().value() != ENOSYS) throw;
         skipWhy = std::string("no provided buffer rings here: ") + error.what();

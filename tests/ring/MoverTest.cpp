@@ -75,7 +75,7 @@ class MoverTest : public ::testing::TestWithParam<const char*> {
         MovePlan plan;
         plan.first = first;
         plan.length = length;
-        plan.flow = CompletionTag{0, 0, 5, 17};
+        plan.flow = CompletionTag::of(RingOwner::Mover, std::uint8_t{0}, 17, 5);
         return plan;
     }
 
@@ -86,7 +86,7 @@ class MoverTest : public ::testing::TestWithParam<const char*> {
             ring_->submitAndWait(1000);
             ring_->drainCompletions([&](const io_uring_cqe& cqe) {
                 auto tag = CompletionTag::decode(cqe.user_data);
-                EXPECT_TRUE(isMoverOp(tag.op));
+                EXPECT_EQ(tag.owner, RingOwner::Mover);
                 EXPECT_EQ(tag.slot, 17u);
                 EXPECT_EQ(tag.generation, 5u);
                 if (report.pending)

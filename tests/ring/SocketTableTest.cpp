@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <span>
 #include <string>
 
 #include "datapath/SocketTable.h"
@@ -16,12 +17,16 @@
 namespace splicegate::test {
 namespace {
 
+CompletionTag tagOf(std::uint8_t op) {
+    return CompletionTag::of(RingOwner::Test, op);
+}
+
 // The result of the next completion, which must carry `tag`.
-int resultOf(TestRing& ring, std::uint64_t tag) {
+int resultOf(TestRing& ring, CompletionTag tag) {
     auto cqe = ring.next();
-    EXPECT_TRUE(cqe) << "no completion for tag " << tag;
+    EXPECT_TRUE(cqe) << "no completion for tag op " << int{tag.op};
     if (!cqe) return -ETIME;
-    EXPECT_EQ(cqe->user_data, tag);
+    EXPECT_EQ(CompletionTag::decode(cqe->user_data), tag);
     return cqe->res;
 }
 
@@ -35,22 +40,20 @@ bool peerClosed(int fd, int timeoutMs) {
 
 TEST(SocketTable, EntriesCarryRecvAndSendAndKeepAClosedFdsSocketUntilEmptied) {
     TestRing ring;
-    SocketTable table(ring.get(), 4);
+    SocketTable table(ring.ops(), ring.registration(), 4);
     if (!table.enabled()) GTEST_SKIP() << "this kernel refused a sparse fixed file table";
     SocketPair client, upstream;
     int sockets[2] = {client.a.get(), upstream.a.get()};
-    ASSERT_TRUE(table.install(1, sockets, 100));
+    ASSERT_TRUE(table.install(1, sockets, tagOf(100)));
     ring.submit();
-    ASSERT_EQ(resultOf(ring, 100), 2);
+    ASSERT_EQ(resultOf(ring, tagOf(100)), 2);
 
     const std::string request = "hello";
     SocketRef upstreamEntry{SocketTable::entry(1, 1), true};
-    auto* send = ring.sqe();
-    io_uring_prep_send(send, upstreamEntry.index, request.data(), request.size(), MSG_NOSIGNAL);
-    upstreamEntry.mark(send);
-    io_uring_sqe_set_data64(send, 1);
+    ring.ops().send(upstreamEntry.index, std::as_bytes(std::span(request)), MSG_NOSIGNAL, tagOf(1),
+                    upstreamEntry.flags());
     ring.submit();
-    ASSERT_EQ(resultOf(ring, 1), static_cast<int>(request.size()));
+    ASSERT_EQ(resultOf(ring, tagOf(1)), static_cast<int>(request.size()));
     char got[16] = {};
     ASSERT_EQ(::read(upstream.b.get(), got, sizeof got), static_cast<ssize_t>(request.size()));
     EXPECT_EQ(std::string(got, request.size()), request);
@@ -58,33 +61,34 @@ TEST(SocketTable, EntriesCarryRecvAndSendAndKeepAClosedFdsSocketUntilEmptied) {
     ASSERT_EQ(::write(client.b.get(), "ping", 4), 4);
     SocketRef clientEntry{SocketTable::entry(1, 0), true};
     char received[16] = {};
+    // A plain recv into the test's memory: no RingOps operation (the lanes' is multishot).
     auto* recv = ring.sqe();
     io_uring_prep_recv(recv, clientEntry.index, received, sizeof received, 0);
-    clientEntry.mark(recv);
-    io_uring_sqe_set_data64(recv, 2);
+    recv->flags |= clientEntry.flags().bits();
+    io_uring_sqe_set_data64(recv, tagOf(2).encode());
     ring.submit();
-    ASSERT_EQ(resultOf(ring, 2), 4);
+    ASSERT_EQ(resultOf(ring, tagOf(2)), 4);
     EXPECT_EQ(std::string(received, 4), "ping");
 
     // Closing the fd alone does not end the socket: the table still holds it.
     client.a.reset();
     EXPECT_FALSE(peerClosed(client.b.get(), 100));
-    table.remove(1, 101);
+    table.remove(1, tagOf(101));
     ring.submit();
-    EXPECT_GE(resultOf(ring, 101), 0);
+    EXPECT_GE(resultOf(ring, tagOf(101)), 0);
     EXPECT_TRUE(peerClosed(client.b.get(), 2000)) << "the emptied entry still held the socket";
 }
 
 TEST(SocketTable, ASlotPastTheTableQueuesNothingAndStaysOnPlainFds) {
     TestRing ring;
-    SocketTable table(ring.get(), 2);
+    SocketTable table(ring.ops(), ring.registration(), 2);
     if (!table.enabled()) GTEST_SKIP() << "this kernel refused a sparse fixed file table";
     SocketPair pair;
     int sockets[2] = {pair.a.get(), pair.b.get()};
     EXPECT_TRUE(table.covers(1));
     EXPECT_FALSE(table.covers(2));
-    EXPECT_FALSE(table.install(2, sockets, 7));
-    table.remove(2, 8);
+    EXPECT_FALSE(table.install(2, sockets, tagOf(7)));
+    table.remove(2, tagOf(8));
     EXPECT_EQ(io_uring_sq_ready(&ring.get()), 0u);
 }
 
@@ -97,7 +101,7 @@ TEST(SocketTable, ATableLargerThanTheFdLimitShrinksToFit) {
     if (saved.rlim_max < low.rlim_cur) GTEST_SKIP() << "hard fd limit under 256";
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
     TestRing ring;
-    SocketTable table(ring.get(), 1000);
+    SocketTable table(ring.ops(), ring.registration(), 1000);
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
     if (!table.enabled()) GTEST_SKIP() << "this kernel refused a sparse fixed file table";
     EXPECT_TRUE(table.covers(127));

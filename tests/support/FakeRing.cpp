@@ -1,5 +1,8 @@
 #include "tests/support/FakeRing.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace splicegate::test {
 
 const char* toString(RingOp op) noexcept {
@@ -70,7 +73,9 @@ void FakeRing::recvMultishot(int fd, std::uint16_t bufferGroup, CompletionTag ta
 
 void FakeRing::send(int fd, std::span<const std::byte> data, int msgFlags, CompletionTag tag,
                     SqeFlags flags) noexcept {
-    record(RingOp::Send, fd, data.size(), tag, flags).opFlags = msgFlags;
+    auto& op = record(RingOp::Send, fd, data.size(), tag, flags);
+    op.opFlags = msgFlags;
+    op.address = data.data();
 }
 
 void FakeRing::splice(int from, std::int64_t fromOffset, int to, std::int64_t toOffset,
@@ -92,7 +97,9 @@ void FakeRing::tee(int from, int to, unsigned length, unsigned spliceFlags, Comp
 
 void FakeRing::read(int fd, std::span<std::byte> into, std::uint64_t offset, CompletionTag tag,
                     SqeFlags flags) noexcept {
-    record(RingOp::Read, fd, into.size(), tag, flags).offset = offset;
+    auto& op = record(RingOp::Read, fd, into.size(), tag, flags);
+    op.offset = offset;
+    op.address = into.data();
 }
 
 void FakeRing::write(int fd, std::span<const std::byte> data, std::uint64_t offset, int rwFlags,
@@ -100,6 +107,7 @@ void FakeRing::write(int fd, std::span<const std::byte> data, std::uint64_t offs
     auto& op = record(RingOp::Write, fd, data.size(), tag, flags);
     op.offset = offset;
     op.opFlags = rwFlags;
+    op.address = data.data();
 }
 
 void FakeRing::writeFixed(int fd, std::span<const std::byte> data, std::uint64_t offset,
@@ -109,15 +117,19 @@ void FakeRing::writeFixed(int fd, std::span<const std::byte> data, std::uint64_t
     auto& op = record(RingOp::WriteFixed, fd, data.size(), tag, flags);
     op.offset = offset;
     op.opFlags = rwFlags;
+    op.address = data.data();
 }
 
 void FakeRing::fsync(int fd, SyncMode mode, CompletionTag tag, SqeFlags flags) noexcept {
     record(RingOp::Fsync, fd, 0, tag, flags).opFlags = mode == SyncMode::DataOnly ? 1 : 0;
 }
 
-void FakeRing::accept(int fd, sockaddr*, socklen_t*, int acceptFlags, CompletionTag tag,
-                      SqeFlags flags) noexcept {
-    record(RingOp::Accept, fd, 0, tag, flags).opFlags = acceptFlags;
+void FakeRing::accept(int fd, sockaddr* address, socklen_t* length, int acceptFlags,
+                      CompletionTag tag, SqeFlags flags) noexcept {
+    auto& op = record(RingOp::Accept, fd, 0, tag, flags);
+    op.opFlags = acceptFlags;
+    op.peerAddress = address;
+    op.peerLength = length;
 }
 
 void FakeRing::acceptMultishot(int fd, int acceptFlags, CompletionTag tag,
@@ -125,11 +137,13 @@ void FakeRing::acceptMultishot(int fd, int acceptFlags, CompletionTag tag,
     record(RingOp::AcceptMultishot, fd, 0, tag, flags).opFlags = acceptFlags;
 }
 
-void FakeRing::connect(int fd, const sockaddr*, socklen_t length, __kernel_timespec*,
-                       CompletionTag tag, CompletionTag timeoutTag) noexcept {
+void FakeRing::connect(int fd, const sockaddr* address, socklen_t length,
+                       __kernel_timespec* timeout, CompletionTag tag,
+                       CompletionTag timeoutTag) noexcept {
     makeRoom(2);
-    record(RingOp::Connect, fd, length, tag, SqeFlag::Link);
-    record(RingOp::LinkTimeout, -1, 0, timeoutTag, {});
+    record(RingOp::Connect, fd, length, tag, SqeFlag::Link).address = address;
+    auto& linked = record(RingOp::LinkTimeout, -1, 0, timeoutTag, {});
+    if (timeout != nullptr) linked.timeout = *timeout;
 }
 
 void FakeRing::pollAdd(int fd, unsigned events, CompletionTag tag, SqeFlags flags) noexcept {
@@ -140,9 +154,11 @@ void FakeRing::pollRemove(CompletionTag target, CompletionTag tag) noexcept {
     record(RingOp::PollRemove, -1, 0, tag, {}).target = target;
 }
 
-void FakeRing::timeout(__kernel_timespec*, unsigned count, unsigned timeoutFlags, CompletionTag tag,
-                       SqeFlags flags) noexcept {
-    record(RingOp::Timeout, -1, count, tag, flags).opFlags = static_cast<int>(timeoutFlags);
+void FakeRing::timeout(__kernel_timespec* timeout, unsigned count, unsigned timeoutFlags,
+                       CompletionTag tag, SqeFlags flags) noexcept {
+    auto& op = record(RingOp::Timeout, -1, count, tag, flags);
+    op.opFlags = static_cast<int>(timeoutFlags);
+    if (timeout != nullptr) op.timeout = *timeout;
 }
 
 void FakeRing::cancel(CompletionTag target, CompletionTag tag) noexcept {
@@ -183,6 +199,12 @@ void FakeRing::makeRoom(unsigned entries) noexcept {
     roomRequests_.push_back(entries);
 }
 
+int FakeRing::submit() noexcept {
+    ++submits_;
+    preparedAtLastSubmit_ = ops_.size();
+    return 0;
+}
+
 std::vector<PreparedOp> FakeRing::pending() const {
     std::vector<PreparedOp> open;
     for (const auto& op : ops_)
@@ -220,6 +242,79 @@ void FakeRing::deliverRaw(CompletionTag tag, int result, std::uint32_t cqeFlags)
     cqe.res = result;
     cqe.flags = cqeFlags;
     queued_.push_back(cqe);
+}
+
+// ---- FakeRegistration ------------------------------------------------------------------------
+
+int FakeRegistration::registerBufferRing(const io_uring_buf_reg& registration) noexcept {
+    if (bufferRingError_ != 0) return bufferRingError_;
+    if (hasBufferRing(registration.bgid)) return -EEXIST;
+    Group group;
+    group.id = registration.bgid;
+    group.ring = reinterpret_cast<io_uring_buf_ring*>(registration.ring_addr);
+    group.entries = registration.ring_entries;
+    groups_.push_back(group);
+    return 0;
+}
+
+int FakeRegistration::unregisterBufferRing(std::uint16_t group) noexcept {
+    for (auto it = groups_.begin(); it != groups_.end(); ++it) {
+        if (it->id != group) continue;
+        groups_.erase(it);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int FakeRegistration::registerSparseFiles(unsigned entries) noexcept {
+    if (filesError_ != 0) return filesError_;
+    if (fileEntries_ != 0) return -EBUSY;
+    fileEntries_ = entries;
+    return 0;
+}
+
+int FakeRegistration::unregisterFiles() noexcept {
+    if (fileEntries_ == 0) return -ENXIO;
+    fileEntries_ = 0;
+    return 0;
+}
+
+const FakeRegistration::Group* FakeRegistration::groupOf(std::uint16_t group) const noexcept {
+    for (const auto& registered : groups_)
+        if (registered.id == group) return &registered;
+    return nullptr;
+}
+
+bool FakeRegistration::hasBufferRing(std::uint16_t group) const noexcept {
+    return groupOf(group) != nullptr;
+}
+
+unsigned FakeRegistration::available(std::uint16_t group) const noexcept {
+    const Group* found = groupOf(group);
+    if (found == nullptr) return 0;
+    // The owner publishes with a release store of the tail (io_uring_buf_ring_advance).
+    std::uint16_t tail = __atomic_load_n(&found->ring->tail, __ATOMIC_ACQUIRE);
+    return static_cast<std::uint16_t>(tail - found->head);
+}
+
+std::optional<FakeRegistration::PickedBuffer> FakeRegistration::pick(std::uint16_t group) noexcept {
+    if (available(group) == 0) return std::nullopt;
+    auto* found = const_cast<Group*>(groupOf(group));
+    const io_uring_buf& entry = found->ring->bufs[found->head & (found->entries - 1)];
+    ++found->head;
+    return PickedBuffer{entry.bid, {reinterpret_cast<std::byte*>(entry.addr), entry.len}};
+}
+
+std::optional<std::uint32_t> FakeRegistration::fill(std::uint16_t group,
+                                                    std::span<const std::byte> bytes,
+                                                    bool more) noexcept {
+    const Group* found = groupOf(group);
+    if (found == nullptr || available(group) == 0) return std::nullopt;
+    const io_uring_buf& next = found->ring->bufs[found->head & (found->entries - 1)];
+    if (next.len < bytes.size()) return std::nullopt;
+    auto picked = pick(group);
+    std::memcpy(picked->memory.data(), bytes.data(), bytes.size());
+    return bufferFlags(picked->id, more);
 }
 
 }  // namespace splicegate::test

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "common/CompletionTag.h"
 #include "common/RingOps.h"
+#include "common/RingRegistration.h"
 
 namespace splicegate::test {
 
@@ -27,6 +29,11 @@ struct PreparedOp {
     CompletionTag target;  // what a cancel or pollRemove names
     int opFlags = 0;       // the op's own flags: msg, splice, rw, accept, poll events...
     std::uint16_t bufferGroup = 0;
+    const void* address = nullptr;  // the memory it reads or fills (send, read, write...)
+    __kernel_timespec timeout{};    // timeout and the connect's link timeout: when it fires
+    // accept: where the kernel writes the peer's address (the test plays the kernel).
+    sockaddr* peerAddress = nullptr;
+    socklen_t* peerLength = nullptr;
     bool completed = false;  // a final completion was delivered (multishot: without F_MORE)
 };
 
@@ -71,6 +78,8 @@ class FakeRing final : public RingOps {
                    SqeFlags flags = {}) noexcept override;
     void nop(CompletionTag tag, SqeFlags flags = {}) noexcept override;
     void makeRoom(unsigned entries) noexcept override;
+    // Counted (submits()); nothing leaves the fake.
+    int submit() noexcept override;
 
     // ---- what was prepared ----------------------------------------------------------------
     const std::vector<PreparedOp>& ops() const noexcept { return ops_; }
@@ -80,6 +89,9 @@ class FakeRing final : public RingOps {
     const PreparedOp* findPending(CompletionTag tag) const noexcept;
     // The sizes makeRoom() was asked for, in order (a linked chain asks before it is prepared).
     const std::vector<unsigned>& roomRequests() const noexcept { return roomRequests_; }
+    // How often submit() was called, and how many operations had been prepared at the last one.
+    unsigned submits() const noexcept { return submits_; }
+    std::size_t preparedAtLastSubmit() const noexcept { return preparedAtLastSubmit_; }
     // Forgets what was prepared so far (pending operations stay completable).
     void clearRecord() noexcept { firstUnread_ = ops_.size(); }
     std::vector<PreparedOp> preparedSinceClear() const;
@@ -116,7 +128,61 @@ class FakeRing final : public RingOps {
     std::vector<PreparedOp> ops_;
     std::size_t firstUnread_ = 0;
     std::vector<unsigned> roomRequests_;
+    unsigned submits_ = 0;
+    std::size_t preparedAtLastSubmit_ = 0;
     std::deque<io_uring_cqe> queued_;
+};
+
+// The registration side of a ring (common/RingRegistration.h) without a kernel: it keeps the
+// provided buffer rings registered with it, and a test takes buffers from one as the kernel's
+// recv would (in ring order from its head, only what the owner published up to its tail), fills
+// them with the bytes that "arrived" and names them in the recv completion it delivers.
+class FakeRegistration final : public RingRegistration {
+  public:
+    int registerBufferRing(const io_uring_buf_reg& registration) noexcept override;
+    int unregisterBufferRing(std::uint16_t group) noexcept override;
+    int registerSparseFiles(unsigned entries) noexcept override;
+    int unregisterFiles() noexcept override;
+
+    // Later registrations of that kind fail with `error` (-errno), as a kernel without them.
+    void refuseBufferRings(int error) noexcept { bufferRingError_ = error; }
+    void refuseFiles(int error) noexcept { filesError_ = error; }
+
+    bool hasBufferRing(std::uint16_t group) const noexcept;
+    unsigned fileEntries() const noexcept { return fileEntries_; }
+
+    struct PickedBuffer {
+        std::uint16_t id = 0;
+        std::span<std::byte> memory;  // the whole buffer
+    };
+    // The next buffer of `group` the kernel would fill; nothing when the ring is empty (the
+    // recv's -ENOBUFS) or the group is not registered.
+    std::optional<PickedBuffer> pick(std::uint16_t group) noexcept;
+    // Picks a buffer of `group`, copies `bytes` into it and returns the CQE flags of the recv
+    // completion that names it (with IORING_CQE_F_MORE when `more`); nothing when the ring is
+    // empty or the buffer too small.
+    std::optional<std::uint32_t> fill(std::uint16_t group, std::span<const std::byte> bytes,
+                                      bool more = true) noexcept;
+    // Buffers of `group` the owner has published and the "kernel" has not taken yet.
+    unsigned available(std::uint16_t group) const noexcept;
+    static std::uint32_t bufferFlags(std::uint16_t id, bool more) noexcept {
+        return IORING_CQE_F_BUFFER | static_cast<std::uint32_t>(id) << IORING_CQE_BUFFER_SHIFT |
+               (more ? IORING_CQE_F_MORE : 0u);
+    }
+
+  private:
+    struct Group {
+        std::uint16_t id = 0;
+        io_uring_buf_ring* ring = nullptr;
+        unsigned entries = 0;
+        std::uint16_t head = 0;  // the kernel's: next entry to take
+    };
+    const Group* groupOf(std::uint16_t group) const noexcept;
+
+    std::vector<Group> groups_;
+    unsigned fileEntries_ = 0;
+    int bufferRingError_ = 0;
+    int filesError_ = 0;
 };
 
 }  // namespace splicegate::test

@@ -141,9 +141,7 @@ class FlowDriverTest : public ::testing::Test {
         ASSERT_EQ(tap->open(io, "route", "client", "upstream"), AuditAction::Proceed);
     }
     CompletionTag tagOf(MoveStage stage) const {
-        auto tag = io.tag(Direction::ClientToUpstream);
-        tag.op = moverops::opFor(stage);
-        return tag;
+        return io.tag(Direction::ClientToUpstream, RingOwner::Mover).withOp(stage);
     }
     // A fill of `bytes` answered at once, then the audit chain the driver starts behind it.
     Verdict fillAndStartChain(std::size_t bytes) {
@@ -384,7 +382,7 @@ class TakingLane final : public Lane {
         return {Next::Wait};
     }
     StepResult drive(ConnectionIo&, Direction) noexcept override { return {Next::Wait}; }
-    bool ownsOp(std::uint8_t op) const noexcept override { return (op & 0xf0) == 0x60; }
+    bool owns(RingOwner owner) const noexcept override { return owner == RingOwner::BufferLane; }
     StepResult complete(ConnectionIo&, CompletionTag, MoveCompletion) noexcept override {
         return {Next::Wait};
     }

@@ -1,6 +1,7 @@
 // The switching rule and the routing between the two lanes, against fake lanes: which lane a
 // direction starts in, when it moves (both ways, and the splice lane's hand-back when it has no
-// pipe), that --lane splice and --lane buffer never move it, and which lane a completion goes to.
+// pipe), that --lane splice and --lane buffer never move it, and which lane a completion goes to
+// (by its owner alone: the lanes' op codes may be the same).
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -20,7 +21,7 @@ constexpr auto kC2u = Direction::ClientToUpstream;
 // Records what it was asked and answers with scripted results (Wait when none is left).
 class FakeLane final : public Lane {
   public:
-    FakeLane(std::uint8_t firstOp, std::uint8_t lastOp) : firstOp_(firstOp), lastOp_(lastOp) {}
+    explicit FakeLane(RingOwner owner) : owner_(owner) {}
 
     void setNow(std::chrono::steady_clock::time_point) noexcept override {}
     bool start(ConnectionIo&) noexcept override {
@@ -35,7 +36,7 @@ class FakeLane final : public Lane {
         driven.push_back(d);
         return next(driveResults);
     }
-    bool ownsOp(std::uint8_t op) const noexcept override { return op >= firstOp_ && op <= lastOp_; }
+    bool owns(RingOwner owner) const noexcept override { return owner == owner_; }
     StepResult complete(ConnectionIo&, CompletionTag tag, MoveCompletion) noexcept override {
         completed.push_back(tag.op);
         return next(completeResults);
@@ -64,23 +65,24 @@ class FakeLane final : public Lane {
         results.pop_front();
         return result;
     }
-    std::uint8_t firstOp_, lastOp_;
+    RingOwner owner_;
 };
 
-constexpr std::uint8_t kBufferOp = 0x60;
-constexpr std::uint8_t kSpliceOp = 0x41;
+// Both lanes' first op code: which lane a completion is for is its owner's business only.
+constexpr std::uint8_t kBufferOp = 0;
+constexpr std::uint8_t kSpliceOp = 0;
 
 class LaneSwitchTest : public ::testing::Test {
   protected:
     void make(LaneKind mode) {
         lanes = std::make_unique<LaneSwitch>(mode, kBufferSize);
         if (mode != LaneKind::Buffer) {
-            auto owned = std::make_unique<FakeLane>(0x40, 0x7f);
+            auto owned = std::make_unique<FakeLane>(RingOwner::Mover);
             splice = owned.get();
             lanes->own(LaneKind::Splice, std::move(owned));
         }
         if (mode != LaneKind::Splice) {
-            auto owned = std::make_unique<FakeLane>(0x60, 0x6f);
+            auto owned = std::make_unique<FakeLane>(RingOwner::BufferLane);
             buffer = owned.get();
             lanes->own(LaneKind::Buffer, std::move(owned));
         }
@@ -93,10 +95,11 @@ class LaneSwitchTest : public ::testing::Test {
         for (int i = 0; i < count; ++i) leave = lanes->recordRead(io, kC2u, bytes);
         return leave;
     }
-    CompletionTag tagWith(std::uint8_t op) const {
-        auto tag = io.tag(kC2u);
-        tag.op = op;
-        return tag;
+    CompletionTag bufferTag(std::uint8_t op) const {
+        return io.tag(kC2u, RingOwner::BufferLane).withOp(op);
+    }
+    CompletionTag spliceTag(std::uint8_t op) const {
+        return io.tag(kC2u, RingOwner::Mover).withOp(op);
     }
     LaneKind laneOf() const { return io.flows[0].lane; }
     std::uint64_t switchesTo(LaneKind lane) const {
@@ -120,7 +123,7 @@ TEST_F(LaneSwitchTest, AutoStartsBothDirectionsInTheBufferLane) {
 
 TEST_F(LaneSwitchTest, AStartThatFailsIsReported) {
     lanes = std::make_unique<LaneSwitch>(LaneKind::Splice, kBufferSize);
-    auto owned = std::make_unique<FakeLane>(0x40, 0x7f);
+    auto owned = std::make_unique<FakeLane>(RingOwner::Mover);
     owned->startOk = false;
     lanes->own(LaneKind::Splice, std::move(owned));
     EXPECT_FALSE(lanes->start(io));
@@ -204,11 +207,14 @@ TEST_F(LaneSwitchTest, BufferIsFixed) {
     EXPECT_FALSE(lanes->canLeave(io, kC2u));
 }
 
-TEST_F(LaneSwitchTest, ACompletionGoesToTheLaneOfItsOpAndDrivesTheDirection) {
+TEST_F(LaneSwitchTest, ACompletionGoesToTheLaneOfItsOwnerAndDrivesTheDirection) {
     make(LaneKind::Auto);
+    EXPECT_TRUE(lanes->owns(RingOwner::Mover));
+    EXPECT_TRUE(lanes->owns(RingOwner::BufferLane));
+    EXPECT_FALSE(lanes->owns(RingOwner::Worker));
     buffer->completeResults.push_back({Next::Continue});
     buffer->driveResults.push_back({Next::Close, Verdict::close(CloseReason::Closed, false)});
-    auto result = lanes->complete(io, tagWith(kBufferOp), MoveCompletion{10, 0});
+    auto result = lanes->complete(io, bufferTag(kBufferOp), MoveCompletion{10, 0});
     EXPECT_EQ(buffer->completed, std::vector<std::uint8_t>{kBufferOp});
     EXPECT_TRUE(splice->completed.empty());
     EXPECT_EQ(buffer->driven.size(), 1u);
@@ -216,16 +222,28 @@ TEST_F(LaneSwitchTest, ACompletionGoesToTheLaneOfItsOpAndDrivesTheDirection) {
 
     io.flows[0].lane = LaneKind::Splice;
     splice->completeResults.push_back({Next::Continue});
-    lanes->complete(io, tagWith(kSpliceOp), MoveCompletion{10, 0});
+    lanes->complete(io, spliceTag(kSpliceOp), MoveCompletion{10, 0});
     EXPECT_EQ(splice->completed, std::vector<std::uint8_t>{kSpliceOp});
     EXPECT_EQ(splice->driven.size(), 1u);
+    EXPECT_EQ(buffer->completed.size(), 1u) << "the splice lane's completion went to it alone";
+}
+
+TEST_F(LaneSwitchTest, ACompletionOfAnotherOwnerReachesNoLane) {
+    make(LaneKind::Auto);
+    auto workers = io.tag(kC2u).withOp(kBufferOp);
+    EXPECT_EQ(lanes->complete(io, workers, MoveCompletion{10, 0}).next, Next::Wait);
+    lanes->dropCompletion(workers, MoveCompletion{});
+    EXPECT_TRUE(buffer->completed.empty());
+    EXPECT_TRUE(splice->completed.empty());
+    EXPECT_TRUE(buffer->dropped.empty());
+    EXPECT_TRUE(splice->dropped.empty());
 }
 
 TEST_F(LaneSwitchTest, ALateCompletionOfTheLaneLeftDrivesNothing) {
     make(LaneKind::Auto);
     io.flows[0].lane = LaneKind::Splice;  // its recv's cancel completes after the switch
     buffer->completeResults.push_back({Next::Continue});
-    EXPECT_EQ(lanes->complete(io, tagWith(kBufferOp), MoveCompletion{-2, 0}).next, Next::Wait);
+    EXPECT_EQ(lanes->complete(io, bufferTag(kBufferOp), MoveCompletion{-2, 0}).next, Next::Wait);
     EXPECT_TRUE(buffer->driven.empty());
     EXPECT_TRUE(splice->driven.empty());
 }
@@ -235,8 +253,8 @@ TEST_F(LaneSwitchTest, DurabilityAndReleaseReachTheLanes) {
     lanes->durable(io, kC2u);
     EXPECT_EQ(buffer->durables, 1);
     EXPECT_EQ(buffer->driven.size(), 1u) << "durable chunks can be sent";
-    lanes->dropCompletion(tagWith(kBufferOp), MoveCompletion{});
-    lanes->dropCompletion(tagWith(kSpliceOp), MoveCompletion{});
+    lanes->dropCompletion(bufferTag(kBufferOp), MoveCompletion{});
+    lanes->dropCompletion(spliceTag(kSpliceOp), MoveCompletion{});
     EXPECT_EQ(buffer->dropped, std::vector<std::uint8_t>{kBufferOp});
     EXPECT_EQ(splice->dropped, std::vector<std::uint8_t>{kSpliceOp});
     lanes->release(io);
