@@ -4,10 +4,13 @@
 //
 // Why a thin virtual interface with one final implementation (common/Ring.h) rather than a
 // template parameter everywhere: Ring is `final` and defines every operation inline over
-// liburing, so code that holds a `Ring&` (the data path: movers, the buffer lane, the worker)
-// gets the liburing calls inlined, with no indirect call per SQE. Code that holds a `RingOps&`
-// (the seams tests drive with tests/support/FakeRing.h: the audit writers, the admin server)
-// pays one indirect call per SQE, on paths that prepare a few SQEs per commit or per request.
+// liburing, so code that holds a `Ring&` (the splice lane's movers, the worker's own timers and
+// control) gets the liburing calls inlined, with no indirect call per SQE. Code that holds a
+// `RingOps&` (the seams tests drive with tests/support/FakeRing.h: the buffer lane and its socket
+// table, the acceptor, the upstream connector, the audit writers, the admin server) pays one
+// indirect call per SQE: a few per chunk, connection, commit or request, next to the system call
+// each submission costs anyway. What is registered with a ring rather than submitted (a provided
+// buffer ring, the fixed file table) goes through common/RingRegistration.h.
 //
 // No operation allocates; none fails: when the submission queue is full the pending SQEs are
 // submitted first. A linked chain must not be cut by such a submit: call makeRoom(n) before

@@ -2,7 +2,8 @@
 // A scriptable stand-in for the ring (common/RingOps.h), for tests that drive a component
 // without a kernel: it records every operation prepared (what, on which fd, how long, with
 // which flags and tag) and the test delivers completions, with the results it chooses, in any
-// order it chooses. Nothing runs: a "write" reads no memory, a "recv" fills no buffer.
+// order it chooses. Nothing runs: a "write" reads no memory, a "recv" fills no buffer (the test
+// fills a provided buffer itself, through FakeRegistration below).
 #include <liburing.h>
 
 #include <cstddef>
