@@ -15,6 +15,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "common/Error.h"
@@ -364,6 +366,28 @@ TEST_F(BufferLaneDriverTest, AConnectionClosedMidFlightGivesEveryBufferBackOnRel
     EXPECT_EQ(freeBuffers(), kEntries - 1);
     lanes->dropCompletion(tagOf(kC2u, BufferLaneOp::Recv), MoveCompletion{4, *flags});
     EXPECT_EQ(freeBuffers(), kEntries);
+}
+
+TEST_F(BufferLaneDriverTest, ARefusedBufferRingFailsTheSetUpNamingTheCall) {
+    registration.refuseBufferRings(-EINVAL);
+    LaneSwitch rule(LaneKind::Buffer, kBufferSize);
+    try {
+        BufferLaneDriver driver(ring, registration, kEntries, kBufferSize, nullptr, *stats,
+                                kConnectionSlots, rule);
+        ADD_FAILURE() << "no exception";
+    } catch (const std::system_error& error) {
+        EXPECT_EQ(error.code().value(), EINVAL);
+        EXPECT_NE(std::string(error.what()).find("io_uring_register_buf_ring"), std::string::npos)
+            << error.what();
+    }
+    EXPECT_EQ(registration.fileEntries(), 0u) << "nothing left registered";
+}
+
+TEST_F(BufferLaneDriverTest, ItsRegistrationsEndWithIt) {
+    make();
+    lanes.reset();
+    EXPECT_FALSE(registration.hasBufferRing(BufferLane::kBufferGroup));
+    EXPECT_EQ(registration.fileEntries(), 0u);
 }
 
 }  // namespace

@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
+#include <span>
+#include <string>
+#include <system_error>
 #include <vector>
 
+#include "common/BufferRing.h"
 #include "tests/support/FakeRing.h"
 
 namespace splicegate::test {
@@ -128,6 +133,70 @@ TEST(FakeRing, ClearRecordKeepsPendingOperations) {
     ASSERT_EQ(since.size(), 1u);
     EXPECT_EQ(since[0].tag, tagOf(2));
     EXPECT_TRUE(ring.complete(tagOf(1), 0));
+}
+
+TEST(FakeRing, SubmitsAreCountedWithWhatWasPreparedBefore) {
+    FakeRing ring;
+    ring.nop(tagOf(1));
+    ring.nop(tagOf(2));
+    EXPECT_EQ(ring.submit(), 0);
+    ring.nop(tagOf(3));
+    EXPECT_EQ(ring.submits(), 1u);
+    EXPECT_EQ(ring.preparedAtLastSubmit(), 2u);
+}
+
+// The ring a BufferRing (common/BufferRing.h) publishes, taken from as the kernel would.
+TEST(FakeRegistration, HandsOutPublishedBuffersInRingOrderAndNothingWhenEmpty) {
+    FakeRegistration registration;
+    BufferRing buffers(registration, 3, 4, 64);
+    EXPECT_TRUE(registration.hasBufferRing(3));
+    EXPECT_EQ(registration.available(3), 4u);
+
+    const std::string text = "bytes";
+    auto flags = registration.fill(3, std::as_bytes(std::span(text)), true);
+    ASSERT_TRUE(flags);
+    EXPECT_TRUE(*flags & IORING_CQE_F_MORE);
+    auto first = BufferRing::bufferOf(*flags);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(*flags, FakeRegistration::bufferFlags(*first, true));
+    auto received = buffers.take(*first, text.size());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(received.data()), received.size()), text);
+
+    std::vector<std::uint16_t> taken{*first};
+    while (auto next = registration.pick(3)) {
+        EXPECT_EQ(next->memory.data(), buffers.memory(next->id).data());
+        EXPECT_EQ(next->memory.size(), 64u);
+        buffers.take(next->id, 0);
+        taken.push_back(next->id);
+    }
+    EXPECT_EQ(taken.size(), 4u) << "each buffer once, then the ring ran dry (-ENOBUFS)";
+    EXPECT_EQ(buffers.inUse(), 4u);
+
+    buffers.giveBack(taken[1]);
+    const std::string tooLong(65, 'x');
+    EXPECT_FALSE(registration.fill(3, std::as_bytes(std::span(tooLong))));
+    EXPECT_EQ(registration.available(3), 1u) << "a refused fill takes no buffer";
+    auto again = registration.pick(3);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->id, taken[1]) << "the buffer given back is published again";
+}
+
+TEST(FakeRegistration, RefusesWhatItWasToldToAndOneRingPerGroup) {
+    FakeRegistration registration;
+    {
+        BufferRing buffers(registration, 1, 4, 64);
+        EXPECT_THROW(BufferRing(registration, 1, 4, 64), std::system_error) << "one per group";
+    }
+    EXPECT_FALSE(registration.hasBufferRing(1)) << "unregistered when destroyed";
+    registration.refuseBufferRings(-EINVAL);
+    EXPECT_THROW(BufferRing(registration, 2, 4, 64), std::system_error);
+
+    EXPECT_EQ(registration.registerSparseFiles(64), 0);
+    EXPECT_EQ(registration.fileEntries(), 64u);
+    EXPECT_EQ(registration.unregisterFiles(), 0);
+    EXPECT_EQ(registration.fileEntries(), 0u);
+    registration.refuseFiles(-ENOMEM);
+    EXPECT_EQ(registration.registerSparseFiles(64), -ENOMEM);
 }
 
 }  // namespace
