@@ -179,6 +179,8 @@ TEST_F(FlowDriverTest, StartsTheAuditChainBehindAFill) {
     EXPECT_EQ(chain.audit.fd, 1000) << "the audit write goes to the reserved destination";
     EXPECT_EQ(chain.flow.slot, 3u);
     EXPECT_EQ(chain.flow.generation, 9u);
+    EXPECT_EQ(chain.flow.owner, RingOwner::Mover) << "the splice lane names itself the owner";
+    EXPECT_EQ(chain.flow.direction, static_cast<std::uint8_t>(Direction::ClientToUpstream));
     EXPECT_TRUE(io.at(Direction::ClientToUpstream).move().busy());
 }
 
