@@ -335,6 +335,27 @@ cpu_busy_pct() {
 FOREIGN=()
 
 # record RUN PARTY METRIC VALUE
+# sample_placement PID OUT: every 0.1 s while PID lives, which CPU each of its sg-worker-*
+# threads is on; writes the share of samples (%) that found two workers on one CPU. That, not
+# the traffic, decided whether an rr run's tail was the good or the bad one (issue 32).
+sample_placement() {
+    local pid=$1 out=$2 samples=0 shared=0 task cpus
+    while alive "$pid"; do
+        cpus=()
+        for task in /proc/"$pid"/task/*; do
+            [[ $(cat "$task/comm" 2>/dev/null) == sg-worker-* ]] || continue
+            cpus+=("$(sed 's/.*) //' "$task/stat" 2>/dev/null | awk '{ print $37 }')")
+        done
+        if ((${#cpus[@]} >= 2)); then
+            samples=$((samples + 1))
+            [[ $(printf '%s\n' "${cpus[@]}" | sort | uniq -d) ]] && shared=$((shared + 1))
+        fi
+        sleep 0.1
+    done
+    ((samples > 0)) && echo $((100 * shared / samples)) >"$out"
+    return 0
+}
+
 record() { [[ -n $4 ]] && printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; return 0; }
 
 # measure RUN TEST PARTY
@@ -377,6 +398,12 @@ measure() {
     timeout -k 5 "$limit" "$BENCH" "${args[@]}" >"$WORK/$tag.client.out" 2>"$WORK/$tag.client.log" &
     local client=$!
     PIDS+=("$client")
+    local sampler=""
+    if [[ $party == splicegate-* && -n $RELAY_PID && ($test == rr || $test == churn) ]]; then
+        sample_placement "$RELAY_PID" "$WORK/$tag.placement" &
+        sampler=$!
+        PIDS+=("$sampler")
+    fi
     wait "$client" || rc=$?
     forget_pid "$client"
     out=$(cat "$WORK/$tag.client.out")
@@ -395,6 +422,12 @@ measure() {
     fi
     COPY_BYTES=""
     stop_relay "$tag"
+    if [[ -n $sampler ]]; then
+        wait "$sampler" 2>/dev/null || true
+        forget_pid "$sampler"
+        [[ -s $WORK/$tag.placement ]] &&
+            record "$run" "$party" "${test}_shared_cpu_pct" "$(cat "$WORK/$tag.placement")"
+    fi
     [[ -n $COPY_BYTES ]] && record "$run" "$party" "${test}_copy_bytes" "$COPY_BYTES"
     ((rc == 0)) || FAILED=1
     echo "  $out" >&2
