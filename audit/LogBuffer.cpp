@@ -42,11 +42,11 @@ LogBuffer::LogBuffer(LogBuffer&& other) noexcept
       ring_(std::exchange(other.ring_, nullptr)) {}
 
 LogBuffer::~LogBuffer() {
-    if (ring_ != nullptr) io_uring_unregister_buffers(ring_);
+    if (ring_ != nullptr) ring_->unregisterBuffers();
     if (base_ != nullptr) ::munmap(base_, totalBytes());
 }
 
-int LogBuffer::registerWith(io_uring& ring) noexcept {
+int LogBuffer::registerWith(RingRegistration& ring) noexcept {
     if (ring_ != nullptr) return -EALREADY;
     std::vector<iovec> vectors;
     try {
@@ -55,7 +55,7 @@ int LogBuffer::registerWith(io_uring& ring) noexcept {
         return -ENOMEM;
     }
     for (unsigned i = 0; i < count_; ++i) vectors[i] = {buffer(i), bufferBytes_};
-    int rc = io_uring_register_buffers(&ring, vectors.data(), count_);
+    int rc = ring.registerBuffers(vectors.data(), count_);
     if (rc < 0) return rc;
     ring_ = &ring;
     return 0;

@@ -7,10 +7,10 @@
 // destroyed before its ring is torn down (the destructor unregisters). Thread affinity: the ring's
 // thread. Errors: the constructor throws (std::invalid_argument for sizes, std::system_error
 // naming mmap); registerWith() returns -errno and leaves the buffers usable unregistered.
-#include <liburing.h>
-
 #include <cstddef>
 #include <cstdint>
+
+#include "common/RingRegistration.h"
 
 namespace splicegate::audit {
 
@@ -40,14 +40,14 @@ class LogBuffer {
     // Registers all buffers with `ring`. -EBUSY: the ring already has fixed buffers; -ENOMEM:
     // RLIMIT_MEMLOCK is below totalBytes() (registered pages count against it unless the
     // process has CAP_IPC_LOCK). The caller then writes from the same memory unregistered.
-    int registerWith(io_uring& ring) noexcept;
+    int registerWith(RingRegistration& ring) noexcept;
     bool registered() const noexcept { return ring_ != nullptr; }
 
   private:
     std::byte* base_ = nullptr;
     std::size_t bufferBytes_ = 0;
     unsigned count_ = 0;
-    io_uring* ring_ = nullptr;
+    RingRegistration* ring_ = nullptr;
 };
 
 }  // namespace splicegate::audit

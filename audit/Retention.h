@@ -80,16 +80,16 @@ struct RetentionPolicy {
     std::uint64_t maxAgeHours = 0;  // 0 = no age limit
     // A deleted segment's data file becomes one of its worker's spares (spareDataName, mode
     // 0600) when a slot is free, instead of being unlinked: one of the direct writer's next
-    // segments takes it (AuditWriter::recycleSpareDataFiles). It leaves the log all the same.
+    // segments takes it (SegmentStore::recycleSpareDataFiles). It leaves the log all the same.
     // With maxAgeHours, a spare whose last write is older than the limit is unlinked, so deleted
     // bytes do not outlive the age limit on disk (whether or not this run recycles).
     bool recycleDataFiles = false;
 };
 
 struct RetentionResult {
-    std::vector<std::string> deleted;   // paths removed from the log, in deletion order
-    std::uint64_t freedBytes = 0;       // their sizes (a recycled data file's too)
-    std::uint64_t recycledFiles = 0;    // data files among them kept as spares
+    std::vector<std::string> deleted;  // paths removed from the log, in deletion order
+    std::uint64_t freedBytes = 0;      // their sizes (a recycled data file's too)
+    std::uint64_t recycledFiles = 0;   // data files among them kept as spares
     // Spares unlinked because their bytes passed maxAgeHours (paths; not part of the log).
     std::vector<std::string> agedSpares;
     // Workers whose current segment is a recycled data file (mode 0600: past its new payload it
@@ -110,25 +110,25 @@ std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
                                               unsigned fromWorker);
 
 class RetentionPlanner {
-public:
-  // `chainKey`: --audit-hmac-key-file, for the retention log's entries (null: unkeyed).
-  explicit RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey = nullptr);
-  ~RetentionPlanner();
-  RetentionPlanner(RetentionPlanner&&) noexcept;
-  RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
+  public:
+    // `chainKey`: --audit-hmac-key-file, for the retention log's entries (null: unkeyed).
+    explicit RetentionPlanner(std::string dir, std::shared_ptr<const ChainKey> chainKey = nullptr);
+    ~RetentionPlanner();
+    RetentionPlanner(RetentionPlanner&&) noexcept;
+    RetentionPlanner& operator=(RetentionPlanner&&) noexcept;
 
-  // Scans the directory (reusing the cached summaries of sealed segments), deletes what
-  // `policy` allows and returns what it did. `nowNs`: wall clock, ns since the Unix epoch.
-  RetentionResult apply(const RetentionPolicy& policy, std::int64_t nowNs);
+    // Scans the directory (reusing the cached summaries of sealed segments), deletes what
+    // `policy` allows and returns what it did. `nowNs`: wall clock, ns since the Unix epoch.
+    RetentionResult apply(const RetentionPolicy& policy, std::int64_t nowNs);
 
-  const std::string& directory() const noexcept { return dir_; }
-  // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
-  std::uint64_t indexScans() const noexcept { return indexScans_; }
-  // The retention log's size from which the next append first compacts it (default 1 MiB,
-  // about 7,000 entries); tests set a small one.
-  void setLogCompactionBytes(std::uint64_t bytes) noexcept { compactAt_ = bytes; }
+    const std::string& directory() const noexcept { return dir_; }
+    // Index files read so far (cache misses plus unsealed segments); for tests and debugging.
+    std::uint64_t indexScans() const noexcept { return indexScans_; }
+    // The retention log's size from which the next append first compacts it (default 1 MiB,
+    // about 7,000 entries); tests set a small one.
+    void setLogCompactionBytes(std::uint64_t bytes) noexcept { compactAt_ = bytes; }
 
-private:
+  private:
     struct Cache;  // summaries of sealed segments (Retention.cpp)
 
     // Appends one SegmentsDeleted entry (after the log's last valid entry) and syncs it.

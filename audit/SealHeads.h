@@ -2,7 +2,7 @@
 // Each worker's newest seal: the head of its chain, which a copy kept off the box (the journal's
 // `audit seal` lines, `splicegatectl status`, the archive) compares with `splicegate-audit verify
 // --expect-head` to find a log whose newest segments were deleted or rewritten.
-// Thread affinity: written by each worker's AuditWriter, read by the admin thread; one mutex,
+// Thread affinity: written by each worker's SegmentStore, read by the admin thread; one mutex,
 // touched once per sealed segment.
 #include <cstdint>
 #include <map>

@@ -184,7 +184,7 @@ class Ring final : public RingOps {
     }
     // Submits pending SQEs and waits for at least one completion or until `timeoutMs`.
     // Returns -errno (-ETIME and -EINTR are normal).
-    int submitAndWait(unsigned timeoutMs) noexcept;
+    int submitAndWait(unsigned timeoutMs) noexcept override;
     int submit() noexcept override;
     // Submits pending SQEs and reaps what completed without waiting (with DEFER_TASKRUN a plain
     // submit would leave finished work unposted).
@@ -210,6 +210,9 @@ class Ring final : public RingOps {
         }
         io_uring_cq_advance(&ring_, count);
         return count;
+    }
+    unsigned drainCompletionsTo(CompletionSink sink) override {
+        return drainCompletions([sink](const io_uring_cqe& cqe) { sink.handle(sink.target, cqe); });
     }
 
     io_uring* raw() noexcept { return &ring_; }

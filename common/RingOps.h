@@ -15,12 +15,16 @@
 // No operation allocates; none fails: when the submission queue is full the pending SQEs are
 // submitted first. A linked chain must not be cut by such a submit: call makeRoom(n) before
 // preparing a chain of n.
+//
+// Besides the SQEs, a blocking wait and its reaping, for the shutdown paths of a seam (the audit
+// writers') that must see their own work end after the worker's loop is gone.
 #include <liburing.h>
 #include <sys/socket.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "common/CompletionTag.h"
 
@@ -153,6 +157,27 @@ class RingOps {
     // an fd that is about to be closed: the kernel resolves the number when it takes the SQE,
     // and once closed the number may name another file.
     virtual int submit() noexcept = 0;
+
+    // Submits pending SQEs and waits for at least one completion or until `timeoutMs`.
+    // Returns -errno (-ETIME and -EINTR are normal).
+    virtual int submitAndWait(unsigned timeoutMs) noexcept = 0;
+
+    // Where drainCompletions() through a RingOps& hands each completion.
+    struct CompletionSink {
+        void* target;
+        void (*handle)(void* target, const io_uring_cqe& cqe);
+    };
+    // Hands the completions ready on entry to `sink` and marks them seen.
+    virtual unsigned drainCompletionsTo(CompletionSink sink) = 0;
+    // The same with any callable `handle(const io_uring_cqe&)`, for code that holds a RingOps&
+    // (Ring and FakeRing have their own, inline, for code that holds them).
+    template <typename Handler>
+    unsigned drainCompletions(Handler&& handle) {
+        using Callable = std::remove_reference_t<Handler>;
+        return drainCompletionsTo(CompletionSink{
+            const_cast<void*>(static_cast<const void*>(&handle)),
+            [](void* target, const io_uring_cqe& cqe) { (*static_cast<Callable*>(target))(cqe); }});
+    }
 
   protected:
     RingOps() = default;

@@ -1,13 +1,15 @@
 #pragma once
 // What a component registers with a ring besides the SQEs it prepares (common/RingOps.h): a
-// provided buffer ring (common/BufferRing.h) and the sparse fixed file table
-// (datapath/SocketTable.h). A narrow interface of its own, so that the code that owns such a
+// provided buffer ring (common/BufferRing.h), the sparse fixed file table
+// (datapath/SocketTable.h) and the fixed buffers writeFixed() writes from (the audit's log
+// buffer, audit/LogBuffer.h). A narrow interface of its own, so that the code that owns such a
 // registration can run over tests/support/FakeRing.h's FakeRegistration, which keeps a
 // registered buffer ring and hands its buffers out as the kernel would, without a kernel ring.
 //
 // Every call returns 0 or -errno, as liburing does; none throws. The io_uring must outlive what
 // was registered with it.
 #include <liburing.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 
@@ -22,6 +24,10 @@ class RingRegistration {
     // A fixed file table of `entries`, all empty (kernel 5.19).
     virtual int registerSparseFiles(unsigned entries) noexcept = 0;
     virtual int unregisterFiles() noexcept = 0;
+    // `count` buffers as the ring's fixed buffers (buffer i is index i of RingOps::writeFixed()).
+    // -EBUSY: it has some already; -ENOMEM: RLIMIT_MEMLOCK is below them.
+    virtual int registerBuffers(const iovec* buffers, unsigned count) noexcept = 0;
+    virtual int unregisterBuffers() noexcept = 0;
 
   protected:
     RingRegistration() = default;
@@ -47,6 +53,10 @@ class IoUringRegistration final : public RingRegistration {
         return io_uring_register_files_sparse(ring_, entries);
     }
     int unregisterFiles() noexcept override { return io_uring_unregister_files(ring_); }
+    int registerBuffers(const iovec* buffers, unsigned count) noexcept override {
+        return io_uring_register_buffers(ring_, buffers, count);
+    }
+    int unregisterBuffers() noexcept override { return io_uring_unregister_buffers(ring_); }
 
   private:
     io_uring* ring_;

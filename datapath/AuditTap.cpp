@@ -136,7 +136,7 @@ std::optional<SyncOutcome> AuditTap::tick() noexcept {
 
 std::optional<SyncOutcome> AuditTap::startSync() noexcept {
     syncStarted_ = std::chrono::steady_clock::now();
-    int rc = log_->startSync(CompletionTag::make(kSyncOp));
+    int rc = log_->startSync(CompletionTag::of(RingOwner::AuditTap, AuditTapOp::GroupCommit));
     if (rc < 0) return finishSync(rc);
     return std::nullopt;
 }

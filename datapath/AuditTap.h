@@ -4,8 +4,9 @@
 // judged fail-closed or fail-open. It returns decisions (AuditDecision, SyncOutcome) and never
 // closes a connection itself: the connection layer acts on them.
 //
-// The log writer is behind the AuditLog seam (datapath/AuditLog.h). Thread affinity: the owning
-// worker. Everything on the data path is noexcept.
+// The log writer is behind the AuditLog seam (audit/AuditLog.h), chosen with this tap's policy
+// in audit/AuditLogFactory.h. Thread affinity: the owning worker. Everything on the data path is
+// noexcept.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -13,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "datapath/AuditLog.h"
+#include "audit/AuditLog.h"
 #include "datapath/ConnectionIo.h"
 #include "metrics/Stats.h"
 
@@ -43,12 +44,11 @@ struct SyncOutcome {
     bool writeFailed = false;
 };
 
+// The tap's op codes (RingOwner::AuditTap): the tag it hands its log's startSync().
+enum class AuditTapOp : std::uint8_t { GroupCommit = 1 };
+
 class AuditTap {
   public:
-    // io_uring op codes of the group commit (0x20..0x2f), routed here by the worker.
-    static constexpr std::uint8_t kSyncOp = 0x20;
-    static constexpr bool isAuditOp(std::uint8_t op) noexcept { return (op & 0xf0) == 0x20; }
-
     AuditTap(std::unique_ptr<AuditLog> log, AuditPolicy policy, WorkerStats& stats) noexcept;
 
     bool strict() const noexcept { return policy_.strict; }
@@ -79,7 +79,9 @@ class AuditTap {
     // when a sync could not even start (it counts as failed).
     std::optional<SyncOutcome> afterTurn() noexcept;
     std::optional<SyncOutcome> tick() noexcept;
-    // A completion with an audit op: the sync's outcome once its last step is in.
+    // A completion of RingOwner::AuditTap (the group commit) or RingOwner::AuditLog (the log's
+    // own disk work, audit/AuditLogOps.h), routed here by the worker: the sync's outcome once
+    // its last step is in.
     std::optional<SyncOutcome> complete(CompletionTag tag, int result) noexcept;
     bool lostBySyncFailure(const ConnectionIo& io) const noexcept {
         return io.audited && io.auditSyncTarget > log_->durableSequence();

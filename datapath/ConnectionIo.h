@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "audit/AuditLog.h"
 #include "common/CompletionTag.h"
 #include "common/UniqueFd.h"
-#include "datapath/AuditLog.h"
 #include "datapath/BufferLaneFlow.h"
 #include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "audit/DirectLogWriter.h"
+#include "audit/DirectDataWriter.h"
 #include "audit/LogBuffer.h"
 #include "audit/SealChain.h"
 #include "common/Error.h"

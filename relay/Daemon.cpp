@@ -16,10 +16,11 @@
 
 #include "admin/AdminServer.h"
 #include "audit/AuditDirectory.h"
-#include "audit/AuditWriter.h"
+#include "audit/AuditLogFactory.h"
 #include "audit/Crc32c.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
+#include "audit/SegmentStore.h"
 #include "common/Error.h"
 #include "common/Groups.h"
 #include "common/Log.h"
@@ -148,7 +149,7 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
                 " connections were open at the last stop and are marked truncated");
     // Spares no worker will take: of workers beyond today's count, or all of them when the
     // writer does not recycle.
-    auto keepSparesBelow = config.audit.writer == AuditWriterKind::Direct ? workers : 0;
+    auto keepSparesBelow = recyclesSpareDataFiles(config.audit.writer) ? workers : 0;
     for (const auto& name : audit::removeSpareDataFiles(held->fd(), held->path(), keepSparesBelow))
         logInfo("audit: removed ", config.audit.dir, "/", name, ", a spare no worker will take");
     for (const auto& [worker, last] : report.lastSegment) {
@@ -183,7 +184,7 @@ class RetentionJob {
     // `chainKey`: the writers' key, for the retention log's chained entries.
     RetentionJob(const Config& config, std::shared_ptr<const audit::ChainKey> chainKey)
         : policy_{config.audit.retentionBytes, config.audit.retentionHours,
-                  config.audit.writer == AuditWriterKind::Direct} {
+                  recyclesSpareDataFiles(config.audit.writer)} {
         if (!config.audit.dir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
             planner_.emplace(config.audit.dir, std::move(chainKey));
     }

@@ -99,8 +99,6 @@ void Dispatcher::onAuditCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
 }
 
 void Dispatcher::onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
-    // Until the audit tags its own owner: its op range.
-    if (AuditTap::isAuditOp(tag.op)) return onAuditCompletion(tag, cqe);
     switch (tag.opAs<Op>()) {
         case Op::Ignore:
         case Op::Control:  // the worker's own (relay/Worker.cpp)

@@ -4,14 +4,14 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "audit/AuditLogFactory.h"
+#include "audit/SegmentStore.h"
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/ThreadName.h"
 #include "datapath/BufferLaneDriver.h"
-#include "datapath/DirectAuditLog.h"
 #include "datapath/Failpoints.h"
 #include "datapath/FlowDriver.h"
-#include "datapath/SegmentAuditLog.h"
 #include "relay/CpuPlacement.h"
 #include "relay/WorkerOps.h"
 
@@ -25,37 +25,6 @@ constexpr unsigned kMaxBoundIoWorkers = 2;
 constexpr unsigned kMaxUnboundIoWorkers = 4;
 constexpr std::size_t kMaxIdlePipes = 16;
 constexpr auto kControlTag = CompletionTag::make(WorkerOp::Control);
-
-// The one place the audit writer is chosen (--audit-writer).
-std::unique_ptr<AuditLog> makeAuditLog(const WorkerSettings& settings,
-                                       std::unique_ptr<audit::AuditWriter> writer, Ring& ring) {
-    // Index records are written after their chunk went on: their space is taken first, so a
-    // full disk refuses the chunk instead of tearing the index (both writers).
-    bool direct = settings.audit.writer == AuditWriterKind::Direct;
-    if (!writer->reserveSpaceAhead(direct))
-        logWarn("audit: ", settings.audit.dir, " cannot allocate ahead (no fallocate)",
-                direct ? ": under fail-closed every audited chunk waits for its data to be durable"
-                       : "");
-    if (!direct) return std::make_unique<SegmentAuditLog>(std::move(writer), ring);
-    audit::DirectLogOptions options;
-    options.bufferBytes = settings.audit.bufferBytes;
-    options.writeDelay = std::chrono::milliseconds(failpointAuditWriteDelayMs());
-    options.label = "audit " + settings.audit.dir;
-    return std::make_unique<DirectAuditLog>(std::move(writer), ring, options);
-}
-
-AuditPolicy auditPolicy(const WorkerSettings& settings, const AuditLog& log) noexcept {
-    AuditPolicy policy;
-    policy.failClosed = settings.audit.onError == AuditOnError::FailClosed;
-    // Fail-closed never forwards a byte the log then loses to a full disk. A writer that takes
-    // its disk space before accepting a chunk (the splice writer's splice, the direct writer's
-    // space taken ahead) fails at once; one that cannot must hold each chunk until durable,
-    // whatever the durability mode.
-    bool holdUntilDurable = policy.failClosed && log.mayLoseAcceptedBytesToFullDisk();
-    policy.strict = settings.audit.durability == AuditDurability::Strict || holdUntilDurable;
-    policy.groupCommit = settings.audit.durability != AuditDurability::None || holdUntilDurable;
-    return policy;
-}
 
 }  // namespace
 
@@ -125,12 +94,12 @@ void Worker::makeDataPath() {
         auto first = index_ < context_.auditStart.firstSegment.size()
                          ? context_.auditStart.firstSegment[index_]
                          : 1;
-        auto writer = std::make_unique<audit::AuditWriter>(
+        auto writer = std::make_unique<audit::SegmentStore>(
             settings.audit.dir, index_, first, settings.audit.segmentBytes,
             &context_.nextConnectionId, context_.auditStart.chainKey, &context_.sealHeads);
-        auto log = makeAuditLog(settings, std::move(writer), *ring_);
-        auto policy = auditPolicy(settings, *log);
-        audit_ = std::make_unique<AuditTap>(std::move(log), policy, *stats_);
+        auto chosen =
+            makeAuditLog(settings.audit, std::move(writer), *ring_, ring_->registration());
+        audit_ = std::make_unique<AuditTap>(std::move(chosen.log), chosen.policy, *stats_);
     }
     mover_ = makeMover(settings.datapath.engine(), *ring_);
     const auto& datapath = settings.datapath;

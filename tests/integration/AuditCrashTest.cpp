@@ -47,7 +47,7 @@ constexpr int kFsyncIntervalMs = 50;
 // (every interval), so a byte the far end received that the recovered audit lacks must have
 // arrived at most about one interval before the kill. The slack covers timer and scheduling
 // delay on a loaded 2-core box and, mainly, the daemon's design: a tick that finds the previous
-// fdatasync still running writes no index records (AuditWriter::beginSync), so under heavy
+// fdatasync still running writes no index records (SegmentStore::beginSync), so under heavy
 // writeback the window grows by the fdatasync time (up to ~125 ms measured here, against the
 // 50 ms interval). Pacing keeps each direction at <= ~16 MiB/s, so the window still bounds the
 // loss to about 4 MiB per direction; kills come 50-500 ms into the transfers.
@@ -134,9 +134,12 @@ class AuditCrashTest : public ::testing::Test {
         uint64_t maxIdBefore = 0;
         uint64_t nextClientId = 1;
         Outcome outcome;
-        std::vector<std::string> auditArgs{
-            "--audit-dir", auditDir, "--audit-durability", durability,
-            "--audit-fsync-interval-ms", std::to_string(kFsyncIntervalMs)};
+        std::vector<std::string> auditArgs{"--audit-dir",
+                                           auditDir,
+                                           "--audit-durability",
+                                           durability,
+                                           "--audit-fsync-interval-ms",
+                                           std::to_string(kFsyncIntervalMs)};
         auditArgs.insert(auditArgs.end(), laneArgs.begin(), laneArgs.end());
 
         for (int round = 0; round < rounds; ++round) {

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
-#include "audit/AuditWriter.h"
 #include "audit/ConnectionIdLease.h"
 #include "audit/Records.h"
 #include "audit/Retention.h"
+#include "audit/SegmentStore.h"
 #include "tests/support/AuditSupport.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/Sockets.h"
@@ -76,13 +76,14 @@ std::string garbage(std::size_t size, uint64_t seed) {
 }
 
 class AuditRecoveryTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         auditDir_ = root_.path() + "/audit";
         index_ = auditDir_ + "/" + audit::segmentBaseName(0, 1) + ".index";
         data_ = auditDir_ + "/" + audit::segmentBaseName(0, 1) + ".data";
         board_ = std::make_shared<CheckedBoard>();
-        upstream_ = std::make_unique<TestServer>(checkedUpstream(board_, milliseconds(20000), {}, 64 << 20));
+        upstream_ = std::make_unique<TestServer>(
+            checkedUpstream(board_, milliseconds(20000), {}, 64 << 20));
         port_ = pickFreePort();
         // A clean log: one worker, five connections, drained (segment 1 sealed).
         for (std::size_t i = 0; i < 5; ++i)
@@ -110,8 +111,8 @@ protected:
     std::string startOverDamage(uint64_t newId) {
         port_ = pickFreePort();  // the first daemon's listener may linger a moment
         Daemon daemon(args());
-        EXPECT_TRUE(daemon.waitReady(port_)) << "the daemon refused to start over a damaged log"
-                                             << daemon.why();
+        EXPECT_TRUE(daemon.waitReady(port_))
+            << "the daemon refused to start over a damaged log" << daemon.why();
         if (!daemon.running()) return daemon.log();
         CheckedClient fresh = makeCheckedClient(newId, 100 * kKiB + 1, 90 * kKiB + 3);
         runCheckedClient(port_, fresh, milliseconds(10000));
@@ -230,7 +231,8 @@ TEST_F(AuditRecoveryTest, IndexTruncatedMidRecordIsCutAndReported) {
     auto lines = recoveryLines(log);
     EXPECT_NE(lines.find("cut"), std::string::npos) << "recovery did not report the cut:\n" << log;
     EXPECT_NE(lines.find(std::to_string(chunk.offset)), std::string::npos)
-        << "recovery did not name the cut offset " << chunk.offset << ":\n" << lines;
+        << "recovery did not name the cut offset " << chunk.offset << ":\n"
+        << lines;
     EXPECT_TRUE(auditVerifies(auditDir_)) << "after recovery of a torn index\n" << lines;
     // Connections whose Close record was cut are truncated; their extracts are real prefixes.
     auto listing = auditList(auditDir_);
@@ -266,9 +268,11 @@ TEST_F(AuditRecoveryTest, GarbageAppendedIsCutAndNothingDurableLost) {
     std::string log = startOverDamage(100);
     auto lines = recoveryLines(log);
     EXPECT_NE(lines.find(std::to_string(indexSize)), std::string::npos)
-        << "recovery did not report cutting the index garbage at " << indexSize << ":\n" << log;
+        << "recovery did not report cutting the index garbage at " << indexSize << ":\n"
+        << log;
     EXPECT_NE(lines.find(std::to_string(dataSize)), std::string::npos)
-        << "recovery did not report cutting the data garbage at " << dataSize << ":\n" << log;
+        << "recovery did not report cutting the data garbage at " << dataSize << ":\n"
+        << log;
     EXPECT_EQ(fileSize(data_), dataSize);
     EXPECT_TRUE(auditVerifies(auditDir_)) << "after recovery of appended garbage\n" << lines;
     expectOriginalIntact();
@@ -283,7 +287,8 @@ TEST_F(AuditRecoveryTest, FlippedByteInSealedSegmentIsReportedNotCut) {
     ASSERT_EQ(chunk.record.type, audit::RecordType::Chunk);
     flipByte(index_, chunk.offset + 30);  // inside the body (length/offset fields)
     const uint64_t indexSize = fileSize(index_);
-    const std::string place = audit::segmentBaseName(0, 1) + ".index:" + std::to_string(chunk.offset);
+    const std::string place =
+        audit::segmentBaseName(0, 1) + ".index:" + std::to_string(chunk.offset);
 
     auto pre = auditVerify(auditDir_);
     EXPECT_TRUE(pre.status && pre.status->isExit(1)) << describeProcess(pre);
@@ -293,7 +298,8 @@ TEST_F(AuditRecoveryTest, FlippedByteInSealedSegmentIsReportedNotCut) {
     std::string log = startOverDamage(100);
     auto lines = recoveryLines(log);
     EXPECT_NE(lines.find(place), std::string::npos)
-        << "the daemon did not report the damage at " << place << ":\n" << log;
+        << "the daemon did not report the damage at " << place << ":\n"
+        << log;
     EXPECT_EQ(fileSize(index_), indexSize) << "recovery changed a sealed, damaged index";
     auto verify = auditVerify(auditDir_);
     EXPECT_TRUE(verify.status && verify.status->isExit(1)) << describeProcess(verify);
@@ -321,14 +327,16 @@ TEST_F(AuditRecoveryTest, TruncatedDataFileOfSealedSegmentIsReported) {
         }
     }
     ASSERT_GT(firstBeyond, 0u);
-    const std::string place = audit::segmentBaseName(0, 1) + ".index:" + std::to_string(firstBeyond);
+    const std::string place =
+        audit::segmentBaseName(0, 1) + ".index:" + std::to_string(firstBeyond);
     auto pre = auditVerify(auditDir_);
     EXPECT_TRUE(pre.status && pre.status->isExit(1)) << describeProcess(pre);
     EXPECT_NE((pre.out + pre.err).find(place), std::string::npos) << describeProcess(pre);
 
     std::string log = startOverDamage(100);
     EXPECT_NE(recoveryLines(log).find(place), std::string::npos)
-        << "the daemon did not report the damage at " << place << ":\n" << log;
+        << "the daemon did not report the damage at " << place << ":\n"
+        << log;
     EXPECT_EQ(fileSize(data_), dataSize / 2);
     auto verify = auditVerify(auditDir_);
     EXPECT_TRUE(verify.status && verify.status->isExit(1)) << describeProcess(verify);
@@ -345,11 +353,13 @@ TEST_F(AuditRecoveryTest, GarbageIndexFileIsRepairedAndNumberingContinues) {
         UniqueFd fd(::open(junk.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
         ASSERT_TRUE(fd);
         auto bytes = garbage(777, 3);
-        ASSERT_EQ(::write(fd.get(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+        ASSERT_EQ(::write(fd.get(), bytes.data(), bytes.size()),
+                  static_cast<ssize_t>(bytes.size()));
     }
     auto pre = auditVerify(auditDir_);
     EXPECT_TRUE(pre.status && pre.status->isExit(1)) << describeProcess(pre);
-    EXPECT_NE((pre.out + pre.err).find(audit::segmentBaseName(0, 7) + ".index:0"), std::string::npos)
+    EXPECT_NE((pre.out + pre.err).find(audit::segmentBaseName(0, 7) + ".index:0"),
+              std::string::npos)
         << describeProcess(pre);
 
     std::string log = startOverDamage(100);

@@ -1,4 +1,4 @@
-// The audit tap over the segment log on a real ring: Open, a chunk written where the
+// The audit tap over the splice writer on a real ring: Open, a chunk written where the
 // reservation says, booked, made durable by the group commit (fdatasyncs through io_uring), the
 // waiting flow resumed, Close; then the log read back. A new AuditLog writer can copy this test.
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <system_error>
 
 #include "audit/AuditReader.h"
-#include "audit/AuditWriter.h"
+#include "audit/SegmentStore.h"
+#include "audit/SpliceAuditLog.h"
 #include "common/Ring.h"
 #include "datapath/AuditTap.h"
-#include "datapath/SegmentAuditLog.h"
 #include "tests/support/AuditSupport.h"
 #include "tests/support/Daemon.h"
 
@@ -28,10 +28,10 @@ class AuditTapTest : public ::testing::Test {
         } catch (const std::system_error& error) {
             GTEST_SKIP() << "io_uring unavailable: " << error.what();
         }
-        auto writer = std::make_unique<audit::AuditWriter>(dir_.path(), 0, 1, 1u << 20);
+        auto writer = std::make_unique<audit::SegmentStore>(dir_.path(), 0, 1, 1u << 20);
         AuditPolicy policy;
         policy.strict = true;
-        auto log = std::make_unique<SegmentAuditLog>(std::move(writer), *ring_);
+        auto log = std::make_unique<SpliceAuditLog>(std::move(writer), *ring_);
         log_ = log.get();
         tap_ = std::make_unique<AuditTap>(std::move(log), policy, stats_);
         io_.id = 42;
@@ -46,7 +46,8 @@ class AuditTapTest : public ::testing::Test {
             ring_->submitAndWait(1000);
             ring_->drainCompletions([&](const io_uring_cqe& cqe) {
                 auto tag = CompletionTag::decode(cqe.user_data);
-                ASSERT_TRUE(AuditTap::isAuditOp(tag.op));
+                ASSERT_EQ(tag.owner, RingOwner::AuditTap)
+                    << "the splice writer tags its sync with the tap's tag";
                 if (auto done = tap_->complete(tag, cqe.res)) outcome = done;
             });
         }
@@ -57,7 +58,7 @@ class AuditTapTest : public ::testing::Test {
     std::unique_ptr<Ring> ring_;
     WorkerStats stats_;
     std::unique_ptr<AuditTap> tap_;
-    SegmentAuditLog* log_ = nullptr;  // tap_'s
+    SpliceAuditLog* log_ = nullptr;  // tap_'s
     ConnectionIo io_;
 };
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/Ring.h"
 #include "common/UniqueFd.h"
@@ -87,6 +88,43 @@ TEST(RingOpsTest, FileOperationsRunInTheirLinkedOrder) {
     EXPECT_EQ(resultOf(renamed, tagOf(6)), 0);
     EXPECT_EQ(resultOf(renamed, tagOf(7)), 0);
     EXPECT_EQ(::access(second.c_str(), F_OK), 0);
+}
+
+// What a seam that holds a RingOps& does with the ring itself (the audit's direct writer): its
+// buffers registered (RingRegistration) for writeFixed, and at shutdown a wait and a drain
+// through the interface.
+TEST(RingOpsTest, RegisteredBuffersWriteFixedAndTheInterfaceWaitsAndDrains) {
+    Ring ring(8, 1, 1);
+    RingOps& ops = ring;
+    RingRegistration& registration = ring.registration();
+    test::TempDir dir;
+    UniqueFd file(::open(dir.file("fixed").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_TRUE(file);
+    alignas(4096) static std::array<std::byte, 4096> buffer;
+    std::memset(buffer.data(), 'f', buffer.size());
+    iovec vector{buffer.data(), buffer.size()};
+    int rc = registration.registerBuffers(&vector, 1);
+    if (rc == -ENOMEM) GTEST_SKIP() << "RLIMIT_MEMLOCK is below one page";
+    ASSERT_EQ(rc, 0) << std::strerror(-rc);
+    EXPECT_EQ(registration.registerBuffers(&vector, 1), -EBUSY)
+        << "a ring has one set of fixed buffers";
+    ops.writeFixed(file.get(), std::span(buffer).first(100), 0, 0, 0, tagOf(1));
+    std::vector<std::uint64_t> seen;
+    std::vector<int> results;
+    for (int waits = 0; seen.empty() && waits < 10; ++waits) {
+        EXPECT_GE(ops.submitAndWait(1000), 0);
+        ops.drainCompletions([&](const io_uring_cqe& cqe) {
+            seen.push_back(cqe.user_data);
+            results.push_back(cqe.res);
+        });
+    }
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0], tagOf(1).encode());
+    EXPECT_EQ(results[0], 100);
+    EXPECT_EQ(registration.unregisterBuffers(), 0);
+    EXPECT_EQ(registration.registerBuffers(&vector, 1), 0) << "unregistered, the table is free";
+    EXPECT_EQ(registration.unregisterBuffers(), 0);
+    EXPECT_EQ(ops.submitAndWait(10), -ETIME) << "nothing in flight: the wait times out";
 }
 
 TEST(RingOpsTest, AFailedLinkCancelsWhatFollows) {

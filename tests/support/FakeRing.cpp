@@ -205,6 +205,12 @@ int FakeRing::submit() noexcept {
     return 0;
 }
 
+int FakeRing::submitAndWait(unsigned) noexcept {
+    ++waits_;
+    submit();
+    return queued_.empty() ? -ETIME : 0;
+}
+
 std::vector<PreparedOp> FakeRing::pending() const {
     std::vector<PreparedOp> open;
     for (const auto& op : ops_)
@@ -276,6 +282,19 @@ int FakeRegistration::registerSparseFiles(unsigned entries) noexcept {
 int FakeRegistration::unregisterFiles() noexcept {
     if (fileEntries_ == 0) return -ENXIO;
     fileEntries_ = 0;
+    return 0;
+}
+
+int FakeRegistration::registerBuffers(const iovec*, unsigned count) noexcept {
+    if (buffersError_ < 0) return buffersError_;
+    if (registeredBuffers_ > 0) return -EBUSY;
+    registeredBuffers_ = count;
+    return 0;
+}
+
+int FakeRegistration::unregisterBuffers() noexcept {
+    if (registeredBuffers_ == 0) return -ENXIO;
+    registeredBuffers_ = 0;
     return 0;
 }
 

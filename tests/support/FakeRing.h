@@ -81,6 +81,13 @@ class FakeRing final : public RingOps {
     void makeRoom(unsigned entries) noexcept override;
     // Counted (submits()); nothing leaves the fake.
     int submit() noexcept override;
+    // Nothing runs and nothing waits: 0 when completions are queued, else -ETIME at once
+    // (counted: waits()).
+    int submitAndWait(unsigned timeoutMs) noexcept override;
+    unsigned drainCompletionsTo(CompletionSink sink) override {
+        return drainCompletions([sink](const io_uring_cqe& cqe) { sink.handle(sink.target, cqe); });
+    }
+    unsigned waits() const noexcept { return waits_; }
 
     // ---- what was prepared ----------------------------------------------------------------
     const std::vector<PreparedOp>& ops() const noexcept { return ops_; }
@@ -130,6 +137,7 @@ class FakeRing final : public RingOps {
     std::size_t firstUnread_ = 0;
     std::vector<unsigned> roomRequests_;
     unsigned submits_ = 0;
+    unsigned waits_ = 0;
     std::size_t preparedAtLastSubmit_ = 0;
     std::deque<io_uring_cqe> queued_;
 };
@@ -144,13 +152,18 @@ class FakeRegistration final : public RingRegistration {
     int unregisterBufferRing(std::uint16_t group) noexcept override;
     int registerSparseFiles(unsigned entries) noexcept override;
     int unregisterFiles() noexcept override;
+    // Accepted (the writes after it may be writeFixed) unless refuseBuffers() said.
+    int registerBuffers(const iovec* buffers, unsigned count) noexcept override;
+    int unregisterBuffers() noexcept override;
 
     // Later registrations of that kind fail with `error` (-errno), as a kernel without them.
     void refuseBufferRings(int error) noexcept { bufferRingError_ = error; }
     void refuseFiles(int error) noexcept { filesError_ = error; }
+    void refuseBuffers(int error) noexcept { buffersError_ = error; }
 
     bool hasBufferRing(std::uint16_t group) const noexcept;
     unsigned fileEntries() const noexcept { return fileEntries_; }
+    unsigned registeredBuffers() const noexcept { return registeredBuffers_; }
 
     struct PickedBuffer {
         std::uint16_t id = 0;
@@ -184,6 +197,8 @@ class FakeRegistration final : public RingRegistration {
     unsigned fileEntries_ = 0;
     int bufferRingError_ = 0;
     int filesError_ = 0;
+    unsigned registeredBuffers_ = 0;
+    int buffersError_ = 0;
 };
 
 }  // namespace splicegate::test

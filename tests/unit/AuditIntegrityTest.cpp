@@ -17,12 +17,12 @@
 
 #include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
-#include "audit/AuditWriter.h"
 #include "audit/Crc32c.h"
 #include "audit/Records.h"
 #include "audit/Recovery.h"
 #include "audit/Retention.h"
 #include "audit/SealChain.h"
+#include "audit/SegmentStore.h"
 #include "common/UniqueFd.h"
 #include "tests/support/AuditSegmentBuilder.h"
 #include "tests/support/Daemon.h"
@@ -260,7 +260,8 @@ TEST(AuditIntegrityTest, AnUnsealedOldSegmentIsAProblemWithTheKey) {
     encodeSegmentStart(index, 0, 1, test::kCraftedLogStartNs, 0);
     index.replace(kRecordHeaderSize, 4, std::string("\x02\x00\x00\x00", 4));
     index.replace(8, 4, std::string(4, '\0'));
-    std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(index.data()), static_cast<uInt>(index.size())));
+    std::uint32_t crc = static_cast<std::uint32_t>(
+        ::crc32(0, reinterpret_cast<const Bytef*>(index.data()), static_cast<uInt>(index.size())));
     for (int i = 0; i < 4; ++i) index[8 + i] = static_cast<char>(crc >> (8 * i));
     encodeOpen(index, 1, test::kCraftedLogStartNs, "r", "c", "u");
     SegmentBuilder::writeFile(dir.path() + "/w00-0000000001.index", index);
@@ -470,7 +471,7 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
     TempDir dir;
     auto key = ChainKey::fromBytes("0123456789abcdef0123456789abcdef");
     {
-        AuditWriter writer(dir.path(), 0, 1, 8192, nullptr, key);
+        SegmentStore writer(dir.path(), 0, 1, 8192, nullptr, key);
         ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "r", "c", "u"), 0);
         std::uint64_t total = 0;
         for (int i = 0; i < 6; ++i) {  // rolls twice
@@ -484,7 +485,7 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
             if (i % 2 == 0) {
                 crc = crc32c(0, payload.data(), payload.size());  // the direct writer's way
             } else {
-                ASSERT_EQ(AuditWriter::payloadCrcFromFile(slot, 3000, crc), 0);  // splice's
+                ASSERT_EQ(SegmentStore::payloadCrcFromFile(slot, 3000, crc), 0);  // splice's
             }
             ASSERT_EQ(writer.recordChunk(slot, 1, 0, 3000, wallClockNs(), crc), 0);
             total += payload.size();
@@ -503,7 +504,7 @@ TEST(AuditIntegrityTest, WriterLogWithPayloadCrcsAndKeyVerifies) {
 TEST(AuditIntegrityTest, ALaterSegmentWaitsForTheEarlierOneToSealFirst) {
     TempDir dir;
     {
-        AuditWriter writer(dir.path(), 0, 1, 1 << 20);
+        SegmentStore writer(dir.path(), 0, 1, 1 << 20);
         ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "r", "c", "u"), 0);
         Reservation slow;  // a payload write of segment 1 still in flight
         ASSERT_EQ(writer.reserve(100, slow), 0);
@@ -545,7 +546,7 @@ TEST(AuditIntegrityTest, RecoveryExtendsTheChainOverTornTails) {
     EXPECT_TRUE(problems.empty()) << joined(problems) << joined(report.actions);
     // A writer continuing after recovery extends the same chain.
     {
-        AuditWriter writer(dir.path(), 0, report.lastSegment[0] + 1, 1 << 20, nullptr, key);
+        SegmentStore writer(dir.path(), 0, report.lastSegment[0] + 1, 1 << 20, nullptr, key);
         ASSERT_EQ(writer.recordOpen(9, wallClockNs(), "r", "c", "u"), 0);
         ASSERT_EQ(writer.recordClose(9, wallClockNs(), 0, 0, "done"), 0);
     }
@@ -589,7 +590,7 @@ TEST(AuditIntegrityTest, WriterNeverCreatesThroughASymlink) {
     std::string target = elsewhere.path() + "/precious";
     SegmentBuilder::writeFile(target, "keep");
     ASSERT_EQ(::symlink(target.c_str(), (dir.path() + "/w00-0000000001.index").c_str()), 0);
-    EXPECT_THROW(AuditWriter(dir.path(), 0, 1, 1 << 20), std::system_error);
+    EXPECT_THROW(SegmentStore(dir.path(), 0, 1, 1 << 20), std::system_error);
     EXPECT_EQ(readFile(target), "keep");
 }
 
@@ -658,7 +659,7 @@ TEST(AuditIntegrityTest, SegmentFilesAreCreated0640WithTheDirectoryGroupWhatever
     constexpr gid_t kAuditGroup = 4242;  // root may give files any group
     ASSERT_EQ(::chown(dir.path().c_str(), static_cast<uid_t>(-1), kAuditGroup), 0);
     mode_t old = ::umask(077);
-    { AuditWriter writer(dir.path(), 0, 1, 1 << 20); }
+    { SegmentStore writer(dir.path(), 0, 1, 1 << 20); }
     ::umask(old);
     struct stat st {};
     for (const char* name : {"/w00-0000000001.index", "/w00-0000000001.data"}) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <span>
 #include <string>
@@ -197,6 +198,38 @@ TEST(FakeRegistration, RefusesWhatItWasToldToAndOneRingPerGroup) {
     EXPECT_EQ(registration.fileEntries(), 0u);
     registration.refuseFiles(-ENOMEM);
     EXPECT_EQ(registration.registerSparseFiles(64), -ENOMEM);
+}
+
+TEST(FakeRing, WaitsForNothingAndDrainsThroughTheInterface) {
+    FakeRing ring;
+    RingOps& ops = ring;
+    EXPECT_EQ(ops.submitAndWait(1000), -ETIME) << "nothing queued: no wait, a timeout";
+    ops.nop(tagOf(5));
+    ASSERT_TRUE(ring.complete(tagOf(5), 0));
+    EXPECT_EQ(ops.submitAndWait(1000), 0);
+    std::vector<CompletionTag> seen;
+    EXPECT_EQ(ops.drainCompletions([&](const io_uring_cqe& cqe) {
+        seen.push_back(CompletionTag::decode(cqe.user_data));
+    }),
+              1u);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0], tagOf(5));
+    EXPECT_EQ(ring.waits(), 2u);
+    EXPECT_EQ(ring.submits(), 2u) << "a wait submits first";
+}
+
+TEST(FakeRegistration, RegistersFixedBuffersOnce) {
+    FakeRegistration registration;
+    std::array<std::byte, 64> memory{};
+    iovec vector{memory.data(), memory.size()};
+    EXPECT_EQ(registration.registerBuffers(&vector, 1), 0);
+    EXPECT_EQ(registration.registeredBuffers(), 1u);
+    EXPECT_EQ(registration.registerBuffers(&vector, 1), -EBUSY);
+    EXPECT_EQ(registration.unregisterBuffers(), 0);
+    EXPECT_EQ(registration.unregisterBuffers(), -ENXIO);
+    registration.refuseBuffers(-ENOMEM);
+    EXPECT_EQ(registration.registerBuffers(&vector, 1), -ENOMEM);
+    EXPECT_EQ(registration.registeredBuffers(), 0u);
 }
 
 }  // namespace

@@ -82,6 +82,7 @@ class RecordingLog final : public AuditLog {
     }
     int startSync(CompletionTag) noexcept override { return 0; }
     std::optional<int> syncCompleted(CompletionTag, int result) noexcept override { return result; }
+    bool lastSyncFailedInWrite() const noexcept override { return false; }
     void syncNow() noexcept override {}
     bool dirty() const noexcept override { return false; }
     bool syncInFlight() const noexcept override { return false; }
@@ -90,6 +91,7 @@ class RecordingLog final : public AuditLog {
     int flush() noexcept override { return 0; }
     int rotate() noexcept override { return 0; }
     std::size_t room() const noexcept override { return roomBytes; }
+    std::vector<AuditLoss> takeLosses() noexcept override { return {}; }
 
     int reserveError = 0;
     std::uint32_t maxSlot = UINT32_MAX;  // a writer with buffers of its own may give less
@@ -201,11 +203,12 @@ TEST_F(FlowDriverTest, FullLogBufferMakesTheFlowWaitForRoomNotFail) {
     EXPECT_EQ(stats.auditWriteErrors.get(), 0u);
 
     // A completion that frees no room resumes nobody; one that does resumes the flow.
-    auto none = tap->complete(CompletionTag::make(AuditTap::kSyncOp), 0);
+    auto none = tap->complete(CompletionTag::of(RingOwner::AuditTap, AuditTapOp::GroupCommit), 0);
     EXPECT_TRUE(!none || none->roomFreed.empty());
     log->reserveError = 0;
     log->roomBytes = 1 << 20;
-    auto outcome = tap->complete(CompletionTag::make(AuditTap::kSyncOp), 0);
+    auto outcome =
+        tap->complete(CompletionTag::of(RingOwner::AuditTap, AuditTapOp::GroupCommit), 0);
     ASSERT_TRUE(outcome);
     ASSERT_EQ(outcome->roomFreed.size(), 1u);
     EXPECT_EQ(outcome->roomFreed[0].slot, 3u);

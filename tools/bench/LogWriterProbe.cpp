@@ -1,4 +1,4 @@
-// splicegate-logwriter-probe: the direct audit writer (audit/DirectLogWriter.h) alone, on one
+// splicegate-logwriter-probe: the direct audit writer (audit/DirectDataWriter.h) alone, on one
 // thread and one io_uring, fed from memory, against the audit directory's filesystem. Two uses:
 //   --mode stream   appended as fast as the writer takes it, a commit every --commit-ms (batch
 //                   mode's shape): sustained GB/s and process CPU-s per GB;
@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "audit/DirectLogWriter.h"
+#include "audit/DirectDataWriter.h"
+#include "common/Ring.h"
 #include "tools/bench/BenchUtil.h"
 
 namespace splicegate::bench {
@@ -36,7 +37,7 @@ class Probe {
     Probe(const std::string& dir, const audit::DirectLogOptions& options, std::uint64_t fileBytes,
           bool recycle)
         : dir_(dir), fileBytes_(fileBytes), recycle_(recycle), ring_(256, 2, 2) {
-        writer_ = std::make_unique<audit::DirectLogWriter>(ring_, options, kTagBase);
+        writer_ = std::make_unique<audit::DirectDataWriter>(ring_, ring_.registration(), options);
         nextFile();
     }
     ~Probe() {
@@ -59,7 +60,7 @@ class Probe {
         else
             ring_.submit();
         ring_.drainCompletions([this](const io_uring_cqe& cqe) {
-            writer_->onCompletion(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+            writer_->onCompletion(CompletionTag::decode(cqe.user_data), cqe.res);
         });
         auto failures = writer_->takeFailures();
         if (!failures.empty()) throwErrno(-failures.front().error, "audit write in " + dir_);
@@ -68,11 +69,9 @@ class Probe {
         writer_->commit();
         while (writer_->durableLsn() < writer_->appendedLsn()) turn(100);
     }
-    audit::DirectLogWriter& writer() { return *writer_; }
+    audit::DirectDataWriter& writer() { return *writer_; }
 
   private:
-    static constexpr std::uint64_t kTagBase = std::uint64_t{1} << 56;
-
     // A recycled file is the oldest of the last two, renamed: its blocks are written already, so
     // writes into it convert no unwritten extents, and nothing is freed (or discarded).
     void nextFile() {
@@ -102,7 +101,7 @@ class Probe {
     std::uint64_t fileBytes_;
     const bool recycle_;
     Ring ring_;
-    std::unique_ptr<audit::DirectLogWriter> writer_;
+    std::unique_ptr<audit::DirectDataWriter> writer_;
     std::deque<std::string> live_;
     std::uint64_t files_ = 0;
     std::uint64_t fileOffset_ = 0;

@@ -1,16 +1,24 @@
 #pragma once
-// The writer seam behind AuditTap: what the tap needs of an audit log writer. A new writer (an
-// O_DIRECT one with its own log buffer, say) implements this interface and nothing else; the tap
-// keeps the policy (fail-closed or fail-open, strict durability, group commit timing) and the
-// movers keep the moves.
+// The writer seam behind AuditTap (datapath/AuditTap.h): what the tap needs of an audit log
+// writer. The tap keeps the policy (fail-closed or fail-open, strict durability, group commit
+// timing) and the movers keep the moves; a writer implements this interface and nothing else.
+// Two do, chosen in one place (audit/AuditLogFactory.h), both over the worker's segment store
+// (audit/SegmentStore.h: segments, index records, seals):
+//   SpliceAuditLog (audit/SpliceAuditLog.h)  the mover splices payload into the segment's data
+//                                            file (page cache); a sync is one linked chain.
+//   DirectAuditLog (audit/DirectAuditLog.h)  payload goes into the worker's log buffer and on to
+//                                            the data file with O_DIRECT; index records follow
+//                                            once their data is durable.
 //
 // A chunk's life: reserve(length) gives an AuditSlot whose destination the mover writes the
 // payload into (a file range by splice, or writer memory by read()/copy); then exactly one of
 // recordChunk(written) or abandon() releases the slot. Open and Close records frame a
-// connection's chunks. Durability is a group commit: startSync() submits (on the worker's ring,
-// given to the writer when it is made) what makes every chunk recorded so far durable, tagging each
-// submission with `tag` and a step number in tag.slot; each of those completions goes to
-// syncCompleted(), which returns the sync's result once its last step is in.
+// connection's chunks. Durability is a group commit: startSync(tag) submits (on the worker's
+// ring, given to the writer when it is made) what makes every chunk recorded so far durable.
+// `tag` is the tap's (RingOwner::AuditTap): a writer whose commit is one chain of SQEs tags them
+// with it, its step in tag.slot; a writer with disk work of its own tags that RingOwner::AuditLog
+// (audit/AuditLogOps.h). The worker hands every completion of either owner to the tap, which
+// hands it to syncCompleted(); that returns the sync's result once its last step is in.
 //
 // Thread affinity: the owning worker. Run-time calls are noexcept and return -errno.
 #include <cstddef>
@@ -62,9 +70,9 @@ class AuditLog {
     // (the sync counts as failed).
     virtual int startSync(CompletionTag tag) noexcept = 0;
     virtual std::optional<int> syncCompleted(CompletionTag tag, int result) noexcept = 0;
-    // The last failed sync failed because a write did (a writer that writes at commit time:
-    // the direct one), not an fdatasync.
-    virtual bool lastSyncFailedInWrite() const noexcept { return false; }
+    // The last failed sync failed because a write did (data or index records), not an
+    // fdatasync: its connections close with reason audit-error rather than audit-sync-error.
+    virtual bool lastSyncFailedInWrite() const noexcept = 0;
     // Makes everything durable now, blocking (worker exit).
     virtual void syncNow() noexcept = 0;
     virtual bool dirty() const noexcept = 0;
@@ -77,14 +85,13 @@ class AuditLog {
     // the write there rather than wait for it.
     virtual int flush() noexcept = 0;
     virtual int rotate() noexcept = 0;
-    // Payload bytes reserve() could take now; a writer without a buffer of its own has no bound.
-    // reserve() returns -ENOBUFS when it is 0: back-pressure, the flow waits for room.
-    virtual std::size_t room() const noexcept { return SIZE_MAX; }
-    // A byte accepted by recordChunk() can still be lost to a full disk (a writer that writes
-    // later and cannot take the space first): fail-closed must then hold chunks until durable.
-    virtual bool mayLoseAcceptedBytesToFullDisk() const noexcept { return false; }
-    // Chunks lost since the last call (a writer that books after its own writes: the direct one).
-    virtual std::vector<AuditLoss> takeLosses() noexcept { return {}; }
+    // Payload bytes reserve() could take now. reserve() returns -ENOBUFS when it is 0:
+    // back-pressure, the flow waits for room (the tap resumes it after a completion).
+    virtual std::size_t room() const noexcept = 0;
+    // Chunks that recordChunk() accepted and the writer lost since the last call, before they
+    // were durable (a deferred write failed). Their bytes are not in the log; a sync that fails
+    // loses nothing here (lostBySyncFailure() covers its connections).
+    virtual std::vector<AuditLoss> takeLosses() noexcept = 0;
 };
 
 }  // namespace splicegate

@@ -22,10 +22,11 @@
 
 #include "audit/SealChain.h"
 #include "audit/SealHeads.h"
+#include "common/CompletionTag.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate {
-class Ring;
+class RingOps;
 }
 
 namespace splicegate::audit {
@@ -134,7 +135,7 @@ struct Reservation {
     bool indexPromised = false;  // index space for its Chunk record is set aside
 };
 
-class AuditWriter {
+class SegmentStore {
   public:
     // Opens segment `firstSegment` of `worker` in `dir` (creating both files). Throws naming the
     // file on failure. `nextConnectionId` is the daemon's id counter, read as the connection id
@@ -143,13 +144,13 @@ class AuditWriter {
     // the seal of the worker's newest segment below `firstSegment` (recovery sealed it).
     // `heads` (may be null; must outlive the writer) is told of that seal and of every seal
     // written, each of which is also logged (`audit seal FILE digest=HEX`, info).
-    AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
-                std::uint64_t segmentBytes,
-                const std::atomic<std::uint64_t>* nextConnectionId = nullptr,
-                std::shared_ptr<const ChainKey> chainKey = nullptr, SealHeads* heads = nullptr);
-    ~AuditWriter();
-    AuditWriter(const AuditWriter&) = delete;
-    AuditWriter& operator=(const AuditWriter&) = delete;
+    SegmentStore(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
+                 std::uint64_t segmentBytes,
+                 const std::atomic<std::uint64_t>* nextConnectionId = nullptr,
+                 std::shared_ptr<const ChainKey> chainKey = nullptr, SealHeads* heads = nullptr);
+    ~SegmentStore();
+    SegmentStore(const SegmentStore&) = delete;
+    SegmentStore& operator=(const SegmentStore&) = delete;
 
     // From now on the disk space of what is accepted is taken before it is accepted: reserve()
     // allocates index space for the Chunk records of its reservations (fallocate past the
@@ -188,7 +189,7 @@ class AuditWriter {
     // The payload write failed or was abandoned: the reservation is released, nothing recorded.
     void abandon(Reservation& reservation) noexcept;
     // Gives back the end of the latest reservation, which keeps `length` bytes (the direct
-    // writer, audit/DirectSegmentLog, found less room in its buffer than was reserved here).
+    // writer, audit/DirectSegmentWriter, found less room in its buffer than was reserved here).
     void shrink(Reservation& reservation, std::uint32_t length) noexcept;
     // A data write or fdatasync outside this writer's group commit failed (the direct writer's):
     // the same rule as a failed sync, never retried; the segment is sealed as failed and, when
@@ -335,24 +336,24 @@ class AuditWriter {
 
 std::int64_t wallClockNs() noexcept;
 
-// Queues the write of `segment`'s handed-off index records on `ring`, linked to the SQE queued
-// next (the index fdatasync; make room for both first). Returns false, queueing nothing, when
-// there are none.
-bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept;
+// Queues the write of `segment`'s handed-off index records on `ring`, tagged `tag` and linked to
+// the SQE queued next (the index fdatasync; make room for both first). Returns false, queueing
+// nothing, when there are none.
+bool queueIndexWrite(RingOps& ring, const Segment& segment, CompletionTag tag) noexcept;
 // That write's completion as 0 or -errno (a short write is -EIO: the fdatasync after it was
 // cancelled, and the records past it are not in the file).
 int indexWriteResult(const Segment& segment, int result) noexcept;
-// Queues `work` on `ring` (making room for all of it first); each SQE's user_data is `tagBase`
-// plus its DiskStep. A seal is a linked chain in DiskStep's order (the index follows the data),
-// ending in the index fdatasync: a failed step cancels what follows, except a failed punch.
-void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept;
-// Queues an fsync of `writer`'s directory, linked to the SQE queued next, when `segment`'s names
+// Queues `work` on `ring` (making room for all of it first); each SQE carries `tag` with its
+// DiskStep in the slot. A seal is a linked chain in DiskStep's order (the index follows the
+// data), ending in the index fdatasync: a failed step cancels what follows, except a failed punch.
+void queueDiskWork(RingOps& ring, const DiskWork& work, CompletionTag tag) noexcept;
+// Queues an fsync of `store`'s directory, linked to the SQE queued next, when `segment`'s names
 // are not durable yet (with the disk work on the ring, a new segment's first group commit does
 // it; make room first).
-void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,
-                        std::uint64_t tag) noexcept;
+void queueDirectorySync(RingOps& ring, const SegmentStore& store, const Segment& segment,
+                        CompletionTag tag) noexcept;
 // Queues the write of `segment`'s flushed records (Segment::indexFlushing) on `ring`.
-void queueFlushWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept;
+void queueFlushWrite(RingOps& ring, const Segment& segment, CompletionTag tag) noexcept;
 // The same work in place, blocking: 0 or the first -errno.
 int runDiskWork(const DiskWork& work) noexcept;
 

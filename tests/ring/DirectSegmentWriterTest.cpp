@@ -1,8 +1,8 @@
-// DirectSegmentLog (audit/DirectSegmentLog.h): the direct writer behind segments and an index, on
-// a real io_uring under /var/tmp. What it writes must be a log `verify` accepts and `extract`
-// reads back exactly (payload CRCs checked), across segment rolls; a Close record waits for its
-// connection's chunks; a full buffer gives no memory and the segment's offsets stay in step with
-// the writer's.
+// DirectSegmentWriter (audit/DirectSegmentWriter.h): the direct writer behind segments and an
+// index, on a real io_uring under /var/tmp. What it writes must be a log `verify` accepts and
+// `extract` reads back exactly (payload CRCs checked), across segment rolls; a Close record waits
+// for its connection's chunks; a full buffer gives no memory and the segment's offsets stay in step
+// with the writer's.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
-#include "audit/DirectSegmentLog.h"
+#include "audit/DirectSegmentWriter.h"
 #include "audit/Records.h"
 #include "common/Ring.h"
 #include "tests/support/Daemon.h"
@@ -28,7 +28,13 @@
 namespace splicegate::audit {
 namespace {
 
-constexpr std::uint64_t kTagBase = std::uint64_t{0x21} << 56;
+// The tag of a completion, and whether it is disk work of the segment store.
+CompletionTag tagOf(const io_uring_cqe& cqe) {
+    return CompletionTag::decode(cqe.user_data);
+}
+bool isDiskWork(CompletionTag tag) {
+    return tag.opAs<AuditLogOp>() == AuditLogOp::DiskWork;
+}
 
 // A private directory on a disk filesystem, removed with everything in it.
 class ScratchDir : public test::TempDir {
@@ -52,34 +58,32 @@ DirectLogOptions smallOptions(std::uint64_t segmentBytes) {
     return options;
 }
 
-class DirectSegmentLogTest : public ::testing::Test {
+class DirectSegmentWriterTest : public ::testing::Test {
   protected:
     // Routes completions until a sync ends; its result (bounded: 400 waits of 50 ms).
-    std::optional<int> driveSync(DirectSegmentLog& log) {
+    std::optional<int> driveSync(DirectSegmentWriter& log) {
         for (int round = 0; round < 400; ++round) {
             ring_.submitAndWait(50);
             std::optional<int> ended;
             ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-                EXPECT_EQ(cqe.user_data & ~std::uint64_t{0xffffffff}, kTagBase);
-                if (auto result = log.complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res))
-                    ended = result;
+                EXPECT_EQ(tagOf(cqe).owner, RingOwner::AuditLog);
+                if (auto result = log.complete(tagOf(cqe), cqe.res)) ended = result;
             });
             if (ended) return ended;
         }
         return std::nullopt;
     }
     // Routes completions until the log has room again.
-    bool driveRoom(DirectSegmentLog& log) {
+    bool driveRoom(DirectSegmentWriter& log) {
         for (int round = 0; round < 400 && log.room() == 0; ++round) {
             ring_.submitAndWait(50);
-            ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-                log.complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
-            });
+            ring_.drainCompletions(
+                [&](const io_uring_cqe& cqe) { log.complete(tagOf(cqe), cqe.res); });
         }
         return log.room() > 0;
     }
     // Appends `bytes` as chunks of at most `piece` bytes of connection `id`, direction 0.
-    void send(DirectSegmentLog& log, std::uint64_t id, const std::string& bytes,
+    void send(DirectSegmentWriter& log, std::uint64_t id, const std::string& bytes,
               std::size_t piece) {
         std::size_t done = 0;
         while (done < bytes.size()) {
@@ -97,25 +101,24 @@ class DirectSegmentLogTest : public ::testing::Test {
         }
     }
     // Routes completions until `done` holds (bounded: 400 waits of 50 ms).
-    bool driveUntil(DirectSegmentLog& log, const std::function<bool()>& done) {
+    bool driveUntil(DirectSegmentWriter& log, const std::function<bool()>& done) {
         for (int round = 0; round < 400 && !done(); ++round) {
             ring_.submitAndWait(50);
-            ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-                log.complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
-            });
+            ring_.drainCompletions(
+                [&](const io_uring_cqe& cqe) { log.complete(tagOf(cqe), cqe.res); });
         }
         return done();
     }
     // One worker's log whose writer takes its space ahead, as the daemon's does.
-    std::unique_ptr<DirectSegmentLog> makeLog(std::uint64_t segmentBytes) {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, segmentBytes);
+    std::unique_ptr<DirectSegmentWriter> makeLog(std::uint64_t segmentBytes) {
+        auto writer = std::make_unique<SegmentStore>(dir_.path(), 0, 1, segmentBytes);
         EXPECT_TRUE(writer->reserveSpaceAhead(true));
-        return std::make_unique<DirectSegmentLog>(std::move(writer), ring_, smallOptions(0),
-                                                  kTagBase);
+        return std::make_unique<DirectSegmentWriter>(std::move(writer), ring_, ring_.registration(),
+                                                     smallOptions(0));
     }
     // Routes completions until `segment` is created ahead: both files, the data's space (the
     // file's size), then the index's (its blocks; the size stays 0).
-    bool createdAhead(DirectSegmentLog& log, std::uint64_t segment) {
+    bool createdAhead(DirectSegmentWriter& log, std::uint64_t segment) {
         return driveUntil(log, [&] {
             return sizeIfAny(segmentPath(segment, ".data")) > 0 &&
                    blocksIfAny(segmentPath(segment, ".index")) > 0;
@@ -173,11 +176,11 @@ class DirectSegmentLogTest : public ::testing::Test {
     ScratchDir dir_;
 };
 
-TEST_F(DirectSegmentLogTest, WhatItWritesVerifiesAndReadsBackAcrossSegmentRolls) {
+TEST_F(DirectSegmentWriterTest, WhatItWritesVerifiesAndReadsBackAcrossSegmentRolls) {
     constexpr std::uint64_t kSegmentBytes = 300 * 1024;
     {
-        DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes), ring_,
-                             smallOptions(kSegmentBytes), kTagBase);
+        DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, kSegmentBytes),
+                                ring_, ring_.registration(), smallOptions(kSegmentBytes));
         EXPECT_TRUE(log.writer().fixedBuffers());
         auto first = pattern(700 * 1024, 1), second = pattern(123457, 2);
         ASSERT_EQ(log.recordOpen(1, "web", "192.0.2.1:1000", "192.0.2.2:80"), 0);
@@ -206,9 +209,9 @@ TEST_F(DirectSegmentLogTest, WhatItWritesVerifiesAndReadsBackAcrossSegmentRolls)
     EXPECT_EQ(summary.checkedPayloadBytes, 700u * 1024 + 123457);
 }
 
-TEST_F(DirectSegmentLogTest, CloseRecordWaitsForItsChunksToBeDurable) {
-    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
-                         smallOptions(0), kTagBase);
+TEST_F(DirectSegmentWriterTest, CloseRecordWaitsForItsChunksToBeDurable) {
+    DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, 1 << 30), ring_,
+                            ring_.registration(), smallOptions(0));
     auto bytes = pattern(5000, 3);
     ASSERT_EQ(log.recordOpen(7, "web", "c", "u"), 0);
     send(log, 7, bytes, bytes.size());
@@ -230,11 +233,11 @@ TEST_F(DirectSegmentLogTest, CloseRecordWaitsForItsChunksToBeDurable) {
     EXPECT_EQ(extract(7), bytes);
 }
 
-TEST_F(DirectSegmentLogTest, FullBufferGivesNoMemoryAndTheSegmentOffsetsStayInStep) {
+TEST_F(DirectSegmentWriterTest, FullBufferGivesNoMemoryAndTheSegmentOffsetsStayInStep) {
     std::string sent;
     {
-        DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
-                             smallOptions(0), kTagBase);
+        DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, 1 << 30), ring_,
+                                ring_.registration(), smallOptions(0));
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         // Fill the whole buffer without routing a completion.
         for (unsigned i = 0;; ++i) {
@@ -264,13 +267,13 @@ TEST_F(DirectSegmentLogTest, FullBufferGivesNoMemoryAndTheSegmentOffsetsStayInSt
 // segment's first chunk waits for its space as for a full buffer (no room meanwhile), and the
 // next step arrives by completion before it is needed. At the roll the file is cut to its last
 // byte, and the seal (on the ring too) makes the segment verifiable.
-TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToItsData) {
+TEST_F(DirectSegmentWriterTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToItsData) {
     constexpr std::uint64_t kStep = std::uint64_t{64} << 20;
     auto bytes = pattern(100000, 4);
     {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, 4 * kStep);
+        auto writer = std::make_unique<SegmentStore>(dir_.path(), 0, 1, 4 * kStep);
         ASSERT_TRUE(writer->reserveSpaceAhead(true));
-        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        DirectSegmentWriter log(std::move(writer), ring_, ring_.registration(), smallOptions(0));
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes, 30000);
         EXPECT_TRUE(driveUntil(log, [&] { return fileSize(segmentPath(1, ".data")) >= 2 * kStep; }))
@@ -297,12 +300,12 @@ TEST_F(DirectSegmentLogTest, SpaceIsTakenAheadOnTheRingAndTheRollCutsTheFileToIt
 // first step of space taken there: the roll opens and allocates nothing on the worker, and the
 // new segment's first chunk finds its space (contrast the test above, where a roll with nothing
 // created ahead waits for it). The segment created ahead and never used is gone at shutdown.
-TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothing) {
+TEST_F(DirectSegmentWriterTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothing) {
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
     auto bytes = pattern(2 * kSegmentBytes + 150000, 5);
     {
         auto owned = makeLog(kSegmentBytes);
-        DirectSegmentLog& log = *owned;
+        DirectSegmentWriter& log = *owned;
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
         EXPECT_TRUE(createdAhead(log, 2))
@@ -341,7 +344,7 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentIsCreatedAheadSoTheRollWaitsForNothin
 // past what the segment writes are cut at its seal, and until then the file is 0600: no byte of
 // a deleted segment is readable by the audit group. Everything reads back exactly. With every
 // slot empty the creation after it makes a new file.
-TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytesAreCut) {
+TEST_F(DirectSegmentWriterTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytesAreCut) {
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
     // In the second slot: the first creation finds the first empty and tries again.
     const std::string spare = dir_.path() + "/" + spareDataName(0, 1);
@@ -356,7 +359,7 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytes
     auto bytes = pattern(2 * kSegmentBytes + 150000, 11);
     {
         auto owned = makeLog(kSegmentBytes);
-        DirectSegmentLog& log = *owned;
+        DirectSegmentWriter& log = *owned;
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);
         EXPECT_TRUE(createdAhead(log, 2)) << "segment 2 is created ahead";
@@ -390,13 +393,13 @@ TEST_F(DirectSegmentLogTest, TheNextSegmentTakesTheSpareDataFileAndItsStaleBytes
 // A roll that comes while the creation is still on the ring (here before it is even submitted)
 // opens the same names in place; the ring's O_EXCL opens then fail, and that is neither an error
 // nor a reason to unlink the files the roll is using. The next segment is created ahead again.
-TEST_F(DirectSegmentLogTest, ARollBeforeTheCreationAheadIsInUsesTheSameFiles) {
+TEST_F(DirectSegmentWriterTest, ARollBeforeTheCreationAheadIsInUsesTheSameFiles) {
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
     auto bytes = pattern(kSegmentBytes + 40000, 6);
     {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        auto writer = std::make_unique<SegmentStore>(dir_.path(), 0, 1, kSegmentBytes);
         ASSERT_TRUE(writer->reserveSpaceAhead(true));
-        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        DirectSegmentWriter log(std::move(writer), ring_, ring_.registration(), smallOptions(0));
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes.substr(0, kSegmentBytes / 2 + 1000), 30000);  // queues the creation
         ASSERT_EQ(log.rotate(), 0);
@@ -416,13 +419,13 @@ TEST_F(DirectSegmentLogTest, ARollBeforeTheCreationAheadIsInUsesTheSameFiles) {
 // The same race, with the roll's own open failing (here: no file descriptor left). The names the
 // ring then makes are this writer's: the next roll opens them as they are, where an O_EXCL open
 // would find them taken for good.
-TEST_F(DirectSegmentLogTest, ARollThatFailsDuringTheCreationAheadLeavesItsNamesToTheNextRoll) {
+TEST_F(DirectSegmentWriterTest, ARollThatFailsDuringTheCreationAheadLeavesItsNamesToTheNextRoll) {
     constexpr std::uint64_t kSegmentBytes = 256 * 1024;
     auto bytes = pattern(kSegmentBytes / 2 + 1000, 7);
     {
-        auto writer = std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes);
+        auto writer = std::make_unique<SegmentStore>(dir_.path(), 0, 1, kSegmentBytes);
         ASSERT_TRUE(writer->reserveSpaceAhead(true));
-        DirectSegmentLog log(std::move(writer), ring_, smallOptions(0), kTagBase);
+        DirectSegmentWriter log(std::move(writer), ring_, ring_.registration(), smallOptions(0));
         ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
         send(log, 1, bytes, 30000);  // queues the creation of segment 2
         rlimit saved{};
@@ -451,12 +454,12 @@ TEST_F(DirectSegmentLogTest, ARollThatFailsDuringTheCreationAheadLeavesItsNamesT
 // which carries their index records, is durable: strict mode forwards those chunks then. The
 // seal's completions are handed to the log after the group commit's own (the kernel may end
 // them in either order).
-TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto) {
+TEST_F(DirectSegmentWriterTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto) {
     constexpr std::uint64_t kSegmentBytes = 300 * 1024;
-    constexpr auto kSealEnd =
-        DirectSegmentLog::kDiskWorkTag + static_cast<std::uint32_t>(DiskStep::SealIndexSync);
-    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, kSegmentBytes), ring_,
-                         smallOptions(kSegmentBytes), kTagBase);
+    const auto kSealEnd =
+        auditLogTag(AuditLogOp::DiskWork, static_cast<std::uint32_t>(DiskStep::SealIndexSync));
+    DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, kSegmentBytes), ring_,
+                            ring_.registration(), smallOptions(kSegmentBytes));
     ASSERT_EQ(log.recordOpen(1, "web", "c", "u"), 0);
     auto bytes = pattern(400 * 1024, 5);
     send(log, 1, bytes, 50000);  // rolls once, the first segment's chunks not yet durable
@@ -466,7 +469,7 @@ TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto
     bool groupCommitIn = false, sealEnded = false;
     std::optional<int> ended;
     auto deliver = [&](const io_uring_cqe& cqe) {
-        auto tag = static_cast<std::uint32_t>(cqe.user_data);
+        auto tag = tagOf(cqe);
         if (tag == kSealEnd) sealEnded = true;
         if (auto result = log.complete(tag, cqe.res)) {
             ended = result;
@@ -476,12 +479,10 @@ TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto
     for (int round = 0; round < 400 && !ended; ++round) {
         ring_.submitAndWait(50);
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-            auto tag = static_cast<std::uint32_t>(cqe.user_data);
-            bool diskWork = tag >= DirectSegmentLog::kDiskWorkTag &&
-                            tag < DirectSegmentLog::kDiskWorkTag + kDiskSteps;
-            if (diskWork && !groupCommitIn) return held.push_back(cqe);
+            auto tag = tagOf(cqe);
+            if (isDiskWork(tag) && !groupCommitIn) return held.push_back(cqe);
             deliver(cqe);
-            if (tag != DirectSegmentLog::kIndexSyncTag) return;
+            if (tag != auditLogTag(AuditLogOp::IndexSync)) return;
             groupCommitIn = true;
             for (const auto& later : held) deliver(later);
         });
@@ -496,9 +497,9 @@ TEST_F(DirectSegmentLogTest, ASyncEndsAfterTheSealOfTheRolledSegmentItBookedInto
 // Durability none never syncs: a flush books the chunks whose data is written (the tail written
 // out, padded, for it), so the index keeps up while the daemon runs and nothing piles up in
 // memory waiting for a roll.
-TEST_F(DirectSegmentLogTest, WithoutSyncsAFlushBooksTheChunksWhoseDataIsWritten) {
-    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
-                         smallOptions(0), kTagBase);
+TEST_F(DirectSegmentWriterTest, WithoutSyncsAFlushBooksTheChunksWhoseDataIsWritten) {
+    DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, 1 << 30), ring_,
+                            ring_.registration(), smallOptions(0));
     auto bytes = pattern(70000, 7);
     ASSERT_EQ(log.recordOpen(4, "web", "c", "u"), 0);
     send(log, 4, bytes, 30000);
@@ -518,9 +519,9 @@ TEST_F(DirectSegmentLogTest, WithoutSyncsAFlushBooksTheChunksWhoseDataIsWritten)
 
 // A flush writes the index records on the ring; a group commit that starts meanwhile syncs the
 // index only once that write is in (else its fdatasync could miss records it counts durable).
-TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
-    DirectSegmentLog log(std::make_unique<AuditWriter>(dir_.path(), 0, 1, 1 << 30), ring_,
-                         smallOptions(0), kTagBase);
+TEST_F(DirectSegmentWriterTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
+    DirectSegmentWriter log(std::make_unique<SegmentStore>(dir_.path(), 0, 1, 1 << 30), ring_,
+                            ring_.registration(), smallOptions(0));
     auto bytes = pattern(20000, 6);
     ASSERT_EQ(log.recordOpen(3, "web", "c", "u"), 0);
     ASSERT_EQ(log.flush(), 0);
@@ -533,18 +534,19 @@ TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
     for (int round = 0; round < 400 && !ended; ++round) {
         ring_.submitAndWait(50);
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-            auto tag = static_cast<std::uint32_t>(cqe.user_data);
-            if (tag == DirectSegmentLog::kIndexFlushTag) {
+            auto tag = tagOf(cqe);
+            if (tag == auditLogTag(AuditLogOp::IndexFlush)) {
                 flushHeld = true;
                 flushResult = cqe.res;
                 return;
             }
-            if (tag == DirectSegmentLog::kIndexSyncTag && flushHeld) indexSyncedBeforeFlush = true;
+            if (tag == auditLogTag(AuditLogOp::IndexSync) && flushHeld)
+                indexSyncedBeforeFlush = true;
             if (auto result = log.complete(tag, cqe.res)) ended = result;
         });
         // Handed back late: after 10 rounds (500 ms at most) of everything else.
         if (flushHeld && round == 10) {
-            ASSERT_FALSE(log.complete(DirectSegmentLog::kIndexFlushTag, flushResult));
+            ASSERT_FALSE(log.complete(auditLogTag(AuditLogOp::IndexFlush), flushResult));
             flushHeld = false;
         }
     }
@@ -559,7 +561,7 @@ TEST_F(DirectSegmentLogTest, ASyncWaitsForTheFlushWriteBeforeItSyncsTheIndex) {
 // seal ends (SealIndexSync) only after its write ran, since that write reads a buffer the seal's
 // end gives back. liburing's prep helpers reset an SQE's flags, so the links are checked on the
 // SQEs as queued, then by the order of the completions.
-TEST_F(DirectSegmentLogTest, ASealIsOneLinkedChainInStepOrder) {
+TEST_F(DirectSegmentWriterTest, ASealIsOneLinkedChainInStepOrder) {
     auto segment = std::make_shared<Segment>();
     auto path = dir_.path() + "/chain";
     segment->data.reset(::open((path + ".data").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -573,7 +575,7 @@ TEST_F(DirectSegmentLogTest, ASealIsOneLinkedChainInStepOrder) {
     work.to = 4096;
     io_uring& raw = *ring_.raw();
     unsigned queuedBefore = raw.sq.sqe_tail - raw.sq.sqe_head;
-    queueDiskWork(ring_, work, kTagBase);
+    queueDiskWork(ring_, work, auditLogTag(AuditLogOp::DiskWork));
     const std::vector<std::pair<DiskStep, unsigned>> expected = {
         {DiskStep::SealPunch, IOSQE_IO_HARDLINK},
         {DiskStep::SealDirectorySync, IOSQE_IO_LINK},
@@ -585,7 +587,9 @@ TEST_F(DirectSegmentLogTest, ASealIsOneLinkedChainInStepOrder) {
     for (std::size_t i = 0; i < expected.size(); ++i) {
         const io_uring_sqe& sqe =
             raw.sq.sqes[(raw.sq.sqe_head + queuedBefore + i) & raw.sq.ring_mask];
-        EXPECT_EQ(sqe.user_data, kTagBase + static_cast<std::uint64_t>(expected[i].first))
+        EXPECT_EQ(sqe.user_data,
+                  auditLogTag(AuditLogOp::DiskWork, static_cast<std::uint32_t>(expected[i].first))
+                      .encode())
             << "step " << i;
         EXPECT_EQ(sqe.flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK), expected[i].second)
             << "step " << i;
@@ -594,8 +598,8 @@ TEST_F(DirectSegmentLogTest, ASealIsOneLinkedChainInStepOrder) {
     for (int round = 0; round < 100 && order.size() < expected.size(); ++round) {
         ring_.submitAndWait(100);
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-            EXPECT_GE(cqe.res, 0) << "step " << (cqe.user_data - kTagBase);
-            order.push_back(cqe.user_data - kTagBase);
+            EXPECT_GE(cqe.res, 0) << "step " << tagOf(cqe).slot;
+            order.push_back(tagOf(cqe).slot);
         });
     }
     ASSERT_EQ(order.size(), expected.size());

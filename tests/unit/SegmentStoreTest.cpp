@@ -1,4 +1,4 @@
-// AuditWriter (audit/AuditWriter.h) without a ring: payload written with pwrite where the worker
+// SegmentStore (audit/SegmentStore.h) without a ring: payload written with pwrite where the worker
 // would splice, group commits begun and ended by hand. Covers the segment roll while a group
 // commit is queued (the fds it names must stay open until it ends), a failed sync on a segment
 // that already rolled, a directory that verifies after each, and the connection id floor each
@@ -9,9 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -20,8 +19,8 @@
 #include <vector>
 
 #include "audit/AuditReader.h"
-#include "audit/AuditWriter.h"
 #include "audit/Records.h"
+#include "audit/SegmentStore.h"
 #include "tests/support/Daemon.h"
 
 namespace splicegate::audit {
@@ -33,7 +32,7 @@ constexpr std::uint32_t kChunk = 4096;
 constexpr std::uint64_t kSegmentBytes = 3 * kChunk;
 
 // Reserves and writes one chunk of connection 1, as the worker does after its splice.
-void writeChunk(AuditWriter& writer, char fill) {
+void writeChunk(SegmentStore& writer, char fill) {
     Reservation slot;
     ASSERT_EQ(writer.reserve(kChunk, slot), 0);
     const std::string payload(kChunk, fill);
@@ -44,14 +43,14 @@ void writeChunk(AuditWriter& writer, char fill) {
 }
 
 // A writer on `dir` with connection 1 open and one chunk of 'a' recorded, no sync begun.
-std::unique_ptr<AuditWriter> writerWithOneChunk(const TempDir& dir) {
-    auto writer = std::make_unique<AuditWriter>(dir.path(), 0, 1, kSegmentBytes);
+std::unique_ptr<SegmentStore> writerWithOneChunk(const TempDir& dir) {
+    auto writer = std::make_unique<SegmentStore>(dir.path(), 0, 1, kSegmentBytes);
     EXPECT_EQ(writer->recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     writeChunk(*writer, 'a');
     return writer;
 }
 
-TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
+TEST(SegmentStoreTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
     TempDir dir;
     auto writer = writerWithOneChunk(dir);
     std::shared_ptr<Segment> syncing = writer->beginSync();
@@ -76,7 +75,7 @@ TEST(AuditWriterTest, SegmentRolledDuringASyncKeepsItsFilesUntilTheSyncEnds) {
 // The worker writes a sync's index records on its ring while it goes on recording: records
 // encoded meanwhile wait for that write (a flush writes nothing past the handed-off records, so
 // the index never has a hole) and land after them.
-TEST(AuditWriterTest, RecordsEncodedDuringASyncWaitForItsIndexWrite) {
+TEST(SegmentStoreTest, RecordsEncodedDuringASyncWaitForItsIndexWrite) {
     TempDir dir;
     auto writer = writerWithOneChunk(dir);
     std::shared_ptr<Segment> syncing = writer->beginSync();
@@ -109,7 +108,7 @@ TEST(AuditWriterTest, RecordsEncodedDuringASyncWaitForItsIndexWrite) {
 
 // A worker that stops while a group commit is queued destroys its ring before the linked index
 // write may have run: the writer's destructor writes those records itself before sealing.
-TEST(AuditWriterTest, ASyncThatNeverEndedStillLeavesItsIndexRecordsBehind) {
+TEST(SegmentStoreTest, ASyncThatNeverEndedStillLeavesItsIndexRecordsBehind) {
     TempDir dir;
     auto writer = writerWithOneChunk(dir);
     ASSERT_TRUE(writer->beginSync());
@@ -122,9 +121,9 @@ TEST(AuditWriterTest, ASyncThatNeverEndedStillLeavesItsIndexRecordsBehind) {
     EXPECT_EQ(listed.connections[0].c2uBytes, 2 * kChunk);
 }
 
-TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
+TEST(SegmentStoreTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
     TempDir dir;
-    AuditWriter writer(dir.path(), 0, 1, kSegmentBytes);
+    SegmentStore writer(dir.path(), 0, 1, kSegmentBytes);
     ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     writeChunk(writer, 'a');
     std::shared_ptr<Segment> syncing = writer.beginSync();
@@ -138,17 +137,17 @@ TEST(AuditWriterTest, FailedSyncOfARolledSegmentSealsItAsFailed) {
 }
 
 struct stat statOf(const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
     return st;
 }
 
 // With space taken ahead, a reservation's data and index space exist before anything is accepted
 // into it, and a reservation whose space cannot be had is refused at once, leaving the rest.
-TEST(AuditWriterTest, SpaceTakenAheadCoversAReservationOrRefusesItAtOnce) {
+TEST(SegmentStoreTest, SpaceTakenAheadCoversAReservationOrRefusesItAtOnce) {
     TempDir dir;
     constexpr std::uint64_t kMiB = 1 << 20;
-    AuditWriter writer(dir.path(), 0, 1, 256 * kMiB);
+    SegmentStore writer(dir.path(), 0, 1, 256 * kMiB);
     ASSERT_TRUE(writer.reserveSpaceAhead(true)) << "this filesystem has no fallocate";
     ASSERT_EQ(writer.recordOpen(1, wallClockNs(), "default", "127.0.0.1:1", "127.0.0.1:2"), 0);
     Reservation first;
@@ -163,9 +162,9 @@ TEST(AuditWriterTest, SpaceTakenAheadCoversAReservationOrRefusesItAtOnce) {
         << "index space past its end, its size unchanged";
 
     // A file size limit makes the next step's fallocate fail (EFBIG), as a full disk would.
-    struct sigaction ignore{};
+    struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
-    struct sigaction previous{};
+    struct sigaction previous {};
     ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &previous), 0);
     rlimit saved{};
     ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
@@ -195,11 +194,11 @@ Record segmentStart(const std::string& dir, std::uint64_t number) {
     return record;
 }
 
-TEST(AuditWriterTest, EverySegmentTakesTheIdFloorFromTheCounter) {
+TEST(SegmentStoreTest, EverySegmentTakesTheIdFloorFromTheCounter) {
     TempDir dir;
     std::atomic<std::uint64_t> nextConnectionId{500};
     {
-        AuditWriter writer(dir.path(), 0, 1, kSegmentBytes, &nextConnectionId);
+        SegmentStore writer(dir.path(), 0, 1, kSegmentBytes, &nextConnectionId);
         nextConnectionId = 731;
         ASSERT_EQ(writer.rotate(), 0);
         nextConnectionId = 9000;
@@ -214,9 +213,9 @@ TEST(AuditWriterTest, EverySegmentTakesTheIdFloorFromTheCounter) {
     EXPECT_EQ(floors, (std::vector<std::uint64_t>{500, 731, 9000}));
 }
 
-TEST(AuditWriterTest, WithoutACounterTheIdFloorIsZero) {
+TEST(SegmentStoreTest, WithoutACounterTheIdFloorIsZero) {
     TempDir dir;
-    { AuditWriter writer(dir.path(), 0, 1, kSegmentBytes); }
+    { SegmentStore writer(dir.path(), 0, 1, kSegmentBytes); }
     EXPECT_EQ(segmentStart(dir.path(), 1).idFloor, 0u);
 }
 

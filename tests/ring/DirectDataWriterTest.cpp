@@ -1,4 +1,4 @@
-// DirectLogWriter (audit/DirectLogWriter.h) on a real io_uring and real files under /var/tmp:
+// DirectDataWriter (audit/DirectDataWriter.h) on a real io_uring and real files under /var/tmp:
 // bytes read back exactly whatever the path they took (memcpy or pipe, O_DIRECT or buffered,
 // fixed or plain buffers, fdatasync or RWF_DSYNC); a tail block written padded and rewritten;
 // back-pressure when the buffer is full; a roll to the next file; write and fdatasync errors from
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "audit/DirectLogWriter.h"
+#include "audit/DirectDataWriter.h"
 #include "common/Ring.h"
 #include "common/UniqueFd.h"
 #include "tests/support/Daemon.h"
@@ -33,7 +33,6 @@
 namespace splicegate::audit {
 namespace {
 
-constexpr std::uint64_t kTagBase = std::uint64_t{0x5a} << 56;
 constexpr std::size_t kBlock = LogBuffer::kAlignment;
 
 // A private directory on a disk filesystem, removed with everything in it.
@@ -75,25 +74,26 @@ DirectLogOptions smallOptions() {
 }
 
 // Routes the ring's completions to the writer until `done` (bounded: 400 waits of 50 ms).
-bool driveUntil(Ring& ring, DirectLogWriter& writer, const std::function<bool()>& done) {
+bool driveUntil(Ring& ring, DirectDataWriter& writer, const std::function<bool()>& done) {
     for (int round = 0; round < 400 && !done(); ++round) {
         ring.submitAndWait(50);
         ring.drainCompletions([&](const io_uring_cqe& cqe) {
-            EXPECT_EQ(cqe.user_data & ~std::uint64_t{0xffffffff}, kTagBase);
-            writer.onCompletion(static_cast<std::uint32_t>(cqe.user_data), cqe.res);
+            auto tag = CompletionTag::decode(cqe.user_data);
+            EXPECT_EQ(tag.owner, RingOwner::AuditLog);
+            writer.onCompletion(tag, cqe.res);
         });
     }
     return done();
 }
 
-bool commitAndWait(Ring& ring, DirectLogWriter& writer) {
+bool commitAndWait(Ring& ring, DirectDataWriter& writer) {
     writer.commit();
     return driveUntil(ring, writer,
                       [&] { return writer.durableLsn() == writer.appendedLsn() && writer.idle(); });
 }
 
 // Appends all of `bytes` in pieces of `piece`, waiting for room when the buffer is full.
-void appendAll(Ring& ring, DirectLogWriter& writer, const std::string& bytes, std::size_t piece) {
+void appendAll(Ring& ring, DirectDataWriter& writer, const std::string& bytes, std::size_t piece) {
     std::size_t done = 0;
     while (done < bytes.size()) {
         auto want = std::min(piece, bytes.size() - done);
@@ -108,14 +108,14 @@ void appendAll(Ring& ring, DirectLogWriter& writer, const std::string& bytes, st
     }
 }
 
-class DirectLogWriterTest : public ::testing::Test {
+class DirectDataWriterTest : public ::testing::Test {
   protected:
     Ring ring_{64, 2, 2};
     ScratchDir dir_;
 };
 
-TEST_F(DirectLogWriterTest, BytesFromMemoryAndPipeReadBackExactly) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, BytesFromMemoryAndPipeReadBackExactly) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     auto path = dir_.file("a.data");
     auto fd = createFile(path);
     ASSERT_TRUE(fd);
@@ -162,8 +162,8 @@ TEST_F(DirectLogWriterTest, BytesFromMemoryAndPipeReadBackExactly) {
     EXPECT_TRUE(writer.takeFailures().empty());
 }
 
-TEST_F(DirectLogWriterTest, PartialTailBlockIsWrittenPaddedThenRewritten) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, PartialTailBlockIsWrittenPaddedThenRewritten) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     auto path = dir_.file("tail.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 7), 0);
@@ -194,9 +194,9 @@ TEST_F(DirectLogWriterTest, PartialTailBlockIsWrittenPaddedThenRewritten) {
     EXPECT_EQ(writer.stats().tailWrites, 3u);  // two commits mid-buffer, the last one's 10 bytes
 }
 
-TEST_F(DirectLogWriterTest, FullBufferCutsAppendsShortWithoutBlocking) {
+TEST_F(DirectDataWriterTest, FullBufferCutsAppendsShortWithoutBlocking) {
     auto options = smallOptions();
-    DirectLogWriter writer(ring_, options, kTagBase);
+    DirectDataWriter writer(ring_, ring_.registration(), options);
     auto path = dir_.file("full.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -233,10 +233,10 @@ TEST_F(DirectLogWriterTest, FullBufferCutsAppendsShortWithoutBlocking) {
     EXPECT_EQ(readAll(path).substr(0, bytes.size() + 3), bytes + "abc");
 }
 
-TEST_F(DirectLogWriterTest, DelayedWritesHoldTheBufferFullUntilTheyComplete) {
+TEST_F(DirectDataWriterTest, DelayedWritesHoldTheBufferFullUntilTheyComplete) {
     auto options = smallOptions();
     options.writeDelay = std::chrono::milliseconds(300);
-    DirectLogWriter writer(ring_, options, kTagBase);
+    DirectDataWriter writer(ring_, ring_.registration(), options);
     auto path = dir_.file("delay.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -250,8 +250,8 @@ TEST_F(DirectLogWriterTest, DelayedWritesHoldTheBufferFullUntilTheyComplete) {
     EXPECT_EQ(readAll(path), bytes);
 }
 
-TEST_F(DirectLogWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSyncedWithoutACommit) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSyncedWithoutACommit) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     auto pathA = dir_.file("a.data"), pathB = dir_.file("b.data");
     auto fdA = createFile(pathA), fdB = createFile(pathB);
     ASSERT_EQ(writer.startFile(fdA.get(), 1), 0);
@@ -271,8 +271,8 @@ TEST_F(DirectLogWriterTest, NextFileGetsOffsetsFromZeroAndThePreviousTailIsSynce
     EXPECT_EQ(writer.stats().syncs, 2u);
 }
 
-TEST_F(DirectLogWriterTest, ReservationFilledLateHoldsBackWhatFollowsIt) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, ReservationFilledLateHoldsBackWhatFollowsIt) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     auto path = dir_.file("reserve.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -295,8 +295,8 @@ TEST_F(DirectLogWriterTest, ReservationFilledLateHoldsBackWhatFollowsIt) {
     EXPECT_EQ(readAll(path).substr(0, 3000), a + b);
 }
 
-TEST_F(DirectLogWriterTest, ShortFilledReservationIsGivenBackAtTheEndOrZeroedInside) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, ShortFilledReservationIsGivenBackAtTheEndOrZeroedInside) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     auto path = dir_.file("short.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -323,10 +323,10 @@ TEST_F(DirectLogWriterTest, ShortFilledReservationIsGivenBackAtTheEndOrZeroedIns
     EXPECT_EQ(content.substr(1400, 1000), bytes.substr(700, 1000));
 }
 
-TEST_F(DirectLogWriterTest, DsyncWritesNeedNoFdatasync) {
+TEST_F(DirectDataWriterTest, DsyncWritesNeedNoFdatasync) {
     auto options = smallOptions();
     options.dsyncWrites = true;
-    DirectLogWriter writer(ring_, options, kTagBase);
+    DirectDataWriter writer(ring_, ring_.registration(), options);
     auto path = dir_.file("dsync.data");
     auto fd = createFile(path);
     ASSERT_EQ(writer.startFile(fd.get(), 1), 0);
@@ -337,12 +337,12 @@ TEST_F(DirectLogWriterTest, DsyncWritesNeedNoFdatasync) {
     EXPECT_EQ(readAll(path).substr(0, bytes.size()), bytes);
 }
 
-TEST_F(DirectLogWriterTest, RingWithFixedBuffersAlreadyFallsBackToPlainWrites) {
+TEST_F(DirectDataWriterTest, RingWithFixedBuffersAlreadyFallsBackToPlainWrites) {
     std::vector<char> other(kBlock);
     iovec vector{other.data(), other.size()};
     ASSERT_EQ(io_uring_register_buffers(ring_.raw(), &vector, 1), 0);
     {
-        DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+        DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
         EXPECT_FALSE(writer.fixedBuffers());
         auto path = dir_.file("plain.data");
         auto fd = createFile(path);
@@ -355,8 +355,8 @@ TEST_F(DirectLogWriterTest, RingWithFixedBuffersAlreadyFallsBackToPlainWrites) {
     io_uring_unregister_buffers(ring_.raw());
 }
 
-TEST_F(DirectLogWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     UniqueFd full(::open("/dev/full", O_WRONLY | O_CLOEXEC));
     ASSERT_TRUE(full) << "/dev/full: " << std::strerror(errno);
     ASSERT_EQ(writer.startFile(full.get(), 41), 0);
@@ -387,9 +387,9 @@ TEST_F(DirectLogWriterTest, WriteErrorReportsTheLostRangeOnceAndRefusesThatFile)
     EXPECT_EQ(readAll(path).substr(0, after.size()), after);
 }
 
-TEST_F(DirectLogWriterTest, WriteErrorOnARealFileWithWritesInFlightFreesEveryBuffer) {
+TEST_F(DirectDataWriterTest, WriteErrorOnARealFileWithWritesInFlightFreesEveryBuffer) {
     auto options = smallOptions();
-    DirectLogWriter writer(ring_, options, kTagBase);
+    DirectDataWriter writer(ring_, ring_.registration(), options);
     auto path = dir_.file("ro.data");
     { auto created = createFile(path); }
     UniqueFd readOnly(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -407,8 +407,8 @@ TEST_F(DirectLogWriterTest, WriteErrorOnARealFileWithWritesInFlightFreesEveryBuf
     EXPECT_EQ(writer.durableLsn(), writer.appendedLsn());
 }
 
-TEST_F(DirectLogWriterTest, FdatasyncErrorIsNeverRetried) {
-    DirectLogWriter writer(ring_, smallOptions(), kTagBase);
+TEST_F(DirectDataWriterTest, FdatasyncErrorIsNeverRetried) {
+    DirectDataWriter writer(ring_, ring_.registration(), smallOptions());
     // /dev/null takes every write and refuses fdatasync (EINVAL): the sync fails, not the write.
     UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
     ASSERT_EQ(writer.startFile(null.get(), 9), 0);
@@ -462,7 +462,7 @@ int bufferedScenario(int logPipe) {
         } else {
             try {
                 Ring ring(64, 2, 2);
-                DirectLogWriter writer(ring, smallOptions(), kTagBase);
+                DirectDataWriter writer(ring, ring.registration(), smallOptions());
                 auto fd = createFile(path);
                 auto second = createFile(path + ".2");
                 auto bytes = pattern(200003, 16);
@@ -488,7 +488,7 @@ int bufferedScenario(int logPipe) {
     return rc;
 }
 
-TEST(DirectLogWriterBufferedTest, FilesystemRefusingODirectGetsBufferedWritesAndOneLogLine) {
+TEST(DirectDataWriterBufferedTest, FilesystemRefusingODirectGetsBufferedWritesAndOneLogLine) {
     int logPipe[2];
     ASSERT_EQ(::pipe2(logPipe, O_CLOEXEC), 0);
     pid_t child = ::fork();

@@ -1,4 +1,4 @@
-#include "audit/DirectLogWriter.h"
+#include "audit/DirectDataWriter.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,7 +17,6 @@ namespace splicegate::audit {
 namespace {
 
 constexpr std::size_t kAlign = LogBuffer::kAlignment;
-constexpr std::uint32_t kIndexMask = (1u << 30) - 1;
 
 std::size_t alignDown(std::size_t value) noexcept {
     return value - value % kAlign;
@@ -28,16 +27,12 @@ std::size_t alignUp(std::size_t value) noexcept {
 
 }  // namespace
 
-DirectLogWriter::DirectLogWriter(Ring& ring, const DirectLogOptions& options, std::uint64_t tagBase)
-    : ring_(ring),
-      options_(options),
-      tagBase_(tagBase),
-      buffer_(options.bufferBytes, options.writeBytes) {
+DirectDataWriter::DirectDataWriter(RingOps& ring, RingRegistration& registration,
+                                   const DirectLogOptions& options)
+    : ring_(ring), options_(options), buffer_(options.bufferBytes, options.writeBytes) {
     if (options_.maxWritesInFlight == 0)
         throw std::invalid_argument("audit: maxWritesInFlight must be at least 1");
-    if ((tagBase_ & 0xffffffffu) != 0)
-        throw std::invalid_argument("audit: the writer's completion tags need the low 32 bits");
-    if (int rc = buffer_.registerWith(*ring_.raw()); rc < 0)
+    if (int rc = buffer_.registerWith(registration); rc < 0)
         logWarn(options_.label, ": cannot register the ", buffer_.totalBytes(),
                 "-byte audit buffer with io_uring (", errnoText(rc),
                 rc == -ENOMEM ? "; RLIMIT_MEMLOCK is below it" : "",
@@ -52,9 +47,9 @@ DirectLogWriter::DirectLogWriter(Ring& ring, const DirectLogOptions& options, st
     delay_.tv_nsec = (delay % 1000) * 1000000;
 }
 
-DirectLogWriter::~DirectLogWriter() = default;
+DirectDataWriter::~DirectDataWriter() = default;
 
-int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
+int DirectDataWriter::startFile(int fd, std::uint64_t fileId) noexcept {
     UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
     if (!own) return -errno;
     int flags = ::fcntl(own.get(), F_GETFL);
@@ -88,14 +83,14 @@ int DirectLogWriter::startFile(int fd, std::uint64_t fileId) noexcept {
     File& file = files_.back();
     file.fd = std::move(own);
     file.id = fileId;
-    file.serial = nextSerial_++ & kIndexMask;
+    file.serial = nextSerial_++;
     file.direct = direct;
     file.lsnBegin = file.durable = file.syncTarget = appendedLsn_;
     pump();
     return 0;
 }
 
-void DirectLogWriter::retire(File& file) noexcept {
+void DirectDataWriter::retire(File& file) noexcept {
     if (!file.current) return;
     file.current = false;
     file.lsnEnd = appendedLsn_;
@@ -108,13 +103,13 @@ void DirectLogWriter::retire(File& file) noexcept {
     }
 }
 
-void DirectLogWriter::closeFile() noexcept {
+void DirectDataWriter::closeFile() noexcept {
     if (files_.empty()) return;
     retire(files_.back());
     pump();
 }
 
-int DirectLogWriter::appendSlot(File& file) noexcept {
+int DirectDataWriter::appendSlot(File& file) noexcept {
     if (!active_.empty()) {
         unsigned last = active_.back();
         const Slot& slot = slots_[last];
@@ -133,7 +128,7 @@ int DirectLogWriter::appendSlot(File& file) noexcept {
     return static_cast<int>(index);
 }
 
-int DirectLogWriter::reserve(std::size_t length, LogReservation& out) noexcept {
+int DirectDataWriter::reserve(std::size_t length, LogReservation& out) noexcept {
     out = LogReservation{};
     out.lsn = appendedLsn_;
     if (files_.empty() || !files_.back().current) return -EBADF;
@@ -163,7 +158,7 @@ int DirectLogWriter::reserve(std::size_t length, LogReservation& out) noexcept {
     return 0;
 }
 
-void DirectLogWriter::complete(LogReservation& reservation, std::size_t filled) noexcept {
+void DirectDataWriter::complete(LogReservation& reservation, std::size_t filled) noexcept {
     if (reservation.memory.empty()) return;
     const unsigned index = reservation.slot;
     Slot& slot = slots_[index];
@@ -198,7 +193,7 @@ void DirectLogWriter::complete(LogReservation& reservation, std::size_t filled) 
 }
 
 template <typename Copy>
-LogAppend DirectLogWriter::appendWith(std::size_t length, Copy&& copy) noexcept {
+LogAppend DirectDataWriter::appendWith(std::size_t length, Copy&& copy) noexcept {
     LogAppend out;
     out.lsn = appendedLsn_;
     std::size_t done = 0;
@@ -224,7 +219,7 @@ LogAppend DirectLogWriter::appendWith(std::size_t length, Copy&& copy) noexcept 
     return out;
 }
 
-LogAppend DirectLogWriter::appendFromPipe(int pipeFd, std::size_t length) noexcept {
+LogAppend DirectDataWriter::appendFromPipe(int pipeFd, std::size_t length) noexcept {
     return appendWith(length, [pipeFd](std::byte* to, std::size_t want, std::size_t) -> long {
         for (;;) {
             auto got = ::read(pipeFd, to, want);
@@ -234,7 +229,7 @@ LogAppend DirectLogWriter::appendFromPipe(int pipeFd, std::size_t length) noexce
     });
 }
 
-LogAppend DirectLogWriter::append(const void* data, std::size_t length) noexcept {
+LogAppend DirectDataWriter::append(const void* data, std::size_t length) noexcept {
     const auto* from = static_cast<const std::byte*>(data);
     return appendWith(length, [from](std::byte* to, std::size_t want, std::size_t done) -> long {
         std::memcpy(to, from + done, want);
@@ -242,7 +237,7 @@ LogAppend DirectLogWriter::append(const void* data, std::size_t length) noexcept
     });
 }
 
-std::size_t DirectLogWriter::room() const noexcept {
+std::size_t DirectDataWriter::room() const noexcept {
     std::size_t bytes = free_.size() * buffer_.bufferBytes();
     if (!active_.empty()) {
         const Slot& last = slots_[active_.back()];
@@ -251,18 +246,18 @@ std::size_t DirectLogWriter::room() const noexcept {
     return bytes;
 }
 
-void DirectLogWriter::commit() noexcept {
+void DirectDataWriter::commit() noexcept {
     commitTarget_ = appendedLsn_;
     pump();
 }
 
-void DirectLogWriter::writeOut() noexcept {
+void DirectDataWriter::writeOut() noexcept {
     writeTarget_ = appendedLsn_;
     pump();
 }
 
 // Writes, oldest first, what is full or what a commit needs; then the syncs that are due.
-void DirectLogWriter::pump() noexcept {
+void DirectDataWriter::pump() noexcept {
     for (unsigned index : active_) {
         if (writesInFlight_ >= options_.maxWritesInFlight) break;
         const Slot& slot = slots_[index];
@@ -276,12 +271,7 @@ void DirectLogWriter::pump() noexcept {
     closeFinishedFiles();
 }
 
-io_uring_sqe* DirectLogWriter::sqe(unsigned needed) noexcept {
-    ring_.makeRoom(needed);  // a hard-linked pair must go into one submission
-    return ring_.sqe();
-}
-
-void DirectLogWriter::submitWrite(unsigned index) noexcept {
+void DirectDataWriter::submitWrite(unsigned index) noexcept {
     Slot& slot = slots_[index];
     File* file = findFile(slot.file);
     std::byte* memory = buffer_.buffer(index);
@@ -297,24 +287,21 @@ void DirectLogWriter::submitWrite(unsigned index) noexcept {
         if (end > slot.fill) std::memset(memory + slot.fill, 0, end - slot.fill);
     }
     bool delayed = options_.writeDelay.count() > 0;
-    io_uring_sqe* entry = sqe(delayed ? 2 : 1);
+    ring_.makeRoom(delayed ? 2 : 1);  // a hard-linked pair must go into one submission
     if (delayed) {
-        io_uring_prep_timeout(entry, &delay_, 0, 0);
-        entry->flags |= IOSQE_IO_HARDLINK;  // the write runs when the timer fires (-ETIME)
-        io_uring_sqe_set_data64(entry, tagBase_ | static_cast<std::uint32_t>(TagKind::Delay)
-                                                      << kKindShift);
+        // The write runs when the timer fires (-ETIME).
+        ring_.timeout(&delay_, 0, 0, auditLogTag(AuditLogOp::DataWriteDelay), SqeFlag::HardLink);
         ++inFlight_;
-        entry = io_uring_get_sqe(ring_.raw());
     }
-    auto length = static_cast<unsigned>(end - start);
+    auto length = end - start;
     auto offset = slot.fileOffset + start;
+    std::span<const std::byte> data(memory + start, length);
+    int rwFlags = options_.dsyncWrites ? RWF_DSYNC : 0;
+    auto tag = auditLogTag(AuditLogOp::DataWrite, index);
     if (buffer_.registered())
-        io_uring_prep_write_fixed(entry, file->fd.get(), memory + start, length, offset,
-                                  static_cast<int>(index));
+        ring_.writeFixed(file->fd.get(), data, offset, static_cast<int>(index), rwFlags, tag);
     else
-        io_uring_prep_write(entry, file->fd.get(), memory + start, length, offset);
-    if (options_.dsyncWrites) entry->rw_flags = RWF_DSYNC;
-    io_uring_sqe_set_data64(entry, tagBase_ | index);
+        ring_.write(file->fd.get(), data, offset, rwFlags, tag);
     slot.writing = true;
     slot.submitStart = start;
     slot.submitFill = ready;
@@ -328,7 +315,7 @@ void DirectLogWriter::submitWrite(unsigned index) noexcept {
 
 // Plain writes become durable with an fdatasync of their file once every byte the sync is to
 // cover has been written: the current file up to the commit target, a previous file in full.
-void DirectLogWriter::startSyncs() noexcept {
+void DirectDataWriter::startSyncs() noexcept {
     if (options_.dsyncWrites) return;
     std::uint64_t written = writtenLsn();
     for (File& file : files_) {
@@ -336,29 +323,26 @@ void DirectLogWriter::startSyncs() noexcept {
         std::uint64_t end = fileEnd(file);
         std::uint64_t want = file.current ? std::min(commitTarget_, end) : end;
         if (want <= file.durable || written < want) continue;
-        io_uring_sqe* entry = sqe(1);
-        io_uring_prep_fsync(entry, file.fd.get(), IORING_FSYNC_DATASYNC);
-        io_uring_sqe_set_data64(entry, tagBase_ |
-                                           static_cast<std::uint32_t>(TagKind::Sync) << kKindShift |
-                                           file.serial);
+        ring_.makeRoom(1);
+        ring_.fsync(file.fd.get(), SyncMode::DataOnly,
+                    auditLogTag(AuditLogOp::DataSync, file.serial));
         file.syncing = true;
         file.syncTarget = want;
         ++inFlight_;
     }
 }
 
-void DirectLogWriter::onCompletion(std::uint32_t tag, int result) noexcept {
+void DirectDataWriter::onCompletion(CompletionTag tag, int result) noexcept {
     --inFlight_;
-    auto kind = static_cast<TagKind>(tag >> kKindShift);
-    std::uint32_t index = tag & kIndexMask;
-    if (kind == TagKind::Write && index < slots_.size())
-        onWrite(index, result);
-    else if (kind == TagKind::Sync)
-        onSync(index, result);
+    auto op = tag.opAs<AuditLogOp>();
+    if (op == AuditLogOp::DataWrite && tag.slot < slots_.size())
+        onWrite(tag.slot, result);
+    else if (op == AuditLogOp::DataSync)
+        onSync(tag.slot, result);
     pump();
 }
 
-void DirectLogWriter::onWrite(unsigned index, int result) noexcept {
+void DirectDataWriter::onWrite(unsigned index, int result) noexcept {
     Slot& slot = slots_[index];
     slot.writing = false;
     --writesInFlight_;
@@ -392,7 +376,7 @@ void DirectLogWriter::onWrite(unsigned index, int result) noexcept {
     if (slot.sealed && slot.written >= slot.fill) release(index);
 }
 
-void DirectLogWriter::onSync(std::uint32_t serial, int result) noexcept {
+void DirectDataWriter::onSync(std::uint32_t serial, int result) noexcept {
     File* file = findFile(serial);
     if (file == nullptr) return;
     file->syncing = false;
@@ -404,7 +388,7 @@ void DirectLogWriter::onSync(std::uint32_t serial, int result) noexcept {
     file->durable = std::max(file->durable, file->syncTarget);
 }
 
-void DirectLogWriter::fail(File& file, int error, bool inWrite) noexcept {
+void DirectDataWriter::fail(File& file, int error, bool inWrite) noexcept {
     if (file.failed) return;
     file.failed = true;
     try {
@@ -425,13 +409,13 @@ void DirectLogWriter::fail(File& file, int error, bool inWrite) noexcept {
     for (unsigned index : idle) release(index);
 }
 
-std::vector<LogFailure> DirectLogWriter::takeFailures() noexcept {
+std::vector<LogFailure> DirectDataWriter::takeFailures() noexcept {
     std::vector<LogFailure> taken;
     taken.swap(failures_);
     return taken;
 }
 
-void DirectLogWriter::release(unsigned index) noexcept {
+void DirectDataWriter::release(unsigned index) noexcept {
     std::erase(active_, index);
     free_.push_back(index);  // capacity reserved for every slot
 }
@@ -445,7 +429,7 @@ bool endsAt(int fd, std::uint64_t size) noexcept {
 }
 }  // namespace
 
-void DirectLogWriter::closeFinishedFiles() noexcept {
+void DirectDataWriter::closeFinishedFiles() noexcept {
     std::erase_if(files_, [this](const File& file) {
         bool done = !file.current && file.writesInFlight == 0 && !file.syncing &&
                     (file.failed || file.durable >= fileEnd(file));
@@ -461,27 +445,27 @@ void DirectLogWriter::closeFinishedFiles() noexcept {
     });
 }
 
-DirectLogWriter::File* DirectLogWriter::findFile(std::uint32_t serial) noexcept {
+DirectDataWriter::File* DirectDataWriter::findFile(std::uint32_t serial) noexcept {
     for (auto& file : files_)
         if (file.serial == serial) return &file;
     return nullptr;
 }
 
-std::uint64_t DirectLogWriter::fileEnd(const File& file) const noexcept {
+std::uint64_t DirectDataWriter::fileEnd(const File& file) const noexcept {
     return file.current ? appendedLsn_ : file.lsnEnd;
 }
 
-std::uint64_t DirectLogWriter::readyLsn() const noexcept {
+std::uint64_t DirectDataWriter::readyLsn() const noexcept {
     return pending_.empty() ? appendedLsn_ : pending_.front().lsn;
 }
 
-std::size_t DirectLogWriter::readyBytes(const Slot& slot) const noexcept {
+std::size_t DirectDataWriter::readyBytes(const Slot& slot) const noexcept {
     std::uint64_t ready = readyLsn();
     if (ready <= slot.lsn) return 0;
     return static_cast<std::size_t>(std::min<std::uint64_t>(ready - slot.lsn, slot.fill));
 }
 
-std::uint64_t DirectLogWriter::writtenLsn() const noexcept {
+std::uint64_t DirectDataWriter::writtenLsn() const noexcept {
     for (unsigned index : active_) {
         const Slot& slot = slots_[index];
         if (!slot.discard && slot.written < slot.fill) return slot.lsn + slot.written;
@@ -489,7 +473,7 @@ std::uint64_t DirectLogWriter::writtenLsn() const noexcept {
     return appendedLsn_;
 }
 
-std::uint64_t DirectLogWriter::durableLsn() const noexcept {
+std::uint64_t DirectDataWriter::durableLsn() const noexcept {
     for (const File& file : files_) {
         if (file.failed) continue;  // its bytes are reported lost
         if (file.durable < fileEnd(file)) return file.durable;
@@ -497,7 +481,7 @@ std::uint64_t DirectLogWriter::durableLsn() const noexcept {
     return appendedLsn_;
 }
 
-bool DirectLogWriter::directIo() const noexcept {
+bool DirectDataWriter::directIo() const noexcept {
     return !files_.empty() && files_.back().direct;
 }
 

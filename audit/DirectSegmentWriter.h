@@ -1,6 +1,6 @@
 #pragma once
-// One worker's audit log with the direct writer: segments and index records from AuditWriter,
-// payload through DirectLogWriter (O_DIRECT from the log buffer). The index follows the data: a
+// One worker's audit log with the direct writer: segments and index records from SegmentStore,
+// payload through DirectDataWriter (O_DIRECT from the log buffer). The index follows the data: a
 // Chunk record (and a Close record, which must come after its connection's chunks) is booked
 // into the index only once its payload is durable, and the group commit then writes and
 // fdatasyncs the index. So an index never names bytes that a crash could lose.
@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "audit/AuditWriter.h"
-#include "audit/DirectLogWriter.h"
+#include "audit/DirectDataWriter.h"
+#include "audit/SegmentStore.h"
 
 namespace splicegate::audit {
 
@@ -48,14 +48,16 @@ struct DirectChunk {
     bool reserved() const noexcept { return segment.segment != nullptr; }
 };
 
-class DirectSegmentLog {
+class DirectSegmentWriter {
   public:
-    // Completions of this log carry `tagBase` in their upper 32 bits (see DirectLogWriter).
-    DirectSegmentLog(std::unique_ptr<AuditWriter> segments, Ring& ring,
-                     const DirectLogOptions& options, std::uint64_t tagBase);
-    ~DirectSegmentLog();
-    DirectSegmentLog(const DirectSegmentLog&) = delete;
-    DirectSegmentLog& operator=(const DirectSegmentLog&) = delete;
+    // Submits on `ring` (its log buffer registered with `registration`, the ring's); every SQE,
+    // its data writer's too, carries an auditLogTag (audit/AuditLogOps.h), and the owner hands
+    // each such completion to complete().
+    DirectSegmentWriter(std::unique_ptr<SegmentStore> segments, RingOps& ring,
+                        RingRegistration& registration, const DirectLogOptions& options);
+    ~DirectSegmentWriter();
+    DirectSegmentWriter(const DirectSegmentWriter&) = delete;
+    DirectSegmentWriter& operator=(const DirectSegmentWriter&) = delete;
 
     // Space for up to `length` payload bytes (chunk.memory may be shorter, or empty when full).
     int reserve(std::uint32_t length, DirectChunk& chunk) noexcept;
@@ -71,8 +73,8 @@ class DirectSegmentLog {
     // 1: a sync started (its result comes from complete()); 0: nothing to make durable or a
     // sync is in flight already.
     int startSync() noexcept;
-    // A completion whose user_data carried tagBase. Returns the result of the sync it finished.
-    std::optional<int> complete(std::uint32_t tag, int result) noexcept;
+    // A completion of RingOwner::AuditLog. Returns the result of the sync it finished.
+    std::optional<int> complete(CompletionTag tag, int result) noexcept;
     // Durable, blocking: the worker's exit (routes completions itself until done).
     void syncNow() noexcept;
     // syncNow(), then the current data file is let go: its tail written and synced, the file cut
@@ -97,19 +99,7 @@ class DirectSegmentLog {
     // data space being allocated on the ring.
     std::size_t room() const noexcept { return segments_->waitingForSpace() ? 0 : writer_.room(); }
     bool reservesSpaceAhead() const noexcept { return segments_->reservesSpaceAhead(); }
-    const DirectLogWriter& writer() const noexcept { return writer_; }
-
-    // The tag of the index fdatasync (or the NOP that ends a sync with nothing to write): kind 3
-    // in DirectLogWriter's scheme, which the writer leaves to its owner.
-    static constexpr std::uint32_t kIndexSyncTag = 0xffffffffu;
-    // The tag of the index records' write, linked before that fdatasync (kind 3 as well).
-    static constexpr std::uint32_t kIndexWriteTag = 0xfffffffeu;
-    // The directory's fsync, linked before that write when the segment's names are new.
-    static constexpr std::uint32_t kDirectorySyncTag = 0xfffffffdu;
-    // The write of the records a flush took (durability none, or a tick during a sync).
-    static constexpr std::uint32_t kIndexFlushTag = 0xfffffffcu;
-    // The segments' disk work (AuditWriter's DiskWork), one tag per DiskStep from here up.
-    static constexpr std::uint32_t kDiskWorkTag = kIndexFlushTag - kDiskSteps;
+    const DirectDataWriter& writer() const noexcept { return writer_; }
 
   private:
     enum class State : std::uint8_t { Idle, WaitingData, WaitingIndex };
@@ -149,10 +139,9 @@ class DirectSegmentLog {
     void noteSyncError(int error, bool inWrite) noexcept;
     std::optional<int> finish(int result) noexcept;
 
-    std::unique_ptr<AuditWriter> segments_;
-    Ring& ring_;
-    const std::uint64_t tagBase_;
-    DirectLogWriter writer_;
+    std::unique_ptr<SegmentStore> segments_;
+    RingOps& ring_;
+    DirectDataWriter writer_;
     std::shared_ptr<Segment> current_;             // the segment the writer appends to
     std::deque<std::shared_ptr<Segment>> recent_;  // segments the writer may still report on
     std::deque<Waiting> waiting_;
@@ -163,9 +152,9 @@ class DirectSegmentLog {
     std::shared_ptr<Segment> indexSegment_;
     int indexWriteResult_ = 0;  // of the index records' write in this sync
     int directorySyncResult_ = 0;
-    std::optional<int> heldResult_;  // of the sync that waits for a seal to end
+    std::optional<int> heldResult_;          // of the sync that waits for a seal to end
     std::shared_ptr<Segment> flushSegment_;  // its flushed records' write is out
-    int syncError_ = 0;  // a data failure during this sync
+    int syncError_ = 0;                      // a data failure during this sync
     bool syncErrorInWrite_ = false;
     bool lastFailureInWrite_ = false;
     // A record came in since the last sync began: the next one must run even if that record was

@@ -1,4 +1,4 @@
-#include "audit/AuditWriter.h"
+#include "audit/SegmentStore.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <ctime>
 #include <new>
+#include <span>
 
 #include "audit/AuditDirectory.h"
 #include "audit/AuditReader.h"
@@ -15,7 +16,7 @@
 #include "audit/Records.h"
 #include "common/Error.h"
 #include "common/Log.h"
-#include "common/Ring.h"
+#include "common/RingOps.h"
 
 namespace splicegate::audit {
 
@@ -59,10 +60,10 @@ SealHead lastSeal(int dirFd, const std::string& dir, std::uint32_t worker, std::
 
 }  // namespace
 
-AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
-                         std::uint64_t segmentBytes,
-                         const std::atomic<std::uint64_t>* nextConnectionId,
-                         std::shared_ptr<const ChainKey> chainKey, SealHeads* heads)
+SegmentStore::SegmentStore(std::string dir, std::uint32_t worker, std::uint64_t firstSegment,
+                           std::uint64_t segmentBytes,
+                           const std::atomic<std::uint64_t>* nextConnectionId,
+                           std::shared_ptr<const ChainKey> chainKey, SealHeads* heads)
     : dir_(std::move(dir)),
       dirFd_(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
       chainKey_(std::move(chainKey)),
@@ -82,7 +83,7 @@ AuditWriter::AuditWriter(std::string dir, std::uint32_t worker, std::uint64_t fi
     ++nextSegment_;
 }
 
-AuditWriter::~AuditWriter() {
+SegmentStore::~SegmentStore() {
     // The owner's ring is gone, and with it whatever disk work it had not run: that runs here.
     diskWorkOnRing_ = false;
     if (created_ && !creationAdopted_) {
@@ -119,7 +120,7 @@ AuditWriter::~AuditWriter() {
 }
 
 template <typename Encode>
-int AuditWriter::append(Segment& segment, Encode encode) noexcept {
+int SegmentStore::append(Segment& segment, Encode encode) noexcept {
     auto before = segment.pendingRecords.size();
     try {
         encode(segment.pendingRecords);
@@ -133,7 +134,7 @@ int AuditWriter::append(Segment& segment, Encode encode) noexcept {
     return 0;
 }
 
-std::shared_ptr<Segment> AuditWriter::newSegment(std::uint64_t number) {
+std::shared_ptr<Segment> SegmentStore::newSegment(std::uint64_t number) {
     auto segment = std::make_shared<Segment>();
     segment->chain.emplace(chainKey_.get());
     segment->worker = worker_;
@@ -142,7 +143,7 @@ std::shared_ptr<Segment> AuditWriter::newSegment(std::uint64_t number) {
     return segment;
 }
 
-int AuditWriter::openSegment(std::uint64_t number) noexcept {
+int SegmentStore::openSegment(std::uint64_t number) noexcept {
     std::shared_ptr<Segment> segment;
     bool createdAhead = created_ && creationSteps_ == 0 && !creationAdopted_ &&
                         created_->number == number && created_->data && created_->index;
@@ -233,7 +234,7 @@ long long allocate(int fd, int mode, std::uint64_t from, std::uint64_t needed,
 }
 }  // namespace
 
-bool AuditWriter::reserveSpaceAhead(bool data) noexcept {
+bool SegmentStore::reserveSpaceAhead(bool data) noexcept {
     // A probe on the current index file, past its end: EOPNOTSUPP (or EINVAL) means no
     // fallocate here; ENOSPC still means the mechanism works.
     if (current_) {
@@ -251,8 +252,8 @@ bool AuditWriter::reserveSpaceAhead(bool data) noexcept {
 
 // Takes the space before anything is accepted into it: a full disk is refused here, at once,
 // never found by a write after the bytes were forwarded.
-int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
-                               std::uint64_t indexNeed) noexcept {
+int SegmentStore::allocateAhead(Segment& segment, std::uint64_t dataEnd,
+                                std::uint64_t indexNeed) noexcept {
     if (reserveDataAhead_ && dataEnd > segment.dataAllocated && diskWorkOnRing_ &&
         !allocateInPlace_) {
         // Not in place: the allocation goes on the ring (spaceAhead()) and the chunk waits for
@@ -281,14 +282,14 @@ int AuditWriter::allocateAhead(Segment& segment, std::uint64_t dataEnd,
     return 0;
 }
 
-void AuditWriter::releasePromise(Reservation& reservation) noexcept {
+void SegmentStore::releasePromise(Reservation& reservation) noexcept {
     if (!reservation.indexPromised) return;
     reservation.indexPromised = false;
     auto& promised = reservation.segment->indexPromised;
     promised -= std::min(promised, chunkRecordBytes());
 }
 
-int AuditWriter::writePending(Segment& segment) noexcept {
+int SegmentStore::writePending(Segment& segment) noexcept {
     std::size_t written = 0;
     int rc = writeFullyAt(segment.index.get(), segment.pendingRecords, segment.indexBytes, written);
     // A failed write leaves a whole prefix on disk; the rest goes next time.
@@ -297,7 +298,7 @@ int AuditWriter::writePending(Segment& segment) noexcept {
     return rc;
 }
 
-int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
+int SegmentStore::reserve(std::uint32_t length, Reservation& out) noexcept {
     if (!current_) {  // the last attempt to start a segment failed (disk full?): try again
         if (int rc = openSegment(nextSegment_); rc < 0) return rc;
         ++nextSegment_;
@@ -321,9 +322,9 @@ int AuditWriter::reserve(std::uint32_t length, Reservation& out) noexcept {
     return 0;
 }
 
-int AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
-                             std::uint8_t direction, std::uint32_t written, std::int64_t timeNs,
-                             std::optional<std::uint32_t> payloadCrc) noexcept {
+int SegmentStore::recordChunk(Reservation& reservation, std::uint64_t connection,
+                              std::uint8_t direction, std::uint32_t written, std::int64_t timeNs,
+                              std::optional<std::uint32_t> payloadCrc) noexcept {
     auto& segment = *reservation.segment;
     releasePromise(reservation);  // the record takes the space it was promised
     // On -ENOMEM the payload stays unindexed: a hole the reader never serves.
@@ -335,8 +336,8 @@ int AuditWriter::recordChunk(Reservation& reservation, std::uint64_t connection,
     return rc;
 }
 
-int AuditWriter::payloadCrcFromFile(const Reservation& reservation, std::uint32_t written,
-                                    std::uint32_t& crc) noexcept {
+int SegmentStore::payloadCrcFromFile(const Reservation& reservation, std::uint32_t written,
+                                     std::uint32_t& crc) noexcept {
     if (!reservation.segment || !reservation.segment->data) return -EBADF;
     constexpr std::size_t kPiece = 64 * 1024;
     alignas(64) static thread_local std::uint8_t buffer[kPiece];
@@ -357,7 +358,7 @@ int AuditWriter::payloadCrcFromFile(const Reservation& reservation, std::uint32_
     return 0;
 }
 
-void AuditWriter::abandon(Reservation& reservation) noexcept {
+void SegmentStore::abandon(Reservation& reservation) noexcept {
     if (!reservation.segment) return;
     releasePromise(reservation);
     auto segment = std::move(reservation.segment);
@@ -365,8 +366,9 @@ void AuditWriter::abandon(Reservation& reservation) noexcept {
     if (segment->retired) sealReady();
 }
 
-int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs, std::string_view route,
-                            std::string_view client, std::string_view upstream) noexcept {
+int SegmentStore::recordOpen(std::uint64_t connection, std::int64_t openedNs,
+                             std::string_view route, std::string_view client,
+                             std::string_view upstream) noexcept {
     if (!current_) return 0;
     if (reserveAhead_) {
         if (int rc = allocateAhead(*current_, 0, 0); rc < 0) return rc;
@@ -378,9 +380,9 @@ int AuditWriter::recordOpen(std::uint64_t connection, std::int64_t openedNs, std
     return rc;
 }
 
-int AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
-                             std::uint64_t c2uBytes, std::uint64_t u2cBytes,
-                             std::string_view reason) noexcept {
+int SegmentStore::recordClose(std::uint64_t connection, std::int64_t closedNs,
+                              std::uint64_t c2uBytes, std::uint64_t u2cBytes,
+                              std::string_view reason) noexcept {
     if (!current_) return 0;
     if (reserveAhead_) {
         if (int rc = allocateAhead(*current_, 0, 0); rc < 0) return rc;
@@ -392,7 +394,7 @@ int AuditWriter::recordClose(std::uint64_t connection, std::int64_t closedNs,
     return rc;
 }
 
-std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
+std::shared_ptr<Segment> SegmentStore::beginSync() noexcept {
     if (!dirty_ || syncInFlight_ || !current_) return nullptr;
     dirty_ = false;
     ++startedSyncs_;
@@ -407,19 +409,16 @@ std::shared_ptr<Segment> AuditWriter::beginSync() noexcept {
     return current_;
 }
 
-int AuditWriter::writeHandedOffIndex(Segment& segment) noexcept {
+int SegmentStore::writeHandedOffIndex(Segment& segment) noexcept {
     std::size_t written = 0;
     return writeFullyAt(segment.index.get(), segment.indexHandedOff, segment.indexHandedOffAt,
                         written);
 }
 
 namespace {
-io_uring_sqe* queueRecordsWrite(Ring& ring, int fd, const std::string& records, std::uint64_t at,
-                                std::uint64_t tag) noexcept {
-    io_uring_sqe* entry = ring.sqe();
-    io_uring_prep_write(entry, fd, records.data(), static_cast<unsigned>(records.size()), at);
-    io_uring_sqe_set_data64(entry, tag);
-    return entry;
+void queueRecordsWrite(RingOps& ring, int fd, const std::string& records, std::uint64_t at,
+                       CompletionTag tag, SqeFlags flags = {}) noexcept {
+    ring.write(fd, std::as_bytes(std::span(records.data(), records.size())), at, 0, tag, flags);
 }
 
 int recordsWriteResult(const std::string& records, int result) noexcept {
@@ -428,11 +427,11 @@ int recordsWriteResult(const std::string& records, int result) noexcept {
 }
 }  // namespace
 
-bool queueIndexWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {
+bool queueIndexWrite(RingOps& ring, const Segment& segment, CompletionTag tag) noexcept {
     if (segment.indexHandedOff.empty()) return false;
-    auto* entry = queueRecordsWrite(ring, segment.index.get(), segment.indexHandedOff,
-                                    segment.indexHandedOffAt, tag);
-    entry->flags |= IOSQE_IO_LINK;  // the index fdatasync that follows must see these records
+    // Linked: the index fdatasync that follows must see these records.
+    queueRecordsWrite(ring, segment.index.get(), segment.indexHandedOff, segment.indexHandedOffAt,
+                      tag, SqeFlag::Link);
     return true;
 }
 
@@ -440,13 +439,13 @@ int indexWriteResult(const Segment& segment, int result) noexcept {
     return recordsWriteResult(segment.indexHandedOff, result);
 }
 
-void queueFlushWrite(Ring& ring, const Segment& segment, std::uint64_t tag) noexcept {
+void queueFlushWrite(RingOps& ring, const Segment& segment, CompletionTag tag) noexcept {
     ring.makeRoom(1);
     queueRecordsWrite(ring, segment.index.get(), segment.indexFlushing, segment.indexFlushingAt,
                       tag);
 }
 
-std::shared_ptr<Segment> AuditWriter::beginFlush() noexcept {
+std::shared_ptr<Segment> SegmentStore::beginFlush() noexcept {
     if (!current_ || syncInFlight_ || current_->pendingRecords.empty() ||
         !current_->indexFlushing.empty())
         return nullptr;
@@ -458,7 +457,7 @@ std::shared_ptr<Segment> AuditWriter::beginFlush() noexcept {
     return current_;
 }
 
-int AuditWriter::endFlush(const std::shared_ptr<Segment>& segment, int result) noexcept {
+int SegmentStore::endFlush(const std::shared_ptr<Segment>& segment, int result) noexcept {
     result = recordsWriteResult(segment->indexFlushing, result);
     segment->indexFlushing.clear();
     if (result < 0) failSegment(segment, result);  // its index has a hole: never trusted again
@@ -466,78 +465,54 @@ int AuditWriter::endFlush(const std::shared_ptr<Segment>& segment, int result) n
     return result;
 }
 
-void queueDiskWork(Ring& ring, const DiskWork& work, std::uint64_t tagBase) noexcept {
-    // Tag and link after the io_uring_prep_* call: liburing's prep helpers reset the SQE's
-    // flags, and a link set before them is lost (the seal's steps would then run unordered).
-    auto tagged = [&](io_uring_sqe* entry, DiskStep step, unsigned char flags = 0) {
-        io_uring_sqe_set_data64(entry, tagBase + static_cast<std::uint64_t>(step));
-        entry->flags |= flags;
-    };
+void queueDiskWork(RingOps& ring, const DiskWork& work, CompletionTag tag) noexcept {
+    auto step = [&](DiskStep kind) { return tag.withSlot(static_cast<std::uint32_t>(kind)); };
     if (work.kind == DiskWork::Kind::Create) {
         SegmentCreation& creation = *work.creation;  // liburing takes open_how non-const
         ring.makeRoom(creation.recycling ? 3 : 2);
         if (creation.recycling) {
             // Linked: without a spare to rename, the open after it is cancelled.
-            auto* rename = ring.sqe();
-            io_uring_prep_renameat(rename, work.fd, creation.spareName.c_str(), work.fd,
-                                   creation.dataName.c_str(), RENAME_NOREPLACE);
-            tagged(rename, DiskStep::CreateRecycle, IOSQE_IO_LINK);
+            ring.renameat(work.fd, creation.spareName.c_str(), work.fd, creation.dataName.c_str(),
+                          RENAME_NOREPLACE, step(DiskStep::CreateRecycle), SqeFlag::Link);
         }
-        auto* data = ring.sqe();
-        io_uring_prep_openat2(data, work.fd, creation.dataName.c_str(),
-                              creation.recycling ? &creation.recycledHow : &creation.how);
-        tagged(data, DiskStep::CreateData);
-        auto* index = ring.sqe();
-        io_uring_prep_openat2(index, work.fd, creation.indexName.c_str(), &creation.how);
-        tagged(index, DiskStep::CreateIndex);
+        ring.openat2(work.fd, creation.dataName.c_str(),
+                     creation.recycling ? &creation.recycledHow : &creation.how,
+                     step(DiskStep::CreateData));
+        ring.openat2(work.fd, creation.indexName.c_str(), &creation.how,
+                     step(DiskStep::CreateIndex));
         return;
     }
     if (work.kind == DiskWork::Kind::Allocate) {
         ring.makeRoom(1);
-        auto* allocate = ring.sqe();
-        io_uring_prep_fallocate(allocate, work.fd, work.mode, static_cast<__u64>(work.from),
-                                static_cast<__u64>(work.to - work.from));
-        tagged(allocate, DiskStep::Allocate);
+        ring.fallocate(work.fd, work.mode, work.from, work.to - work.from,
+                       step(DiskStep::Allocate));
         return;
     }
     // One chain, in one submission: the index's records, SegmentSealed last, are written only
     // once the data they point into is durable, and the seal ends with the index's fdatasync.
     const Segment& segment = *work.segment;
     ring.makeRoom(kDiskSteps - 1);
-    auto* punch = ring.sqe();
+    // Hard-linked: space not given back is no failure.
     if (work.to > work.from)
-        io_uring_prep_fallocate(
-            punch, segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-            static_cast<__u64>(work.from), static_cast<__u64>(work.to - work.from));
+        ring.fallocate(segment.index.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, work.from,
+                       work.to - work.from, step(DiskStep::SealPunch), SqeFlag::HardLink);
     else
-        io_uring_prep_nop(punch);
-    tagged(punch, DiskStep::SealPunch, IOSQE_IO_HARDLINK);  // space not given back is no failure
-    auto* directory = ring.sqe();
+        ring.nop(step(DiskStep::SealPunch), SqeFlag::HardLink);
     if (work.fd >= 0)
-        io_uring_prep_fsync(directory, work.fd, 0);
+        ring.fsync(work.fd, SyncMode::Full, step(DiskStep::SealDirectorySync), SqeFlag::Link);
     else
-        io_uring_prep_nop(directory);
-    tagged(directory, DiskStep::SealDirectorySync, IOSQE_IO_LINK);
-    auto* dataSync = ring.sqe();
-    io_uring_prep_fsync(dataSync, segment.data.get(), IORING_FSYNC_DATASYNC);
-    tagged(dataSync, DiskStep::SealDataSync, IOSQE_IO_LINK);
-    auto* write = ring.sqe();
-    io_uring_prep_write(write, segment.index.get(), segment.indexHandedOff.data(),
-                        static_cast<unsigned>(segment.indexHandedOff.size()),
-                        segment.indexHandedOffAt);
-    tagged(write, DiskStep::SealWrite, IOSQE_IO_LINK);
-    auto* indexSync = ring.sqe();
-    io_uring_prep_fsync(indexSync, segment.index.get(), IORING_FSYNC_DATASYNC);
-    tagged(indexSync, DiskStep::SealIndexSync);
+        ring.nop(step(DiskStep::SealDirectorySync), SqeFlag::Link);
+    ring.fsync(segment.data.get(), SyncMode::DataOnly, step(DiskStep::SealDataSync), SqeFlag::Link);
+    queueRecordsWrite(ring, segment.index.get(), segment.indexHandedOff, segment.indexHandedOffAt,
+                      step(DiskStep::SealWrite), SqeFlag::Link);
+    ring.fsync(segment.index.get(), SyncMode::DataOnly, step(DiskStep::SealIndexSync));
 }
 
-void queueDirectorySync(Ring& ring, const AuditWriter& writer, const Segment& segment,
-                        std::uint64_t tag) noexcept {
+void queueDirectorySync(RingOps& ring, const SegmentStore& store, const Segment& segment,
+                        CompletionTag tag) noexcept {
     if (segment.namesDurable) return;
-    io_uring_sqe* entry = ring.sqe();
-    io_uring_prep_fsync(entry, writer.directoryFd(), 0);
-    io_uring_sqe_set_data64(entry, tag);
-    entry->flags |= IOSQE_IO_LINK;  // the group commit counts on the names being durable
+    // Linked: the group commit counts on the names being durable.
+    ring.fsync(store.directoryFd(), SyncMode::Full, tag, SqeFlag::Link);
 }
 
 int runDiskWork(const DiskWork& work) noexcept {
@@ -560,7 +535,7 @@ int runDiskWork(const DiskWork& work) noexcept {
     return rc;
 }
 
-void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
+void SegmentStore::endSync(const std::shared_ptr<Segment>& segment, int result) noexcept {
     syncInFlight_ = false;
     segment->syncing = false;
     segment->indexHandedOff.clear();
@@ -576,7 +551,7 @@ void AuditWriter::endSync(const std::shared_ptr<Segment>& segment, int result) n
     sealFailed(segment);
 }
 
-void AuditWriter::shrink(Reservation& reservation, std::uint32_t length) noexcept {
+void SegmentStore::shrink(Reservation& reservation, std::uint32_t length) noexcept {
     if (!reservation.segment || length >= reservation.length) return;
     auto& segment = *reservation.segment;
     if (segment.reservedBytes == reservation.offset + reservation.length)
@@ -584,7 +559,7 @@ void AuditWriter::shrink(Reservation& reservation, std::uint32_t length) noexcep
     reservation.length = length;
 }
 
-void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error) noexcept {
+void SegmentStore::failSegment(const std::shared_ptr<Segment>& segment, int error) noexcept {
     if (segment->failed) return;
     ++failedSyncs_;
     logError("audit: writing ", segment->dataPath, " failed: ", errnoText(error),
@@ -594,7 +569,7 @@ void AuditWriter::failSegment(const std::shared_ptr<Segment>& segment, int error
 
 // Never retry and trust: a segment whose write or sync failed is sealed as failed, and when it
 // was the current one the next segment starts.
-void AuditWriter::sealFailed(const std::shared_ptr<Segment>& segment) noexcept {
+void SegmentStore::sealFailed(const std::shared_ptr<Segment>& segment) noexcept {
     if (segment != current_) {
         segment->failed = true;
         sealReady();
@@ -606,7 +581,7 @@ void AuditWriter::sealFailed(const std::shared_ptr<Segment>& segment) noexcept {
         logError("audit: cannot start a new segment in ", dir_, ": ", errnoText(rc));
 }
 
-int AuditWriter::ensureSegment() noexcept {
+int SegmentStore::ensureSegment() noexcept {
     if (current_) return 0;
     if (int rc = openSegment(nextSegment_); rc < 0) return rc;
     ++nextSegment_;
@@ -615,11 +590,11 @@ int AuditWriter::ensureSegment() noexcept {
 
 // Not while a sync's records are out to be written: records written past them first would leave
 // a hole in the index if the daemon died before that write (readers would see it meanwhile).
-int AuditWriter::flush() noexcept {
+int SegmentStore::flush() noexcept {
     return current_ && !syncInFlight_ ? writePending(*current_) : 0;
 }
 
-int AuditWriter::rotate() noexcept {
+int SegmentStore::rotate() noexcept {
     auto previous = current_;
     int rc = openSegment(nextSegment_);
     if (rc < 0) {
@@ -632,7 +607,7 @@ int AuditWriter::rotate() noexcept {
     return 0;
 }
 
-void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept {
+void SegmentStore::retire(const std::shared_ptr<Segment>& segment, bool failed) noexcept {
     segment->retired = true;
     segment->failed = segment->failed || failed;
     retired_.push_back(segment);
@@ -643,7 +618,7 @@ void AuditWriter::retire(const std::shared_ptr<Segment>& segment, bool failed) n
 // ring resolves the fds of a queued fdatasync only when it runs. Segments are retired in
 // creation order, and a seal needs its predecessor's digest, so only the oldest retired segment
 // may seal; a later one that finished first waits for it.
-void AuditWriter::sealReady() noexcept {
+void SegmentStore::sealReady() noexcept {
     while (!retired_.empty()) {
         auto& oldest = *retired_.front();
         if (oldest.writesInFlight > 0 || oldest.syncing || oldest.allocating || oldest.sealing ||
@@ -655,7 +630,7 @@ void AuditWriter::sealReady() noexcept {
 
 // The seal's fdatasyncs can wait for the journal: on the owner's ring when it has one
 // (runDiskWorkOnRing()), in place otherwise (tests, and the destructor, whose ring is gone).
-void AuditWriter::seal(std::shared_ptr<Segment> sealed) noexcept {
+void SegmentStore::seal(std::shared_ptr<Segment> sealed) noexcept {
     Segment& segment = *sealed;
     if (segment.index && segment.chain) {
         try {
@@ -692,7 +667,7 @@ void AuditWriter::seal(std::shared_ptr<Segment> sealed) noexcept {
     finishSeal(segment, runDiskWork(work));
 }
 
-void AuditWriter::finishSeal(Segment& segment, int result) noexcept {
+void SegmentStore::finishSeal(Segment& segment, int result) noexcept {
     if (result < 0 && !segment.failed) {
         // Its chunks were counted durable by a group commit on the next segment: say so.
         ++failedSyncs_;
@@ -714,7 +689,7 @@ void AuditWriter::finishSeal(Segment& segment, int result) noexcept {
     std::erase_if(retired_, [&](const auto& s) { return s.get() == &segment; });
 }
 
-std::optional<DiskWork> AuditWriter::takeDiskWork() noexcept {
+std::optional<DiskWork> SegmentStore::takeDiskWork() noexcept {
     if (sealing_ && !sealHandedOut_) {
         sealHandedOut_ = true;
         return pendingSeal_;
@@ -730,7 +705,7 @@ std::optional<DiskWork> AuditWriter::takeDiskWork() noexcept {
     return allocating_;
 }
 
-std::optional<DiskWork> AuditWriter::createAhead() noexcept {
+std::optional<DiskWork> SegmentStore::createAhead() noexcept {
     if (!createAhead_ || created_ || !current_ || current_->retired || sealing_ ||
         !retired_.empty() || current_->reservedBytes < segmentBytes_ / 2)
         return std::nullopt;
@@ -768,7 +743,7 @@ std::optional<DiskWork> AuditWriter::createAhead() noexcept {
     return work;
 }
 
-void AuditWriter::createDone(DiskStep step, int result) noexcept {
+void SegmentStore::createDone(DiskStep step, int result) noexcept {
     bool opened = step != DiskStep::CreateRecycle;  // a rename's result is no fd
     UniqueFd fd(opened && result >= 0 ? result : -1);
     if (!created_ || creationSteps_ == 0) return;
@@ -788,7 +763,7 @@ void AuditWriter::createDone(DiskStep step, int result) noexcept {
     if (--creationSteps_ == 0 && (creationAdopted_ || creationError_ != 0)) discardCreated();
 }
 
-void AuditWriter::cutAndOpenToGroup(Segment& segment) noexcept {
+void SegmentStore::cutAndOpenToGroup(Segment& segment) noexcept {
     struct stat st {};
     if (::fstat(segment.data.get(), &st) != 0) return;
     if (static_cast<std::uint64_t>(st.st_size) > segment.reservedBytes &&
@@ -804,7 +779,7 @@ void AuditWriter::cutAndOpenToGroup(Segment& segment) noexcept {
 
 // A spare is a whole segment's data file, every block written (sealed segments are cut to their
 // last byte and have no holes): the space ahead of the first reservations is taken already.
-void AuditWriter::adoptSpare(int fd) noexcept {
+void SegmentStore::adoptSpare(int fd) noexcept {
     struct stat st {};
     created_->recycled = true;
     if (::fstat(fd, &st) != 0) return;
@@ -814,7 +789,7 @@ void AuditWriter::adoptSpare(int fd) noexcept {
 
 // A creation that failed takes back the names it made; after a roll adopted them, they are the
 // current segment's (or, if that roll failed, the next attempt's: ownNames_).
-void AuditWriter::discardCreated() noexcept {
+void SegmentStore::discardCreated() noexcept {
     auto segment = std::move(created_);
     if (creationAdopted_ || !segment) return;
     if (segment->data || creation_.renamed) ::unlinkat(dirFd_.get(), creation_.dataName.c_str(), 0);
@@ -841,7 +816,7 @@ void AuditWriter::discardCreated() noexcept {
 
 // The created segment's first step of data and index space, once the current one has what it
 // needs: its first chunks then find their space taken.
-std::optional<DiskWork> AuditWriter::spaceAheadOfCreated() noexcept {
+std::optional<DiskWork> SegmentStore::spaceAheadOfCreated() noexcept {
     if (!reserveAhead_ || !created_ || creationSteps_ > 0 || creationAdopted_) return std::nullopt;
     Segment& segment = *created_;
     DiskWork work{DiskWork::Kind::Allocate, created_};
@@ -861,7 +836,7 @@ std::optional<DiskWork> AuditWriter::spaceAheadOfCreated() noexcept {
 
 // Keeps the current segment's data one step (kDataAhead) and its index half a step
 // (kIndexAhead) allocated ahead of what is reserved, so that reserve() finds the space taken.
-std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
+std::optional<DiskWork> SegmentStore::spaceAhead() noexcept {
     if (!reserveAhead_ || !current_ || current_->retired) return std::nullopt;
     Segment& segment = *current_;
     DiskWork work{DiskWork::Kind::Allocate, current_};
@@ -886,7 +861,7 @@ std::optional<DiskWork> AuditWriter::spaceAhead() noexcept {
     return std::nullopt;
 }
 
-std::optional<int> AuditWriter::diskWorkDone(DiskStep step, int result) noexcept {
+std::optional<int> SegmentStore::diskWorkDone(DiskStep step, int result) noexcept {
     if (step == DiskStep::CreateData || step == DiskStep::CreateIndex ||
         step == DiskStep::CreateRecycle) {
         createDone(step, result);

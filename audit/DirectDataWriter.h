@@ -20,9 +20,9 @@
 //   takeFailures() LSN ranges lost to a write or fdatasync error. Never retried: after an
 //                  fdatasync error the kernel may have dropped the dirty state, so the file is
 //                  done for (the owner seals the segment as failed and starts a new one).
-// Completions: every SQE it submits carries `tagBase | tag`, tag in the low 32 bits; the owner
-// routes each completion whose upper bits equal tagBase to onCompletion(tag, result). Tags with
-// both top bits set (0xc0000000 and up) are never the writer's: they are left to its owner.
+// Completions: every SQE it submits carries an audit::auditLogTag (audit/AuditLogOps.h: a data
+// write, its delay, a data fdatasync); the owner hands each completion of those ops to
+// onCompletion().
 //
 // Thread affinity: the ring's thread. Error contract: the constructor throws (std::system_error,
 // std::invalid_argument); everything else is noexcept and returns -errno. Lifetime: destroy it
@@ -35,8 +35,10 @@
 #include <string>
 #include <vector>
 
+#include "audit/AuditLogOps.h"
 #include "audit/LogBuffer.h"
-#include "common/Ring.h"
+#include "common/RingOps.h"
+#include "common/RingRegistration.h"
 #include "common/UniqueFd.h"
 
 namespace splicegate::audit {
@@ -90,13 +92,15 @@ struct DirectLogStats {
     std::uint64_t fullAppends = 0;  // appends cut short because the buffer was full
 };
 
-class DirectLogWriter {
+class DirectDataWriter {
   public:
-    // Maps and registers the buffer (registration refused: plain writes, one log line).
-    DirectLogWriter(Ring& ring, const DirectLogOptions& options, std::uint64_t tagBase);
-    ~DirectLogWriter();
-    DirectLogWriter(const DirectLogWriter&) = delete;
-    DirectLogWriter& operator=(const DirectLogWriter&) = delete;
+    // Maps the buffer and registers it with `registration`, `ring`'s (refused: plain writes,
+    // one log line).
+    DirectDataWriter(RingOps& ring, RingRegistration& registration,
+                     const DirectLogOptions& options);
+    ~DirectDataWriter();
+    DirectDataWriter(const DirectDataWriter&) = delete;
+    DirectDataWriter& operator=(const DirectDataWriter&) = delete;
 
     // Appends go to `fd` from offset 0 on (the writer keeps its own dup of it, closed once the
     // file is written and durable; `fileId` names it in failures). The previous file gets its
@@ -129,7 +133,8 @@ class DirectLogWriter {
     // Writes every byte appended so far (a partial tail padded, as for a commit) without making
     // it durable (durability none). Progress shows in writtenLsn().
     void writeOut() noexcept;
-    void onCompletion(std::uint32_t tag, int result) noexcept;
+    // A completion of one of this writer's SQEs (DataWrite, DataWriteDelay, DataSync).
+    void onCompletion(CompletionTag tag, int result) noexcept;
     std::vector<LogFailure> takeFailures() noexcept;
 
     std::uint64_t appendedLsn() const noexcept { return appendedLsn_; }
@@ -172,9 +177,6 @@ class DirectLogWriter {
         std::uint64_t durable = 0;     // LSN: [lsnBegin, durable) is durable
         std::uint64_t syncTarget = 0;  // LSN the fdatasync in flight covers
     };
-    enum class TagKind : std::uint32_t { Write = 0, Sync = 1, Delay = 2 };
-    static constexpr std::uint32_t kKindShift = 30;
-
     struct Pending {
         std::uint64_t lsn = 0;
         bool done = false;
@@ -195,11 +197,9 @@ class DirectLogWriter {
     void closeFinishedFiles() noexcept;
     File* findFile(std::uint32_t serial) noexcept;
     std::uint64_t fileEnd(const File& file) const noexcept;
-    io_uring_sqe* sqe(unsigned needed) noexcept;
 
-    Ring& ring_;
+    RingOps& ring_;
     const DirectLogOptions options_;
-    const std::uint64_t tagBase_;
     LogBuffer buffer_;
     __kernel_timespec delay_{};
     std::vector<Slot> slots_;

@@ -1,4 +1,4 @@
-#include "datapath/DirectAuditLog.h"
+#include "audit/DirectAuditLog.h"
 
 #include <cerrno>
 #include <new>
@@ -12,9 +12,10 @@ std::shared_ptr<audit::DirectChunk> chunkOf(AuditSlot& slot) noexcept {
 }
 }  // namespace
 
-DirectAuditLog::DirectAuditLog(std::unique_ptr<audit::AuditWriter> writer, Ring& ring,
+DirectAuditLog::DirectAuditLog(std::unique_ptr<audit::SegmentStore> store, RingOps& ring,
+                               RingRegistration& registration,
                                const audit::DirectLogOptions& options)
-    : log_(std::move(writer), ring, options, CompletionTag::make(kOp).encode()) {
+    : log_(std::move(store), ring, registration, options) {
     spareChunks_.reserve(kSpareChunks);
 }
 
@@ -95,12 +96,12 @@ int DirectAuditLog::startSync(CompletionTag) noexcept {
 }
 
 std::optional<int> DirectAuditLog::syncCompleted(CompletionTag tag, int result) noexcept {
-    if (tag.op != kOp) return std::nullopt;
+    if (tag.owner != RingOwner::AuditLog) return std::nullopt;
     // The index fdatasync is where the group commit can fail: injected there, before the segment
     // learns the result (it is sealed as failed, as for a real error).
-    if (tag.slot == audit::DirectSegmentLog::kIndexSyncTag)
+    if (tag.opAs<audit::AuditLogOp>() == audit::AuditLogOp::IndexSync)
         result = failpointResult(FailSite::AuditSync, result);
-    return log_.complete(tag.slot, result);
+    return log_.complete(tag, result);
 }
 
 }  // namespace splicegate

@@ -1,4 +1,4 @@
-#include "audit/DirectSegmentLog.h"
+#include "audit/DirectSegmentWriter.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,22 +11,20 @@
 
 namespace splicegate::audit {
 
-DirectSegmentLog::DirectSegmentLog(std::unique_ptr<AuditWriter> segments, Ring& ring,
-                                   const DirectLogOptions& options, std::uint64_t tagBase)
-    : segments_(std::move(segments)),
-      ring_(ring),
-      tagBase_(tagBase),
-      writer_(ring, options, tagBase) {
+DirectSegmentWriter::DirectSegmentWriter(std::unique_ptr<SegmentStore> segments, RingOps& ring,
+                                         RingRegistration& registration,
+                                         const DirectLogOptions& options)
+    : segments_(std::move(segments)), ring_(ring), writer_(ring, registration, options) {
     segments_->runDiskWorkOnRing();
     segments_->recycleSpareDataFiles();
 }
 
-DirectSegmentLog::~DirectSegmentLog() {
+DirectSegmentWriter::~DirectSegmentWriter() {
     for (auto& waiting : waiting_)
         if (!waiting.close) segments_->abandon(waiting.segment);
 }
 
-int DirectSegmentLog::follow(const std::shared_ptr<Segment>& segment) noexcept {
+int DirectSegmentWriter::follow(const std::shared_ptr<Segment>& segment) noexcept {
     int rc = writer_.startFile(segment->data.get(), segment->number);
     if (rc < 0) return rc;
     current_ = segment;
@@ -41,7 +39,7 @@ int DirectSegmentLog::follow(const std::shared_ptr<Segment>& segment) noexcept {
     return 0;
 }
 
-int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept {
+int DirectSegmentWriter::reserve(std::uint32_t length, DirectChunk& chunk) noexcept {
     chunk = DirectChunk{};
     auto want = static_cast<std::uint32_t>(std::min<std::size_t>(length, writer_.room()));
     if (want == 0) return 0;  // full: the caller stops reading until room() grows
@@ -77,8 +75,8 @@ int DirectSegmentLog::reserve(std::uint32_t length, DirectChunk& chunk) noexcept
     return 0;
 }
 
-int DirectSegmentLog::recordChunk(DirectChunk& chunk, std::uint64_t connection,
-                                  std::uint8_t direction, std::uint32_t written) noexcept {
+int DirectSegmentWriter::recordChunk(DirectChunk& chunk, std::uint64_t connection,
+                                     std::uint8_t direction, std::uint32_t written) noexcept {
     if (!chunk.reserved()) return -EINVAL;
     if (auto found = lostBytes_.find(connection); found != lostBytes_.end()) {
         // The connection lost earlier chunks to a write error: its log has a hole, so it takes no
@@ -118,7 +116,7 @@ int DirectSegmentLog::recordChunk(DirectChunk& chunk, std::uint64_t connection,
     return 0;
 }
 
-void DirectSegmentLog::abandon(DirectChunk& chunk) noexcept {
+void DirectSegmentWriter::abandon(DirectChunk& chunk) noexcept {
     if (!chunk.reserved()) return;
     std::uint64_t appendedBefore = writer_.appendedLsn();
     writer_.complete(chunk.log, 0);
@@ -128,22 +126,22 @@ void DirectSegmentLog::abandon(DirectChunk& chunk) noexcept {
     queueDiskWork();
 }
 
-int DirectSegmentLog::recordOpen(std::uint64_t connection, std::string_view route,
-                                 std::string_view client, std::string_view upstream) noexcept {
+int DirectSegmentWriter::recordOpen(std::uint64_t connection, std::string_view route,
+                                    std::string_view client, std::string_view upstream) noexcept {
     // After a failed segment the next one may not exist yet (disk full): an Open record must not
     // be dropped, its chunks would have no connection.
     if (int rc = segments_->ensureSegment(); rc < 0) return rc;
     return segments_->recordOpen(connection, wallClockNs(), route, client, upstream);
 }
 
-std::vector<LostChunk> DirectSegmentLog::takeLost() noexcept {
+std::vector<LostChunk> DirectSegmentWriter::takeLost() noexcept {
     std::vector<LostChunk> taken;
     taken.swap(lost_);
     return taken;
 }
 
-int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
-                                  std::uint64_t u2cBytes, std::string_view reason) noexcept {
+int DirectSegmentWriter::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
+                                     std::uint64_t u2cBytes, std::string_view reason) noexcept {
     if (auto found = lostBytes_.find(connection); found != lostBytes_.end() && waiting_.empty()) {
         c2uBytes -= std::min(c2uBytes, found->second[0]);
         u2cBytes -= std::min(u2cBytes, found->second[1]);
@@ -169,12 +167,12 @@ int DirectSegmentLog::recordClose(std::uint64_t connection, std::uint64_t c2uByt
     return 0;
 }
 
-bool DirectSegmentLog::dirty() const noexcept {
+bool DirectSegmentWriter::dirty() const noexcept {
     return recordedSinceSync_ || segments_->dirty() || !waiting_.empty() ||
            writer_.durableLsn() < writer_.appendedLsn();
 }
 
-int DirectSegmentLog::startSync() noexcept {
+int DirectSegmentWriter::startSync() noexcept {
     if (state_ != State::Idle || !dirty()) return 0;
     ++startedSyncs_;
     recordedSinceSync_ = false;
@@ -186,63 +184,68 @@ int DirectSegmentLog::startSync() noexcept {
     return 1;
 }
 
-std::optional<int> DirectSegmentLog::complete(std::uint32_t tag, int result) noexcept {
-    if (tag >= kDiskWorkTag && tag < kDiskWorkTag + kDiskSteps) {
-        auto sealed = segments_->diskWorkDone(static_cast<DiskStep>(tag - kDiskWorkTag), result);
-        queueDiskWork();
-        if (sealed && *sealed < 0 && heldResult_ && *heldResult_ >= 0) heldResult_ = *sealed;
-        if (!heldResult_ || segments_->sealInFlight()) return std::nullopt;
-        int held = *heldResult_;
-        heldResult_.reset();
-        return finish(held);
-    }
-    if (tag == kIndexWriteTag) {
-        if (indexSegment_) indexWriteResult_ = indexWriteResult(*indexSegment_, result);
-        return std::nullopt;
-    }
-    if (tag == kDirectorySyncTag) {
-        directorySyncResult_ = result;
-        return std::nullopt;
-    }
-    if (tag == kIndexFlushTag) {
-        // Records lost with a failed write fail the sync that would count their chunks durable.
-        if (auto segment = std::move(flushSegment_))
-            if (int rc = segments_->endFlush(segment, result); rc < 0) noteSyncError(rc, true);
-        handleFailures();
-        advance();  // a sync may wait for this write
-        queueDiskWork();
-        return std::nullopt;
-    }
-    if (tag == kIndexSyncTag) {
-        // The first step that failed cancelled the rest: report it, not their -ECANCELED.
-        if (directorySyncResult_ < 0)
-            result = directorySyncResult_;
-        else if (indexWriteResult_ < 0)
-            result = indexWriteResult_;
-        if (indexSegment_) segments_->endSync(indexSegment_, result);
-        indexSegment_.reset();
-        queueDiskWork();  // the sync may have let a rolled segment's seal go
-        result = result < 0 ? result : syncError_;
-        // Chunks this sync booked into a rolled segment are in that segment's seal: the sync
-        // ends when the seal does.
-        if (segments_->sealInFlight()) {
-            heldResult_ = result;
-            return std::nullopt;
+std::optional<int> DirectSegmentWriter::complete(CompletionTag tag, int result) noexcept {
+    if (tag.owner != RingOwner::AuditLog) return std::nullopt;
+    switch (tag.opAs<AuditLogOp>()) {
+        case AuditLogOp::DiskWork: {
+            if (tag.slot >= kDiskSteps) return std::nullopt;
+            auto sealed = segments_->diskWorkDone(static_cast<DiskStep>(tag.slot), result);
+            queueDiskWork();
+            if (sealed && *sealed < 0 && heldResult_ && *heldResult_ >= 0) heldResult_ = *sealed;
+            if (!heldResult_ || segments_->sealInFlight()) return std::nullopt;
+            int held = *heldResult_;
+            heldResult_.reset();
+            return finish(held);
         }
-        return finish(result);
+        case AuditLogOp::IndexWrite:
+            if (indexSegment_) indexWriteResult_ = indexWriteResult(*indexSegment_, result);
+            return std::nullopt;
+        case AuditLogOp::DirectorySync:
+            directorySyncResult_ = result;
+            return std::nullopt;
+        case AuditLogOp::IndexFlush:
+            // Records lost with a failed write fail the sync that would count their chunks
+            // durable.
+            if (auto segment = std::move(flushSegment_))
+                if (int rc = segments_->endFlush(segment, result); rc < 0) noteSyncError(rc, true);
+            handleFailures();
+            advance();  // a sync may wait for this write
+            queueDiskWork();
+            return std::nullopt;
+        case AuditLogOp::IndexSync:
+            // The first step that failed cancelled the rest: report it, not their -ECANCELED.
+            if (directorySyncResult_ < 0)
+                result = directorySyncResult_;
+            else if (indexWriteResult_ < 0)
+                result = indexWriteResult_;
+            if (indexSegment_) segments_->endSync(indexSegment_, result);
+            indexSegment_.reset();
+            queueDiskWork();  // the sync may have let a rolled segment's seal go
+            result = result < 0 ? result : syncError_;
+            // Chunks this sync booked into a rolled segment are in that segment's seal: the sync
+            // ends when the seal does.
+            if (segments_->sealInFlight()) {
+                heldResult_ = result;
+                return std::nullopt;
+            }
+            return finish(result);
+        case AuditLogOp::DataWrite:
+        case AuditLogOp::DataWriteDelay:
+        case AuditLogOp::DataSync:
+            writer_.onCompletion(tag, result);
+            advance();
+            queueDiskWork();
+            return std::nullopt;
     }
-    writer_.onCompletion(tag, result);
-    advance();
-    queueDiskWork();
     return std::nullopt;
 }
 
-void DirectSegmentLog::queueDiskWork() noexcept {
+void DirectSegmentWriter::queueDiskWork() noexcept {
     while (auto work = segments_->takeDiskWork())
-        audit::queueDiskWork(ring_, *work, tagBase_ | kDiskWorkTag);
+        audit::queueDiskWork(ring_, *work, auditLogTag(AuditLogOp::DiskWork));
 }
 
-void DirectSegmentLog::advance() noexcept {
+void DirectSegmentWriter::advance() noexcept {
     handleFailures();
     bookDurable();
     // A reservation given back after the sync began lowers the appended end below the target.
@@ -256,23 +259,22 @@ void DirectSegmentLog::advance() noexcept {
     submitIndexSync(indexSegment_ ? indexSegment_->index.get() : -1);
 }
 
-void DirectSegmentLog::submitIndexSync(int fd) noexcept {
+void DirectSegmentWriter::submitIndexSync(int fd) noexcept {
     indexWriteResult_ = 0;
     directorySyncResult_ = 0;
     ring_.makeRoom(3);
     if (indexSegment_) {
-        queueDirectorySync(ring_, *segments_, *indexSegment_, tagBase_ | kDirectorySyncTag);
-        queueIndexWrite(ring_, *indexSegment_, tagBase_ | kIndexWriteTag);
+        queueDirectorySync(ring_, *segments_, *indexSegment_,
+                           auditLogTag(AuditLogOp::DirectorySync));
+        queueIndexWrite(ring_, *indexSegment_, auditLogTag(AuditLogOp::IndexWrite));
     }
-    io_uring_sqe* entry = ring_.sqe();
     if (fd >= 0)
-        io_uring_prep_fsync(entry, fd, IORING_FSYNC_DATASYNC);
+        ring_.fsync(fd, SyncMode::DataOnly, auditLogTag(AuditLogOp::IndexSync));
     else
-        io_uring_prep_nop(entry);
-    io_uring_sqe_set_data64(entry, tagBase_ | kIndexSyncTag);
+        ring_.nop(auditLogTag(AuditLogOp::IndexSync));
 }
 
-void DirectSegmentLog::handleFailures() noexcept {
+void DirectSegmentWriter::handleFailures() noexcept {
     for (const auto& failure : writer_.takeFailures()) {
         noteSyncError(failure.error, failure.inWrite);
         // Chunks whose bytes were lost are never booked.
@@ -300,11 +302,11 @@ void DirectSegmentLog::handleFailures() noexcept {
     }
 }
 
-void DirectSegmentLog::bookDurable() noexcept {
+void DirectSegmentWriter::bookDurable() noexcept {
     bookUpTo(writer_.durableLsn());
 }
 
-void DirectSegmentLog::bookUpTo(std::uint64_t lsn) noexcept {
+void DirectSegmentWriter::bookUpTo(std::uint64_t lsn) noexcept {
     while (!waiting_.empty() && waiting_.front().lsnEnd <= lsn) {
         Waiting& waiting = waiting_.front();
         if (waiting.close) {
@@ -326,13 +328,13 @@ void DirectSegmentLog::bookUpTo(std::uint64_t lsn) noexcept {
     }
 }
 
-void DirectSegmentLog::noteSyncError(int error, bool inWrite) noexcept {
+void DirectSegmentWriter::noteSyncError(int error, bool inWrite) noexcept {
     if (syncError_ != 0) return;  // the first failure is the cause
     syncError_ = error;
     syncErrorInWrite_ = inWrite;
 }
 
-std::optional<int> DirectSegmentLog::finish(int result) noexcept {
+std::optional<int> DirectSegmentWriter::finish(int result) noexcept {
     state_ = State::Idle;
     lastFailureInWrite_ = syncError_ != 0 && syncErrorInWrite_;
     syncError_ = 0;
@@ -347,18 +349,18 @@ std::optional<int> DirectSegmentLog::finish(int result) noexcept {
 
 // Durability none: records follow their data once it is written (not synced), the tail written
 // out each time, so neither the index nor the records held for it wait for a roll.
-int DirectSegmentLog::flush() noexcept {
+int DirectSegmentWriter::flush() noexcept {
     handleFailures();
     bookUpTo(writer_.writtenLsn());
     writer_.writeOut();
     queueDiskWork();
     if (flushSegment_) return 0;
     flushSegment_ = segments_->beginFlush();
-    if (flushSegment_) queueFlushWrite(ring_, *flushSegment_, tagBase_ | kIndexFlushTag);
+    if (flushSegment_) queueFlushWrite(ring_, *flushSegment_, auditLogTag(AuditLogOp::IndexFlush));
     return 0;
 }
 
-int DirectSegmentLog::rotate() noexcept {
+int DirectSegmentWriter::rotate() noexcept {
     int rc = segments_->rotate();
     // The retired segment is sealed once its waiting chunks are booked: start the commit that
     // books them now rather than at the next interval.
@@ -367,13 +369,14 @@ int DirectSegmentLog::rotate() noexcept {
     return rc;
 }
 
-bool DirectSegmentLog::nothingInFlight() const noexcept {
+bool DirectSegmentWriter::nothingInFlight() const noexcept {
     return state_ == State::Idle && writer_.idle() && !segments_->diskWorkInFlight() &&
            !flushSegment_;
 }
 
 template <typename Done>
-DirectSegmentLog::Wait DirectSegmentLog::waitFor(Done done, std::optional<int>& ended) noexcept {
+DirectSegmentWriter::Wait DirectSegmentWriter::waitFor(Done done,
+                                                       std::optional<int>& ended) noexcept {
     // Bounded by the clock, not by rounds: other completions on the worker's ring end a wait
     // early. A disk that answers nothing for a minute is gone.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
@@ -382,16 +385,16 @@ DirectSegmentLog::Wait DirectSegmentLog::waitFor(Done done, std::optional<int>& 
         if (done()) return Wait::Done;
         if (nothingInFlight()) return Wait::Stalled;
         ring_.submitAndWait(100);
+        // Only this log's: the worker's loop, which routes the rest, is over.
         ring_.drainCompletions([&](const io_uring_cqe& cqe) {
-            if ((cqe.user_data & ~std::uint64_t{0xffffffff}) != tagBase_) return;
-            if (auto result = complete(static_cast<std::uint32_t>(cqe.user_data), cqe.res))
+            if (auto result = complete(CompletionTag::decode(cqe.user_data), cqe.res))
                 ended = result;
         });
     }
     return Wait::TimedOut;
 }
 
-void DirectSegmentLog::syncNow() noexcept {
+void DirectSegmentWriter::syncNow() noexcept {
     std::optional<int> ended;
     auto wait = waitFor(
         [&] {
@@ -404,12 +407,13 @@ void DirectSegmentLog::syncNow() noexcept {
     if (wait == Wait::TimedOut)
         logError("audit: the audit log did not become durable within a minute at shutdown");
     else if (wait == Wait::Stalled)
-        logError("audit: records written since the last sync could not be made durable at "
-                 "shutdown (an earlier write or sync failed); recovery cuts what the index does "
-                 "not cover");
+        logError(
+            "audit: records written since the last sync could not be made durable at "
+            "shutdown (an earlier write or sync failed); recovery cuts what the index does "
+            "not cover");
 }
 
-void DirectSegmentLog::finishFile() noexcept {
+void DirectSegmentWriter::finishFile() noexcept {
     syncNow();
     // The data file is cut to its last byte once written and synced (no padding, no
     // preallocation left); the segment's seal then makes that durable.

@@ -1,24 +1,27 @@
 #pragma once
-// The direct writer (audit/DirectSegmentLog.h) behind the AuditLog seam: reserve() hands the
-// mover memory in the worker's log buffer (filled by read() from the audit pipe, or a copy), not
-// a file range; -ENOBUFS when that buffer is full, which the tap turns into a wait for room
-// (room()), never into an audit failure. The writer's own completions (data writes, their
-// fdatasync, the index fdatasync) carry op kOp and reach syncCompleted() through the tap.
+// The direct writer behind the AuditLog seam (--audit-writer direct, the default): the worker's
+// segment store written by audit/DirectSegmentWriter, whose payload goes through the worker's log
+// buffer to the data file with O_DIRECT (audit/DirectDataWriter). reserve() hands the mover
+// memory in that buffer (filled by read() from the audit pipe, or a copy), not a file range;
+// -ENOBUFS when the buffer is full, which the tap turns into a wait for room (room()), never into
+// an audit failure. Its own completions (data writes, their fdatasync, the index write and
+// fdatasync, the segments' disk work) carry RingOwner::AuditLog tags (audit/AuditLogOps.h) and
+// reach syncCompleted() through the tap; the tap's own tag goes unused.
+#include <cstddef>
 #include <memory>
 #include <vector>
 
-#include "audit/DirectSegmentLog.h"
-#include "datapath/AuditLog.h"
+#include "audit/AuditLog.h"
+#include "audit/DirectSegmentWriter.h"
 
 namespace splicegate {
 
 class DirectAuditLog final : public AuditLog {
   public:
-    // In AuditTap's range of audit ops (0x20..0x2f).
-    static constexpr std::uint8_t kOp = 0x21;
-
-    DirectAuditLog(std::unique_ptr<audit::AuditWriter> writer, Ring& ring,
-                   const audit::DirectLogOptions& options);
+    // Submits on `ring`, the owning worker's; its log buffer is registered with `registration`,
+    // the ring's.
+    DirectAuditLog(std::unique_ptr<audit::SegmentStore> store, RingOps& ring,
+                   RingRegistration& registration, const audit::DirectLogOptions& options);
 
     int reserve(std::uint32_t length, AuditSlot& out) noexcept override;
     int recordChunk(AuditSlot& slot, std::uint64_t connection, std::uint8_t direction,
@@ -31,9 +34,6 @@ class DirectAuditLog final : public AuditLog {
 
     int startSync(CompletionTag tag) noexcept override;
     std::optional<int> syncCompleted(CompletionTag tag, int result) noexcept override;
-    bool mayLoseAcceptedBytesToFullDisk() const noexcept override {
-        return !log_.reservesSpaceAhead();
-    }
     bool lastSyncFailedInWrite() const noexcept override { return log_.lastFailureInWrite(); }
     void syncNow() noexcept override { log_.finishFile(); }
     bool dirty() const noexcept override { return log_.dirty(); }
@@ -52,7 +52,7 @@ class DirectAuditLog final : public AuditLog {
     void keepChunk(std::shared_ptr<audit::DirectChunk> chunk) noexcept;
 
     static constexpr std::size_t kSpareChunks = 256;
-    audit::DirectSegmentLog log_;
+    audit::DirectSegmentWriter log_;
     std::vector<std::shared_ptr<audit::DirectChunk>> spareChunks_;  // capacity kSpareChunks
 };
 
