@@ -74,6 +74,14 @@ std::string loopback(uint16_t port, bool ipv6) {
     return (ipv6 ? std::string("[::1]:") : std::string("127.0.0.1:")) + std::to_string(port);
 }
 
+UniqueFd lonelySocket() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0)
+        throw std::system_error(errno, std::generic_category(), "socketpair");
+    ::close(fds[1]);
+    return UniqueFd(fds[0]);
+}
+
 UniqueFd listenTcp(uint16_t& port, bool ipv6, int backlog) {
     UniqueFd fd(::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) throwErrno("socket");
@@ -214,8 +222,8 @@ namespace {
 int descriptorOfSocket(pid_t pid, unsigned long inode) {
     const std::string wanted = "socket:[" + std::to_string(inode) + "]";
     std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(
-             "/proc/" + std::to_string(pid) + "/fd", error)) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error)) {
         std::error_code readError;
         auto target = std::filesystem::read_symlink(entry.path(), readError);
         if (!readError && target.string() == wanted)

@@ -36,6 +36,10 @@ inline Deadline deadlineIn(milliseconds timeout) {
 // "127.0.0.1:PORT" (or "[::1]:PORT" with ipv6).
 std::string loopback(uint16_t port, bool ipv6 = false);
 
+// One end of a fresh non-blocking Unix socket pair whose other end is closed: a real fd for a
+// test to hand over as an accepted socket, with no connection behind it.
+UniqueFd lonelySocket();
+
 // A listening socket on 127.0.0.1 (or ::1); port 0 picks a free one. Returns the bound port.
 UniqueFd listenTcp(uint16_t& port, bool ipv6 = false, int backlog = 4096);
 

@@ -27,6 +27,7 @@ namespace splicegate {
 namespace {
 
 using test::FakeRing;
+using test::lonelySocket;
 using test::numericAddress;
 using test::PreparedOp;
 using Clock = std::chrono::steady_clock;
@@ -51,15 +52,6 @@ std::shared_ptr<const Route> makeRoute(std::vector<UpstreamConfig> upstreams) {
     config.listen = numericAddress("127.0.0.1:0");
     config.upstreams = std::move(upstreams);
     return std::make_shared<Route>(config, 0);
-}
-
-// One end of a fresh socket pair (the other is closed): an fd a completion can hand over.
-UniqueFd socketFd() {
-    int fds[2];
-    checkSys(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds),
-             "socketpair");
-    ::close(fds[1]);
-    return UniqueFd(fds[0]);
 }
 
 std::vector<PreparedOp> pendingOf(const FakeRing& ring, RingOp kind) {
@@ -89,7 +81,7 @@ class AcceptorTest : public ::testing::Test {
         EXPECT_NE(op.peerLength, nullptr);
         std::memcpy(op.peerAddress, address.get(), address.length());
         *op.peerLength = address.length();
-        return complete(op.tag, socketFd().release());
+        return complete(op.tag, lonelySocket().release());
     }
     std::optional<Admitted> complete(CompletionTag tag, int result) {
         EXPECT_TRUE(ring.complete(tag, result));
@@ -201,7 +193,7 @@ class UpstreamConnectorTest : public ::testing::Test {
         ASSERT_EQ(c.io.slot, 1u);
         ASSERT_EQ(c.io.generation, 2u);
         c.route = makeRoute(std::move(upstreams));
-        c.io.client = socketFd();
+        c.io.client = lonelySocket();
         c.io.counters = &counters;
         c.clientAddress = numericAddress("127.0.0.2:5000");
         connection = &c;

@@ -26,6 +26,7 @@ namespace splicegate {
 namespace {
 
 using test::FakeRing;
+using test::lonelySocket;
 using test::numericAddress;
 using test::PreparedOp;
 using Clock = std::chrono::steady_clock;
@@ -77,14 +78,6 @@ class RecordingLane final : public Lane {
 
 UpstreamConfig upstream(const char* text) {
     return UpstreamConfig{text, {numericAddress(text)}, {}};
-}
-
-UniqueFd socketFd() {
-    int fds[2];
-    checkSys(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds),
-             "socketpair");
-    ::close(fds[1]);
-    return UniqueFd(fds[0]);
 }
 
 class DispatcherTest : public ::testing::Test {
@@ -152,7 +145,7 @@ class DispatcherTest : public ::testing::Test {
         auto address = numericAddress(peer);
         std::memcpy(op.peerAddress, address.get(), address.length());
         *op.peerLength = address.length();
-        ASSERT_TRUE(ring.complete(op.tag, socketFd().release()));
+        ASSERT_TRUE(ring.complete(op.tag, lonelySocket().release()));
         turn();
     }
     // The connect in flight (and its linked timeout) completed with `result`.
@@ -340,7 +333,7 @@ TEST_F(DispatcherTest, ABusierWorkerHandsTheConnectionOverAndKeepsItWhenRefused)
     EXPECT_EQ(context->workerLoads->load(1), 1) << "booked on the worker it went to";
     EXPECT_TRUE(pendingOf(RingOp::Connect).empty());
 
-    takeHandOff = false;  // that worker has stopped: the post was dropped
+    takeHandOff = false;              // that worker has stopped: the post was dropped
     context->workerLoads->add(0, 1);  // two more than worker 1 again
     acceptFrom("127.0.0.2:4007");
     ASSERT_EQ(handedTo.size(), 2u);
@@ -352,7 +345,7 @@ TEST_F(DispatcherTest, ABusierWorkerHandsTheConnectionOverAndKeepsItWhenRefused)
 
 TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerDrains) {
     make({upstream("127.0.0.1:1")});
-    Admitted admitted{context->routes()->front(), socketFd(), numericAddress("127.0.0.2:4008"),
+    Admitted admitted{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4008"),
                       std::nullopt};
     context->workerLoads->add(0, 1);  // what the admitting worker booked for this one
     dispatcher->adopt(std::move(admitted));
@@ -360,7 +353,7 @@ TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerDrains) {
     EXPECT_EQ(pendingOf(RingOp::Connect).size(), 1u);
 
     dispatcher->drain();
-    Admitted late{context->routes()->front(), socketFd(), numericAddress("127.0.0.2:4009"),
+    Admitted late{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4009"),
                   std::nullopt};
     context->workerLoads->add(0, 1);
     dispatcher->adopt(std::move(late));
