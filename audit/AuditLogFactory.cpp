@@ -23,6 +23,7 @@ ChosenAuditLog makeAuditLog(const AuditSettings& settings,
         logWarn("audit: ", settings.dir, " cannot allocate ahead (no fallocate)",
                 direct ? ": under fail-closed every audited chunk waits for its data to be durable"
                        : "");
+    if (recyclesSpareDataFiles(settings.writer)) store->recycleSpareDataFiles();
     ChosenAuditLog chosen;
     chosen.policy = auditPolicy(settings, direct && !spaceAhead);
     if (!direct) {
@@ -51,9 +52,9 @@ AuditPolicy auditPolicy(const AuditSettings& settings,
 }
 
 bool recyclesSpareDataFiles(AuditWriterKind writer) noexcept {
-    // The direct writer's segments (audit::DirectSegmentWriter) recycle: its O_DIRECT writes
-    // into blocks already allocated change no extent. The splice writer's page cache gains
-    // nothing from it.
+    // The direct writer's segments take them: its O_DIRECT writes into blocks already allocated
+    // change no extent, and nothing is freed (docs/kernel-notes.md §19). The splice writer's
+    // page cache gains nothing from it.
     return writer == AuditWriterKind::Direct;
 }
 

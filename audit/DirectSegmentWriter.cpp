@@ -16,7 +16,6 @@ DirectSegmentWriter::DirectSegmentWriter(std::unique_ptr<SegmentStore> segments,
                                          const DirectLogOptions& options)
     : segments_(std::move(segments)), ring_(ring), writer_(ring, registration, options) {
     segments_->runDiskWorkOnRing();
-    segments_->recycleSpareDataFiles();
 }
 
 DirectSegmentWriter::~DirectSegmentWriter() {

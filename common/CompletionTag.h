@@ -19,8 +19,8 @@ enum class RingOwner : std::uint8_t {
     Worker = 0,      // the worker's own ops: control, timers, accept, connect, client watch
     Mover = 1,       // the splice lane's movers
     BufferLane = 2,  // the buffer lane (provided-buffer recv, send, socket table)
-    AuditTap = 3,    // the audit tap and its log adapters' syncs
-    AuditLog = 4,    // the audit writers (direct log writer, segment store disk work)
+    AuditTap = 3,    // the audit tap's group commit (the splice writer's sync chain carries it)
+    AuditLog = 4,    // the audit writers' own disk work (audit/AuditLogOps.h)
     AdminServer = 5,
     Test = 6,  // tests' own submissions
 };

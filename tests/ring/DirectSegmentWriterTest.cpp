@@ -109,10 +109,12 @@ class DirectSegmentWriterTest : public ::testing::Test {
         }
         return done();
     }
-    // One worker's log whose writer takes its space ahead, as the daemon's does.
+    // One worker's log whose store takes its space ahead and recycles spare data files, as the
+    // daemon's does (audit/AuditLogFactory.cpp).
     std::unique_ptr<DirectSegmentWriter> makeLog(std::uint64_t segmentBytes) {
         auto writer = std::make_unique<SegmentStore>(dir_.path(), 0, 1, segmentBytes);
         EXPECT_TRUE(writer->reserveSpaceAhead(true));
+        writer->recycleSpareDataFiles();
         return std::make_unique<DirectSegmentWriter>(std::move(writer), ring_, ring_.registration(),
                                                      smallOptions(0));
     }
