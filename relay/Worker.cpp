@@ -118,6 +118,15 @@ void Worker::makeDataPath() {
 // Pipes and fds are released by the destructors, the parts before the ring they use.
 void Worker::tearDown() noexcept {
     control_.close();
+    // Hand-offs posted while the loop ended: refused now (the dispatcher drains or stops), so
+    // that their sockets close and what admission booked for them is given back.
+    if (dispatcher_ && dispatcher_->finished()) {
+        try {
+            control_.take();
+        } catch (const std::exception& e) {
+            logError("worker ", index_, ": a last task failed: ", e.what());
+        }
+    }
     if (audit_) audit_->shutdown();  // the tail made durable before exiting
     connections_.clear();
     dispatcher_.reset();

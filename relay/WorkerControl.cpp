@@ -20,13 +20,18 @@ void WorkerControl::signal(std::uint32_t request) noexcept {
 }
 
 bool WorkerControl::post(std::function<void()> task) {
-    if (closed_.load(std::memory_order_acquire)) return false;
     {
         std::lock_guard lock(tasksMutex_);
+        if (closed_) return false;
         tasks_.push_back(std::move(task));
     }
     signal(kTasks);
     return true;
+}
+
+void WorkerControl::close() noexcept {
+    std::lock_guard lock(tasksMutex_);
+    closed_ = true;
 }
 
 void WorkerControl::arm(RingOps& ring, CompletionTag tag) noexcept {

@@ -38,8 +38,9 @@ class WorkerControl {
     // The read completed: runs the posted tasks, then returns the requests that came (and arms
     // nothing: the caller arms again when it still wants to hear).
     WorkerRequests take();
-    // The worker leaves its loop: later posts are refused.
-    void close() noexcept { closed_.store(true, std::memory_order_release); }
+    // The worker leaves its loop: later posts are refused. A task posted before is still run by
+    // the next take().
+    void close() noexcept;
 
   private:
     enum Request : std::uint32_t { kReload = 1, kDrain = 2, kStop = 4, kTasks = 8 };
@@ -48,8 +49,8 @@ class WorkerControl {
     UniqueFd eventFd_;
     std::uint64_t value_ = 0;  // where the armed read puts the eventfd's count
     std::atomic<std::uint32_t> requests_{0};
-    std::atomic<bool> closed_{false};
     std::mutex tasksMutex_;
+    bool closed_ = false;  // under tasksMutex_: no task can slip in after close()
     std::vector<std::function<void()>> tasks_;
 };
 
