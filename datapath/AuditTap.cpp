@@ -99,10 +99,7 @@ AuditAction AuditTap::failed(ConnectionIo& io, Direction d, int error) noexcept 
     }
     auto& flow = io.at(d);
     log_->abandon(flow.auditSlot);
-    // The lane the direction is in holds the bytes that now go on unaudited.
-    auto lost = flow.lane == LaneKind::Buffer ? flow.laneFlow.abandonAudit()
-                : flow.splice                 ? flow.flow().abandonAudit()
-                                              : 0;
+    auto lost = flow.abandonAudit();
     stats_.auditLostBytes.add(lost);
     logWarnLimited(kFailOpenWrites, "connection ", io.id, ": audit write failed (",
                    errnoText(error), "): ", lost, " bytes forwarded unaudited, fail-open");

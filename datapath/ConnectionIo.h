@@ -54,6 +54,12 @@ struct FlowIo {
         return (splice ? splice->flow.bytesForwarded() : 0) + laneFlow.bytesForwarded();
     }
     unsigned spliceMovesInFlight() const noexcept { return splice ? splice->move.outstanding : 0; }
+    // Fail-open: the lane the direction is in forwards what it holds unaudited. Returns those
+    // bytes (counted lost to the audit).
+    std::uint64_t abandonAudit() noexcept {
+        if (lane == LaneKind::Buffer) return laneFlow.abandonAudit();
+        return splice ? splice->flow.abandonAudit() : 0;
+    }
 };
 
 struct ConnectionIo {

@@ -15,14 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "datapath/Direction.h"
 #include "pipes/Pipe.h"
 
 namespace splicegate {
-
-enum class Direction : std::uint8_t { ClientToUpstream = 0, UpstreamToClient = 1 };
-inline const char* toString(Direction d) noexcept {
-    return d == Direction::ClientToUpstream ? "c2u" : "u2c";
-}
 
 enum class FlowStep {
     Fill,          // move source -> pipe

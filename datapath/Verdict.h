@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "datapath/CloseReason.h"
-#include "datapath/SpliceFlow.h"
+#include "datapath/Direction.h"
 
 namespace splicegate {
 
