@@ -57,6 +57,7 @@ void Dispatcher::start(Clock::time_point now) {
     now_ = now;
     parts_.acceptor.applyRoutes(true);
     armTimer();
+    armControl();
 }
 
 void Dispatcher::beginTurn(Clock::time_point now) {
@@ -72,7 +73,11 @@ void Dispatcher::handle(const io_uring_cqe& cqe) {
 }
 
 void Dispatcher::endTurn() {
-    runDeferred();
+    if (!deferred_.empty()) {  // a flow that yields again now is driven in the next turn
+        auto yielded = std::move(deferred_);
+        deferred_.clear();
+        driveAgain(yielded, false);
+    }
     parts_.connector.watchSlowConnects();
     parts_.lanes.afterTurn(FinderOf([this](CompletionTag tag) noexcept -> ConnectionIo* {
         Connection* c = parts_.connections.find(tag);
@@ -101,7 +106,9 @@ void Dispatcher::onAuditCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
 void Dispatcher::onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe) {
     switch (tag.opAs<Op>()) {
         case Op::Ignore:
-        case Op::Control:  // the worker's own (relay/Worker.cpp)
+            return;
+        case Op::Control:
+            onControl();
             return;
         case Op::Timer:
             onTimer();
@@ -144,6 +151,23 @@ void Dispatcher::stop() {
     parts_.connections.forEach([this](Connection& c) {
         if (c.state != ConnectionState::Closing) closeConnection(c, CloseReason::Shutdown, false);
     });
+}
+
+// Tasks first (they may list connections a stop is about to close); then stop over drain over
+// reload.
+void Dispatcher::onControl() {
+    auto requests = parts_.control.take();
+    if (requests.stop)
+        stop();
+    else if (requests.drain)
+        drain();
+    else if (requests.reload)
+        reload();
+    armControl();
+}
+
+void Dispatcher::armControl() noexcept {
+    parts_.control.arm(parts_.ring, CompletionTag::make(Op::Control));
 }
 
 void Dispatcher::armTimer() noexcept {
@@ -267,28 +291,17 @@ void Dispatcher::applySync(const SyncOutcome& outcome) {
             if (parts_.audit->lostBySyncFailure(c.io)) closeConnection(c, reason, true);
         });
     }
-    auto driveAgain = [this](const std::vector<CompletionTag>& flows, bool durable) {
-        for (const auto& flow : flows) {
-            Connection* c = parts_.connections.find(flow);
-            if (c == nullptr || c->state != ConnectionState::Relaying) continue;
-            auto d = static_cast<Direction>(flow.direction);
-            act(*c, d,
-                (durable ? parts_.lanes.durable(c->io, d) : parts_.lanes.drive(c->io, d)).verdict);
-        }
-    };
     driveAgain(outcome.roomFreed, false);
     driveAgain(outcome.resume, true);
 }
 
-void Dispatcher::runDeferred() {
-    if (deferred_.empty()) return;
-    auto batch = std::move(deferred_);
-    deferred_.clear();
-    for (const auto& flow : batch) {
+void Dispatcher::driveAgain(const std::vector<CompletionTag>& flows, bool durable) {
+    for (const auto& flow : flows) {
         Connection* c = parts_.connections.find(flow);
         if (c == nullptr || c->state != ConnectionState::Relaying) continue;
         auto d = static_cast<Direction>(flow.direction);
-        act(*c, d, parts_.lanes.drive(c->io, d).verdict);
+        act(*c, d,
+            (durable ? parts_.lanes.durable(c->io, d) : parts_.lanes.drive(c->io, d)).verdict);
     }
 }
 

@@ -29,6 +29,7 @@
 #include "relay/ConnectionTimeouts.h"
 #include "relay/RelayContext.h"
 #include "relay/UpstreamConnector.h"
+#include "relay/WorkerControl.h"
 
 namespace splicegate {
 
@@ -44,6 +45,7 @@ struct DispatcherParts {
     UpstreamConnector& connector;
     LaneSwitch& lanes;
     AuditTap* audit = nullptr;  // null: audit off
+    WorkerControl& control;     // other threads' requests and tasks, read on this ring
     HandOff handOff;
 };
 
@@ -55,8 +57,8 @@ class Dispatcher {
     Dispatcher(const Dispatcher&) = delete;
     Dispatcher& operator=(const Dispatcher&) = delete;
 
-    // The first turn: the listeners opened (throws when one cannot be: set-up failure) and the
-    // timer armed.
+    // The first turn: the listeners opened (throws when one cannot be: set-up failure), the
+    // timer and the control's read armed.
     void start(Clock::time_point now);
     // A turn begins at `now` (the access lines of the last one are written out).
     void beginTurn(Clock::time_point now);
@@ -71,7 +73,7 @@ class Dispatcher {
         return (stopping_ || draining_) && parts_.connections.live() == 0;
     }
 
-    // What the control plane asked (relay/WorkerControl.h).
+    // What the control plane asked (relay/WorkerControl.h; also called directly by tests).
     void reload();
     void drain();
     void stop();
@@ -86,6 +88,8 @@ class Dispatcher {
     void onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe);
     void onLaneCompletion(CompletionTag tag, const io_uring_cqe& cqe);
     void onAuditCompletion(CompletionTag tag, const io_uring_cqe& cqe);
+    void onControl();
+    void armControl() noexcept;
     void armTimer() noexcept;
     void onTimer();
     void closeTimedOut();
@@ -97,7 +101,9 @@ class Dispatcher {
     void startRelaying(Connection& c);
     void act(Connection& c, Direction d, const Verdict& verdict);
     void applySync(const SyncOutcome& outcome);
-    void runDeferred();
+    // Drives each named flow that still relays again: on (drive) or, `durable`, past the group
+    // commit it waited for.
+    void driveAgain(const std::vector<CompletionTag>& flows, bool durable);
     void closeConnection(Connection& c, CloseReason reason, bool resetPeers);
     void releaseIfDone(Connection& c);
     void releaseConnection(Connection& c);

@@ -24,8 +24,6 @@ constexpr unsigned kMaxBoundIoWorkers = 2;
 // threads.
 constexpr unsigned kMaxUnboundIoWorkers = 4;
 constexpr std::size_t kMaxIdlePipes = 16;
-constexpr auto kControlTag = CompletionTag::make(WorkerOp::Control);
-
 }  // namespace
 
 Worker::Worker(unsigned index, RelayContext& context)
@@ -81,9 +79,8 @@ void Worker::setUp() {
     dispatcher_ = std::make_unique<Dispatcher>(
         index_, context_, *stats_,
         DispatcherParts{*ring_, connections_, *acceptor_, *connector_, *lanes_, audit_.get(),
-                        [this](Admitted& admitted) { return handOff(admitted); }});
+                        control_, [this](Admitted& admitted) { return handOff(admitted); }});
     dispatcher_->start(std::chrono::steady_clock::now());
-    control_.arm(*ring_, kControlTag);
 }
 
 // The mover (the engine), the audit tap, and the lanes (splice over the mover, buffer unless
@@ -151,27 +148,9 @@ void Worker::loop() {
         if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
             logError("worker ", index_, ": io_uring_submit_and_wait: ", errnoText(rc));
         dispatcher_->beginTurn(std::chrono::steady_clock::now());
-        ring_->drainCompletions([this](const io_uring_cqe& cqe) {
-            if (cqe.user_data == kControlTag.encode())
-                onControl();
-            else
-                dispatcher_->handle(cqe);
-        });
+        ring_->drainCompletions([this](const io_uring_cqe& cqe) { dispatcher_->handle(cqe); });
         dispatcher_->endTurn();
     }
-}
-
-// Tasks first (they may list connections a stop is about to close); then stop over drain
-// over reload.
-void Worker::onControl() {
-    auto requests = control_.take();
-    if (requests.stop)
-        dispatcher_->stop();
-    else if (requests.drain)
-        dispatcher_->drain();
-    else if (requests.reload)
-        dispatcher_->reload();
-    control_.arm(*ring_, kControlTag);
 }
 
 // The other worker relays it as if it had accepted it.

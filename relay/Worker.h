@@ -68,7 +68,6 @@ class Worker {
     void setUp();
     void makeDataPath();
     void loop();
-    void onControl();
     void tearDown() noexcept;
     // Gives `admitted` to the worker it names; false when that one has finished.
     bool handOff(Admitted& admitted);

@@ -114,7 +114,7 @@ class DispatcherTest : public ::testing::Test {
         connector = std::make_unique<UpstreamConnector>(*context, ring, *connections);
         dispatcher = std::make_unique<Dispatcher>(
             0, *context, *stats,
-            DispatcherParts{ring, *connections, *acceptor, *connector, *lanes, nullptr,
+            DispatcherParts{ring, *connections, *acceptor, *connector, *lanes, nullptr, control,
                             [this](Admitted& admitted) {
                                 handedTo.push_back(*admitted.handOffTo);
                                 if (!takeHandOff) return false;
@@ -168,6 +168,7 @@ class DispatcherTest : public ::testing::Test {
     }
 
     FakeRing ring;
+    WorkerControl control;
     Clock::time_point now;
     std::unique_ptr<WorkerStats> stats = std::make_unique<WorkerStats>();
     std::unique_ptr<RelayContext> context;
@@ -190,6 +191,24 @@ TEST_F(DispatcherTest, StartArmsTheListenersAcceptsAndTheTimer) {
     ASSERT_EQ(timers.size(), 1u);
     EXPECT_EQ(timers[0].tag, CompletionTag::make(WorkerOp::Timer));
     EXPECT_FALSE(dispatcher->finished());
+}
+
+TEST_F(DispatcherTest, AControlCompletionRunsTheTasksThenActsOnTheRequestAndReadsAgain) {
+    make({upstream("127.0.0.1:1")});
+    auto controlTag = CompletionTag::make(WorkerOp::Control);
+    ASSERT_NE(ring.findPending(controlTag), nullptr) << "start arms the control's read";
+    bool ran = false;
+    ASSERT_TRUE(control.post([&] { ran = true; }));
+    control.requestDrain();
+    ring.clearRecord();
+    ASSERT_TRUE(ring.complete(controlTag, sizeof(std::uint64_t)));
+    turn();
+    EXPECT_TRUE(ran);
+    bool listenerCancelled = false;
+    for (const auto& op : ring.preparedSinceClear()) listenerCancelled |= op.op == RingOp::CancelFd;
+    EXPECT_TRUE(listenerCancelled) << "the drain closed the listener";
+    EXPECT_TRUE(dispatcher->finished()) << "draining with no connection";
+    EXPECT_NE(ring.findPending(controlTag), nullptr) << "the read is armed again";
 }
 
 TEST_F(DispatcherTest, AnAcceptedConnectionConnectsRelaysAndClosesOnTheLanesVerdict) {
