@@ -211,10 +211,12 @@ forget_pid() {
 # Listening ports sit above the ephemeral range (1024-65000 here): a listener on a port that a
 # client socket in TIME_WAIT holds would fail to bind with EADDRINUSE.
 SOURCE_ADDR=127.0.0.1:65001 SINK_ADDR=127.0.0.1:65002 ECHO_ADDR=127.0.0.1:65003
+declare -A SERVER_PID=()
 start_server() {  # mode address
     "$BENCH" server --mode "$1" --listen "$2" --threads "$LOAD_THREADS" --duration 7200 \
         </dev/null >"$WORK/server-$1.log" 2>&1 &
     PIDS+=($!)
+    SERVER_PID[$1]=$!
     "$BENCH" waitport --connect "$2" --timeout 10 || die "server $1 did not start (see $WORK/server-$1.log)"
 }
 start_server source "$SOURCE_ADDR"
@@ -338,22 +340,62 @@ FOREIGN=()
 # sample_placement PID OUT: every 0.1 s while PID lives, which CPU each of its sg-worker-*
 # threads is on; writes the share of samples (%) that found two workers on one CPU. That, not
 # the traffic, decided whether an rr run's tail was the good or the bad one (issue 32).
+# Bash built-ins only, and one `sleep` per sample: a sampler that forks (cat, sed, awk, sort)
+# some 150 times a second takes enough CPU from the measured processes to double the relay's rr
+# p99 on 2 CPUs (measured: 2.4-3.4 ms with such a sampler, 1.4-1.9 ms without), and it ran only
+# for the splicegate parties.
 sample_placement() {
-    local pid=$1 out=$2 samples=0 shared=0 task cpus
+    local pid=$1 out=$2 samples=0 shared=0 task name stat fields cpu
+    local -A seen
     while alive "$pid"; do
-        cpus=()
+        seen=() cpu=0
+        local workers=0 clash=0
         for task in /proc/"$pid"/task/*; do
-            [[ $(cat "$task/comm" 2>/dev/null) == sg-worker-* ]] || continue
-            cpus+=("$(sed 's/.*) //' "$task/stat" 2>/dev/null | awk '{ print $37 }')")
+            read -r name <"$task/comm" 2>/dev/null || continue
+            [[ $name == sg-worker-* ]] || continue
+            read -r stat <"$task/stat" 2>/dev/null || continue
+            read -ra fields <<<"${stat##*) }"
+            cpu=${fields[36]}  # field 39, "processor", counted from field 3
+            [[ -n ${seen[$cpu]:-} ]] && clash=1
+            seen[$cpu]=1
+            workers=$((workers + 1))
         done
-        if ((${#cpus[@]} >= 2)); then
-            samples=$((samples + 1))
-            [[ $(printf '%s\n' "${cpus[@]}" | sort | uniq -d) ]] && shared=$((shared + 1))
+        if ((workers >= 2)); then
+            samples=$((samples + 1)) shared=$((shared + clash))
         fi
-        sleep 0.1
+        sleep 0.5
     done
     ((samples > 0)) && echo $((100 * shared / samples)) >"$out"
     return 0
+}
+
+# sched_totals PID: the process's threads summed, "RUN_NS WAIT_NS INVOLUNTARY_SWITCHES":
+# time on a CPU, time runnable but waiting for one (/proc/PID/task/TID/schedstat), and the
+# times a thread was preempted. Read twice around a window, it tells whether a tail comes from
+# waiting for a CPU rather than from the work itself.
+sched_totals() {
+    local task run=0 wait=0 invol=0 r w key value
+    for task in /proc/"$1"/task/*; do
+        read -r r w _ <"$task/schedstat" 2>/dev/null || continue
+        run=$((run + r)) wait=$((wait + w))
+        while read -r key value; do
+            [[ $key == nonvoluntary_ctxt_switches: ]] && invol=$((invol + value))
+        done <"$task/status"
+    done
+    echo "$run $wait $invol"
+}
+
+# sample_sched PID WARMUP OUT: after the warm-up, the process's sched_totals until it is told
+# to stop (SIGUSR1), as "cpu_ms wait_ms involuntary" over the window.
+sample_sched() {
+    local pid=$1 out=$3 before after
+    sleep "$2"
+    before=$(sched_totals "$pid")
+    # `wait` returns at once on the signal (a foreground sleep would delay the trap).
+    sleep "$LIMIT_S" &
+    local nap=$!
+    trap 'kill "$nap" 2>/dev/null; after=$(sched_totals "$pid"); echo "$before $after" | awk "{ printf \"%d %d %d\\n\", (\$4-\$1)/1e6, (\$5-\$2)/1e6, \$6-\$3 }" >"$out"; exit 0' USR1
+    wait "$nap"
 }
 
 record() { [[ -n $4 ]] && printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; return 0; }
@@ -398,6 +440,14 @@ measure() {
     timeout -k 5 "$limit" "$BENCH" "${args[@]}" >"$WORK/$tag.client.out" 2>"$WORK/$tag.client.log" &
     local client=$!
     PIDS+=("$client")
+    local sched_samplers=() who
+    if [[ $test == rr || $test == churn ]]; then
+        for who in relay:$RELAY_PID upstream:${SERVER_PID[echo]}; do
+            [[ -n ${who#*:} ]] || continue
+            LIMIT_S=$limit sample_sched "${who#*:}" "$WARMUP" "$WORK/$tag.sched-${who%%:*}" &
+            sched_samplers+=($!)
+        done
+    fi
     local sampler=""
     if [[ $party == splicegate-* && -n $RELAY_PID && ($test == rr || $test == churn) ]]; then
         sample_placement "$RELAY_PID" "$WORK/$tag.placement" &
@@ -406,6 +456,16 @@ measure() {
     fi
     wait "$client" || rc=$?
     forget_pid "$client"
+    local s
+    for s in "${sched_samplers[@]}"; do kill -USR1 "$s" 2>/dev/null; wait "$s" 2>/dev/null || true; done
+    for who in relay upstream; do
+        [[ -s $WORK/$tag.sched-$who ]] || continue
+        local cpu_ms wait_ms invol
+        read -r cpu_ms wait_ms invol <"$WORK/$tag.sched-$who"
+        record "$run" "$party" "${test}_${who}_cpu_ms" "$cpu_ms"
+        record "$run" "$party" "${test}_${who}_runq_wait_ms" "$wait_ms"
+        record "$run" "$party" "${test}_${who}_preempted" "$invol"
+    done
     out=$(cat "$WORK/$tag.client.out")
     if ((rc == 124 || rc == 137)); then
         note "$tag: load generator did not finish within $limit s (relay hang?)"
