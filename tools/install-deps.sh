@@ -16,7 +16,7 @@ PACKAGES="
   libacl1-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
   iproute2 procps util-linux
-  haproxy tcpdump fio
+  haproxy tcpdump fio linux-perf
   python3 curl
   debhelper lintian dpkg-dev strace man-db adduser
   prometheus
