@@ -1,0 +1,251 @@
+#include "archive/s3/S3Client.h"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "archive/s3/Http.h"
+#include "archive/s3/RateLimiter.h"
+#include "archive/s3/Requests.h"
+
+namespace splicegate::s3 {
+namespace {
+
+double random01() {
+    thread_local std::mt19937_64 engine{std::random_device{}()};
+    return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+}
+
+std::int64_t nowSeconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+struct MdDeleter {
+    void operator()(EVP_MD_CTX* c) const { ::EVP_MD_CTX_free(c); }
+};
+
+// The SHA-256 of a file range in hex, read in pieces (a segment is not loaded whole); or the
+// error in words.
+std::pair<std::string, std::string> hashFileRange(const FileRange& range) {
+    std::unique_ptr<EVP_MD_CTX, MdDeleter> ctx(::EVP_MD_CTX_new());
+    if (!ctx || ::EVP_DigestInit_ex(ctx.get(), ::EVP_sha256(), nullptr) != 1) return {{}, "OpenSSL SHA-256 failed"};
+    std::string buffer(1 << 20, '\0');
+    for (std::uint64_t done = 0; done < range.length;) {
+        std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), range.length - done));
+        ssize_t n = ::pread(range.fd, buffer.data(), want, static_cast<off_t>(range.offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return {{}, std::string("reading the body to hash it: ") + std::strerror(errno)};
+        if (n == 0) return {{}, "reading the body to hash it: the file ends before the range does"};
+        ::EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(n));
+        done += static_cast<std::uint64_t>(n);
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    ::EVP_DigestFinal_ex(ctx.get(), digest, &size);
+    return {hex(std::string_view(reinterpret_cast<char*>(digest), size)), {}};
+}
+
+template <class T, class U>
+Result<T> failed(const Result<U>& r) {
+    return Result<T>::failure(r.error);
+}
+
+}  // namespace
+
+S3Client::S3Client(ClientOptions options, Credentials credentials)
+    : options_(std::move(options)), credentials_(std::move(credentials)) {
+    Endpoint endpoint = parseEndpoint(options_.endpoint);
+    scheme_ = endpoint.scheme;
+    authority_ = endpoint.authority;
+    // Megabits to bytes; a burst of 100 ms (at least one curl buffer) keeps the pace smooth.
+    double rate = options_.maxRateMbps * 1e6 / 8;
+    limiter_ = std::make_unique<RateLimiter>(rate, std::max(rate / 10, 65536.0));
+    initCurlOnce();
+}
+
+S3Client::~S3Client() = default;
+
+Result<Response> S3Client::send(const Operation& op) {
+    const Endpoint endpoint{scheme_, authority_};
+    for (unsigned attempt = 0;; ++attempt) {
+        // Signed anew per attempt: x-amz-date must stay within the server's 15-minute window.
+        SignedRequest signedRequest = signOperation(op, endpoint, options_.region, credentials_, amzDate(nowSeconds()));
+        HttpRequest request;
+        request.method = op.method;
+        request.url = std::move(signedRequest.url);
+        request.headers = std::move(signedRequest.headers);
+        request.body = op.body();
+        request.file = op.file;
+        request.limiter = options_.maxRateMbps > 0 ? limiter_.get() : nullptr;
+        request.caFile = options_.caFile;
+        request.timeoutMs = options_.timeoutMs;
+        request.connectTimeoutMs = std::min(options_.connectTimeoutMs, options_.timeoutMs);
+
+        HttpOutcome outcome = perform(request);
+        Error error;
+        if (outcome.transportError.empty()) {
+            if (outcome.response.status >= 200 && outcome.response.status < 300)
+                return Result<Response>::success(std::move(outcome.response));
+            error = httpError(op, options_.endpoint, outcome.response);
+        } else {
+            error = transportError(op, options_.endpoint, outcome.transportError);
+        }
+        error.attempts = attempt + 1;
+        if (!retryable(error) || attempt >= options_.retries) {
+            if (attempt > 0) error.message += " (after " + std::to_string(attempt + 1) + " attempts)";
+            return Result<Response>::failure(std::move(error));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(
+            backoffMs(attempt, options_.retryBaseMs, options_.retryMaxMs, random01())));
+    }
+}
+
+Result<ObjectInfo> S3Client::head(const std::string& bucket, const std::string& key,
+                                  const std::string& versionId) {
+    auto r = send(headOp(bucket, key, versionId));
+    if (!r) return failed<ObjectInfo>(r);
+    return Result<ObjectInfo>::success(objectInfoFromHeaders(r->headers));
+}
+
+Result<ObjectInfo> S3Client::put(const PutRequest& request) {
+    std::string hash;
+    if (request.unsignedPayload) {
+        hash = std::string(kUnsignedPayload);
+    } else if (!request.payloadSha256.empty()) {
+        hash = request.payloadSha256;
+    } else if (request.file) {
+        auto [digest, problem] = hashFileRange(*request.file);
+        if (!problem.empty()) {
+            Operation op = putOp(request, {});
+            Error e = transportError(op, options_.endpoint, problem);
+            e.code = "io";
+            return Result<ObjectInfo>::failure(std::move(e));
+        }
+        hash = std::move(digest);
+    } else {
+        hash = sha256Hex(request.body);
+    }
+    Operation op = putOp(request, std::move(hash));
+    auto r = send(op);
+    if (!r) return failed<ObjectInfo>(r);
+    ObjectInfo info = objectInfoFromHeaders(r->headers);
+    info.size = op.bodySize();   // a PUT reply's Content-Length is its own (empty) body's
+    if (!info.crc32c) info.crc32c = request.crc32c;
+    if (info.lockMode.empty()) info.lockMode = request.lockMode;
+    if (info.retainUntil.empty()) info.retainUntil = request.retainUntil;
+    return Result<ObjectInfo>::success(std::move(info));
+}
+
+Result<std::string> S3Client::get(const std::string& bucket, const std::string& key,
+                                  std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+    auto r = send(getOp(bucket, key, range));
+    if (!r) return failed<std::string>(r);
+    // A server that ignores Range answers 200 with the whole object: cut the range out here.
+    if (range && r->status == 200) {
+        std::string& body = r->body;
+        if (range->first >= body.size()) return Result<std::string>::success({});
+        auto count = std::min<std::uint64_t>(range->second - range->first + 1, body.size() - range->first);
+        return Result<std::string>::success(body.substr(range->first, count));
+    }
+    return Result<std::string>::success(std::move(r->body));
+}
+
+Result<std::vector<ListEntry>> S3Client::list(const std::string& bucket, const std::string& prefix,
+                                              unsigned maxKeys) {
+    std::vector<ListEntry> all;
+    std::string token;
+    for (;;) {
+        Operation op = listOp(bucket, prefix, maxKeys, token);
+        auto r = send(op);
+        if (!r) return failed<std::vector<ListEntry>>(r);
+        ListPage page = parseListObjects(r->body);
+        all.insert(all.end(), page.entries.begin(), page.entries.end());
+        if (!page.truncated) break;
+        // A truncated page with no token (or the same one) would loop forever.
+        if (page.nextContinuationToken.empty() || page.nextContinuationToken == token) {
+            Response bad = std::move(*r);
+            Error e = httpError(op, options_.endpoint, bad);
+            e.code = "BadListing";
+            e.message = op.method + " s3://" + bucket + " at " + options_.endpoint +
+                        ": truncated listing without a new continuation token";
+            return Result<std::vector<ListEntry>>::failure(std::move(e));
+        }
+        token = page.nextContinuationToken;
+    }
+    return Result<std::vector<ListEntry>>::success(std::move(all));
+}
+
+Result<std::vector<VersionEntry>> S3Client::listVersions(const std::string& bucket,
+                                                         const std::string& prefix, unsigned maxKeys) {
+    std::vector<VersionEntry> all;
+    std::string keyMarker, versionMarker;
+    for (;;) {
+        Operation op = listVersionsOp(bucket, prefix, maxKeys, keyMarker, versionMarker);
+        auto r = send(op);
+        if (!r) return failed<std::vector<VersionEntry>>(r);
+        VersionPage page = parseListVersions(r->body);
+        all.insert(all.end(), page.entries.begin(), page.entries.end());
+        if (!page.truncated) break;
+        if (page.nextKeyMarker.empty() ||
+            (page.nextKeyMarker == keyMarker && page.nextVersionIdMarker == versionMarker)) {
+            Error e = httpError(op, options_.endpoint, *r);
+            e.code = "BadListing";
+            e.message = op.method + " s3://" + bucket + " at " + options_.endpoint +
+                        ": truncated version listing without new markers";
+            return Result<std::vector<VersionEntry>>::failure(std::move(e));
+        }
+        keyMarker = page.nextKeyMarker;
+        versionMarker = page.nextVersionIdMarker;
+    }
+    return Result<std::vector<VersionEntry>>::success(std::move(all));
+}
+
+namespace {
+Result<bool> done(const Result<Response>& r) {
+    if (!r) return Result<bool>::failure(r.error);
+    return Result<bool>::success(true);
+}
+}  // namespace
+
+Result<bool> S3Client::createBucket(const std::string& bucket, bool objectLock) {
+    return done(send(createBucketOp(bucket, objectLock, options_.region)));
+}
+
+Result<bool> S3Client::putDefaultRetention(const std::string& bucket, const std::string& mode,
+                                           unsigned days) {
+    return done(send(defaultRetentionOp(bucket, mode, days)));
+}
+
+Result<bool> S3Client::putRetention(const std::string& bucket, const std::string& key,
+                                    const std::string& versionId, const std::string& mode,
+                                    const std::string& retainUntil) {
+    return done(send(putRetentionOp(bucket, key, versionId, mode, retainUntil)));
+}
+
+Result<ObjectInfo> S3Client::getRetention(const std::string& bucket, const std::string& key,
+                                          const std::string& versionId) {
+    auto r = send(getRetentionOp(bucket, key, versionId));
+    if (!r) return failed<ObjectInfo>(r);
+    ObjectInfo info = parseRetention(r->body);
+    info.versionId = versionId;
+    return Result<ObjectInfo>::success(std::move(info));
+}
+
+Result<bool> S3Client::deleteObject(const std::string& bucket, const std::string& key,
+                                    const std::string& versionId) {
+    return done(send(deleteOp(bucket, key, versionId)));
+}
+
+Result<bool> S3Client::deleteBucket(const std::string& bucket) {
+    return done(send(deleteBucketOp(bucket)));
+}
+
+}  // namespace splicegate::s3
