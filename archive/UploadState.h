@@ -1,0 +1,107 @@
+#pragma once
+// The archiver's persisted upload state, one small file per sealed segment in its state
+// directory (never in the audit directory, which the relay holds). A segment's state only moves
+// forward:
+//
+//   Sealed -> Uploading -> Uploaded -> Verified
+//                 \-----------\-------> Conflict (an object under its key differs: an alarm)
+//
+// Uploaded records each object's version id, size and CRC-32C as the server answered them;
+// Verified means a HEAD confirmed size, CRC-32C, lock mode and retain-until of every object, and
+// is the only state in which the local copy may be deleted. The file is replaced atomically
+// (written beside it, fsynced, renamed, directory fsynced) and carries a CRC-32C of its own, so
+// a kill -9 at any instant leaves either the old state or the new one, and a damaged file is
+// reported, never read as some other state.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/UniqueFd.h"
+
+namespace splicegate::archive {
+
+enum class UploadPhase { Sealed, Uploading, Uploaded, Verified, Conflict };
+
+std::string_view toString(UploadPhase phase) noexcept;
+std::optional<UploadPhase> phaseFromString(std::string_view text) noexcept;
+
+// What each object of a segment is: its payload, its index, its seal record, and the
+// connections index (gzipped JSON lines) that lets the bucket be searched without the payload.
+enum class ObjectKind { Data, Index, Connections };
+
+std::string_view toString(ObjectKind kind) noexcept;
+std::optional<ObjectKind> kindFromString(std::string_view text) noexcept;
+
+struct ObjectRecord {
+    ObjectKind kind = ObjectKind::Data;
+    std::string key;
+    std::uint64_t size = 0;
+    std::uint32_t crc32c = 0;
+    std::string versionId;  // empty until the server answered the PUT (or the HEAD adopted it)
+
+    bool operator==(const ObjectRecord&) const = default;
+};
+
+struct SegmentUpload {
+    unsigned worker = 0;
+    std::uint64_t segment = 0;
+    UploadPhase phase = UploadPhase::Sealed;
+    std::string sealDigest;   // lowercase hex of the segment's seal: the chain's anchor off the box
+    std::string retainUntil;  // RFC 3339, the lock every object carries
+    std::vector<ObjectRecord> objects;
+    std::string problem;  // Conflict: what differed, for the alarm
+
+    bool operator==(const SegmentUpload&) const = default;
+};
+
+// The state file's name for a segment: "wWW-SSSSSSSSSS.upload" (the audit file's spelling).
+std::string stateFileName(unsigned worker, std::uint64_t segment);
+
+// Text form: "key=value" lines, then "crc32c=XXXXXXXX" over every byte before that line.
+std::string encode(const SegmentUpload& upload);
+// Throws std::runtime_error naming `origin` and the line for anything it cannot take: a
+// missing or wrong checksum, an unknown phase or kind, a bad number, a missing field.
+SegmentUpload decode(std::string_view text, const std::string& origin);
+
+// Whether `to` may follow `from`: forward only, Conflict from any state before Verified.
+bool mayAdvance(UploadPhase from, UploadPhase to) noexcept;
+
+// What a HEAD of an object's key before its PUT decides (the archive never relies on
+// If-None-Match): not there -> put it; there with the same size and CRC-32C -> adopt it (a
+// segment shipped twice, after a crash between PUT and the state file's write); there and
+// different -> a conflict: something else wrote that key, which is never overwritten.
+enum class ExistingObject { Absent, Identical, Different };
+struct RemoteObject {
+    bool exists = false;
+    std::uint64_t size = 0;
+    std::optional<std::uint32_t> crc32c;  // servers that keep no checksum give none
+};
+ExistingObject compareExisting(const ObjectRecord& local, const RemoteObject& remote) noexcept;
+
+// The state directory: loads and atomically replaces state files.
+class UploadStateStore {
+  public:
+    // Creates the directory (0700) when missing; throws std::system_error naming it.
+    explicit UploadStateStore(std::string dir);
+
+    // std::nullopt when the segment has no state file yet; throws std::runtime_error naming the
+    // file when it is damaged (the archiver then stops on that segment and says so).
+    std::optional<SegmentUpload> load(unsigned worker, std::uint64_t segment) const;
+    // Replaces the segment's state; throws std::system_error naming the file. Refuses (throws
+    // std::logic_error) a phase that may not follow the stored one.
+    void save(const SegmentUpload& upload);
+    // Every state file's segment, as (worker, segment), in no particular order.
+    std::vector<std::pair<unsigned, std::uint64_t>> list() const;
+
+    const std::string& dir() const noexcept { return dir_; }
+
+  private:
+    std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+    std::string dir_;
+    UniqueFd dirFd_;
+};
+
+}  // namespace splicegate::archive
