@@ -1,0 +1,287 @@
+#include "archive/SealedSegment.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "audit/AuditReader.h"
+
+namespace splicegate::archive {
+namespace {
+
+constexpr std::uint32_t kCastagnoliReflected = 0x82f63b78;
+
+// Multiplies the 32x32 GF(2) matrix `matrix` by the vector `vector`.
+std::uint32_t multiply(const std::uint32_t* matrix, std::uint32_t vector) noexcept {
+    std::uint32_t sum = 0;
+    for (int i = 0; vector != 0; ++i, vector >>= 1)
+        if (vector & 1) sum ^= matrix[i];
+    return sum;
+}
+
+void square(std::uint32_t* out, const std::uint32_t* matrix) noexcept {
+    for (int i = 0; i < 32; ++i) out[i] = multiply(matrix, matrix[i]);
+}
+
+std::string hex(const audit::Digest& digest) {
+    std::string text;
+    char pair[3];
+    for (auto byte : digest) {
+        std::snprintf(pair, sizeof pair, "%02x", byte);
+        text += pair;
+    }
+    return text;
+}
+
+void appendJsonString(std::string& out, const std::string& value) {
+    out += '"';
+    for (unsigned char c : value) {
+        switch (c) {
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (c < 0x20) {
+                    char escaped[8];
+                    std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+                    out += escaped;
+                } else {
+                    out += static_cast<char>(c);
+                }
+        }
+    }
+    out += '"';
+}
+
+void appendOptionalString(std::string& out, const std::string& value) {
+    if (value.empty())
+        out += "null";
+    else
+        appendJsonString(out, value);
+}
+
+template <typename T>
+void appendOptionalNumber(std::string& out, const std::optional<T>& value) {
+    out += value ? std::to_string(*value) : "null";
+}
+
+// Follows the chunks in offset order: the data file's CRC while they tile it with CRCs.
+class CrcTiler {
+  public:
+    void add(const audit::Record& chunk) {
+        if (!chunk.hasCrc) {
+            broken_ = true;
+            return;
+        }
+        pieces_.push_back({chunk.offset, chunk.length, chunk.crc});
+    }
+    std::optional<std::uint32_t> result(std::uint64_t dataBytes) {
+        if (broken_) return std::nullopt;
+        std::sort(pieces_.begin(), pieces_.end(),
+                  [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+        std::uint32_t crc = 0;
+        std::uint64_t end = 0;
+        for (const auto& piece : pieces_) {
+            if (piece.offset != end) return std::nullopt;  // a gap or an overlap
+            crc = crc32cCombine(crc, piece.crc, piece.length);
+            end += piece.length;
+        }
+        if (end != dataBytes) return std::nullopt;
+        return crc;
+    }
+
+  private:
+    struct Piece {
+        std::uint64_t offset;
+        std::uint64_t length;
+        std::uint32_t crc;
+    };
+    std::vector<Piece> pieces_;
+    bool broken_ = false;
+};
+
+class SegmentScan {
+  public:
+    SegmentScan(SealedSegment& out) : out_(out) {}
+
+    void take(const audit::Record& record, std::uint64_t offset) {
+        out_.newestNs = std::max(out_.newestNs, record.timeNs);
+        switch (record.type) {
+            case audit::RecordType::SegmentStart:
+                out_.worker = record.worker;
+                out_.segment = record.segment;
+                out_.createdNs = record.timeNs;
+                break;
+            case audit::RecordType::Open: {
+                auto& c = connection(record.id, offset);
+                c.route = record.route;
+                c.client = record.client;
+                c.upstream = record.upstream;
+                c.openedNs = record.timeNs;
+                break;
+            }
+            case audit::RecordType::Chunk: {
+                auto& c = connection(record.id, offset);
+                (record.direction == 0 ? c.c2uBytes : c.u2cBytes) += record.length;
+                tiler_.add(record);
+                break;
+            }
+            case audit::RecordType::Close: {
+                auto& c = connection(record.id, offset);
+                c.closedNs = record.timeNs;
+                c.state = "closed";
+                c.reason = record.reason;
+                break;
+            }
+            case audit::RecordType::Truncated:
+                connection(record.id, offset).state = "truncated";
+                break;
+            default:
+                break;
+        }
+    }
+
+    void sealed(const audit::Record& seal) {
+        out_.dataBytes = seal.dataBytes;
+        out_.failed = seal.status != 0;
+        out_.keyed = seal.chainKind == audit::kChainHmacSha256;
+        out_.sealDigest = hex(seal.digest);
+        out_.dataCrc32c = tiler_.result(seal.dataBytes);
+    }
+
+  private:
+    SegmentConnection& connection(std::uint64_t id, std::uint64_t offset) {
+        auto [at, added] = byId_.try_emplace(id, out_.connections.size());
+        if (added) {
+            out_.connections.push_back({});
+            out_.connections.back().id = id;
+            out_.connections.back().state = "open";
+            out_.connections.back().firstRecord = offset;
+        }
+        auto& c = out_.connections[at->second];
+        c.lastRecord = offset;
+        return c;
+    }
+
+    SealedSegment& out_;
+    std::map<std::uint64_t, std::size_t> byId_;
+    CrcTiler tiler_;
+};
+
+}  // namespace
+
+std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB,
+                            std::uint64_t lengthB) noexcept {
+    if (lengthB == 0) return crcA;
+    std::uint32_t even[32], odd[32];
+    odd[0] = kCastagnoliReflected;  // the operator for one zero bit
+    for (int i = 1; i < 32; ++i) odd[i] = 1u << (i - 1);
+    square(even, odd);  // two zero bits
+    square(odd, even);  // four
+    // Applies len2 zero bytes to crcA, a power of two of them at a time.
+    do {
+        square(even, odd);
+        if (lengthB & 1) crcA = multiply(even, crcA);
+        lengthB >>= 1;
+        if (lengthB == 0) break;
+        square(odd, even);
+        if (lengthB & 1) crcA = multiply(odd, crcA);
+        lengthB >>= 1;
+    } while (lengthB != 0);
+    return crcA ^ crcB;
+}
+
+std::optional<SealedSegment> readSealedSegment(const audit::SegmentFiles& files) {
+    if (!files.hasIndex) return std::nullopt;
+    audit::IndexReader reader(files.indexPath);
+    SealedSegment segment;
+    SegmentScan scan(segment);
+    audit::Record record;
+    bool first = true;
+    bool sealedLast = false;
+    bool chained = false;
+    for (;;) {
+        auto status = reader.next(record);
+        if (status == audit::IndexReader::Status::End) break;
+        if (status == audit::IndexReader::Status::Torn) return std::nullopt;  // being written
+        if (status == audit::IndexReader::Status::Corrupt)
+            throw std::runtime_error(
+                audit::placeText(files.indexPath, reader.recordOffset(), reader.problem()));
+        if (first && record.type != audit::RecordType::SegmentStart)
+            throw std::runtime_error(audit::placeText(files.indexPath, 0,
+                                                      "the first record is not SegmentStart"));
+        first = false;
+        sealedLast = record.type == audit::RecordType::SegmentSealed;
+        if (sealedLast) {
+            chained = record.chained;
+            scan.sealed(record);
+        }
+        else
+            scan.take(record, reader.recordOffset());
+    }
+    // An unchained (version 2) seal has no digest to anchor: such old logs are not archived.
+    if (!sealedLast || !chained) return std::nullopt;
+    segment.indexBytes = reader.goodEnd();
+    return segment;
+}
+
+std::string connectionsJsonLines(const SealedSegment& segment) {
+    std::string out;
+    for (const auto& c : segment.connections) {
+        out += "{\"id\":" + std::to_string(c.id) + ",\"worker\":" +
+               std::to_string(segment.worker) + ",\"segment\":" + std::to_string(segment.segment) +
+               ",\"route\":";
+        appendOptionalString(out, c.route);
+        out += ",\"client\":";
+        appendOptionalString(out, c.client);
+        // The PROXY protocol's balancer and the TLS server name: not recorded by this format yet.
+        out += ",\"via\":null,\"sni\":null,\"upstream\":";
+        appendOptionalString(out, c.upstream);
+        out += ",\"opened_ns\":";
+        appendOptionalNumber(out, c.openedNs);
+        out += ",\"closed_ns\":";
+        appendOptionalNumber(out, c.closedNs);
+        out += ",\"c2u_bytes\":" + std::to_string(c.c2uBytes) +
+               ",\"u2c_bytes\":" + std::to_string(c.u2cBytes) + ",\"state\":";
+        appendJsonString(out, c.state);
+        out += ",\"reason\":";
+        appendOptionalString(out, c.reason);
+        out += ",\"first_record\":" + std::to_string(c.firstRecord) +
+               ",\"last_record\":" + std::to_string(c.lastRecord) + "}\n";
+    }
+    return out;
+}
+
+std::string gzip(const std::string& bytes) {
+    z_stream stream{};
+    // 15 window bits + 16: a gzip header and trailer instead of zlib's.
+    if (deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw std::runtime_error("gzip: deflateInit2 failed");
+    std::string out(deflateBound(&stream, static_cast<uLong>(bytes.size())), '\0');
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+    stream.avail_in = static_cast<uInt>(bytes.size());
+    stream.next_out = reinterpret_cast<Bytef*>(out.data());
+    stream.avail_out = static_cast<uInt>(out.size());
+    int rc = deflate(&stream, Z_FINISH);
+    out.resize(stream.total_out);
+    deflateEnd(&stream);
+    if (rc != Z_STREAM_END) throw std::runtime_error("gzip: deflate did not finish");
+    return out;
+}
+
+}  // namespace splicegate::archive
