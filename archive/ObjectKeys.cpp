@@ -46,6 +46,8 @@ std::string_view suffix(ObjectKind kind) {
             return ".index";
         case ObjectKind::Connections:
             return ".connections.jsonl.gz";
+        case ObjectKind::Manifest:
+            return ".json";
     }
     return "";
 }
@@ -53,6 +55,7 @@ std::string_view suffix(ObjectKind kind) {
 }  // namespace
 
 std::string objectKey(std::string_view prefix, const SegmentId& id, ObjectKind kind) {
+    if (kind == ObjectKind::Manifest) return manifestKey(prefix, id);
     return std::string(prefix) + "/segments/" + hourPath(id.createdNs) + "/" +
            stamp(id.createdNs) + "-" + segmentName(id) + std::string(suffix(kind));
 }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "audit/AuditReader.h"
+#include "audit/TextFormat.h"
 
 namespace splicegate::archive {
 namespace {
@@ -36,43 +37,11 @@ std::string hex(const audit::Digest& digest) {
     return text;
 }
 
-void appendJsonString(std::string& out, const std::string& value) {
-    out += '"';
-    for (unsigned char c : value) {
-        switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\r':
-                out += "\\r";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            default:
-                if (c < 0x20) {
-                    char escaped[8];
-                    std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-                    out += escaped;
-                } else {
-                    out += static_cast<char>(c);
-                }
-        }
-    }
-    out += '"';
-}
-
 void appendOptionalString(std::string& out, const std::string& value) {
     if (value.empty())
         out += "null";
     else
-        appendJsonString(out, value);
+        out += audittool::jsonString(value);
 }
 
 template <typename T>
@@ -258,7 +227,7 @@ std::string connectionsJsonLines(const SealedSegment& segment) {
         appendOptionalNumber(out, c.closedNs);
         out += ",\"c2u_bytes\":" + std::to_string(c.c2uBytes) +
                ",\"u2c_bytes\":" + std::to_string(c.u2cBytes) + ",\"state\":";
-        appendJsonString(out, c.state);
+        out += audittool::jsonString(c.state);
         out += ",\"reason\":";
         appendOptionalString(out, c.reason);
         out += ",\"first_record\":" + std::to_string(c.firstRecord) +

@@ -19,7 +19,7 @@ namespace {
 
 constexpr std::string_view kPhases[] = {"sealed", "uploading", "uploaded", "verified",
                                         "conflict"};
-constexpr std::string_view kKinds[] = {"data", "index", "connections"};
+constexpr std::string_view kKinds[] = {"data", "index", "connections", "manifest"};
 constexpr std::string_view kSuffix = ".upload";
 constexpr std::string_view kChecksumField = "crc32c=";
 

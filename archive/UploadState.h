@@ -27,9 +27,10 @@ enum class UploadPhase { Sealed, Uploading, Uploaded, Verified, Conflict };
 std::string_view toString(UploadPhase phase) noexcept;
 std::optional<UploadPhase> phaseFromString(std::string_view text) noexcept;
 
-// What each object of a segment is: its payload, its index, its seal record, and the
-// connections index (gzipped JSON lines) that lets the bucket be searched without the payload.
-enum class ObjectKind { Data, Index, Connections };
+// What each object of a segment is: its payload, its index (which ends with its seal), the
+// connections object (gzipped JSON lines) that lets the bucket be searched without the payload,
+// and the manifest, written once the others are verified, that lists them for pruning.
+enum class ObjectKind { Data, Index, Connections, Manifest };
 
 std::string_view toString(ObjectKind kind) noexcept;
 std::optional<ObjectKind> kindFromString(std::string_view text) noexcept;

@@ -10,7 +10,7 @@
 
 #include "common/Error.h"
 #include "tools/splicegate-audit/Progress.h"
-#include "tools/splicegate-audit/TextFormat.h"
+#include "audit/TextFormat.h"
 
 namespace po = boost::program_options;
 

@@ -1,5 +1,5 @@
 #pragma once
-// Text forms shared by the splicegate-audit commands: timestamps (ISO-8601 out, RFC 3339 in),
+// Text forms shared by the splicegate-audit commands and the archive: timestamps (ISO-8601 out, RFC 3339 in),
 // JSON string literals and table cells that untrusted log strings cannot break.
 // Thread affinity: none (pure functions). Error contract: nothing throws but std::bad_alloc;
 // parseRfc3339 returns nullopt on bad input.

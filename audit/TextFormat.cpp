@@ -1,4 +1,4 @@
-#include "tools/splicegate-audit/TextFormat.h"
+#include "audit/TextFormat.h"
 
 #include <time.h>
 
