@@ -1,0 +1,326 @@
+#include "archive/Archiver.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <stdexcept>
+
+#include "archive/ObjectKeys.h"
+#include "audit/Crc32c.h"
+#include "audit/TextFormat.h"
+#include "common/Error.h"
+#include "common/UniqueFd.h"
+
+namespace splicegate::archive {
+namespace {
+
+constexpr std::int64_t kNsPerSecond = 1'000'000'000;
+constexpr std::uint64_t kReadBackPiece = 64u << 20;  // a ranged GET's size when reading back
+
+UniqueFd openReadOnly(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) throw std::runtime_error("cannot open " + path + ": " + errnoText(errno));
+    return fd;
+}
+
+// CRC-32C of [0, length) of the file, read in pieces.
+std::uint32_t fileCrc32c(const std::string& path, std::uint64_t length) {
+    auto fd = openReadOnly(path);
+    std::vector<char> buffer(1 << 20);
+    std::uint32_t crc = 0;
+    std::uint64_t done = 0;
+    while (done < length) {
+        auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done));
+        ssize_t n = ::pread(fd.get(), buffer.data(), want, static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw std::runtime_error("cannot read " + path + ": " + errnoText(errno));
+        if (n == 0) throw std::runtime_error(path + " is shorter than its seal says");
+        crc = audit::crc32c(crc, buffer.data(), static_cast<std::size_t>(n));
+        done += static_cast<std::uint64_t>(n);
+    }
+    return crc;
+}
+
+std::string quoted(const std::string& text) { return audittool::jsonString(text); }
+
+}  // namespace
+
+std::string rfc3339(std::int64_t ns) {
+    auto t = static_cast<std::time_t>(ns / kNsPerSecond);
+    std::tm parts{};
+    ::gmtime_r(&t, &parts);
+    char text[64];
+    std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02dZ", parts.tm_year + 1900,
+                  parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec);
+    return text;
+}
+
+std::string manifestJson(const SegmentUpload& state, const SealedSegment& sealed) {
+    std::string out = "{\"format\":1,\"worker\":" + std::to_string(sealed.worker) +
+                      ",\"segment\":" + std::to_string(sealed.segment) +
+                      ",\"created_ns\":" + std::to_string(sealed.createdNs) +
+                      ",\"newest_ns\":" + std::to_string(sealed.newestNs) +
+                      ",\"seal\":" + quoted(sealed.sealDigest) +
+                      ",\"keyed\":" + (sealed.keyed ? "true" : "false") +
+                      ",\"failed\":" + (sealed.failed ? "true" : "false") +
+                      ",\"connections\":" + std::to_string(sealed.connections.size()) +
+                      ",\"retain_until\":" + quoted(state.retainUntil) + ",\"objects\":[";
+    bool first = true;
+    for (const auto& object : state.objects) {
+        if (object.kind == ObjectKind::Manifest) continue;
+        char crc[16];
+        std::snprintf(crc, sizeof crc, "%08x", object.crc32c);
+        out += std::string(first ? "" : ",") + "{\"kind\":" +
+               quoted(std::string(toString(object.kind))) + ",\"key\":" + quoted(object.key) +
+               ",\"version\":" + quoted(object.versionId) +
+               ",\"size\":" + std::to_string(object.size) + ",\"crc32c\":\"" + crc + "\"}";
+        first = false;
+    }
+    return out + "]}\n";
+}
+
+// An object's bytes: a range of a local file, or bytes built in memory.
+struct Archiver::Body {
+    std::string path;  // empty: `bytes`
+    std::uint64_t length = 0;
+    std::string bytes;
+};
+
+Archiver::Archiver(ObjectStore& bucket, UploadStateStore& states, ArchiveSettings settings)
+    : bucket_(bucket), states_(states), settings_(std::move(settings)) {
+    if (auto problem = checkPrefix(settings_.prefix); !problem.empty())
+        throw std::invalid_argument("--s3-prefix '" + settings_.prefix + "' " + problem);
+}
+
+void Archiver::save(const SegmentUpload& state, const std::string& point) {
+    if (hook_) hook_("before saving " + point);
+    states_.save(state);
+    if (hook_) hook_(point);
+}
+
+ShipOutcome Archiver::conflict(SegmentUpload& state, const std::string& problem) {
+    state.phase = UploadPhase::Conflict;
+    state.problem = problem;
+    save(state, "conflict");
+    return {ShipOutcome::Kind::Conflict, problem, 0};
+}
+
+SegmentUpload Archiver::begin(const SealedSegment& sealed, const audit::SegmentFiles& files,
+                              std::int64_t nowNs) {
+    SegmentUpload state;
+    state.worker = sealed.worker;
+    state.segment = sealed.segment;
+    state.phase = UploadPhase::Uploading;
+    state.sealDigest = sealed.sealDigest;
+    state.retainUntil =
+        rfc3339(nowNs + static_cast<std::int64_t>(settings_.lockDays) * 86400 * kNsPerSecond);
+    SegmentId id{sealed.worker, sealed.segment, sealed.createdNs};
+    auto dataCrc = sealed.dataCrc32c ? *sealed.dataCrc32c
+                                     : fileCrc32c(files.dataPath, sealed.dataBytes);
+    state.objects.push_back({ObjectKind::Data, objectKey(settings_.prefix, id, ObjectKind::Data),
+                             sealed.dataBytes, dataCrc, ""});
+    state.objects.push_back({ObjectKind::Index, objectKey(settings_.prefix, id, ObjectKind::Index),
+                             sealed.indexBytes, fileCrc32c(files.indexPath, sealed.indexBytes),
+                             ""});
+    auto connections = gzip(connectionsJsonLines(sealed));
+    state.objects.push_back({ObjectKind::Connections,
+                             objectKey(settings_.prefix, id, ObjectKind::Connections),
+                             connections.size(),
+                             audit::crc32c(0, connections.data(), connections.size()), ""});
+    return state;
+}
+
+Archiver::Body Archiver::bodyOf(const ObjectRecord& object, const SealedSegment& sealed,
+                                const audit::SegmentFiles& files,
+                                const SegmentUpload& state) const {
+    switch (object.kind) {
+        case ObjectKind::Data:
+            return {files.dataPath, object.size, {}};
+        case ObjectKind::Index:
+            return {files.indexPath, object.size, {}};
+        case ObjectKind::Connections:
+            return {{}, 0, gzip(connectionsJsonLines(sealed))};
+        case ObjectKind::Manifest:
+            return {{}, 0, manifestJson(state, sealed)};
+    }
+    return {};
+}
+
+std::string Archiver::sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
+                                bool& identical) {
+    identical = false;
+    auto verdict = compareExisting(local, {true, remote.size, remote.crc32c});
+    if (verdict == ExistingObject::Identical || remote.size != local.size) {
+        identical = verdict == ExistingObject::Identical;
+        return {};
+    }
+    // The server keeps no checksum (or another one): read the object back and compute it.
+    std::uint32_t crc = 0;
+    for (std::uint64_t first = 0; first < remote.size; first += kReadBackPiece) {
+        auto last = std::min(remote.size, first + kReadBackPiece) - 1;
+        auto piece = bucket_.get(local.key, first, last);
+        if (!piece) return piece.error.message;
+        crc = audit::crc32c(crc, piece->data(), piece->size());
+    }
+    identical = crc == local.crc32c;
+    return {};
+}
+
+std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
+                             bool& isConflict, std::uint64_t& bytesPut) {
+    isConflict = false;
+    auto existing = bucket_.head(object.key);
+    if (existing) {
+        bool identical = false;
+        if (auto problem = sameBytes(object, *existing, identical); !problem.empty())
+            return problem;
+        if (!identical) {
+            isConflict = true;
+            return bucket_.describe() + "/" + object.key + " exists with other bytes (size " +
+                   std::to_string(existing->size) + ", ours " + std::to_string(object.size) +
+                   "): not overwritten";
+        }
+        if (existing->versionId.empty())
+            return bucket_.describe() + "/" + object.key +
+                   ": no version id (the bucket is not versioned; Object Lock needs it)";
+        object.versionId = existing->versionId;  // shipped before a crash: adopted
+        return {};
+    }
+    if (existing.error.httpStatus != 404) return existing.error.message;
+    s3::PutRequest request;
+    request.key = object.key;
+    request.crc32c = object.crc32c;
+    request.lockMode = settings_.lockMode;
+    request.retainUntil = state.retainUntil;
+    UniqueFd file;
+    if (!body.path.empty()) {
+        file = openReadOnly(body.path);
+        request.file = s3::FileRange{file.get(), 0, body.length};
+    } else {
+        request.body = body.bytes;
+    }
+    if (object.kind == ObjectKind::Connections) {
+        request.contentType = "application/x-ndjson";
+        request.contentEncoding = "gzip";
+    } else if (object.kind == ObjectKind::Manifest) {
+        request.contentType = "application/json";
+    } else {
+        request.contentType = "application/octet-stream";
+    }
+    auto put = bucket_.put(std::move(request));
+    if (!put) return put.error.message;
+    if (put->versionId.empty())
+        return bucket_.describe() + "/" + object.key +
+               ": the server gave no version id (the bucket is not versioned; Object Lock needs it)";
+    object.versionId = put->versionId;
+    bytesPut += object.size;
+    return {};
+}
+
+std::string Archiver::verify(const SegmentUpload& state, const ObjectRecord& object) {
+    auto where = bucket_.describe() + "/" + object.key + " version " + object.versionId;
+    auto head = bucket_.head(object.key, object.versionId);
+    if (!head) return head.error.message;
+    if (head->size != object.size)
+        return where + ": size " + std::to_string(head->size) + ", expected " +
+               std::to_string(object.size);
+    if (head->crc32c && *head->crc32c != object.crc32c) return where + ": CRC-32C differs";
+    auto lock = *head;
+    if (lock.lockMode.empty() || lock.retainUntil.empty()) {
+        auto retention = bucket_.getRetention(object.key, object.versionId);
+        if (retention) lock = *retention;
+    }
+    auto wanted = audittool::parseRfc3339(state.retainUntil);
+    auto has = audittool::parseRfc3339(lock.retainUntil);
+    bool locked = lock.lockMode == settings_.lockMode && wanted && has && *has + kNsPerSecond >= *wanted;
+    if (locked) return {};
+    // The server ignored the lock headers (radosgw does on multipart uploads): set it on the
+    // version, then read it back.
+    auto set = bucket_.putRetention(object.key, object.versionId, settings_.lockMode,
+                                    state.retainUntil);
+    if (!set) return set.error.message;
+    auto retention = bucket_.getRetention(object.key, object.versionId);
+    if (!retention) return retention.error.message;
+    has = audittool::parseRfc3339(retention->retainUntil);
+    if (retention->lockMode != settings_.lockMode || !has || !wanted || *has + kNsPerSecond < *wanted)
+        return where + ": lock is '" + retention->lockMode + "' until '" +
+               retention->retainUntil + "', expected " + settings_.lockMode + " until " +
+               state.retainUntil;
+    return {};
+}
+
+ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs) {
+    std::optional<SealedSegment> sealed;
+    std::string name = audit::segmentBaseName(files.worker, files.segment);
+    try {
+        sealed = readSealedSegment(files);
+        if (!sealed) return {ShipOutcome::Kind::NotReady, name + ": not sealed yet", 0};
+        auto stored = states_.load(sealed->worker, sealed->segment);
+        if (stored && stored->phase == UploadPhase::Verified)
+            return {ShipOutcome::Kind::AlreadyVerified, {}, 0};
+        if (stored && stored->phase == UploadPhase::Conflict)
+            return {ShipOutcome::Kind::Conflict, stored->problem, 0};
+        SegmentUpload state;
+        if (stored && stored->phase != UploadPhase::Sealed) {
+            state = *stored;
+            if (state.sealDigest != sealed->sealDigest)
+                return conflict(state, name + ": its seal changed since it was first shipped (" +
+                                           state.sealDigest + ", now " + sealed->sealDigest +
+                                           "): the local segment was rewritten");
+        } else {
+            state = begin(*sealed, files, nowNs);
+            save(state, "uploading");
+        }
+        std::uint64_t bytesPut = 0;
+        auto step = [&](ObjectRecord& object) -> std::optional<ShipOutcome> {
+            if (!object.versionId.empty()) return std::nullopt;
+            bool isConflict = false;
+            auto problem = upload(state, object, bodyOf(object, *sealed, files, state), isConflict,
+                                  bytesPut);
+            if (isConflict) return conflict(state, name + ": " + problem);
+            if (!problem.empty())
+                return ShipOutcome{ShipOutcome::Kind::Failed, name + ": " + problem, bytesPut};
+            save(state, "put " + std::string(toString(object.kind)));
+            return std::nullopt;
+        };
+        for (auto& object : state.objects)
+            if (object.kind != ObjectKind::Manifest)
+                if (auto stop = step(object)) return *stop;
+        if (state.phase == UploadPhase::Uploading) {
+            state.phase = UploadPhase::Uploaded;
+            save(state, "uploaded");
+        }
+        for (const auto& object : state.objects)
+            if (auto problem = verify(state, object); !problem.empty())
+                return {ShipOutcome::Kind::Failed, name + ": not verified: " + problem, bytesPut};
+        auto manifest = std::find_if(state.objects.begin(), state.objects.end(), [](auto& o) {
+            return o.kind == ObjectKind::Manifest;
+        });
+        if (manifest == state.objects.end()) {
+            auto bytes = manifestJson(state, *sealed);
+            state.objects.push_back({ObjectKind::Manifest,
+                                     manifestKey(settings_.prefix, {sealed->worker, sealed->segment,
+                                                                    sealed->createdNs}),
+                                     bytes.size(), audit::crc32c(0, bytes.data(), bytes.size()),
+                                     ""});
+            manifest = std::prev(state.objects.end());
+        }
+        if (auto stop = step(*manifest)) return *stop;
+        if (auto problem = verify(state, *manifest); !problem.empty())
+            return {ShipOutcome::Kind::Failed, name + ": manifest not verified: " + problem,
+                    bytesPut};
+        state.phase = UploadPhase::Verified;
+        save(state, "verified");
+        return {ShipOutcome::Kind::Shipped, {}, bytesPut};
+    } catch (const std::logic_error&) {
+        throw;  // a state machine fault, not the bucket's or the files'
+    } catch (const std::exception& e) {
+        return {ShipOutcome::Kind::Failed, name + ": " + e.what(), 0};
+    }
+}
+
+}  // namespace splicegate::archive

@@ -1,0 +1,85 @@
+#pragma once
+// Ships sealed audit segments to the bucket, one state machine per segment (UploadState.h):
+//
+//   1. the segment's objects are described (key, size, CRC-32C) and the state saved Uploading;
+//   2. each object is looked up (HEAD) before it is put: absent -> PUT with its CRC-32C and
+//      its Object Lock headers; present and identical (size and CRC, read back when the server
+//      keeps no checksum) -> adopted; present and different -> Conflict, an alarm, never an
+//      overwrite. Each version id is saved as it is learnt, so a kill -9 anywhere resumes;
+//   3. Uploaded -> every object's HEAD must show its size, its CRC where the server keeps one,
+//      and its lock (mode and retain-until, read from ?retention where HEAD omits them); a
+//      server that ignored the lock headers gets the retention set on the version;
+//   4. the manifest (the objects with their versions, the seal, the times) goes last, the same
+//      way, and the segment is Verified: only then may its local copy be deleted.
+//
+// A segment whose seal changed since it was first shipped (its files were rewritten locally) is
+// a Conflict too: the bucket keeps the first version, the alarm names both digests.
+// Thread affinity: ship() may run on several threads at once for different segments; one
+// segment is never shipped by two threads at once (the caller's scheduling). Error contract:
+// ship() never throws for the bucket's or the files' failures; they come back as Failed with a
+// message naming the segment and the object.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "archive/ObjectStore.h"
+#include "archive/SealedSegment.h"
+#include "archive/UploadState.h"
+#include "audit/Records.h"
+
+namespace splicegate::archive {
+
+struct ArchiveSettings {
+    std::string prefix;                    // checked by checkPrefix
+    std::string lockMode = "COMPLIANCE";
+    unsigned lockDays = 365;
+};
+
+struct ShipOutcome {
+    enum class Kind { NotReady, Shipped, AlreadyVerified, Conflict, Failed };
+    Kind kind = Kind::NotReady;
+    std::string message;
+    std::uint64_t bytes = 0;  // bytes put (adopted objects count 0)
+};
+
+// Crash points for tests: called after each state change with its name; a test throws from it
+// to stop the archiver there, as a kill -9 would.
+using ArchiveHook = std::function<void(const std::string& point)>;
+
+class Archiver {
+  public:
+    Archiver(ObjectStore& bucket, UploadStateStore& states, ArchiveSettings settings);
+
+    ShipOutcome ship(const audit::SegmentFiles& files, std::int64_t nowNs);
+    void setHook(ArchiveHook hook) { hook_ = std::move(hook); }
+
+  private:
+    struct Body;  // where an object's bytes come from
+
+    SegmentUpload begin(const SealedSegment& sealed, const audit::SegmentFiles& files,
+                        std::int64_t nowNs);
+    // Puts or adopts one object; returns the problem ("" when its version is known).
+    std::string upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
+                       bool& conflict, std::uint64_t& bytesPut);
+    std::string verify(const SegmentUpload& state, const ObjectRecord& object);
+    std::string sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
+                          bool& identical);
+    Body bodyOf(const ObjectRecord& object, const SealedSegment& sealed,
+                const audit::SegmentFiles& files, const SegmentUpload& state) const;
+    void save(const SegmentUpload& state, const std::string& point);
+    ShipOutcome conflict(SegmentUpload& state, const std::string& problem);
+
+    ObjectStore& bucket_;
+    UploadStateStore& states_;
+    ArchiveSettings settings_;
+    ArchiveHook hook_;
+};
+
+// The manifest's content for a segment whose other objects are uploaded (deterministic: the
+// same state gives the same bytes, so a manifest shipped twice is adopted).
+std::string manifestJson(const SegmentUpload& state, const SealedSegment& sealed);
+
+// RFC 3339 UTC to the second ("2027-12-07T06:05:09Z").
+std::string rfc3339(std::int64_t ns);
+
+}  // namespace splicegate::archive

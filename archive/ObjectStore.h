@@ -1,0 +1,61 @@
+#pragma once
+// The bucket as the archiver uses it: the five calls it makes, on one bucket. The service runs
+// it over s3::S3Client (S3ObjectStore); the archiver's unit tests run it over a map, so that
+// every crash point between two of its calls can be tried, and its integration tests over a
+// real server (radosgw).
+#include <memory>
+#include <string>
+
+#include "archive/s3/S3Client.h"
+
+namespace splicegate::archive {
+
+class ObjectStore {
+  public:
+    virtual ~ObjectStore() = default;
+    virtual s3::Result<s3::ObjectInfo> head(const std::string& key,
+                                            const std::string& versionId = {}) = 0;
+    // `request.bucket` is filled in by the store.
+    virtual s3::Result<s3::ObjectInfo> put(s3::PutRequest request) = 0;
+    virtual s3::Result<std::string> get(const std::string& key, std::uint64_t first,
+                                        std::uint64_t last) = 0;
+    virtual s3::Result<s3::ObjectInfo> getRetention(const std::string& key,
+                                                    const std::string& versionId) = 0;
+    virtual s3::Result<bool> putRetention(const std::string& key, const std::string& versionId,
+                                          const std::string& mode,
+                                          const std::string& retainUntil) = 0;
+    virtual std::string describe() const = 0;  // "s3://BUCKET" for messages
+};
+
+class S3ObjectStore final : public ObjectStore {
+  public:
+    S3ObjectStore(s3::S3Client& client, std::string bucket)
+        : client_(client), bucket_(std::move(bucket)) {}
+
+    s3::Result<s3::ObjectInfo> head(const std::string& key, const std::string& versionId) override {
+        return client_.head(bucket_, key, versionId);
+    }
+    s3::Result<s3::ObjectInfo> put(s3::PutRequest request) override {
+        request.bucket = bucket_;
+        return client_.put(request);
+    }
+    s3::Result<std::string> get(const std::string& key, std::uint64_t first,
+                                std::uint64_t last) override {
+        return client_.get(bucket_, key, std::make_pair(first, last));
+    }
+    s3::Result<s3::ObjectInfo> getRetention(const std::string& key,
+                                            const std::string& versionId) override {
+        return client_.getRetention(bucket_, key, versionId);
+    }
+    s3::Result<bool> putRetention(const std::string& key, const std::string& versionId,
+                                  const std::string& mode, const std::string& retainUntil) override {
+        return client_.putRetention(bucket_, key, versionId, mode, retainUntil);
+    }
+    std::string describe() const override { return "s3://" + bucket_; }
+
+  private:
+    s3::S3Client& client_;
+    std::string bucket_;
+};
+
+}  // namespace splicegate::archive
