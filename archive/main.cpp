@@ -50,7 +50,12 @@ bool stopRequested(const sigset_t& signals, unsigned waitMs) {
 }
 
 int run(const ArchiveOptions& options) {
-    auto credentials = s3::loadCredentials(options.credentialsFile);
+    s3::Credentials credentials;
+    try {
+        credentials = s3::loadCredentials(options.credentialsFile);
+    } catch (const std::runtime_error& e) {
+        throw UsageError(e.what());  // a configuration problem: exit 2
+    }
     s3::S3Client client(options.client, credentials);
     S3ObjectStore bucket(client, options.bucket);
     UploadStateStore states(options.stateDir);
@@ -58,9 +63,9 @@ int run(const ArchiveOptions& options) {
     ArchiveMetrics metrics;
     std::unique_ptr<HttpServer> metricsServer;
     if (!options.metricsListen.empty()) {
-        auto address = SocketAddress::parse(options.metricsListen);
+        auto addresses = SocketAddress::resolve(options.metricsListen);  // UsageError if bad
         metricsServer = std::make_unique<HttpServer>(
-            address, [&metrics](std::string_view, std::string_view path) {
+            addresses.front(), [&metrics](std::string_view, std::string_view path) {
                 HttpResponse response;
                 if (path == "/metrics") {
                     response.contentType = "text/plain; version=0.0.4; charset=utf-8";
