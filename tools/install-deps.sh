@@ -12,7 +12,7 @@ PACKAGES="
   libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
-  libssl-dev
+  libssl-dev libcurl4-openssl-dev
   libacl1-dev
   libbpf-dev bpftool clang llvm libelf-dev zlib1g-dev
   iproute2 procps util-linux
