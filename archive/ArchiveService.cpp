@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <mutex>
@@ -21,6 +22,7 @@ struct ArchiveMetrics::Families {
     prometheus::Counter& bytes;
     prometheus::Gauge& backlogBytes;
     prometheus::Gauge& backlogOldest;
+    prometheus::Gauge& auditDiskSize;
     prometheus::Histogram& uploadSeconds;
 };
 
@@ -65,13 +67,19 @@ ArchiveMetrics::ArchiveMetrics() : registry_(std::make_shared<prometheus::Regist
                        .Help("Age of the oldest audit segment not yet verified in the bucket")
                        .Register(*registry_)
                        .Add({});
+    auto& disk = prometheus::BuildGauge()
+                     .Name("splicegate_archive_audit_disk_size_bytes")
+                     .Help("Size of the file system holding the audit directory (the backlog "
+                           "alert compares the backlog with half of it)")
+                     .Register(*registry_)
+                     .Add({});
     auto& upload = prometheus::BuildHistogram()
                        .Name("splicegate_archive_upload_seconds")
                        .Help("Time to ship and verify one segment")
                        .Register(*registry_)
                        .Add({}, prometheus::Histogram::BucketBoundaries{
                                     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
-    families_.reset(new Families{segments, bytes, backlog, oldest, upload});
+    families_.reset(new Families{segments, bytes, backlog, oldest, disk, upload});
 }
 
 ArchiveMetrics::~ArchiveMetrics() = default;
@@ -84,9 +92,10 @@ void ArchiveMetrics::counted(ShipOutcome::Kind kind, std::uint64_t bytes, double
     if (kind == ShipOutcome::Kind::Shipped) families_->uploadSeconds.Observe(seconds);
 }
 
-void ArchiveMetrics::backlog(std::uint64_t bytes, double oldestSeconds) {
+void ArchiveMetrics::backlog(std::uint64_t bytes, double oldestSeconds, std::uint64_t diskSize) {
     families_->backlogBytes.Set(static_cast<double>(bytes));
     families_->backlogOldest.Set(oldestSeconds);
+    families_->auditDiskSize.Set(static_cast<double>(diskSize));
 }
 
 std::string ArchiveMetrics::exposition() const {
@@ -176,7 +185,10 @@ PassResult ArchiveService::runPass(std::int64_t nowNs) {
         result.oldestSeconds = std::max(
             result.oldestSeconds, std::chrono::duration<double>(now - changed).count());
     }
-    if (metrics_) metrics_->backlog(result.backlogBytes, result.oldestSeconds);
+    struct statvfs disk {};
+    if (::statvfs(auditDir_.c_str(), &disk) == 0)
+        result.auditDiskBytes = static_cast<std::uint64_t>(disk.f_blocks) * disk.f_frsize;
+    if (metrics_) metrics_->backlog(result.backlogBytes, result.oldestSeconds, result.auditDiskBytes);
     return result;
 }
 

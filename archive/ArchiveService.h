@@ -25,7 +25,7 @@ class ArchiveMetrics {
     ArchiveMetrics();
     ~ArchiveMetrics();
     void counted(ShipOutcome::Kind kind, std::uint64_t bytes, double seconds);
-    void backlog(std::uint64_t bytes, double oldestSeconds);
+    void backlog(std::uint64_t bytes, double oldestSeconds, std::uint64_t auditDiskSize);
     std::string exposition() const;  // the Prometheus text format
 
   private:
@@ -38,6 +38,7 @@ struct PassResult {
     unsigned shipped = 0, failed = 0, conflicts = 0, waiting = 0;
     std::uint64_t backlogBytes = 0;  // sealed or unsealed segments not verified, after the pass
     double oldestSeconds = 0;        // age of the oldest of them (its index file's last change)
+    std::uint64_t auditDiskBytes = 0;  // size of the audit directory's file system
 };
 
 class ArchiveService {

@@ -17,13 +17,13 @@ set(_sg_pkg ${PROJECT_SOURCE_DIR}/packaging)
 if(TARGET splicegate)
   install(TARGETS splicegate RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR} COMPONENT splicegate)
 endif()
-foreach(_sg_tool splicegatectl splicegate-audit)
+foreach(_sg_tool splicegatectl splicegate-audit splicegate-archive)
   if(TARGET ${_sg_tool})
     install(TARGETS ${_sg_tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT splicegate)
   endif()
 endforeach()
 
-install(FILES ${_sg_pkg}/man/splicegate.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8
+install(FILES ${_sg_pkg}/man/splicegate.8 ${_sg_pkg}/man/splicegate-archive.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8
         COMPONENT splicegate)
 install(FILES ${_sg_pkg}/man/splicegate.conf.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5
         COMPONENT splicegate)
@@ -43,12 +43,12 @@ install(FILES ${_sg_pkg}/prometheus/splicegate.rules.yml ${_sg_pkg}/prometheus/s
 if(SPLICEGATE_INSTALL_SYSTEM_FILES)
   install(FILES ${_sg_pkg}/splicegate.conf DESTINATION ${SPLICEGATE_CONFIG_DIR}
           COMPONENT splicegate)
-  install(FILES ${_sg_pkg}/systemd/splicegate.service DESTINATION ${SPLICEGATE_SYSTEMD_UNIT_DIR}
-          COMPONENT splicegate)
+  install(FILES ${_sg_pkg}/systemd/splicegate.service ${_sg_pkg}/systemd/splicegate-archive.service
+          DESTINATION ${SPLICEGATE_SYSTEMD_UNIT_DIR} COMPONENT splicegate)
   install(FILES ${_sg_pkg}/systemd/sysctl.d/50-splicegate.conf
           DESTINATION lib/sysctl.d COMPONENT splicegate)
   # Commented out, for the operator to copy: it widens who may choose which congestion control.
-  install(FILES ${_sg_pkg}/systemd/sysctl.d/60-splicegate-congestion.conf
+  install(FILES ${_sg_pkg}/systemd/sysctl.d/60-splicegate-congestion.conf ${_sg_pkg}/archive.conf
           DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT splicegate)
 endif()
 

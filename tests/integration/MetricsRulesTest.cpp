@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "archive/ArchiveService.h"
 #include "metrics/MetricsExposer.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
@@ -124,6 +125,12 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
     std::set<std::string> served = namesIn(page.body);
     ASSERT_TRUE(served.count("splicegate_audit_fsync_seconds_bucket"));
     ASSERT_TRUE(served.count("splicegate_audit_disk_free_bytes")) << page.body;
+    // The archiver's page (the rules' splicegate-archive job), every family with a series.
+    archive::ArchiveMetrics archiveMetrics;
+    archiveMetrics.counted(archive::ShipOutcome::Kind::Shipped, 1, 0.5);
+    archiveMetrics.backlog(1, 1, 1);
+    served.merge(namesIn(archiveMetrics.exposition()));
+    ASSERT_TRUE(served.count("splicegate_archive_backlog_bytes"));
     for (const auto& file : {kRules, kDashboard}) {
         auto used = namesIn(test::readFile(file));
         EXPECT_FALSE(used.empty()) << file;

@@ -602,6 +602,8 @@ TEST_F(PackageTest, LintianCleanAndHardenedUnit) {
     const std::set<std::string> expected = {
         "/etc/splicegate/splicegate.conf",
         "/lib/systemd/system/splicegate.service",
+        "/lib/systemd/system/splicegate-archive.service",
+        "/usr/bin/splicegate-archive",
         "/usr/bin/splicegate-audit",
         "/usr/bin/splicegatectl",
         "/usr/lib/sysctl.d/50-splicegate.conf",
@@ -609,10 +611,12 @@ TEST_F(PackageTest, LintianCleanAndHardenedUnit) {
         "/usr/share/bash-completion/completions/splicegatectl",
         "/usr/share/doc/splicegate/FORMAT.md",
         "/usr/share/doc/splicegate/README.md",
+        "/usr/share/doc/splicegate/archive.md",
         "/usr/share/doc/splicegate/changelog",
         "/usr/share/doc/splicegate/configuration.md",
         "/usr/share/doc/splicegate/copyright",
         "/usr/share/doc/splicegate/examples/60-splicegate-congestion.conf",
+        "/usr/share/doc/splicegate/examples/archive.conf",
         "/usr/share/doc/splicegate/kernel-notes.md",
         "/usr/share/doc/splicegate/metrics.md",
         "/usr/share/doc/splicegate/operations.md",
@@ -623,6 +627,7 @@ TEST_F(PackageTest, LintianCleanAndHardenedUnit) {
         "/usr/share/man/man1/splicegate-audit.1.gz",
         "/usr/share/man/man1/splicegatectl.1.gz",
         "/usr/share/man/man5/splicegate.conf.5.gz",
+        "/usr/share/man/man8/splicegate-archive.8.gz",
         "/usr/share/man/man8/splicegate.8.gz"};
     EXPECT_EQ(files, expected) << contents.result.out;
 
@@ -803,13 +808,14 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
                              "/usr/share/doc/splicegate/copyright"}) {
         EXPECT_TRUE(installedFiles.count(path)) << path << " not installed:\n" << listed.result.out;
     }
-    EXPECT_EQ(installedFiles.size(), 24u) << listed.result.out;
+    EXPECT_EQ(installedFiles.size(), 29u) << listed.result.out;
 
     // The binaries run.
     for (const auto& [binary, name] : std::vector<std::pair<std::string, std::string>>{
              {"/usr/sbin/splicegate", "splicegate"},
              {"/usr/bin/splicegatectl", "splicegatectl"},
-             {"/usr/bin/splicegate-audit", "splicegate-audit"}}) {
+             {"/usr/bin/splicegate-audit", "splicegate-audit"},
+             {"/usr/bin/splicegate-archive", "splicegate-archive"}}) {
         Cmd version = run({binary, "--version"});
         EXPECT_TRUE(version.ok()) << version.why();
         EXPECT_EQ(version.result.out.rfind(name + " " + version_, 0), 0u) << version.why();

@@ -110,11 +110,12 @@ TEST(DocsLintTest, EveryMetricIsDocumented) {
     auto doc = read(kSource / "docs/metrics.md");
     std::set<std::string> names;
     std::regex metricName(R"re("((?:splicegate|process)_[a-z0-9_]+)")re");
-    for (const auto& entry : fs::directory_iterator(kSource / "metrics")) {
-        if (entry.path().extension() != ".cpp") continue;
-        for (const auto& name : matches(read(entry.path()), metricName)) names.insert(name);
-    }
-    ASSERT_GE(names.size(), 25u) << "could not find the metric names in metrics/*.cpp";
+    for (const char* folder : {"metrics", "archive"})
+        for (const auto& entry : fs::directory_iterator(kSource / folder)) {
+            if (entry.path().extension() != ".cpp") continue;
+            for (const auto& name : matches(read(entry.path()), metricName)) names.insert(name);
+        }
+    ASSERT_GE(names.size(), 25u) << "could not find the metric names in metrics/*.cpp and archive/*.cpp";
     for (const auto& name : names)
         EXPECT_NE(doc.find("| `" + name + "` |"), std::string::npos)
             << name << " is not in a table of docs/metrics.md";
