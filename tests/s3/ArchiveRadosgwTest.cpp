@@ -1,0 +1,279 @@
+// splicegate-archive, the shipped binary, against a real S3 server (Ceph radosgw, fixture
+// s3_server) and a real daemon's audit log: every sealed segment ends up in the bucket, locked,
+// byte for byte; a second run puts nothing; kill -9 at random points of an upload loses nothing
+// and leaves no second, different version of any object; the box's credentials cannot delete a
+// version; bad options and a loose credentials file are one line and exit 2.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "archive/UploadState.h"
+#include "archive/s3/S3Client.h"
+#include "audit/Crc32c.h"
+#include "audit/Records.h"
+#include "tests/support/Daemon.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+extern char** environ;
+
+namespace splicegate::test {
+namespace {
+
+std::string serverDir() {
+    const char* dir = std::getenv("SPLICEGATE_S3_SERVER_DIR");
+    return dir != nullptr ? dir : "";
+}
+
+std::string firstLine(const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+std::string archiveBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-archive"; }
+
+s3::S3Client client() {
+    s3::ClientOptions options;
+    options.endpoint = firstLine(serverDir() + "/endpoint");
+    options.retries = 2;
+    return s3::S3Client(options, s3::loadCredentials(serverDir() + "/credentials"));
+}
+
+std::string lockedBucket(s3::S3Client& c) {
+    static int counter = 0;
+    std::string bucket = "sg-archive-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    auto created = c.createBucket(bucket, true);
+    EXPECT_TRUE(created) << created.error.message;
+    auto retention = c.putDefaultRetention(bucket, "COMPLIANCE", 1);
+    EXPECT_TRUE(retention) << retention.error.message;
+    return bucket;
+}
+
+// A real daemon's audit log with `connections` echoed connections of `size` bytes each way, in
+// two runs of the daemon (each start opens new segments), sealed by the drain at SIGTERM.
+void makeAuditLog(const std::string& auditDir, int connections, std::uint64_t size) {
+    TestServer upstream(echoUpstream(milliseconds(30000)));
+    for (int run = 0; run < 2; ++run) {
+        const std::uint16_t port = pickFreePort();
+        Daemon daemon(relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir}));
+        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+        for (int i = 0; i < connections; ++i) {
+            int error = 0;
+            UniqueFd fd = connectTcp(port, error);
+            ASSERT_TRUE(fd) << std::strerror(error);
+            ASSERT_TRUE(echoRoundTrip(fd.get(), 11 + i + run * 100, size, milliseconds(20000)));
+        }
+        ASSERT_TRUE(daemon.terminate(milliseconds(20000))) << daemon.why();
+    }
+}
+
+// The archiver's command line; `overrides` replace or add options ("" as a value: a switch).
+std::vector<std::string> archiveArgs(const std::string& auditDir, const std::string& stateDir,
+                                     const std::string& bucket,
+                                     const std::map<std::string, std::string>& overrides = {}) {
+    std::map<std::string, std::string> options = {
+        {"--audit-dir", auditDir},
+        {"--state-dir", stateDir},
+        {"--s3-endpoint", firstLine(serverDir() + "/endpoint")},
+        {"--s3-bucket", bucket},
+        {"--s3-prefix", "gw-test"},
+        {"--s3-credentials-file", serverDir() + "/credentials"},
+        {"--lock-days", "1"},
+        {"--config", "/dev/null"},
+        {"--once", ""}};
+    for (const auto& [name, value] : overrides) options[name] = value;
+    std::vector<std::string> args = {archiveBinary()};
+    for (const auto& [name, value] : options) {
+        args.push_back(name);
+        if (!value.empty()) args.push_back(value);
+    }
+    return args;
+}
+
+// Runs the archiver and kills it with SIGKILL after `killAfter` (if it still runs).
+std::optional<ExitStatus> runKilledAfter(const std::vector<std::string>& args,
+                                         milliseconds killAfter) {
+    std::vector<char*> argv;
+    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return std::nullopt;
+    auto deadline = std::chrono::steady_clock::now() + killAfter;
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return std::nullopt;
+        }
+        std::this_thread::sleep_for(milliseconds(5));
+    }
+    ExitStatus exit;
+    exit.exited = WIFEXITED(status);
+    exit.code = exit.exited ? WEXITSTATUS(status) : -1;
+    exit.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return exit;
+}
+
+std::vector<audit::SegmentFiles> sealedSegments(const std::string& auditDir) {
+    std::vector<audit::SegmentFiles> sealed;
+    for (auto& files : audit::listSegments(auditDir))
+        if (files.hasIndex && files.hasData) sealed.push_back(files);
+    return sealed;
+}
+
+// Every segment verified, each object's newest version equal to the local bytes and locked,
+// and no key with two versions of different bytes.
+void expectBucketMatchesTheLog(s3::S3Client& c, const std::string& bucket,
+                               const std::string& auditDir, const std::string& stateDir) {
+    archive::UploadStateStore states(stateDir);
+    auto segments = sealedSegments(auditDir);
+    ASSERT_GE(segments.size(), 2u);
+    for (const auto& files : segments) {
+        auto state = states.load(files.worker, files.segment);
+        ASSERT_TRUE(state) << files.indexPath;
+        EXPECT_EQ(state->phase, archive::UploadPhase::Verified) << files.indexPath << state->problem;
+        ASSERT_EQ(state->objects.size(), 4u);
+        for (const auto& object : state->objects) {
+            auto bytes = c.get(bucket, object.key);
+            ASSERT_TRUE(bytes) << bytes.error.message;
+            EXPECT_EQ(audit::crc32c(0, bytes->data(), bytes->size()), object.crc32c) << object.key;
+            if (object.kind == archive::ObjectKind::Index)
+                EXPECT_EQ(*bytes, readFile(files.indexPath)) << object.key;
+            if (object.kind == archive::ObjectKind::Data)
+                EXPECT_EQ(*bytes, readFile(files.dataPath).substr(0, bytes->size())) << object.key;
+            auto retention = c.getRetention(bucket, object.key, object.versionId);
+            ASSERT_TRUE(retention) << retention.error.message;
+            EXPECT_EQ(retention->lockMode, "COMPLIANCE") << object.key;
+        }
+    }
+    // HEAD before every PUT: an object is put once, even across kills.
+    auto versions = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(versions) << versions.error.message;
+    std::map<std::string, int> versionsByKey;
+    for (const auto& version : *versions) {
+        ++versionsByKey[version.key];
+        EXPECT_FALSE(version.deleteMarker) << version.key;
+    }
+    for (const auto& [key, count] : versionsByKey) EXPECT_EQ(count, 1) << key;
+}
+
+class ArchiveRadosgwTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ASSERT_FALSE(serverDir().empty()) << "SPLICEGATE_S3_SERVER_DIR is not set (fixture s3_server)";
+        ASSERT_TRUE(std::filesystem::exists(archiveBinary())) << archiveBinary();
+    }
+    TempDir root_;
+    std::string auditDir_ = root_.path() + "/audit";
+    std::string stateDir_ = root_.path() + "/state";
+};
+
+TEST_F(ArchiveRadosgwTest, ShipsARealDaemonsLogLockedAndASecondRunPutsNothing) {
+    makeAuditLog(auditDir_, 4, 600'000);
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto first = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
+    ASSERT_TRUE(first.status && first.status->isExit(0)) << first.err;
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+    auto before = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(before);
+    auto second = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(60000));
+    ASSERT_TRUE(second.status && second.status->isExit(0)) << second.err;
+    auto after = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->size(), before->size());
+    // The box's own credentials cannot delete what they wrote (COMPLIANCE).
+    const auto& victim = before->front();
+    auto removed = c.deleteObject(bucket, victim.key, victim.versionId);
+    EXPECT_FALSE(removed);
+    EXPECT_EQ(removed.error.httpStatus, 403) << removed.error.message;
+}
+
+// A state directory lost (a new box with the old prefix): every object is adopted, none put.
+TEST_F(ArchiveRadosgwTest, ObjectsAlreadyInTheBucketAreAdopted) {
+    makeAuditLog(auditDir_, 2, 300'000);
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto first = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
+    ASSERT_TRUE(first.status && first.status->isExit(0)) << first.err;
+    auto before = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(before);
+    std::filesystem::remove_all(stateDir_);
+    auto again = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
+    ASSERT_TRUE(again.status && again.status->isExit(0)) << again.err;
+    auto after = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->size(), before->size());
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
+// kill -9 at random instants of the uploads (slowed by the rate cap so that they take seconds),
+// then a run to the end: nothing lost, nothing put twice.
+TEST_F(ArchiveRadosgwTest, KillNineAtRandomPointsLosesNothing) {
+    makeAuditLog(auditDir_, 3, 700'000);
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    std::mt19937 random(static_cast<unsigned>(::getpid()));
+    std::uniform_int_distribution<int> delayMs(20, 1500);
+    int killed = 0;
+    for (int round = 0; round < 12; ++round) {
+        auto status = runKilledAfter(archiveArgs(auditDir_, stateDir_, bucket,
+                                                 {{"--max-rate-mbps", "40"}, {"--parallel", "2"}}),
+                                     milliseconds(delayMs(random)));
+        if (!status) {
+            ++killed;
+            continue;
+        }
+        ASSERT_TRUE(status->isExit(0)) << status->describe();
+        break;  // it finished before the kill
+    }
+    EXPECT_GE(killed, 1);
+    auto last = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
+    ASSERT_TRUE(last.status && last.status->isExit(0)) << last.err;
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
+TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
+    TempDir other;
+    auto loose = other.write("credentials", "[default]\naws_access_key_id = a\naws_secret_access_key = b\n");
+    ::chmod(loose.c_str(), 0644);
+    const std::map<std::string, std::string> cases[] = {
+        {{"--s3-credentials-file", loose}},
+        {{"--lock-days", "0"}},
+        {{"--s3-endpoint", "ftp://127.0.0.1"}},
+        {{"--unknown-option", ""}},
+    };
+    for (const auto& overrides : cases) {
+        auto name = overrides.begin()->first;
+        auto result = runProcess(archiveArgs(auditDir_, stateDir_, "bucket", overrides),
+                                 milliseconds(20000));
+        ASSERT_TRUE(result.status) << name;
+        EXPECT_TRUE(result.status->isExit(2)) << name << ": " << result.err;
+        EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+        EXPECT_EQ(result.err.rfind("splicegate-archive: ", 0), 0u) << result.err;
+        if (name == "--s3-credentials-file")
+            EXPECT_NE(result.err.find(loose), std::string::npos) << result.err;
+    }
+}
+
+}  // namespace
+}  // namespace splicegate::test
