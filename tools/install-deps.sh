@@ -20,10 +20,16 @@ PACKAGES="
   python3 curl
   debhelper lintian dpkg-dev strace man-db adduser
   prometheus
+  libcurl4-openssl-dev
+  radosgw ceph-mon ceph-osd
 "
 missing=""
 for p in $PACKAGES; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  # A package whose triggers have not run yet is installed all the same.
+  case "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" in
+  "install ok installed" | "install ok triggers-pending") ;;
+  *) missing="$missing $p" ;;
+  esac
 done
 if [ -n "$missing" ]; then
   $SUDO apt-get update -q
