@@ -20,7 +20,6 @@ PACKAGES="
   python3 curl
   debhelper lintian dpkg-dev strace man-db adduser
   prometheus
-  libcurl4-openssl-dev
   radosgw ceph-mon ceph-osd
 "
 missing=""
