@@ -94,6 +94,7 @@ ArchiveOptions parseArchiveOptions(const std::vector<std::string>& args,
          << all;
     o.helpText = text.str();
     if (!o.help && !o.version) check(o);
+    o.archive.unsignedPayload = o.client.endpoint.starts_with("https://");
     return o;
 }
 

@@ -33,6 +33,7 @@ struct ArchiveSettings {
     std::string prefix;                    // checked by checkPrefix
     std::string lockMode = "COMPLIANCE";
     unsigned lockDays = 365;
+    bool unsignedPayload = false;  // UNSIGNED-PAYLOAD instead of the body's SHA-256 (https only)
 };
 
 struct ShipOutcome {

@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -156,10 +159,12 @@ void expectBucketMatchesTheLog(s3::S3Client& c, const std::string& bucket,
             auto bytes = c.get(bucket, object.key);
             ASSERT_TRUE(bytes) << bytes.error.message;
             EXPECT_EQ(audit::crc32c(0, bytes->data(), bytes->size()), object.crc32c) << object.key;
-            if (object.kind == archive::ObjectKind::Index)
+            if (object.kind == archive::ObjectKind::Index) {
                 EXPECT_EQ(*bytes, readFile(files.indexPath)) << object.key;
-            if (object.kind == archive::ObjectKind::Data)
+            }
+            if (object.kind == archive::ObjectKind::Data) {
                 EXPECT_EQ(*bytes, readFile(files.dataPath).substr(0, bytes->size())) << object.key;
+            }
             auto retention = c.getRetention(bucket, object.key, object.versionId);
             ASSERT_TRUE(retention) << retention.error.message;
             EXPECT_EQ(retention->lockMode, "COMPLIANCE") << object.key;
@@ -270,8 +275,9 @@ TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
         EXPECT_TRUE(result.status->isExit(2)) << name << ": " << result.err;
         EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
         EXPECT_EQ(result.err.rfind("splicegate-archive: ", 0), 0u) << result.err;
-        if (name == "--s3-credentials-file")
+        if (name == "--s3-credentials-file") {
             EXPECT_NE(result.err.find(loose), std::string::npos) << result.err;
+        }
     }
 }
 
