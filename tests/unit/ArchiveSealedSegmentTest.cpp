@@ -1,6 +1,8 @@
 #include "archive/SealedSegment.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/Daemon.h"
 #include <zlib.h>
 
 #include <filesystem>
@@ -13,18 +15,7 @@
 namespace splicegate::archive {
 namespace {
 
-class TempDir {
-  public:
-    TempDir() {
-        char pattern[] = "/tmp/splicegate-sealed-segment.XXXXXX";
-        path_ = ::mkdtemp(pattern);
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
-};
+using test::TempDir;
 
 audit::SegmentFiles filesOf(const test::SegmentBuilder& segment) {
     audit::SegmentFiles files;

@@ -3,6 +3,8 @@
 #include "audit/Crc32c.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/Daemon.h"
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -29,18 +31,7 @@ SegmentUpload uploadedSegment() {
     return upload;
 }
 
-class TempDir {
-  public:
-    TempDir() {
-        char pattern[] = "/tmp/splicegate-upload-state.XXXXXX";
-        path_ = ::mkdtemp(pattern);
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
-};
+using test::TempDir;
 
 std::string readFile(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

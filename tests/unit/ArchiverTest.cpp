@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/Daemon.h"
+
 #include <filesystem>
 #include <map>
 #include <stdexcept>
@@ -20,18 +22,7 @@ namespace {
 
 constexpr std::int64_t kNow = 1796623509LL * 1'000'000'000;
 
-class TempDir {
-  public:
-    TempDir() {
-        char pattern[] = "/tmp/splicegate-archiver.XXXXXX";
-        path_ = ::mkdtemp(pattern);
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    const std::string& path() const { return path_; }
-
-  private:
-    std::string path_;
-};
+using test::TempDir;
 
 // A versioned bucket with Object Lock. `keepsChecksums` false and `honoursLockHeaders` false
 // play radosgw (no x-amz-checksum-crc32c on HEAD, lock headers ignored).
