@@ -110,7 +110,7 @@ ArchiveService::ArchiveService(Archiver& archiver, UploadStateStore& states,
       parallel_(std::max(1u, parallel)),
       metrics_(metrics) {}
 
-void ArchiveService::shipOne(const audit::SegmentFiles& files, std::int64_t nowNs,
+bool ArchiveService::shipOne(const audit::SegmentFiles& files, std::int64_t nowNs,
                              PassResult& result) {
     auto started = std::chrono::steady_clock::now();
     auto outcome = archiver_.ship(files, nowNs);
@@ -137,6 +137,8 @@ void ArchiveService::shipOne(const audit::SegmentFiles& files, std::int64_t nowN
             break;
     }
     if (metrics_) metrics_->counted(outcome.kind, outcome.bytes, took.count());
+    return outcome.kind == ShipOutcome::Kind::Shipped ||
+           outcome.kind == ShipOutcome::Kind::AlreadyVerified;
 }
 
 PassResult ArchiveService::runPass(std::int64_t nowNs) {
@@ -153,12 +155,13 @@ PassResult ArchiveService::runPass(std::int64_t nowNs) {
         candidates.push_back(std::move(files));
     }
     PassResult result;
+    std::vector<char> verified(candidates.size(), 0);  // written by the worker that took it
     std::mutex resultLock;
     std::atomic<std::size_t> next{0};
     auto work = [&] {
         for (std::size_t i; (i = next.fetch_add(1)) < candidates.size();) {
             PassResult mine;
-            shipOne(candidates[i], nowNs, mine);
+            verified[i] = shipOne(candidates[i], nowNs, mine);
             std::lock_guard lock(resultLock);
             result.shipped += mine.shipped;
             result.failed += mine.failed;
@@ -174,9 +177,9 @@ PassResult ArchiveService::runPass(std::int64_t nowNs) {
 
     // What is still not verified, for the backlog metrics.
     auto now = std::chrono::system_clock::now();
-    for (const auto& files : candidates) {
-        auto state = states_.load(files.worker, files.segment);
-        if (state && state->phase == UploadPhase::Verified) continue;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        if (verified[i]) continue;
+        const auto& files = candidates[i];
         struct stat data {}, index {};
         if (::stat(files.dataPath.c_str(), &data) != 0 || ::stat(files.indexPath.c_str(), &index) != 0)
             continue;  // deleted meanwhile

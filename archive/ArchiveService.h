@@ -49,7 +49,8 @@ class ArchiveService {
     PassResult runPass(std::int64_t nowNs);
 
   private:
-    void shipOne(const audit::SegmentFiles& files, std::int64_t nowNs, PassResult& result);
+    // Whether the segment is verified in the bucket now.
+    bool shipOne(const audit::SegmentFiles& files, std::int64_t nowNs, PassResult& result);
 
     Archiver& archiver_;
     UploadStateStore& states_;

@@ -87,7 +87,7 @@ std::string manifestJson(const SegmentUpload& state, const SealedSegment& sealed
 struct Archiver::Body {
     std::string path;  // empty: `bytes`
     std::uint64_t length = 0;
-    std::string bytes;
+    std::string_view bytes;
 };
 
 Archiver::Archiver(ObjectStore& bucket, UploadStateStore& states, ArchiveSettings settings)
@@ -110,7 +110,7 @@ ShipOutcome Archiver::conflict(SegmentUpload& state, const std::string& problem)
 }
 
 SegmentUpload Archiver::begin(const SealedSegment& sealed, const audit::SegmentFiles& files,
-                              std::int64_t nowNs) {
+                              std::int64_t nowNs, std::string_view connections) {
     SegmentUpload state;
     state.worker = sealed.worker;
     state.segment = sealed.segment;
@@ -126,7 +126,6 @@ SegmentUpload Archiver::begin(const SealedSegment& sealed, const audit::SegmentF
     state.objects.push_back({ObjectKind::Index, objectKey(settings_.prefix, id, ObjectKind::Index),
                              sealed.indexBytes, fileCrc32c(files.indexPath, sealed.indexBytes),
                              ""});
-    auto connections = gzip(connectionsJsonLines(sealed));
     state.objects.push_back({ObjectKind::Connections,
                              objectKey(settings_.prefix, id, ObjectKind::Connections),
                              connections.size(),
@@ -134,18 +133,16 @@ SegmentUpload Archiver::begin(const SealedSegment& sealed, const audit::SegmentF
     return state;
 }
 
-Archiver::Body Archiver::bodyOf(const ObjectRecord& object, const SealedSegment& sealed,
-                                const audit::SegmentFiles& files,
-                                const SegmentUpload& state) const {
+Archiver::Body Archiver::bodyOf(const ObjectRecord& object, const audit::SegmentFiles& files,
+                                std::string_view built) {
     switch (object.kind) {
         case ObjectKind::Data:
             return {files.dataPath, object.size, {}};
         case ObjectKind::Index:
             return {files.indexPath, object.size, {}};
         case ObjectKind::Connections:
-            return {{}, 0, gzip(connectionsJsonLines(sealed))};
         case ObjectKind::Manifest:
-            return {{}, 0, manifestJson(state, sealed)};
+            return {{}, 0, built};
     }
     return {};
 }
@@ -275,16 +272,30 @@ ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs)
                 return conflict(state, name + ": its seal changed since it was first shipped (" +
                                            state.sealDigest + ", now " + sealed->sealDigest +
                                            "): the local segment was rewritten");
-        } else {
-            state = begin(*sealed, files, nowNs);
+        }
+        // The objects built in memory, each at most once per call: the connections object (its
+        // CRC for the state, its bytes for the PUT) and the manifest.
+        std::optional<std::string> connections, manifestBytes;
+        auto connectionsObject = [&]() -> const std::string& {
+            if (!connections) connections = gzip(connectionsJsonLines(*sealed));
+            return *connections;
+        };
+        auto built = [&](ObjectKind kind) -> std::string_view {
+            if (kind == ObjectKind::Connections) return connectionsObject();
+            if (kind != ObjectKind::Manifest) return {};
+            if (!manifestBytes) manifestBytes = manifestJson(state, *sealed);
+            return *manifestBytes;
+        };
+        if (!stored || stored->phase == UploadPhase::Sealed) {
+            state = begin(*sealed, files, nowNs, connectionsObject());
             save(state, "uploading");
         }
         std::uint64_t bytesPut = 0;
         auto step = [&](ObjectRecord& object) -> std::optional<ShipOutcome> {
             if (!object.versionId.empty()) return std::nullopt;
             bool isConflict = false;
-            auto problem = upload(state, object, bodyOf(object, *sealed, files, state), isConflict,
-                                  bytesPut);
+            auto problem = upload(state, object, bodyOf(object, files, built(object.kind)),
+                                  isConflict, bytesPut);
             if (isConflict) return conflict(state, name + ": " + problem);
             if (!problem.empty())
                 return ShipOutcome{ShipOutcome::Kind::Failed, name + ": " + problem, bytesPut};
@@ -305,7 +316,7 @@ ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs)
             return o.kind == ObjectKind::Manifest;
         });
         if (manifest == state.objects.end()) {
-            auto bytes = manifestJson(state, *sealed);
+            auto bytes = built(ObjectKind::Manifest);
             state.objects.push_back({ObjectKind::Manifest,
                                      manifestKey(settings_.prefix, {sealed->worker, sealed->segment,
                                                                     sealed->createdNs}),

@@ -58,15 +58,16 @@ class Archiver {
     struct Body;  // where an object's bytes come from
 
     SegmentUpload begin(const SealedSegment& sealed, const audit::SegmentFiles& files,
-                        std::int64_t nowNs);
+                        std::int64_t nowNs, std::string_view connections);
     // Puts or adopts one object; returns the problem ("" when its version is known).
     std::string upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
                        bool& conflict, std::uint64_t& bytesPut);
     std::string verify(const SegmentUpload& state, const ObjectRecord& object);
     std::string sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
                           bool& identical);
-    Body bodyOf(const ObjectRecord& object, const SealedSegment& sealed,
-                const audit::SegmentFiles& files, const SegmentUpload& state) const;
+    // `built`: the bytes of an object made in memory (connections, manifest).
+    static Body bodyOf(const ObjectRecord& object, const audit::SegmentFiles& files,
+                       std::string_view built);
     void save(const SegmentUpload& state, const std::string& point);
     ShipOutcome conflict(SegmentUpload& state, const std::string& problem);
 
