@@ -52,7 +52,14 @@ std::vector<std::string> OptionValues::list(const std::string& key) const {
 
 std::string OptionValues::label(const std::string& key) const {
     if (file_.empty() || fromCommandLine_.count(key)) return "--" + key;
-    return file_ + ": " + key;
+    auto line = fileLines_.find(key);
+    if (line == fileLines_.end()) return file_ + ": " + key;
+    return file_ + ":" + std::to_string(line->second) + ": " + key;
+}
+
+void OptionValues::record(const UsageError& error) const {
+    if (problems_ == nullptr) throw error;
+    problems_->emplace_back(error.what());
 }
 
 }  // namespace splicegate

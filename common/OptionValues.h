@@ -8,6 +8,7 @@
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -86,10 +87,19 @@ boost::program_options::typed_value<std::vector<std::string>>* repeatable(const 
 
 class OptionValues {
   public:
-    // `file`: the config file read (empty: none); `fromCommandLine`: the keys given there.
+    // `file`: the config file read (empty: none); `fromCommandLine`: the keys given there;
+    // `fileLines`: the line of each key the file gives. With `problems`, a bad number or choice
+    // is recorded there and a harmless value returned, so that one pass finds every problem
+    // (the caller fails if any was recorded); without, it throws.
     OptionValues(const boost::program_options::variables_map& values, std::string file,
-                 std::set<std::string> fromCommandLine)
-        : values_(values), file_(std::move(file)), fromCommandLine_(std::move(fromCommandLine)) {}
+                 std::set<std::string> fromCommandLine,
+                 std::map<std::string, unsigned> fileLines = {},
+                 std::vector<std::string>* problems = nullptr)
+        : values_(values),
+          file_(std::move(file)),
+          fromCommandLine_(std::move(fromCommandLine)),
+          fileLines_(std::move(fileLines)),
+          problems_(problems) {}
 
     bool has(const std::string& key) const { return values_.count(key) > 0; }
     std::string text(const std::string& key) const;
@@ -98,12 +108,22 @@ class OptionValues {
     template <typename T>
     T number(const std::string& key, std::uint64_t min = 0,
              std::uint64_t max = std::numeric_limits<T>::max()) const {
-        return static_cast<T>(parseNumber(text(key), min, max, label(key)));
+        try {
+            return static_cast<T>(parseNumber(text(key), min, max, label(key)));
+        } catch (const UsageError& error) {
+            record(error);
+            return static_cast<T>(min);
+        }
     }
 
     template <typename E, std::size_t N>
     E choice(const Named<E> (&table)[N], const std::string& key) const {
-        return parseChoice(table, text(key), label(key));
+        try {
+            return parseChoice(table, text(key), label(key));
+        } catch (const UsageError& error) {
+            record(error);
+            return table[0].value;
+        }
     }
 
     // How an error names the option: as the user wrote it, on the command line or in the file.
@@ -111,9 +131,13 @@ class OptionValues {
     const std::string& file() const noexcept { return file_; }
 
   private:
+    void record(const UsageError& error) const;
+
     const boost::program_options::variables_map& values_;
     std::string file_;
     std::set<std::string> fromCommandLine_;
+    std::map<std::string, unsigned> fileLines_;
+    std::vector<std::string>* problems_;
 };
 
 // The options whose values differ between two settings of one module, by option name, for the

@@ -1,13 +1,12 @@
 #include "relay/Config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -15,7 +14,7 @@
 
 #include "common/Error.h"
 #include "common/OptionValues.h"
-#include "common/UniqueFd.h"
+#include "relay/ConfigFile.h"
 #include "relay/ListenerMatcher.h"
 
 namespace splicegate {
@@ -59,55 +58,6 @@ bool isValidRouteName(const std::string& name) {
         if (!ok) return false;
     }
     return true;
-}
-
-// A config file is a few KiB. Only a regular file is read (a FIFO would block the reload, the
-// admin command and SIGTERM behind it; /dev/zero would grow without end), and at most 1 MiB.
-constexpr std::size_t kMaxConfigBytes = 1 << 20;
-
-std::string readConfigFile(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-    if (!fd) throw UsageError("cannot open config file '" + path + "': " + errnoText(errno));
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0)
-        throw UsageError("cannot read config file '" + path + "': " + errnoText(errno));
-    if (!S_ISREG(st.st_mode)) throw UsageError("config file '" + path + "' is not a regular file");
-    std::string text;
-    char buffer[4096];
-    for (;;) {
-        ssize_t count = ::read(fd.get(), buffer, sizeof buffer);
-        if (count == 0) return text;
-        if (count > 0) {
-            text.append(buffer, static_cast<std::size_t>(count));
-            if (text.size() > kMaxConfigBytes)
-                throw UsageError("config file '" + path + "' is larger than " +
-                                 std::to_string(kMaxConfigBytes) + " bytes");
-        } else if (errno != EINTR) {
-            throw UsageError("cannot read config file '" + path + "': " + errnoText(errno));
-        }
-    }
-}
-
-std::string trimmed(std::string_view text) {
-    constexpr std::string_view kSpace = " \t\r\n";
-    auto first = text.find_first_not_of(kSpace);
-    if (first == std::string_view::npos) return {};
-    auto last = text.find_last_not_of(kSpace);
-    return std::string(text.substr(first, last - first + 1));
-}
-
-// Boost's INI parser drops a section header that no key follows, so an empty [route.NAME] would
-// vanish silently. This lists the headers, by Boost's own rules (comment cut at '#', trimmed,
-// "[...]"), only so that such sections can be reported; Boost still parses every key.
-std::vector<std::string> sectionHeaders(const std::string& text) {
-    std::vector<std::string> headers;
-    std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);) {
-        std::string content = trimmed(std::string_view(line).substr(0, line.find('#')));
-        if (content.size() >= 2 && content.front() == '[' && content.back() == ']')
-            headers.push_back(content.substr(1, content.size() - 2));
-    }
-    return headers;
 }
 
 // Boost rejects "--name=" outright, yet an empty value is how an operator turns off the admin
@@ -236,14 +186,67 @@ std::string helpText(const po::options_description& commandLineOnly,
     return out.str();
 }
 
-// ---- The parser: command line, then file, then validation into a Config.
+// ---- The keys of a [route.NAME] section. To add one: a row here, its field in RouteConfig
+// (and in RouteConfig's operator==), docs/configuration.md, the man page and the example config.
+
+struct RouteKey {
+    const char* name;
+    bool repeatable;
+    // Checks `value` and sets it in `route`; throws UsageError starting with `label`.
+    void (*apply)(RouteConfig& route, const std::string& value, const std::string& label);
+};
+
+const RouteKey kRouteKeys[] = {
+    {"listen", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.listen = parseListenAddress(value, label);
+     }},
+    {"upstream", true,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.upstreams.push_back(resolveUpstream(value, label));
+     }},
+    {"audit", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.audit = parseChoice(kBoolNames, value, label);
+     }},
+    {"health-check-interval-ms", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.healthCheckIntervalMs = static_cast<uint32_t>(
+             parseNumber(value, 0, std::numeric_limits<uint32_t>::max(), label));
+     }},
+};
+
+// The keys a route cannot do without.
+constexpr const char* kRequiredRouteKeys[] = {"listen", "upstream"};
+
+const RouteKey* findRouteKey(const std::string& name) {
+    for (const auto& key : kRouteKeys)
+        if (name == key.name) return &key;
+    return nullptr;
+}
+
+std::string routeKeyNames() {
+    std::string out;
+    for (std::size_t i = 0; i < std::size(kRouteKeys); ++i) {
+        if (i > 0) out += i + 1 == std::size(kRouteKeys) ? " or " : ", ";
+        out += kRouteKeys[i].name;
+    }
+    return out;
+}
+
+bool isRepeatable(const po::option_description& option) {
+    return dynamic_cast<const po::typed_value<std::vector<std::string>>*>(
+               option.semantic().get()) != nullptr;
+}
+
+// ---- The parser: command line, then file, then validation into a Config. Every problem is
+// collected (a file's problems are all reported at once, each naming file, line and key);
+// parse() throws ConfigErrors with all of them at the end.
 
 struct RouteSection {
     std::string name;
-    std::optional<std::string> listen;
-    std::vector<std::string> upstreams;
-    std::optional<std::string> audit;
-    std::optional<std::string> healthCheckIntervalMs;
+    unsigned line = 0;                     // of the [route.NAME] header
+    std::vector<ConfigFileEntry> entries;  // known keys only, each once unless repeatable
 };
 
 class ConfigParser {
@@ -264,8 +267,9 @@ class ConfigParser {
             result.action = CommandLine::Action::Version;
         } else {
             if (values_.count("check-config")) result.action = CommandLine::Action::CheckConfig;
-            if (values_.count("config")) parseFile(shared);
+            if (values_.count("config")) parseFile(shared, commandLineOnly);
             result.config = build();
+            if (!problems_.empty()) throw ConfigErrors(inFileOrder(std::move(problems_)));
         }
         return result;
     }
@@ -292,95 +296,137 @@ class ConfigParser {
         }
     }
 
-    void parseFile(const po::options_description& shared) {
+    void parseFile(const po::options_description& shared,
+                   const po::options_description& commandLineOnly) {
         file_ = values_["config"].as<std::string>();
-        std::string text = readConfigFile(file_);
+        auto contents = splitConfigFile(file_, readConfigFile(file_));
+        problems_ = std::move(contents.problems);
+        // Boost still stores the top-level keys (the command line wins, a repeatable option
+        // accumulates); what it would reject is reported here first, with its line.
+        po::parsed_options parsed(&shared);
+        for (const auto& entry : contents.topLevel) {
+            std::string where = fileLine(file_, entry.line) + ": ";
+            const auto* option = shared.find_nothrow(entry.key, false);
+            if (option == nullptr) {
+                bool commandLine = commandLineOnly.find_nothrow(entry.key, false) != nullptr;
+                problems_.push_back(where + "unknown key '" + entry.key + "'" +
+                                    (commandLine ? " (a command-line option only)" : ""));
+                continue;
+            }
+            if (auto first = lines_.find(entry.key); first != lines_.end()) {
+                if (!isRepeatable(*option)) {
+                    problems_.push_back(where + entry.key + " given twice (first at line " +
+                                        std::to_string(first->second) + ")");
+                    continue;
+                }
+            } else {
+                lines_[entry.key] = entry.line;
+            }
+            po::option stored(entry.key, {entry.value});
+            stored.original_tokens = {entry.key, entry.value};
+            parsed.options.push_back(std::move(stored));
+        }
         try {
-            std::istringstream stream(text);
-            auto parsed = po::parse_config_file(stream, shared, /*allow_unregistered=*/true);
-            for (const auto& header : sectionHeaders(text)) addSection(header);
-            for (const auto& option : parsed.options)
-                if (option.unregistered) addRouteKey(option);
             po::store(parsed, values_);
         } catch (const po::error& error) {
-            throw UsageError(file_ + ": " + error.what());
+            problems_.push_back(file_ + ": " + error.what());
+        }
+        for (auto& section : contents.sections) addSection(section);
+    }
+
+    void addSection(const ConfigFileSection& section) {
+        std::string where = fileLine(file_, section.line) + ": ";
+        if (!section.name.starts_with(kRoutePrefix)) {
+            problems_.push_back(where + "unknown section '[" + section.name +
+                                "]' (only [route.NAME] sections exist)");
+            return;
+        }
+        std::string name = section.name.substr(kRoutePrefix.size());
+        if (!isValidRouteName(name)) {
+            problems_.push_back(where + "invalid route name '" + name +
+                                "' in [route.NAME] (letters, digits, '_' or '-'; 1..64 "
+                                "characters)");
+            return;
+        }
+        RouteSection route{name, section.line, {}};
+        std::map<std::string, unsigned> firstLines;
+        for (const auto& entry : section.entries) {
+            std::string label = routeLabel(name, entry.line);
+            const RouteKey* key = findRouteKey(entry.key);
+            if (key == nullptr) {
+                problems_.push_back(label + ": unknown key '" + entry.key + "' (expected " +
+                                    routeKeyNames() + ")");
+                continue;
+            }
+            auto [first, isFirst] = firstLines.emplace(entry.key, entry.line);
+            if (!isFirst && !key->repeatable) {
+                problems_.push_back(label + ": " + entry.key + " given twice (first at line " +
+                                    std::to_string(first->second) + ")");
+                continue;
+            }
+            route.entries.push_back(entry);
+        }
+        sections_.push_back(std::move(route));
+    }
+
+    // The file's problems by line (they are found key by key, module by module), then the rest.
+    std::vector<std::string> inFileOrder(std::vector<std::string> problems) const {
+        const std::string prefix = file_ + ":";
+        auto lineOf = [&](const std::string& problem) -> unsigned long {
+            if (file_.empty() || !problem.starts_with(prefix)) return ULONG_MAX;
+            auto digits = problem.c_str() + prefix.size();
+            char* end = nullptr;
+            unsigned long line = std::strtoul(digits, &end, 10);
+            return end != digits && *end == ':' ? line : ULONG_MAX;
+        };
+        std::stable_sort(problems.begin(), problems.end(),
+                         [&](const auto& a, const auto& b) { return lineOf(a) < lineOf(b); });
+        return problems;
+    }
+
+    // Runs one step of the validation; its UsageError becomes one problem and the next step
+    // still runs.
+    template <typename Step>
+    void collect(Step&& step) {
+        try {
+            step();
+        } catch (const UsageError& error) {
+            problems_.emplace_back(error.what());
         }
     }
 
-    void addSection(const std::string& header) {
-        if (!header.starts_with(kRoutePrefix))
-            throw UsageError(file_ + ": unknown section '[" + header +
-                             "]' (only [route.NAME] sections exist)");
-        routeSection(header.substr(kRoutePrefix.size()));
-    }
-
-    // Boost hands keys it does not know as "route.NAME.KEY" (section prefix + key).
-    void addRouteKey(const po::option& option) {
-        const std::string& key = option.string_key;
-        auto lastDot = key.rfind('.');
-        if (!key.starts_with(kRoutePrefix) || lastDot < kRoutePrefix.size())
-            throw UsageError(file_ + ": unknown key '" + key + "'");
-        auto& section =
-            routeSection(key.substr(kRoutePrefix.size(), lastDot - kRoutePrefix.size()));
-        std::string field = key.substr(lastDot + 1);
-        std::string value = option.value.empty() ? std::string() : option.value.front();
-        if (field == "listen") {
-            setOnce(section, section.listen, field, value);
-        } else if (field == "upstream") {
-            section.upstreams.push_back(value);
-        } else if (field == "audit") {
-            setOnce(section, section.audit, field, value);
-        } else if (field == "health-check-interval-ms") {
-            setOnce(section, section.healthCheckIntervalMs, field, value);
-        } else {
-            throw UsageError(routeLabel(section.name) + ": unknown key '" + field +
-                             "' (expected listen, upstream, audit or health-check-interval-ms)");
-        }
-    }
-
-    void setOnce(const RouteSection& section, std::optional<std::string>& slot,
-                 const std::string& field, const std::string& value) {
-        if (slot) throw UsageError(routeLabel(section.name) + ": " + field + " given twice");
-        slot = value;
-    }
-
-    RouteSection& routeSection(const std::string& name) {
-        for (auto& section : sections_)
-            if (section.name == name) return section;
-        if (!isValidRouteName(name))
-            throw UsageError(file_ + ": invalid route name '" + name +
-                             "' in [route.NAME] (letters, digits, '_' or '-'; 1..64 characters)");
-        sections_.push_back(RouteSection{name, {}, {}, {}, {}});
-        return sections_.back();
-    }
-
-    Config build() const {
+    Config build() {
         auto values = optionValues();
         Config config;
         config.configFile = file_;
-        config.workers = values.number<unsigned>("workers", 0, kMaxWorkers);
-        config.admin = readAdminSettings(values);
-        config.metrics = readMetricsSettings(values);
-        config.logLevel = values.choice(kLogLevelNames, "log-level");
-        config.audit = readAuditSettings(values);
-        config.datapath = readDatapathSettings(values);
-        config.relay = readRelaySettings(values);
-        config.xdp = readXdpSettings(values);
+        collect([&] { config.workers = values.number<unsigned>("workers", 0, kMaxWorkers); });
+        collect([&] { config.admin = readAdminSettings(values); });
+        collect([&] { config.metrics = readMetricsSettings(values); });
+        collect([&] { config.logLevel = values.choice(kLogLevelNames, "log-level"); });
+        collect([&] { config.audit = readAuditSettings(values); });
+        collect([&] { config.datapath = readDatapathSettings(values); });
+        collect([&] { config.relay = readRelaySettings(values); });
+        collect([&] { config.xdp = readXdpSettings(values); });
         config.routes = buildRoutes();
         return config;
     }
 
-    std::vector<RouteConfig> buildRoutes() const {
+    std::vector<RouteConfig> buildRoutes() {
         std::vector<RouteConfig> routes;
-        if (auto route = defaultRoute()) routes.push_back(std::move(*route));
+        collect([&] {
+            if (auto route = defaultRoute()) routes.push_back(std::move(*route));
+        });
+        bool hasDefault = values_.count("listen") > 0 || values_.count("upstream") > 0;
         for (const auto& section : sections_) {
-            if (!routes.empty() && routes.front().name == section.name)
-                throw UsageError(routeLabel(section.name) +
-                                 " conflicts with --listen/--upstream, which make the route "
-                                 "named 'default'");
-            routes.push_back(sectionRoute(section));
+            if (hasDefault && section.name == "default") {
+                problems_.push_back(routeLabel(section.name, section.line) +
+                                    " conflicts with --listen/--upstream, which make the route "
+                                    "named 'default'");
+                continue;
+            }
+            if (auto route = sectionRoute(section)) routes.push_back(std::move(*route));
         }
-        if (routes.empty()) throw UsageError(kNoRouteMessage);
+        if (routes.empty() && sections_.empty() && !hasDefault) problems_.push_back(kNoRouteMessage);
         rejectSharedListeners(routes);
         rejectOwnListenerUpstreams(routes, ListenerMatcher::withLocalAddresses());
         return routes;
@@ -403,72 +449,108 @@ class ConfigParser {
         return route;
     }
 
-    RouteConfig sectionRoute(const RouteSection& section) const {
-        std::string where = routeLabel(section.name);
-        if (!section.listen && section.upstreams.empty() && !section.audit &&
-            !section.healthCheckIntervalMs)
-            throw UsageError(where + " is empty: it needs listen and upstream");
-        if (!section.listen) throw UsageError(where + ": missing listen");
-        if (section.upstreams.empty()) throw UsageError(where + ": missing upstream");
+    // nullopt when the section has a problem (recorded).
+    std::optional<RouteConfig> sectionRoute(const RouteSection& section) {
+        std::string where = routeLabel(section.name, section.line);
+        if (section.entries.empty()) {
+            problems_.push_back(where + " is empty: it needs listen and upstream");
+            return std::nullopt;
+        }
+        bool complete = true;
+        for (const char* required : kRequiredRouteKeys) {
+            bool given = std::any_of(section.entries.begin(), section.entries.end(),
+                                     [&](const auto& entry) { return entry.key == required; });
+            if (!given) {
+                problems_.push_back(where + ": missing " + required);
+                complete = false;
+            }
+        }
         RouteConfig route;
         route.name = section.name;
-        route.listen = parseListenAddress(*section.listen, where + ": listen");
-        for (const auto& upstream : section.upstreams)
-            route.upstreams.push_back(resolveUpstream(upstream, where + ": upstream"));
-        if (section.audit) route.audit = parseChoice(kBoolNames, *section.audit, where + ": audit");
-        if (section.healthCheckIntervalMs)
-            route.healthCheckIntervalMs = static_cast<uint32_t>(
-                parseNumber(*section.healthCheckIntervalMs, 0, std::numeric_limits<uint32_t>::max(),
-                            where + ": health-check-interval-ms"));
+        std::size_t before = problems_.size();
+        for (const auto& entry : section.entries) {
+            collect([&] {
+                findRouteKey(entry.key)->apply(route, entry.value,
+                                               routeLabel(section.name, entry.line) + ": " +
+                                                   entry.key);
+            });
+            if (entry.key == "upstream") upstreamLines_[section.name].push_back(entry.line);
+        }
+        if (!complete || problems_.size() != before) return std::nullopt;
         return route;
     }
 
-    static void rejectSharedListeners(const std::vector<RouteConfig>& routes) {
+    void rejectSharedListeners(const std::vector<RouteConfig>& routes) {
         for (std::size_t i = 0; i < routes.size(); ++i)
             for (std::size_t j = i + 1; j < routes.size(); ++j)
                 if (routes[i].listen == routes[j].listen)
-                    throw UsageError("listen address " + routes[i].listen.toString() +
-                                     " is used by both route '" + routes[i].name + "' and route '" +
-                                     routes[j].name + "'");
+                    problems_.push_back((file_.empty() ? "" : file_ + ": ") + "listen address " +
+                                        routes[i].listen.toString() + " is used by both route '" +
+                                        routes[i].name + "' and route '" + routes[j].name + "'");
     }
 
     // An upstream that is one of the daemon's own listeners would loop each connection back into
     // the relay, fanning it out until a limit hits and auditing its payload at every turn.
     void rejectOwnListenerUpstreams(const std::vector<RouteConfig>& routes,
-                                    const ListenerMatcher& matcher) const {
+                                    const ListenerMatcher& matcher) {
         for (const auto& route : routes)
-            for (const auto& upstream : route.upstreams)
-                for (const auto& address : upstream.addresses)
+            for (std::size_t i = 0; i < route.upstreams.size(); ++i)
+                for (const auto& address : route.upstreams[i].addresses)
                     if (auto owner = matcher.routeListeningOn(address, routes))
-                        throw UsageError(upstreamLabel(route.name) + " '" + upstream.text + "' (" +
-                                         address.toString() +
-                                         ") is the daemon's own listener of route '" + *owner +
-                                         "'");
+                        problems_.push_back(upstreamLabel(route.name, i) + " '" +
+                                            route.upstreams[i].text + "' (" + address.toString() +
+                                            ") is the daemon's own listener of route '" + *owner +
+                                            "'");
     }
 
-    std::string upstreamLabel(const std::string& routeName) const {
+    std::string upstreamLabel(const std::string& routeName, std::size_t index) const {
         if (routeName == "default" && values_.count("listen")) return label("upstream") + ":";
-        return routeLabel(routeName) + ": upstream";
+        auto lines = upstreamLines_.find(routeName);
+        unsigned line =
+            lines != upstreamLines_.end() && index < lines->second.size() ? lines->second[index] : 0;
+        return routeLabel(routeName, line) + ": upstream";
     }
 
-    // The parsed options as the modules read them (common/OptionValues.h).
-    OptionValues optionValues() const { return OptionValues(values_, file_, fromCommandLine_); }
-    std::string label(const std::string& key) const { return optionValues().label(key); }
-    std::string text(const std::string& key) const { return optionValues().text(key); }
-    std::vector<std::string> list(const std::string& key) const { return optionValues().list(key); }
+    // The parsed options as the modules read them (common/OptionValues.h); bad values are
+    // recorded in problems_.
+    OptionValues optionValues() {
+        return OptionValues(values_, file_, fromCommandLine_, lines_, &problems_);
+    }
+    OptionValues throwingValues() const {
+        return OptionValues(values_, file_, fromCommandLine_, lines_);
+    }
+    std::string label(const std::string& key) const { return throwingValues().label(key); }
+    std::string text(const std::string& key) const { return throwingValues().text(key); }
+    std::vector<std::string> list(const std::string& key) const {
+        return throwingValues().list(key);
+    }
 
-    std::string routeLabel(const std::string& name) const {
-        return file_ + ": route '" + name + "'";
+    std::string routeLabel(const std::string& name, unsigned line) const {
+        return (line != 0 ? fileLine(file_, line) : file_) + ": route '" + name + "'";
     }
 
     std::vector<std::string> args_;
     po::variables_map values_;
     std::set<std::string> fromCommandLine_;
     std::string file_;
+    std::map<std::string, unsigned> lines_;  // top-level key -> its (first) line in file_
     std::vector<RouteSection> sections_;
+    std::map<std::string, std::vector<unsigned>> upstreamLines_;  // route -> its upstreams' lines
+    std::vector<std::string> problems_;
 };
 
 }  // namespace
+
+namespace {
+std::string joined(const std::vector<std::string>& problems) {
+    std::string out;
+    for (const auto& problem : problems) out += (out.empty() ? "" : "; ") + problem;
+    return out;
+}
+}  // namespace
+
+ConfigErrors::ConfigErrors(std::vector<std::string> problems)
+    : UsageError(joined(problems)), problems_(std::move(problems)) {}
 
 bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
     if (a.name != b.name || !(a.listen == b.listen) || a.audit != b.audit ||

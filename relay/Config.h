@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "admin/AdminOptions.h"
+#include "common/Error.h"
 #include "audit/AuditOptions.h"
 #include "common/Log.h"
 #include "common/SocketAddress.h"
@@ -60,8 +61,20 @@ struct CommandLine {
     Config config;
 };
 
+// Every problem of a configuration (one line each, those of the file naming file, line and key).
+// what() joins them with "; " for a one-line answer (a reload's); the daemon prints one per line.
+class ConfigErrors : public UsageError {
+  public:
+    explicit ConfigErrors(std::vector<std::string> problems);
+    const std::vector<std::string>& problems() const noexcept { return problems_; }
+
+  private:
+    std::vector<std::string> problems_;
+};
+
 // Parses argv (argv[0] is the program name) and the --config file it names.
-// Throws UsageError (exit code 2 for the caller) on any bad input.
+// Throws UsageError (exit code 2 for the caller) on bad command-line syntax, ConfigErrors for
+// every problem of the values and the file.
 CommandLine parseCommandLine(int argc, const char* const* argv);
 
 // Same, for SIGHUP: re-reads the config file named in `args` (argv without argv[0]).

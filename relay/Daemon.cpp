@@ -329,6 +329,9 @@ int runDaemon(int argc, const char* const* argv) {
     CommandLine commandLine;
     try {
         commandLine = parseCommandLine(argc, argv);
+    } catch (const ConfigErrors& errors) {
+        for (const auto& problem : errors.problems()) std::cerr << "splicegate: " << problem << "\n";
+        return 2;
     } catch (const std::exception& error) {
         std::cerr << "splicegate: " << error.what() << "\n";
         return 2;

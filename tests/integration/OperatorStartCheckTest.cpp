@@ -255,5 +255,33 @@ TEST(OperatorStartCheckTest, ConfigThatIsNotASmallRegularFileIsRefusedByBoth) {
     }
 }
 
+// A file with several problems: --check-config and the start both exit 2 with the same lines,
+// one per problem, each naming file, line and key; the start binds nothing.
+TEST(OperatorStartCheckTest, EveryProblemOfAFileIsOneLineInBoth) {
+    TempDir dir;
+    uint16_t port = pickFreePort();
+    const std::string file = dir.write(
+        "splicegate.conf", "workers = many\ncolour = red\n[route.web]\nlisten = " + loopback(port) +
+                               "\nupstream = 127.0.0.1:9\nshape = round\n[route.web]\n");
+    auto verdicts = checkAndStart({"--config", file, "--audit-dir", "", "--admin-socket", "",
+                                   "--metrics-listen", ""});
+    const std::vector<std::string> expected = {
+        "splicegate: " + file + ":1: workers: invalid value 'many'",
+        "splicegate: " + file + ":2: unknown key 'colour'",
+        "splicegate: " + file + ":6: route 'web': unknown key 'shape'",
+        "splicegate: " + file + ":7: section [route.web] given twice (first at line 3)",
+    };
+    for (const auto* result : {&verdicts.check, &verdicts.start}) {
+        const char* which = result == &verdicts.check ? "--check-config" : "start";
+        ASSERT_TRUE(result->status && result->status->isExit(2)) << which << ": " << result->err;
+        auto problems = problemLines(*result);
+        ASSERT_EQ(problems.size(), expected.size()) << which << ": " << result->err;
+        for (std::size_t i = 0; i < expected.size(); ++i)
+            EXPECT_EQ(problems[i].rfind(expected[i], 0), 0u) << which << ": " << problems[i];
+    }
+    uint16_t stillFree = port;
+    EXPECT_TRUE(listenTcp(stillFree)) << "the refused start left port " << port << " bound";
+}
+
 }  // namespace
 }  // namespace splicegate::test

@@ -584,6 +584,92 @@ TEST_F(ConfigFileTest, LoadConfigRereadsTheFile) {
     EXPECT_EQ(reloaded.workers, 2u);
 }
 
+// ---- Every problem of a file at once, each naming file, line and key ------------------------
+
+std::vector<std::string> problemsOf(const Args& args) {
+    try {
+        parseArgs(args);
+    } catch (const ConfigErrors& errors) {
+        return errors.problems();
+    }
+    ADD_FAILURE() << "no ConfigErrors";
+    return {};
+}
+
+TEST_F(ConfigFileTest, EveryProblemOfTheFileIsReportedWithItsLine) {
+    auto file = dir_.write("many.conf",
+                           "workers = many\n"                    // 1: bad value
+                           "colour = red\n"                      // 2: unknown key
+                           "log-level = loud\n"                  // 3: bad choice
+                           "not a key\n"                         // 4: malformed
+                           "[route.web]\n"                       // 5
+                           "listen = 127.0.0.1:8080\n"           // 6
+                           "upstream = 127.0.0.1:80\n"           // 7
+                           "shape = round\n"                     // 8: unknown route key
+                           "[route.api]\n"                       // 9
+                           "listen = 127.0.0.1:0\n"              // 10: bad listen
+                           "upstream = 127.0.0.1:81\n"           // 11
+                           "health-check-interval-ms = often\n"  // 12: bad number
+                           "[route.web]\n"                       // 13: duplicate section
+                           "listen = 127.0.0.1:8081\n"           // 14: not merged
+                           "[global]\n"                          // 15: unknown section
+                           "audit-durability = sometimes\n");    // 16: not a top-level key here
+    auto problems = problemsOf({"--config", file});
+    const std::vector<std::string> expected = {
+        file + ":1: workers: invalid value 'many'",
+        file + ":2: unknown key 'colour'",
+        file + ":3: log-level: invalid value 'loud'",
+        file + ":4: malformed line 'not a key'",
+        file + ":8: route 'web': unknown key 'shape'",
+        file + ":10: route 'api': listen: invalid address '127.0.0.1:0'",
+        file + ":12: route 'api': health-check-interval-ms: invalid value 'often'",
+        file + ":13: section [route.web] given twice (first at line 5)",
+        file + ":15: unknown section '[global]'",
+    };
+    ASSERT_EQ(problems.size(), expected.size()) << ::testing::PrintToString(problems);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(problems[i].rfind(expected[i], 0), 0u) << problems[i];
+        EXPECT_EQ(problems[i].find('\n'), std::string::npos) << problems[i];
+    }
+}
+
+TEST_F(ConfigFileTest, DuplicateSectionIsAnErrorNotAMerge) {
+    auto file = dir_.write("dup.conf",
+                           "[route.web]\nlisten = 127.0.0.1:8080\n"
+                           "[route.web]\nupstream = 127.0.0.1:80\n");
+    auto problems = problemsOf({"--config", file});
+    // The second section's keys are not merged into the first: that one lacks its upstream.
+    ASSERT_EQ(problems.size(), 2u) << ::testing::PrintToString(problems);
+    EXPECT_EQ(problems[0], file + ":1: route 'web': missing upstream");
+    EXPECT_EQ(problems[1], file + ":3: section [route.web] given twice (first at line 1); "
+                                  "merge the two");
+}
+
+TEST_F(ConfigFileTest, KeyGivenTwiceNamesBothLines) {
+    auto file = dir_.write("twice.conf",
+                           "listen = 127.0.0.1:8443\nupstream = 127.0.0.1:9000\n"
+                           "workers = 1\n\nworkers = 2\n"
+                           "[route.web]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n"
+                           "upstream = 127.0.0.1:3\nlisten = 127.0.0.1:4\n");
+    auto problems = problemsOf({"--config", file});
+    ASSERT_EQ(problems.size(), 2u) << ::testing::PrintToString(problems);
+    EXPECT_EQ(problems[0], file + ":5: workers given twice (first at line 3)");
+    EXPECT_EQ(problems[1], file + ":10: route 'web': listen given twice (first at line 7)");
+}
+
+TEST_F(ConfigFileTest, AValidFileStillParsesAfterTheRestructure) {
+    auto file = dir_.write("ok.conf",
+                           "# comment\nworkers = 2 # trailing comment\n\n"
+                           "[route.web]\n  listen = 127.0.0.1:8080  \nupstream=127.0.0.1:80\n"
+                           "upstream = 127.0.0.1:81\naudit = no\n");
+    auto config = parseConfig({"--config", file});
+    EXPECT_EQ(config.workers, 2u);
+    ASSERT_EQ(config.routes.size(), 1u);
+    EXPECT_EQ(upstreamTexts(config.routes[0]),
+              (std::vector<std::string>{"127.0.0.1:80", "127.0.0.1:81"}));
+    EXPECT_FALSE(config.routes[0].audit);
+}
+
 // ---- Bad input: one UsageError whose single line names the option/key and the value --------
 
 struct BadInput {
