@@ -127,6 +127,66 @@ void grantReadonlyGroup(const std::string& entryPath, gid_t readonlyGroup,
     }
 }
 
+// The socket's directory must let `readonlyGroup` through too: the packaged unit's runtime
+// directory is 0750 with the daemon's group, so an ACL on the socket alone leaves that group at
+// the directory's door (connect: EACCES). Search (x) only, added to the directory's ACL; nothing
+// changes when the group or every user may pass already.
+void grantReadonlyTraverse(int parentFd, const std::string& parent, gid_t readonlyGroup,
+                           const std::string& groupName, const std::string& path) {
+    struct stat st {};
+    checkSys(::fstat(parentFd, &st), "admin socket " + path + ": stat " + parent);
+    if ((st.st_mode & S_IXOTH) != 0 || st.st_gid == readonlyGroup) return;
+    const std::string dirPath = "/proc/self/fd/" + std::to_string(parentFd);
+    const std::string what = "admin socket " + path + ": letting --admin-readonly-group '" +
+                             groupName + "' search its directory " + parent + " (POSIX ACL)";
+    std::unique_ptr<void, AclDeleter> acl(::acl_get_file(dirPath.c_str(), ACL_TYPE_ACCESS));
+    if (!acl) throwErrno(errno, what);
+    auto list = static_cast<acl_t>(acl.get());
+    acl_entry_t groupEntry = nullptr;
+    acl_entry_t maskEntry = nullptr;
+    acl_entry_t entry = nullptr;
+    for (int which = ACL_FIRST_ENTRY; ::acl_get_entry(list, which, &entry) == 1;
+         which = ACL_NEXT_ENTRY) {
+        acl_tag_t tag{};
+        ::acl_get_tag_type(entry, &tag);
+        if (tag == ACL_MASK) maskEntry = entry;
+        if (tag != ACL_GROUP) continue;
+        std::unique_ptr<void, AclDeleter> qualifier(::acl_get_qualifier(entry));
+        if (qualifier && *static_cast<gid_t*>(qualifier.get()) == readonlyGroup)
+            groupEntry = entry;
+    }
+    if (groupEntry == nullptr) {
+        if (::acl_create_entry(&list, &groupEntry) != 0) throwErrno(errno, what);
+        acl.release();
+        acl.reset(list);
+        ::acl_set_tag_type(groupEntry, ACL_GROUP);
+        ::acl_set_qualifier(groupEntry, &readonlyGroup);
+    }
+    auto addSearch = [&](acl_entry_t target) {
+        acl_permset_t permissions = nullptr;
+        if (::acl_get_permset(target, &permissions) != 0 ||
+            ::acl_add_perm(permissions, ACL_EXECUTE) != 0 ||
+            ::acl_set_permset(target, permissions) != 0)
+            throwErrno(errno, what);
+    };
+    addSearch(groupEntry);
+    // An existing mask only gains search (a wider recomputed one would widen other entries).
+    if (maskEntry != nullptr) {
+        addSearch(maskEntry);
+    } else if (::acl_calc_mask(&list) != 0) {
+        throwErrno(errno, what);
+    }
+    acl.release();
+    acl.reset(list);
+    if (::acl_set_file(dirPath.c_str(), ACL_TYPE_ACCESS, list) != 0) {
+        const int error = errno;
+        throwErrno(error, what + (error == EPERM ? " (the daemon's user must own the directory)"
+                                                 : error == EOPNOTSUPP
+                                                     ? " (the file system has no ACL support)"
+                                                     : ""));
+    }
+}
+
 }  // namespace
 
 AdminSocket::AdminSocket(std::string path, const AdminSocketAccess& access, int backlog)
@@ -167,6 +227,8 @@ AdminSocket::AdminSocket(std::string path, const AdminSocketAccess& access, int 
     if (access.readonlyGroup) {
         grantReadonlyGroup(directory.entryPath(), *access.readonlyGroup, access.readonlyGroupName,
                            path_);
+        grantReadonlyTraverse(parentFd.get(), parent, *access.readonlyGroup,
+                              access.readonlyGroupName, path_);
     }
     checkSys(::listen(listenFd_.get(), backlog), "admin socket " + path_ + ": listen");
 

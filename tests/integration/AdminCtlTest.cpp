@@ -388,6 +388,33 @@ TEST_F(AdminCtlTest, ReadonlyGroupPerCommand) {
     expectExit(ctl({"kill", "42"}), 0, "root kill 42");
 }
 
+// The packaged unit's runtime directory is 0750 with the daemon's group: the read-only group is
+// let through the directory (search only, by an ACL), a real user in it runs status; a user in
+// neither group is still kept out, and the directory lists nothing for the read-only group.
+TEST_F(AdminCtlTest, ReadonlyGroupReachesTheSocketInAPrivateRuntimeDirectory) {
+    TemporaryAccount viewer("sgtrd");
+    TemporaryAccount outsider("sgtnd");
+    const std::string runtimeDir = dir_.path() + "/run";
+    ASSERT_EQ(::mkdir(runtimeDir.c_str(), 0750), 0);
+    const std::string socketPath = runtimeDir + "/admin.sock";
+    server_.reset();
+    AdminServerOptions options;
+    options.socketPath = socketPath;
+    options.group = "root";
+    options.readonlyGroup = viewer.name();
+    server_ = std::make_unique<AdminServer>(options, handler_);
+    server_->start();
+    std::vector<std::string> status = {ctlBinary(), "--socket", socketPath, "status"};
+    expectExit(runProcess(viewer.as(status), 15000ms), 0, "read-only status through 0750 dir");
+    auto listing = runProcess(viewer.as({"/bin/ls", runtimeDir}), 15000ms);
+    EXPECT_FALSE(listing.status && listing.status->isExit(0)) << "the directory became readable";
+    expectOneLineError(runProcess(outsider.as(status), 15000ms), 3, "Permission denied",
+                       "outsider");
+    struct stat st {};
+    ASSERT_EQ(::stat(runtimeDir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07, 0u) << "others gained access to the directory";
+}
+
 // A hostile "daemon" announcing and streaming a 200 MiB response: splicegatectl refuses it from
 // the length prefix, with one line and exit 1, and never holds more than a small buffer of it.
 TEST_F(AdminCtlTest, HostileHugeResponseIsRefusedWithBoundedMemory) {
