@@ -136,6 +136,12 @@ bool expect(const std::string& text, std::size_t& pos, char c) {
 }  // namespace
 
 std::optional<std::int64_t> parseRfc3339(const std::string& text) {
+    bool outOfRange = false;
+    return parseRfc3339(text, outOfRange);
+}
+
+std::optional<std::int64_t> parseRfc3339(const std::string& text, bool& outOfRange) {
+    outOfRange = false;
     std::size_t pos = 0;
     int year, month, day, hour, minute, second;
     if (!readDigits(text, pos, 4, year) || !expect(text, pos, '-') ||
@@ -191,7 +197,10 @@ std::optional<std::int64_t> parseRfc3339(const std::string& text) {
     parts.tm_sec = second;  // a leap second (60) counts as the next second's start
     const std::int64_t seconds = static_cast<std::int64_t>(::timegm(&parts)) - offsetMinutes * 60;
     // Nanoseconds since the epoch fit an int64_t until 2262.
-    if (seconds < -9'223'372'036LL || seconds > 9'223'372'035LL) return std::nullopt;
+    if (seconds < -9'223'372'036LL || seconds > 9'223'372'035LL) {
+        outOfRange = true;
+        return std::nullopt;
+    }
     return seconds * 1'000'000'000 + fractionNs;
 }
 

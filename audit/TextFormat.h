@@ -16,6 +16,9 @@ std::string isoTime(std::int64_t ns);
 // RFC 3339 date-time ("2024-05-01T12:34:56Z", "2024-05-01t12:34:56.5+02:00", also with a space
 // for the T, as RFC 3339 section 5.6 allows) as nanoseconds since the epoch.
 std::optional<std::int64_t> parseRfc3339(const std::string& text);
+// Same; `outOfRange` says whether a well-formed time was refused for lying outside what
+// nanoseconds since the epoch in an int64 hold (1677-09-21 to 2262-04-11).
+std::optional<std::int64_t> parseRfc3339(const std::string& text, bool& outOfRange);
 
 // A JSON string literal; invalid UTF-8 becomes U+FFFD so the document always parses.
 std::string jsonString(const std::string& text);

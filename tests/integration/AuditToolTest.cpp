@@ -275,10 +275,11 @@ TEST(AuditToolTest, ListJsonIsAnArrayWithTheFields) {
     EXPECT_EQ(objects[2].get<std::string>("state"), "truncated");
     EXPECT_EQ(objects[2].get<std::uint64_t>("c2u_bytes"), 3u);
 
+    // A directory that holds no audit log is an error, as for verify.
     TempDir empty;
     auto none = runTool({"list", empty.path(), "--json"});
-    ASSERT_TRUE(none.status && none.status->isExit(0)) << describe(none);
-    EXPECT_EQ(none.out, "[]\n");
+    ASSERT_TRUE(none.status && none.status->isExit(1)) << describe(none);
+    EXPECT_NE(none.err.find("no audit log here"), std::string::npos) << describe(none);
 }
 
 TEST(AuditToolTest, ListJsonEscapesStrangeStrings) {
@@ -502,8 +503,12 @@ TEST(AuditToolTest, ListFiltersEachAndCombined) {
     EXPECT_EQ(listedIds(log, {"--route", "db"}), (Ids{2}));
     EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1"}), (Ids{1}));
     EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1:4000"}), (Ids{1}));
-    EXPECT_EQ(listedIds(log, {"--client", "198.51.100.1:4001"}), (Ids{}));
-    EXPECT_EQ(listedIds(log, {"--client", "192.0.2.99"}), (Ids{}));
+    // A client that is in no connection fails, as --route does (NothingToListIsAnErrorNamingWhy).
+    for (const char* client : {"198.51.100.1:4001", "192.0.2.99"}) {
+        auto result = runTool({"list", log.dir.path(), "--jsonl", "--client", client});
+        EXPECT_TRUE(result.status && result.status->isExit(1)) << describe(result);
+        EXPECT_EQ(result.out, "") << client;
+    }
     EXPECT_EQ(listedIds(log, {"--client", "2001:db8:0:0::7"}), (Ids{2}));
     EXPECT_EQ(listedIds(log, {"--client", "[2001:db8::7]:5000"}), (Ids{2}));
     EXPECT_EQ(listedIds(log, {"--client", "[2001:db8::7]"}), (Ids{2}));
@@ -548,6 +553,48 @@ TEST(AuditToolTest, ListOfAnUnknownRouteOrConnectionFails) {
         {"list", log.dir.path(), "--json", "--route", "db", "--until", "2020-01-01T00:00:00Z"});
     ASSERT_TRUE(none.status && none.status->isExit(0)) << describe(none);
     EXPECT_EQ(none.out, "[]\n");
+}
+
+// A directory with no audit log is an error for list and export as it is for verify; --client
+// that matches nothing fails like --route; a well-formed time the log cannot hold is named out
+// of range, not invalid; verify's key file is named by its own option.
+TEST(AuditToolTest, NothingToListIsAnErrorNamingWhy) {
+    TempDir empty;
+    writeFile(empty.path() + "/notes.txt", "not an audit log\n");
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"list", empty.path()},
+          {"list", empty.path(), "--json"},
+          {"export", empty.path(), "--pcap", empty.path() + "/out.pcap"},
+          {"verify", empty.path()}}) {
+        auto result = runTool(args);
+        ASSERT_TRUE(result.status && result.status->isExit(1)) << args[0] << describe(result);
+        EXPECT_NE((result.out + result.err).find("no audit log here"), std::string::npos)
+            << describe(result);
+        EXPECT_EQ(result.out.find("ROUTE"), std::string::npos) << "printed an empty table";
+    }
+    EXPECT_FALSE(std::filesystem::exists(empty.path() + "/out.pcap"));
+
+    SampleLog log;
+    auto noClient = runTool({"list", log.dir.path(), "--client", "203.0.113.9"});
+    ASSERT_TRUE(noClient.status && noClient.status->isExit(1)) << describe(noClient);
+    EXPECT_EQ(lineCount(noClient.err), 1u) << describe(noClient);
+    EXPECT_NE(noClient.err.find("no connection from client 203.0.113.9"), std::string::npos)
+        << noClient.err;
+    auto client = runTool({"list", log.dir.path(), "--jsonl", "--client", "198.51.100.3"});
+    ASSERT_TRUE(client.status && client.status->isExit(0)) << describe(client);
+    EXPECT_EQ(lineCount(client.out), 1u) << client.out;
+
+    for (const char* far : {"2500-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "1600-01-01T00:00:00Z"}) {
+        auto result = runTool({"list", log.dir.path(), "--since", far});
+        ASSERT_TRUE(result.status && result.status->isExit(2)) << describe(result);
+        EXPECT_NE(result.err.find("out of range"), std::string::npos) << result.err;
+        EXPECT_EQ(result.err.find("invalid time"), std::string::npos) << result.err;
+    }
+
+    auto key = runTool({"verify", log.dir.path(), "--key-file", "/nonexistent"});
+    ASSERT_TRUE(key.status && key.status->isExit(1)) << describe(key);
+    EXPECT_NE(key.err.find("--key-file /nonexistent"), std::string::npos) << key.err;
+    EXPECT_EQ(key.err.find("audit-hmac-key-file"), std::string::npos) << key.err;
 }
 
 TEST(AuditToolTest, ListAndExportBadOptionsExitTwoWithOneLine) {
@@ -877,6 +924,34 @@ TEST(AuditToolTest, ExportOfARealDaemonsLogMatchesExtract) {
         EXPECT_TRUE(first + second == *expected || second + first == *expected)
             << filter << ": payload differs from extract";
     }
+}
+
+// export takes list's filters: route, client and time pick the connections written.
+TEST(AuditToolTest, ExportFiltersLikeList) {
+    SampleLog log;
+    TempDir out;
+    auto ports = [&](const std::vector<std::string>& filter) {
+        const std::string pcap = out.path() + "/f.pcap";
+        std::vector<std::string> args{"export", log.dir.path(), "--pcap", pcap};
+        args.insert(args.end(), filter.begin(), filter.end());
+        auto result = runTool(args);
+        EXPECT_TRUE(result.status && result.status->isExit(0)) << describe(result);
+        std::set<std::uint16_t> clientPorts;
+        for (const auto& packet : parsePcap(readFile(pcap)))
+            if (packet.destinationPort == 443 || packet.destinationPort == 5432)
+                clientPorts.insert(packet.sourcePort);
+        return clientPorts;
+    };
+    EXPECT_EQ(ports({"--route", "db"}), (std::set<std::uint16_t>{5000}));
+    EXPECT_EQ(ports({"--client", "198.51.100.3"}), (std::set<std::uint16_t>{4000}));
+    EXPECT_EQ(ports({"--route", "web", "--client", "198.51.100.1:4000"}),
+              (std::set<std::uint16_t>{4000}));
+    EXPECT_EQ(ports({"--until", "2023-11-14T22:13:20.001Z"}), (std::set<std::uint16_t>{4000}));
+    const std::string none = out.path() + "/none.pcap";
+    auto nothing = runTool({"export", log.dir.path(), "--pcap", none, "--route", "nope"});
+    ASSERT_TRUE(nothing.status && nothing.status->isExit(1)) << describe(nothing);
+    EXPECT_EQ(lineCount(nothing.err), 1u) << nothing.err;
+    EXPECT_FALSE(std::filesystem::exists(none));
 }
 
 }  // namespace

@@ -32,8 +32,9 @@ const char* const kListAbout =
     "still holds. The table is sorted by id; --json and --jsonl stream in log order: a\n"
     "connection when it closes (worker by worker), those still open at the end of their\n"
     "worker's log after it. Filters combine (all must match);\n"
-    "--since/--until keep the connections that overlap the interval. A --route or\n"
-    "--connection that names nothing in the log is an error (exit 1).";
+    "--since/--until keep the connections that overlap the interval. A --route, --client or\n"
+    "--connection that names nothing in the log is an error (exit 1), and so is a directory\n"
+    "that holds no audit log.";
 
 void addListOptions(po::options_description& options) {
     // clang-format off
@@ -74,7 +75,12 @@ namespace {
 
 std::int64_t timeOption(const po::variables_map& values, const char* name) {
     const auto& text = values[name].as<std::string>();
-    auto ns = parseRfc3339(text);
+    bool outOfRange = false;
+    auto ns = parseRfc3339(text, outOfRange);
+    if (!ns && outOfRange)
+        throw UsageError(std::string("--") + name + ": time '" + text +
+                         "' out of range (the log's times lie between 1677-09-21 and "
+                         "2262-04-11)");
     if (!ns)
         throw UsageError(std::string("--") + name + ": invalid time '" + text +
                          "' (expected RFC 3339, e.g. 2024-05-01T12:00:00Z or "
@@ -133,6 +139,7 @@ void forEachConnection(const std::string& dir,
                        const std::function<void(const ConnectionSummary&)>& emit,
                        const ProblemSink& onProblem) {
     auto workers = segmentsByWorker(dir);
+    if (workers.empty()) throw std::runtime_error(dir + ": no audit log here (no segment index file)");
     Progress progress(
         "list: segments read",
         [&] {
@@ -281,7 +288,7 @@ int runList(const std::string& dir, const po::variables_map& values) {
 
     std::vector<std::string> problems;
     std::vector<ConnectionSummary> rows;  // the table's
-    bool routeSeen = false, idSeen = false;
+    bool routeSeen = false, idSeen = false, clientSeen = false;
     std::uint64_t printed = 0;
     if (json) std::cout << "[";
     forEachConnection(
@@ -289,6 +296,10 @@ int runList(const std::string& dir, const po::variables_map& values) {
         [&](const ConnectionSummary& c) {
             routeSeen = routeSeen || (filter.route && c.route == *filter.route);
             idSeen = idSeen || (filter.id && c.id == *filter.id);
+            if (filter.client && !clientSeen) {
+                auto endpoint = Endpoint::parse(c.client);
+                clientSeen = endpoint && endpoint->matches(*filter.client);
+            }
             if (!filter.matches(c)) return;
             if (json)
                 std::cout << (printed == 0 ? "\n  " : ",\n  ") << jsonObject(c);
@@ -306,6 +317,9 @@ int runList(const std::string& dir, const po::variables_map& values) {
         problems.push_back("no connection of route '" + *filter.route + "' in " + dir);
     if (filter.id && !idSeen)
         problems.push_back("no connection " + std::to_string(*filter.id) + " in " + dir);
+    if (filter.client && !clientSeen)
+        problems.push_back("no connection from client " + values["client"].as<std::string>() +
+                           " in " + dir);
     for (const auto& problem : problems) std::cerr << "splicegate-audit: " << problem << "\n";
     return problems.empty() ? 0 : 1;
 }

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <functional>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -30,18 +32,29 @@ namespace splicegate::audittool {
 using audit::Record;
 using audit::RecordType;
 
-const char* const kExportUsage = "usage: splicegate-audit export DIR --pcap FILE [--connection ID]";
+const char* const kExportUsage =
+    "usage: splicegate-audit export DIR --pcap FILE [--since TIME] [--until TIME] [--route NAME]\n"
+    "                               [--client ADDR] [--connection ID]";
 const char* const kExportAbout =
     "Writes the connections (or one) as a pcap capture of synthesized TCP/IP packets, readable\n"
     "by tcpdump and Wireshark: handshake at open, the audited bytes of both directions in log\n"
     "order (up to 65,000 bytes a packet, sequence numbers continuous), FIN at close. Addresses\n"
-    "and ports are the log's client and upstream. Progress on stderr when it is a terminal.";
+    "and ports are the log's client and upstream. Progress on stderr when it is a terminal.\n"
+    "The filters are list's (all given must match); a filter that matches nothing is an error\n"
+    "(exit 1, no file written).";
 
 void addExportOptions(po::options_description& options) {
     // clang-format off
     options.add_options()
         ("pcap", po::value<std::string>()->value_name("FILE"),
          "write the capture to FILE ('-' = stdout) (required)")
+        ("since", po::value<std::string>()->value_name("TIME"),
+         "connections open at or after TIME (RFC 3339, e.g. 2024-05-01T12:00:00Z)")
+        ("until", po::value<std::string>()->value_name("TIME"),
+         "connections opened at or before TIME (RFC 3339)")
+        ("route", po::value<std::string>()->value_name("NAME"), "connections of route NAME")
+        ("client", po::value<std::string>()->value_name("ADDR"),
+         "connections from ADDR (an IPv4 or IPv6 address, optionally with :PORT)")
         ("connection", po::value<std::string>()->value_name("ID"),
          "only the connection with id ID");
     // clang-format on
@@ -119,9 +132,10 @@ std::uint32_t initialSequence(std::uint64_t id, std::uint32_t salt) {
 
 class Exporter {
   public:
-    Exporter(PcapWriter& pcap, std::optional<std::uint64_t> only, Progress& progress,
+    // `selected`: whether the connection with that id goes into the capture.
+    Exporter(PcapWriter& pcap, std::function<bool(std::uint64_t)> selected, Progress& progress,
              std::vector<std::string>& problems)
-        : pcap_(pcap), only_(only), progress_(progress), problems_(problems) {}
+        : pcap_(pcap), selected_(std::move(selected)), progress_(progress), problems_(problems) {}
 
     bool found() const { return found_; }
 
@@ -130,7 +144,7 @@ class Exporter {
         const Key key{stream.segment().worker, record.id};
         switch (record.type) {
             case RecordType::Open:
-                if (!only_ || record.id == *only_) open(key, record);
+                if (selected_(record.id)) open(key, record);
                 break;
             case RecordType::Chunk:
                 if (auto it = flows_.find(key); it != flows_.end()) chunk(it->second, stream);
@@ -245,7 +259,7 @@ class Exporter {
     }
 
     PcapWriter& pcap_;
-    std::optional<std::uint64_t> only_;
+    std::function<bool(std::uint64_t)> selected_;
     Progress& progress_;
     std::vector<std::string>& problems_;
     std::map<Key, Flow> flows_;  // the connections open at this point of the log
@@ -272,20 +286,34 @@ int runExport(const std::string& dir, const po::variables_map& values) {
     if (!values.count("pcap")) throw UsageError("missing --pcap FILE" + hint);
     const auto path = values["pcap"].as<std::string>();
     if (path.empty()) throw UsageError("--pcap: empty file name" + hint);
-    std::optional<std::uint64_t> only;
-    if (values.count("connection"))
-        only = parseConnectionId(values["connection"].as<std::string>());
+    const ConnectionFilter filter = ConnectionFilter::fromOptions(values);
+    const bool byMetadata = filter.sinceNs || filter.untilNs || filter.route || filter.client;
+    // The time, route and client filters need a connection's close record, which follows its
+    // payload: a first pass over the metadata picks the connections, the second writes them.
+    std::set<std::uint64_t> picked;
+    if (byMetadata)
+        forEachConnection(
+            dir,
+            [&](const audit::ConnectionSummary& c) {
+                if (filter.matches(c)) picked.insert(c.id);
+            },
+            [](const std::string&) {});  // the second pass reports damage
+    auto selected = [&](std::uint64_t id) {
+        if (filter.id && id != *filter.id) return false;
+        return !byMetadata || picked.count(id) != 0;
+    };
 
     std::vector<std::string> problems;
     auto onProblem = [&](const std::string& problem) { problems.push_back(problem); };
     auto workers = segmentsByWorker(dir);
+    if (workers.empty()) throw std::runtime_error(dir + ": no audit log here (no segment index file)");
     Progress progress("export", ::isatty(STDERR_FILENO) ? dataBytes(workers) : 0, true);
     std::vector<WorkerStream> streams;
     streams.reserve(workers.size());
     for (auto& segments : workers) streams.emplace_back(dir, std::move(segments), onProblem);
 
     PcapWriter pcap(path);
-    Exporter exporter(pcap, only, progress, problems);
+    Exporter exporter(pcap, selected, progress, problems);
     // Merge the workers' logs by record time: each is in time order already.
     for (;;) {
         WorkerStream* earliest = nullptr;
@@ -297,8 +325,10 @@ int runExport(const std::string& dir, const po::variables_map& values) {
         earliest->advance();
     }
     progress.clear();
-    if (only && !exporter.found()) {
-        std::cerr << "splicegate-audit: no connection " << *only << " in " << dir << "\n";
+    if ((filter.id || byMetadata) && !exporter.found()) {
+        std::cerr << "splicegate-audit: no connection "
+                  << (filter.id ? std::to_string(*filter.id) + " " : std::string())
+                  << (byMetadata ? "matching the filters " : "") << "in " << dir << "\n";
         return 1;  // PcapWriter removes the file it created
     }
     pcap.finish();
