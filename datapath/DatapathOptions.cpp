@@ -41,7 +41,8 @@ po::options_description datapathOptions() {
         ("pipe-size", scalar("BYTES", std::to_string(d.pipeSize)),
          "target pipe capacity (4096..1 GiB), clamped to what the system allows")
         ("pipe-budget", scalar("BYTES", std::to_string(d.pipeBudgetBytes)),
-         "extension: cap on the capacity of all pipes together; 0 = the system's limit");
+         "cap on the capacity of all full-size pipes together; 0 = three quarters of "
+         "fs.pipe-user-pages-soft; past it, one-page pipes are lent");
     return options;
 }
 // clang-format on

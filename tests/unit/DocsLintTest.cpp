@@ -1,7 +1,10 @@
 // The operator's documentation against the code it documents, so neither drifts:
 // - every option `splicegate --help` prints is in docs/configuration.md, with the default the
 //   daemon really has;
-// - every [route.NAME] key the parser accepts is in docs/configuration.md;
+// - every [route.NAME] key the parser accepts is in docs/configuration.md and splicegate.conf(5);
+// - the options of `splicegate --help`, the tables of docs/configuration.md and the options of
+//   splicegate(8) are the same set, both ways; so are splicegate-audit's and its man page's;
+// - a commented "#key = value" of the packaged config file shows --help's default;
 // - every metric name the exposer's sources define is in docs/metrics.md;
 // - README.md, docs/ and packaging/README.md link only files that exist in the repository and
 //   cite nothing outside it;
@@ -9,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -96,7 +100,8 @@ TEST(DocsLintTest, EveryRouteKeyIsDocumented) {
     std::set<std::string> keys;
     // The keys the parser accepts, and those the help text lists.
     for (const auto& key :
-         matches(read(kSource / "relay/Config.cpp"), std::regex(R"re(field == "([a-z0-9-]+)")re")))
+         matches(read(kSource / "relay/Config.cpp"),
+                 std::regex(R"re(\n    \{"([a-z0-9-]+)", (?:true|false),)re")))
         keys.insert(key);
     for (const auto& key : matches(helpText(), std::regex(R"(\n  ([a-z0-9-]+) = )")))
         keys.insert(key);
@@ -104,6 +109,98 @@ TEST(DocsLintTest, EveryRouteKeyIsDocumented) {
     for (const auto& key : keys)
         EXPECT_NE(doc.find("\n| `" + key + "` |"), std::string::npos)
             << "route key " << key << " is not in the [route.NAME] table of docs/configuration.md";
+}
+
+// The long options a --help text lists ("  --name ARG (=DEFAULT)   text", "  -h [ --help ]").
+std::set<std::string> helpOptions(const std::string& help) {
+    auto names = matches(help, std::regex(R"(\n  (?:-[A-Za-z] \[ )?--([a-z0-9][a-z0-9-]*))"));
+    return {names.begin(), names.end()};
+}
+
+// The options a man page describes: those of its .TP item headers ("\-\-name"), dashes unescaped.
+std::set<std::string> manOptions(const fs::path& page) {
+    std::set<std::string> names;
+    for (const auto& header : matches(read(page), std::regex(R"(\n\.TP\n([^\n]*))")))
+        for (auto name : matches(header, std::regex(R"(\\-\\-([a-z0-9]+(?:\\-[a-z0-9]+)*))"))) {
+            std::string plain;
+            for (std::size_t i = 0; i < name.size(); ++i)
+                if (!(name[i] == '\\' && i + 1 < name.size() && name[i + 1] == '-')) plain += name[i];
+            names.insert(plain);
+        }
+    return names;
+}
+
+void expectSameOptions(const std::set<std::string>& reference, const std::string& referenceName,
+                       const std::set<std::string>& other, const std::string& otherName) {
+    for (const auto& name : reference)
+        EXPECT_TRUE(other.count(name)) << "--" << name << " is in " << referenceName
+                                       << " but not in " << otherName;
+    for (const auto& name : other)
+        EXPECT_TRUE(reference.count(name)) << "--" << name << " is in " << otherName
+                                           << " but not in " << referenceName;
+}
+
+TEST(DocsLintTest, DaemonOptionsAreTheSameInHelpReferenceAndManPageBothWays) {
+    auto help = helpOptions(helpText());
+    ASSERT_GE(help.size(), 25u);
+    auto tableRows = matches(read(kSource / "docs/configuration.md"),
+                             std::regex(R"(\n\| `--([a-z0-9][a-z0-9-]*)[ `])"));
+    expectSameOptions(help, "splicegate --help", {tableRows.begin(), tableRows.end()},
+                      "docs/configuration.md");
+    expectSameOptions(help, "splicegate --help", manOptions(kSource / "packaging/man/splicegate.8"),
+                      "splicegate(8)");
+}
+
+TEST(DocsLintTest, AuditToolOptionsAreTheSameInHelpAndManPageBothWays) {
+    std::set<std::string> help;
+    for (const char* command : {"list", "export", "extract", "verify"}) {
+        auto result = test::runProcess(
+            {std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit", command, "--help"},
+            milliseconds(10000));
+        ASSERT_TRUE(result.status && result.status->isExit(0)) << command << result.err;
+        for (const auto& name : helpOptions(result.out)) help.insert(name);
+    }
+    ASSERT_GE(help.size(), 10u);
+    expectSameOptions(help, "splicegate-audit COMMAND --help",
+                      manOptions(kSource / "packaging/man/splicegate-audit.1"),
+                      "splicegate-audit(1)");
+}
+
+TEST(DocsLintTest, RouteKeysAreInTheConfigFileManPage) {
+    auto page = read(kSource / "packaging/man/splicegate.conf.5");
+    for (const auto& key : matches(read(kSource / "relay/Config.cpp"),
+                                   std::regex(R"re(\n    \{"([a-z0-9-]+)", (?:true|false),)re"))) {
+        std::string escaped;
+        for (char c : key) escaped += c == '-' ? std::string("\\-") : std::string(1, c);
+        bool described = page.find("\n.BI " + escaped + " ") != std::string::npos ||
+                         page.find("\n.BR " + escaped + " ") != std::string::npos;
+        EXPECT_TRUE(described)
+                << "route key " << key << " is not described in splicegate.conf(5)";
+    }
+}
+
+// The packaged file says its commented values are the defaults: each must be --help's.
+TEST(DocsLintTest, CommentedValuesOfTheConfigFileAreTheDefaults) {
+    std::map<std::string, std::string> defaults;
+    auto help = helpText();
+    std::regex withDefault(R"(\n  --([a-z0-9-]+) [A-Z:|]+ \(=([^)]*)\))");
+    for (auto it = std::sregex_iterator(help.begin(), help.end(), withDefault);
+         it != std::sregex_iterator(); ++it)
+        defaults[(*it)[1].str()] = (*it)[2].str();
+    ASSERT_GE(defaults.size(), 20u);
+    auto conf = read(kSource / "packaging/splicegate.conf");
+    std::regex commented(R"(\n#([a-z0-9-]+) = ([^\n]*))");
+    unsigned checked = 0;
+    for (auto it = std::sregex_iterator(conf.begin(), conf.end(), commented);
+         it != std::sregex_iterator(); ++it) {
+        auto found = defaults.find((*it)[1].str());
+        if (found == defaults.end()) continue;  // an example value (no default to show)
+        ++checked;
+        EXPECT_EQ((*it)[2].str(), found->second)
+            << "packaging/splicegate.conf shows #" << found->first << " = " << (*it)[2].str()
+            << " but the default is " << found->second;
+    }
+    EXPECT_GE(checked, 15u);
 }
 
 TEST(DocsLintTest, EveryMetricIsDocumented) {
