@@ -33,6 +33,7 @@ Access requiredAccess(const Request& request) noexcept {
         case Request::kRotateAudit:
         case Request::kXdpAdd:
         case Request::kXdpDelete:
+        case Request::kUpgrade:
             return Access::Full;
     }
     return Access::Full;
@@ -60,6 +61,8 @@ std::string describeCommand(const Request& request) {
             return "xdp del " + printable(request.xdp_delete().cidr());
         case Request::kVersion:
             return "version";
+        case Request::kUpgrade:
+            return "upgrade";
         case Request::COMMAND_NOT_SET:
             break;
     }

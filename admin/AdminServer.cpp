@@ -153,7 +153,7 @@ struct Peer {
 }  // namespace
 
 struct AdminServer::Impl {
-    Impl(AdminServerOptions opts, AdminHandler& h);
+    Impl(AdminServerOptions opts, AdminHandler& h, UniqueFd adopted);
 
     void setUpRing();
     void run(std::promise<void>& ready) noexcept;
@@ -219,6 +219,9 @@ struct AdminServer::Impl {
     Clock::time_point acceptRetryAt;
 
     std::atomic<bool> stopping{false};
+    std::atomic<bool> stopAcceptingAsked{false};
+    bool acceptStopped = false;  // admin thread
+    std::atomic<std::size_t> peersNow{0};  // peerCount, for other threads
     std::atomic<std::uint64_t> noBuffers{0};
     std::thread thread;
     bool started = false;
@@ -231,7 +234,7 @@ struct AdminServer::Impl {
     std::uint64_t logSuppressed = 0;
 };
 
-AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
+AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h, UniqueFd adopted)
     : options(std::move(opts)), handler(h) {
     handle = [this](const admin::Request& request) { return handler.handle(request); };
     const std::string& path = options.socketPath;
@@ -250,7 +253,10 @@ AdminServer::Impl::Impl(AdminServerOptions opts, AdminHandler& h)
         access.readonlyGroup = readonlyGroup->gid;
         access.readonlyGroupName = readonlyGroup->name;
     }
-    socket.emplace(path, access, static_cast<int>(std::min(options.maxPeers, 4096u)));
+    if (adopted)
+        socket.emplace(path, std::move(adopted));
+    else
+        socket.emplace(path, access, static_cast<int>(std::min(options.maxPeers, 4096u)));
 
     wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     checkSys(wakeFd.get(), "admin socket " + path + ": eventfd");
@@ -349,7 +355,7 @@ void AdminServer::Impl::onAccept(const io_uring_cqe& cqe) {
         acceptPeer(cqe.res);
         return;
     }
-    if (cqe.res == -ECANCELED && stopping) return;
+    if (cqe.res == -ECANCELED && (stopping || acceptStopped)) return;
     // EMFILE, ENFILE, ENOMEM...: keep serving the peers we have, retry shortly.
     if (allowHostileLog()) {
         logWarn("admin socket ", options.socketPath, ": accept failed: ", errnoText(-cqe.res));
@@ -764,8 +770,13 @@ void AdminServer::Impl::loop() {
             if (peer->wantsInput() && !peer->recvArmed) armRecv(*peer);
         }
         rearm.clear();
+        if (stopAcceptingAsked.load(std::memory_order_acquire) && !acceptStopped) {
+            acceptStopped = true;
+            socket->keepFile();
+            if (acceptArmed) ops->cancelFd(socket->fd(), 0, tagOf(Op::Cancel));
+        }
         const auto now = Clock::now();
-        if (!acceptArmed) {
+        if (!acceptArmed && !acceptStopped) {
             if (!acceptBackoff) {
                 armAccept();
             } else if (now >= acceptRetryAt) {
@@ -775,6 +786,7 @@ void AdminServer::Impl::loop() {
         }
         waitMs = checkTimers(now);
         reap();
+        peersNow.store(peerCount, std::memory_order_release);
     }
 }
 
@@ -798,8 +810,8 @@ void AdminServer::Impl::run(std::promise<void>& ready) noexcept {
     buffers.reset();
 }
 
-AdminServer::AdminServer(AdminServerOptions options, AdminHandler& handler)
-    : impl_(std::make_unique<Impl>(std::move(options), handler)) {}
+AdminServer::AdminServer(AdminServerOptions options, AdminHandler& handler, UniqueFd adopted)
+    : impl_(std::make_unique<Impl>(std::move(options), handler, std::move(adopted))) {}
 
 AdminServer::~AdminServer() {
     stop();
@@ -825,6 +837,23 @@ void AdminServer::stop() {
     const std::uint64_t one = 1;
     [[maybe_unused]] ssize_t written = ::write(impl_->wakeFd.get(), &one, sizeof(one));
     impl_->thread.join();
+}
+
+int AdminServer::listenFd() const noexcept {
+    return impl_->socket->fd();
+}
+
+void AdminServer::stopAccepting() noexcept {
+    impl_->stopAcceptingAsked.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t written = ::write(impl_->wakeFd.get(), &one, sizeof(one));
+}
+
+void AdminServer::waitForPeersToLeave(std::chrono::milliseconds timeout) const {
+    const auto deadline = Clock::now() + timeout;
+    while (impl_->thread.joinable() && impl_->peersNow.load(std::memory_order_acquire) > 0 &&
+           Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(10));
 }
 
 const std::string& AdminServer::socketPath() const noexcept {

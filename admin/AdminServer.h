@@ -25,12 +25,14 @@
 // single issuer) or the provided buffer ring cannot be set up. The admin thread never throws: a
 // peer's error closes that peer; a failure of the ring itself is logged and stops the admin
 // server (never the daemon).
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "common/UniqueFd.h"
 #include "splicegate/admin.pb.h"
 
 namespace splicegate {
@@ -62,7 +64,9 @@ class AdminServer {
     // missing group (naming --admin-group or
     // --admin-readonly-group) or an unusable path, std::system_error for failed calls, both
     // naming the path.
-    AdminServer(AdminServerOptions options, AdminHandler& handler);
+    // `adopted`: an upgrade's listening socket for options.socketPath, taken over instead of
+    // creating the socket (its mode, owner and ACL stay as the previous process set them).
+    AdminServer(AdminServerOptions options, AdminHandler& handler, UniqueFd adopted = {});
     // Stops the thread, closes every peer and the socket, and removes the socket file if it is
     // still the one this server bound.
     ~AdminServer();
@@ -75,6 +79,14 @@ class AdminServer {
     void stop();
 
     const std::string& socketPath() const noexcept;
+    // The listening socket, for an upgrade's hand-off.
+    int listenFd() const noexcept;
+    // An upgrade handed the socket over: accept no more peers (the new process does), answer
+    // the connected ones, and leave the socket file at exit. Any thread; idempotent.
+    void stopAccepting() noexcept;
+    // After stopAccepting(): waits until every connected peer has gone (the one that asked for
+    // the upgrade has its answer then), at most `timeout`. Any thread.
+    void waitForPeersToLeave(std::chrono::milliseconds timeout) const;
 
     // splicegate_admin_requests_total{command,result}: a snapshot. command is the request's
     // oneof field name ("status", "list_connections", "kill_connection", "drain", "reload",

@@ -251,6 +251,18 @@ AdminSocket::AdminSocket(std::string path, const AdminSocketAccess& access, int 
     placed_ = true;
 }
 
+AdminSocket::AdminSocket(std::string path, UniqueFd adopted)
+    : path_(std::move(path)), listenFd_(std::move(adopted)) {
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode))
+        throw UsageError("admin socket " + path_ +
+                         ": handed over by the running daemon, but the path no longer names a "
+                         "socket");
+    device_ = st.st_dev;
+    inode_ = st.st_ino;
+    placed_ = true;
+}
+
 AdminSocket::~AdminSocket() {
     struct stat st {};
     if (placed_ && ::lstat(path_.c_str(), &st) == 0 && st.st_dev == device_ &&

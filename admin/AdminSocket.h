@@ -35,12 +35,17 @@ struct AdminSocketAccess {
 class AdminSocket {
   public:
     AdminSocket(std::string path, const AdminSocketAccess& access, int backlog);
+    // An upgrade: the previous process's listening socket, already at `path` with its mode,
+    // owner and ACL. Throws UsageError when `path` no longer names a socket.
+    AdminSocket(std::string path, UniqueFd adopted);
     ~AdminSocket();
     AdminSocket(const AdminSocket&) = delete;
     AdminSocket& operator=(const AdminSocket&) = delete;
 
     int fd() const noexcept { return listenFd_.get(); }
     const std::string& path() const noexcept { return path_; }
+    // The socket now belongs to the process it was handed to: the destructor leaves the file.
+    void keepFile() noexcept { placed_ = false; }
 
   private:
     std::string path_;

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -67,6 +68,10 @@ ServiceNotifier::ServiceNotifier(std::string_view socketName) : name_(socketName
 
 void ServiceNotifier::ready(std::string_view status) {
     send("READY=1\nSTATUS=" + oneLine(status));
+}
+
+void ServiceNotifier::readyAsMainProcess(std::string_view status) {
+    send("MAINPID=" + std::to_string(::getpid()) + "\nREADY=1\nSTATUS=" + oneLine(status));
 }
 
 void ServiceNotifier::reloading() {

@@ -27,6 +27,10 @@ class ServiceNotifier {
     bool active() const noexcept { return socket_.valid(); }
     // Start-up done (or a reload finished): listeners, admin socket and metrics are up.
     void ready(std::string_view status);
+    // An upgrade's new process is ready: it becomes the service's main process (MAINPID=, which
+    // systemd takes from a process other than the main one only with NotifyAccess=all), before
+    // the old one is told to drain and exit.
+    void readyAsMainProcess(std::string_view status);
     // A reload begins; ready() follows when it is over, applied or not.
     void reloading();
     // The drain begins; the service manager's stop timeout runs from here.

@@ -3,6 +3,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
@@ -85,19 +86,33 @@ MHD_Result onRequest(void* handler, MHD_Connection* connection, const char* url,
 
 }  // namespace
 
-HttpServer::HttpServer(const SocketAddress& address, HttpHandler handler, HttpServerLimits limits)
+HttpServer::HttpServer(const SocketAddress& address, HttpHandler handler, HttpServerLimits limits,
+                       int adopted)
     : handler_(std::move(handler)) {
     // IPv6 without MHD_USE_DUAL_STACK: the socket is IPV6_V6ONLY, so "[::]:PORT" is IPv6 only,
     // exactly as the relay's own "[::]" listeners.
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    // MHD_USE_ITC: what MHD_quiesce_daemon needs with a thread pool (stopAccepting).
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (address.family() == AF_INET6) flags |= MHD_USE_IPv6;
     std::string messages;
     startupMessages = &messages;
-    daemon_ = MHD_start_daemon(
-        flags, 0, nullptr, nullptr, &onRequest, &handler_, MHD_OPTION_SOCK_ADDR, address.get(),
-        MHD_OPTION_EXTERNAL_LOGGER, &mhdLog, nullptr, MHD_OPTION_THREAD_POOL_SIZE, limits.threads,
-        MHD_OPTION_CONNECTION_LIMIT, limits.maxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
-        static_cast<unsigned>(limits.requestTimeout.count()), MHD_OPTION_END);
+    // An adopted socket is already bound and listening: MHD_OPTION_LISTEN_SOCKET takes it over
+    // (and closes it with the daemon).
+    if (adopted >= 0)
+        daemon_ = MHD_start_daemon(
+            flags, 0, nullptr, nullptr, &onRequest, &handler_, MHD_OPTION_LISTEN_SOCKET,
+            static_cast<MHD_socket>(adopted), MHD_OPTION_EXTERNAL_LOGGER, &mhdLog, nullptr,
+            MHD_OPTION_THREAD_POOL_SIZE, limits.threads, MHD_OPTION_CONNECTION_LIMIT,
+            limits.maxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
+            static_cast<unsigned>(limits.requestTimeout.count()), MHD_OPTION_END);
+    else
+        daemon_ = MHD_start_daemon(
+            flags, 0, nullptr, nullptr, &onRequest, &handler_, MHD_OPTION_SOCK_ADDR,
+            address.get(), MHD_OPTION_EXTERNAL_LOGGER, &mhdLog, nullptr,
+            MHD_OPTION_THREAD_POOL_SIZE, limits.threads, MHD_OPTION_CONNECTION_LIMIT,
+            limits.maxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
+            static_cast<unsigned>(limits.requestTimeout.count()), MHD_OPTION_END);
     startupMessages = nullptr;
     auto text = address.toString();
     if (daemon_ == nullptr) {
@@ -108,6 +123,20 @@ HttpServer::HttpServer(const SocketAddress& address, HttpHandler handler, HttpSe
     }
     const auto* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
     port_ = info != nullptr && info->port != 0 ? info->port : address.port();
+}
+
+int HttpServer::listenFd() const noexcept {
+    if (quiesced_) return -1;
+    const auto* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_LISTEN_FD);
+    return info != nullptr ? info->listen_fd : -1;
+}
+
+void HttpServer::stopAccepting() noexcept {
+    if (quiesced_) return;
+    quiesced_ = true;
+    // MHD hands the socket back; this process's copy closes, the new process's stays.
+    MHD_socket fd = MHD_quiesce_daemon(daemon_);
+    if (fd != MHD_INVALID_SOCKET) ::close(fd);
 }
 
 HttpServer::~HttpServer() {

@@ -37,18 +37,26 @@ struct HttpServerLimits {
 
 class HttpServer {
   public:
-    // Serves `handler` on `address` (port 0: a free port, see port()).
-    HttpServer(const SocketAddress& address, HttpHandler handler, HttpServerLimits limits = {});
+    // Serves `handler` on `address` (port 0: a free port, see port()); on `adopted` instead of a
+    // new socket when given (an upgrade hands over the listening socket bound to `address`).
+    HttpServer(const SocketAddress& address, HttpHandler handler, HttpServerLimits limits = {},
+               int adopted = -1);
     ~HttpServer();
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
 
     unsigned port() const noexcept { return port_; }
+    // The listening socket (for an upgrade's hand-off); -1 once stopAccepting() ran.
+    int listenFd() const noexcept;
+    // Accepts no more connections (the socket goes on in the process it was handed to);
+    // requests in progress are answered. Idempotent.
+    void stopAccepting() noexcept;
 
   private:
     HttpHandler handler_;
     MHD_Daemon* daemon_ = nullptr;  // owned: MHD_stop_daemon in the destructor
     unsigned port_ = 0;
+    bool quiesced_ = false;
 };
 
 }  // namespace splicegate

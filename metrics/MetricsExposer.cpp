@@ -350,7 +350,7 @@ class MetricsCollector {
 };
 
 MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source,
-                               const std::string& auditDir)
+                               const std::string& auditDir, int adopted)
     : listen_(listen), collector_(std::make_unique<MetricsCollector>(auditDir)) {
     auto address = SocketAddress::parseNumeric(listen);
     if (!address)
@@ -358,11 +358,20 @@ MetricsExposer::MetricsExposer(const std::string& listen, StatsSource source,
             concat("metrics endpoint: '", listen, "' is not a numeric ADDR:PORT or [IPv6]:PORT"));
     collector_->setSource(std::move(source));
     server_ = std::make_unique<HttpServer>(
-        *address, [this](std::string_view, std::string_view path) { return answer(path); });
+        *address, [this](std::string_view, std::string_view path) { return answer(path); },
+        HttpServerLimits{}, adopted);
     port_ = server_->port();
     auto text = address->toString();  // "a.b.c.d:port" or "[v6]:port"
     logInfo("metrics endpoint listening on http://", text.substr(0, text.rfind(':')), ":", port_,
             "/metrics");
+}
+
+int MetricsExposer::listenFd() const noexcept {
+    return server_->listenFd();
+}
+
+void MetricsExposer::stopAccepting() noexcept {
+    server_->stopAccepting();
 }
 
 MetricsExposer::~MetricsExposer() = default;  // server_ (declared last) stops first

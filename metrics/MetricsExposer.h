@@ -35,9 +35,10 @@ class MetricsExposer {
     // Starts serving on `listen`. Port 0 binds a free port (see port()). `auditDir` (empty: none)
     // is measured for splicegate_audit_disk_{size,free}_bytes and splicegate_audit_stored_bytes.
     // Readiness starts false; the last reload counts as successful at construction (the
-    // configuration the daemon started with was loaded).
+    // configuration the daemon started with was loaded). `adopted` (an upgrade: the previous
+    // process's listening socket for `listen`) is served instead of binding; -1: bind.
     explicit MetricsExposer(const std::string& listen, StatsSource source = {},
-                            const std::string& auditDir = {});
+                            const std::string& auditDir = {}, int adopted = -1);
     ~MetricsExposer();
     MetricsExposer(const MetricsExposer&) = delete;
     MetricsExposer& operator=(const MetricsExposer&) = delete;
@@ -61,6 +62,10 @@ class MetricsExposer {
 
     // /-/ready: true while serving, false while starting and draining.
     void setReady(bool ready) noexcept;
+    // An upgrade: the listening socket to hand over, then no more accepts here (the new process
+    // serves the endpoint).
+    int listenFd() const noexcept;
+    void stopAccepting() noexcept;
     // splicegate_connections_max (not exported until set).
     void setConnectionsMax(std::uint64_t max) noexcept;
     // splicegate_audit_unsealed_segments (not exported until set): what the start's recovery

@@ -67,15 +67,16 @@ void Acceptor::rearm() {
 void Acceptor::openListener(const std::shared_ptr<const Route>& route) {
     const auto& address = route->config.listen;
     // Bound by the relay (ListenerSockets), so a reload fails before any listener changes.
-    UniqueFd fd = context_.listenerSockets()->duplicateFor(worker_, address);
-    std::uint32_t index = 0;
-    while (index < listeners_.size() && listeners_[index].fd) ++index;
-    if (index == listeners_.size()) listeners_.emplace_back();
-    auto& listener = listeners_[index];
-    listener.route = route;
-    listener.fd = std::move(fd);
-    ++listener.generation;
-    armAccepts(index);
+    for (auto& fd : context_.listenerSockets()->duplicatesFor(worker_, address)) {
+        std::uint32_t index = 0;
+        while (index < listeners_.size() && listeners_[index].fd) ++index;
+        if (index == listeners_.size()) listeners_.emplace_back();
+        auto& listener = listeners_[index];
+        listener.route = route;
+        listener.fd = std::move(fd);
+        ++listener.generation;
+        armAccepts(index);
+    }
     if (worker_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
 }
 
@@ -107,31 +108,54 @@ void Acceptor::armAccept(std::uint32_t index, std::uint8_t which) {
                  SOCK_NONBLOCK | SOCK_CLOEXEC,
                  CompletionTag::make(WorkerOp::Accept, index, listener.generation, which));
     slot.armed = true;
+    ++acceptsInFlight_;
 }
 
 std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
                                            std::chrono::steady_clock::time_point now) {
-    if (tag.slot >= listeners_.size() || listeners_[tag.slot].generation != tag.generation)
-        return std::nullopt;  // a listener closed since
+    --acceptsInFlight_;
+    if (tag.slot >= listeners_.size()) {
+        if (result >= 0) ::close(result);
+        return std::nullopt;
+    }
     auto& listener = listeners_[tag.slot];
-    auto& slot = listener.accepts[tag.direction];
-    slot.armed = false;
-    if (result < 0) {  // EMFILE...: re-armed by the timer, not in a tight loop
+    const bool current = listener.generation == tag.generation;
+    // Closed since, and not opened again for another route: the listener's route still holds.
+    const bool closedSince = !listener.fd && listener.generation == tag.generation + 1;
+    if (!current && !(closedSince && result >= 0)) {
+        if (result >= 0) ::close(result);  // its slot serves another route now (a reload)
+        return std::nullopt;
+    }
+    if (current) listener.accepts[tag.direction].armed = false;
+    if (result < 0) {  // EMFILE...: re-armed by the timer, not in a loop
         if (result != -ECANCELED)
             logWarn("route ", listener.route->config.name, ": accept: ", errnoText(result));
         return std::nullopt;
     }
+    // A connection the kernel handed to this accept before the cancel of its listener took
+    // effect (a drain, an upgrade) is the client's as much as any other: it is served, not
+    // dropped.
     Admitted admitted{listener.route, UniqueFd(result), {}, std::nullopt};
-    if (closed_) return std::nullopt;
-    admitted.peer =
-        SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address), slot.length);
-    armAccept(tag.slot, tag.direction);
+    if (current) {
+        auto& slot = listener.accepts[tag.direction];
+        admitted.peer = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address),
+                                                    slot.length);
+        armAccept(tag.slot, tag.direction);
+    } else {
+        sockaddr_storage address{};
+        socklen_t length = sizeof address;
+        if (::getpeername(result, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+            return std::nullopt;  // the client is gone already
+        admitted.peer = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&address),
+                                                    length);
+    }
     if (!admit(listener, admitted.peer, now)) return std::nullopt;  // closing it is the refusal
     // Reuseport spreads new connections at random (relay/WorkerLoads.h): a worker that owns
     // kHandOffSlack connections more than the least busy one passes a new connection to it. The
     // admission stays booked; the other worker relays it as if it had accepted it. Booked now,
-    // so that a burst spreads instead of piling up on one worker.
-    admitted.handOffTo = context_.workerLoads->lighterThan(worker_, kHandOffSlack);
+    // so that a burst spreads instead of piling up on one worker. Not once the listeners are
+    // closed: the other worker may be about to finish its drain.
+    if (!closed_) admitted.handOffTo = context_.workerLoads->lighterThan(worker_, kHandOffSlack);
     context_.workerLoads->add(admitted.handOffTo.value_or(worker_), 1);
     return admitted;
 }

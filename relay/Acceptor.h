@@ -54,6 +54,9 @@ class Acceptor {
     void handOffFailed(Admitted& admitted) noexcept;
     // What admission booked for a connection this worker owns.
     void release(const SocketAddress& peer) noexcept;
+    // Accepts submitted whose completion has not come yet (a closed listener's cancelled ones
+    // included): a drain is over only when none is left, since each may carry a connection.
+    std::uint32_t acceptsInFlight() const noexcept { return acceptsInFlight_; }
 
   private:
     // An accept armed on a listener, with where the kernel writes the peer's address: single
@@ -85,6 +88,7 @@ class Acceptor {
     RingOps& ring_;
     WorkerStats& stats_;
     bool closed_ = false;
+    std::uint32_t acceptsInFlight_ = 0;
     std::shared_ptr<const RouteTable> appliedRoutes_;
     std::vector<Listener> listeners_;
     std::chrono::steady_clock::time_point lastRefusalLog_{};

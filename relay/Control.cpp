@@ -51,8 +51,33 @@ const char* durabilityName(AuditDurability durability) {
 }  // namespace
 
 DaemonControl::DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge,
-                             const Config& config)
-    : relay_(relay), reloader_(reloader), edge_(edge), config_(config) {}
+                             const Config& config, Upgrader* upgrader)
+    : relay_(relay), reloader_(reloader), edge_(edge), config_(config), upgrader_(upgrader) {}
+
+// Blocks the admin thread while the new process starts (bounded by the upgrader's timeout):
+// other admin peers wait, the relay does not.
+void DaemonControl::upgrade(admin::Response& response) {
+    if (upgrader_ == nullptr) {
+        fail(response, admin::ERROR_NOT_ENABLED, "this daemon cannot start a successor");
+        return;
+    }
+    if (relay_.draining() && !upgrader_->handedOver()) {
+        fail(response, admin::ERROR_FAILED, "draining: no upgrade any more");
+        return;
+    }
+    auto outcome = upgrader_->upgrade();
+    if (!outcome.ready) {
+        fail(response, admin::ERROR_FAILED, outcome.problem);
+        return;
+    }
+    auto& answer = *response.mutable_upgrade();
+    answer.set_new_pid(static_cast<std::uint32_t>(outcome.pid));
+    answer.set_old_pid(static_cast<std::uint32_t>(::getpid()));
+    answer.set_drain_timeout_ms(config_.relay.drainTimeoutMs);
+    // The main thread owns the drain sequence (it sees handedOver(): no STOPPING=1, the service
+    // goes on in the new process).
+    ::kill(::getpid(), SIGTERM);
+}
 
 admin::Response DaemonControl::handle(const admin::Request& request) {
     admin::Response response;
@@ -108,6 +133,9 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
         case R::kXdpAdd:
         case R::kXdpDelete:
             xdp(request, response);
+            break;
+        case R::kUpgrade:
+            upgrade(response);
             break;
         case R::kVersion:
             response.mutable_version()->set_version(SPLICEGATE_VERSION);

@@ -12,12 +12,15 @@
 #include "relay/EdgeControl.h"
 #include "relay/Relay.h"
 #include "relay/Reloader.h"
+#include "relay/Upgrader.h"
 
 namespace splicegate {
 
 class DaemonControl : public AdminHandler {
 public:
-    DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge, const Config& config);
+    // `upgrader`: null when this process cannot start a successor.
+    DaemonControl(Relay& relay, Reloader& reloader, EdgeControl& edge, const Config& config,
+                  Upgrader* upgrader = nullptr);
     admin::Response handle(const admin::Request& request) override;
 
 private:
@@ -25,11 +28,13 @@ private:
     void listConnections(admin::ListConnectionsResponse& out, admin::Response& response);
     void kill(std::uint64_t id, admin::Response& response);
     void xdp(const admin::Request& request, admin::Response& response);
+    void upgrade(admin::Response& response);
 
     Relay& relay_;
     Reloader& reloader_;
     EdgeControl& edge_;
     const Config config_;
+    Upgrader* upgrader_;
     const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -1,5 +1,6 @@
 #include "relay/Daemon.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -35,8 +36,10 @@
 #include "relay/Control.h"
 #include "relay/EdgeControl.h"
 #include "relay/FdBudget.h"
+#include "relay/Handoff.h"
 #include "relay/Relay.h"
 #include "relay/Reloader.h"
+#include "relay/Upgrader.h"
 
 namespace splicegate {
 namespace {
@@ -262,10 +265,12 @@ void rollRecycledSegments(Relay& relay, const std::vector<unsigned>& workers) {
     if (!answered) logWarn("audit retention: a worker did not answer the roll of its segment");
 }
 
-// Serves signals until a drain is asked for; then drains and stops the relay.
+// Serves signals until a drain is asked for; then drains and stops the relay. After an upgrade
+// handed everything over (the admin thread sends SIGTERM then), the drain is this process's
+// alone: the service goes on in the new one, so systemd is told nothing.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
-                  ServiceNotifier& notifier, MetricsExposer* metrics,
-                  std::shared_ptr<const audit::ChainKey> chainKey) {
+                  ServiceNotifier& notifier, MetricsExposer* metrics, AdminServer* admin,
+                  const Upgrader* upgrader, std::shared_ptr<const audit::ChainKey> chainKey) {
     auto signals = controlSignals();
     RetentionJob retention(startConfig, std::move(chainKey));
     auto drainTimeout = std::chrono::milliseconds(startConfig.relay.drainTimeoutMs);
@@ -287,10 +292,18 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                     concat("reload failed, running the previous configuration: ", error.what()));
             }
         } else if (sig == SIGTERM || sig == SIGINT) {
-            logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
-                    drainTimeout.count(), " ms");
-            notifier.stopping();
-            if (metrics) metrics->setReady(false);
+            if (upgrader != nullptr && upgrader->handedOver()) {
+                logInfo("upgrade: PID ", upgrader->successor(),
+                        " accepts now; draining this process's connections for up to ",
+                        drainTimeout.count(), " ms");
+                if (admin) admin->stopAccepting();
+                if (metrics) metrics->stopAccepting();
+            } else {
+                logInfo(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining for up to ",
+                        drainTimeout.count(), " ms");
+                notifier.stopping();
+                if (metrics) metrics->setReady(false);
+            }
             relay.drain();
             if (!relay.waitFinished(drainTimeout))
                 logWarn("drain timeout reached: closing the remaining connections");
@@ -323,9 +336,43 @@ int checkConfigAndExit(const Config& config) {
     std::cout << "splicegate: configuration OK (" << config.routes.size() << " routes)\n";
     return 0;
 }
-}  // namespace
 
-int runDaemon(int argc, const char* const* argv) {
+// What an upgrade's new process cannot hand over yet; empty: it can.
+std::string upgradeRefusal(const Config& config) {
+    if (!config.audit.dir.empty())
+        return "the audit log is on (--audit-dir " + config.audit.dir +
+               "): two processes cannot share one audit directory; restart instead";
+    if (!config.xdp.interface.empty())
+        return "the XDP edge filter is attached to " + config.xdp.interface +
+               " (--xdp-interface): a second process cannot attach it while this one holds it; "
+               "restart instead";
+    return {};
+}
+
+// What an upgrade hands over: every listener of the relay, the admin socket, the metrics
+// listener (duplicates, so that a reload meanwhile closes nothing being sent).
+std::vector<HandoffSocket> socketsToHandOver(const Relay& relay, const Config& config,
+                                             const AdminServer* admin,
+                                             const MetricsExposer* metrics) {
+    std::vector<HandoffSocket> sockets;
+    auto duplicate = [](int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); };
+    relay.context().listenerSockets()->forEach([&](const SocketAddress& address, int fd) {
+        sockets.push_back({handoff::SOCKET_LISTENER, address.toString(), duplicate(fd)});
+    });
+    if (admin != nullptr)
+        sockets.push_back({handoff::SOCKET_ADMIN, config.admin.socket, duplicate(admin->listenFd())});
+    if (metrics != nullptr && metrics->listenFd() >= 0)
+        sockets.push_back(
+            {handoff::SOCKET_METRICS, config.metrics.listen, duplicate(metrics->listenFd())});
+    std::erase_if(sockets, [](const HandoffSocket& socket) { return !socket.fd; });
+    return sockets;
+}
+
+// How long an upgrade waits for its new process to be ready: a start without audit recovery
+// takes well under a second; a hung one must not keep the operator waiting for long.
+constexpr std::chrono::milliseconds kUpgradeReadyTimeout{30000};
+
+int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSockets>& inherited) {
     CommandLine commandLine;
     try {
         commandLine = parseCommandLine(argc, argv);
@@ -334,6 +381,7 @@ int runDaemon(int argc, const char* const* argv) {
         return 2;
     } catch (const std::exception& error) {
         std::cerr << "splicegate: " << error.what() << "\n";
+        if (inherited) inherited->failed(error.what());
         return 2;
     }
     if (commandLine.action == CommandLine::Action::Help) {
@@ -362,7 +410,12 @@ int runDaemon(int argc, const char* const* argv) {
         // the allowed list needs CAP_NET_ADMIN, which goes above without --xdp-interface) and
         // before anything is bound or created: what it accepts, the start accepts.
         if (auto report = checkConfiguration(config); !report.problems.empty()) {
-            for (const auto& problem : report.problems) logError(problem);
+            std::string all;
+            for (const auto& problem : report.problems) {
+                logError(problem);
+                all += (all.empty() ? "" : "; ") + problem;
+            }
+            if (inherited) inherited->failed(all);
             return 2;
         }
         // Signals are taken synchronously by the main thread; workers inherit the mask.
@@ -375,8 +428,9 @@ int runDaemon(int argc, const char* const* argv) {
         // audit log is recovered and the workers start.
         std::unique_ptr<MetricsExposer> metrics;
         if (!config.metrics.listen.empty())
-            metrics = std::make_unique<MetricsExposer>(config.metrics.listen, StatsSource{},
-                                                       config.audit.dir);
+            metrics = std::make_unique<MetricsExposer>(
+                config.metrics.listen, StatsSource{}, config.audit.dir,
+                inherited ? inherited->takeMetrics(config.metrics.listen).release() : -1);
         // The control plane's peers count too: an admin or scrape flood must not make a
         // connection's pipe() fail.
         std::uint64_t controlFds =
@@ -404,7 +458,13 @@ int runDaemon(int argc, const char* const* argv) {
         auto chainKey = auditStart.chainKey;
         if (metrics && auditDirectory)
             metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
-        Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId);
+        InheritedListeners adoptListeners;
+        if (inherited)
+            adoptListeners = [&inherited](const SocketAddress& address) {
+                return inherited->takeListeners(address);
+            };
+        Relay relay(config, workers, settings, budget, std::move(auditStart), firstConnectionId,
+                    adoptListeners);
         logInfo("splicegate ", SPLICEGATE_VERSION, " started: ", workers, " workers, ",
                 toString(settings.datapath.engine()), " engine, pipe size ",
                 settings.datapath.pipeSize, " B, pipe budget ",
@@ -413,13 +473,22 @@ int runDaemon(int argc, const char* const* argv) {
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
+        std::unique_ptr<Upgrader> upgrader;
         if (!config.admin.socket.empty()) {
-            control = std::make_unique<DaemonControl>(relay, reloader, edge, config);
+            upgrader = std::make_unique<Upgrader>(
+                args,
+                [&relay, &config, &admin, &metrics] {
+                    return socketsToHandOver(relay, config, admin.get(), metrics.get());
+                },
+                upgradeRefusal(config), kUpgradeReadyTimeout);
+            control = std::make_unique<DaemonControl>(relay, reloader, edge, config, upgrader.get());
             AdminServerOptions adminOptions;
             adminOptions.socketPath = config.admin.socket;
             adminOptions.group = config.admin.group;
             adminOptions.readonlyGroup = config.admin.readonlyGroup;
-            admin = std::make_unique<AdminServer>(std::move(adminOptions), *control);
+            admin = std::make_unique<AdminServer>(
+                std::move(adminOptions), *control,
+                inherited ? inherited->takeAdmin(config.admin.socket) : UniqueFd());
             admin->start();
             logInfo("admin socket ", config.admin.socket, " (group ", config.admin.group,
                     config.admin.readonlyGroup.empty()
@@ -435,10 +504,23 @@ int runDaemon(int argc, const char* const* argv) {
                 if (admin) snapshot.adminRequests = admin->requestCounts();
                 return snapshot;
             }));
-        notifier.ready(
-            concat("serving ", config.routes.size(), " routes with ", workers, " workers"));
+        auto serving = concat("serving ", config.routes.size(), " routes with ", workers, " workers");
         if (metrics) metrics->setReady(true);
-        serveSignals(relay, config, reloader, notifier, metrics.get(), std::move(chainKey));
+        if (inherited) {
+            // systemd learns the new main PID before the old process may exit; then the old one
+            // stops accepting. Sockets nobody took (a route removed) close here.
+            notifier.readyAsMainProcess(serving);
+            inherited->ready();
+            inherited.reset();
+            logInfo("upgrade: this process (PID ", ::getpid(), ") serves now");
+        } else {
+            notifier.ready(serving);
+        }
+        serveSignals(relay, config, reloader, notifier, metrics.get(), admin.get(),
+                     upgrader.get(), std::move(chainKey));
+        // An upgrade: the peer that asked has its answer before the admin server goes.
+        if (admin && upgrader && upgrader->handedOver())
+            admin->waitForPeersToLeave(std::chrono::milliseconds(2000));
         // The workers are gone: no id at or past the next was handed out.
         if (idLease) idLease->release(relay.nextConnectionId());
         metricsSource.reset();  // before the relay and the admin server its scrapes read
@@ -447,8 +529,24 @@ int runDaemon(int argc, const char* const* argv) {
         return 0;
     } catch (const std::exception& error) {
         logError(error.what());
+        if (inherited) inherited->failed(error.what());
         return 1;
     }
+}
+}  // namespace
+
+int runDaemon(int argc, const char* const* argv) {
+    // First: a failure of anything after this is reported to the daemon that started us.
+    std::unique_ptr<InheritedSockets> inherited;
+    try {
+        inherited = InheritedSockets::fromEnvironment();
+    } catch (const std::exception& error) {
+        std::cerr << "splicegate: " << error.what() << "\n";
+        return 1;
+    }
+    int code = serveDaemon(argc, argv, inherited);
+    if (inherited) inherited->failed(concat("exited with status ", code, " before it was ready"));
+    return code;
 }
 
 }  // namespace splicegate

@@ -211,7 +211,9 @@ void Dispatcher::take(Admitted admitted) {
 }
 
 void Dispatcher::adopt(Admitted admitted) {
-    if (draining_ || stopping_) {  // closing the socket is the refusal
+    // While draining, a connection accepted before the drain is served here (the loop runs, so
+    // it is not over); only a stop refuses it.
+    if (stopping_) {  // closing the socket is the refusal
         parts_.acceptor.release(admitted.peer);
         return;
     }

@@ -70,7 +70,9 @@ class Dispatcher {
     bool busy() const noexcept { return !deferred_.empty() || parts_.connector.watchesDue(); }
     // Drained or stopped, and the last connection is released: the loop may end.
     bool finished() const noexcept {
-        return (stopping_ || draining_) && parts_.connections.live() == 0;
+        // A drain also waits for its cancelled accepts: one may have taken a connection.
+        return parts_.connections.live() == 0 &&
+               (stopping_ || (draining_ && parts_.acceptor.acceptsInFlight() == 0));
     }
 
     // What the control plane asked (relay/WorkerControl.h; also called directly by tests).

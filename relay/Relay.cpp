@@ -49,13 +49,14 @@ std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteInd
 }
 
 Relay::Relay(const Config& config, unsigned workerCount, WorkerSettings settings,
-             std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId)
+             std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId,
+             const InheritedListeners& inherited)
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
     auto table = buildRouteTable(config, context_->routeIndex);
     context_->setListenerSockets(
-        ListenerSockets::bind(*table, workerCount, nullptr, acceptedOptions(settings)));
+        ListenerSockets::bind(*table, workerCount, nullptr, acceptedOptions(settings), inherited));
     context_->setRoutes(table);
     upstreamMonitor_ = std::make_unique<UpstreamMonitor>(
         [context = context_.get()] { return context->routes(); },

@@ -16,10 +16,12 @@ namespace splicegate {
 
 class Relay {
   public:
-    // Binds the routes' listeners and starts `workerCount` workers on them. Throws (naming the
-    // route and address) when a listener cannot be bound or a worker cannot start.
+    // Binds the routes' listeners (or adopts those `inherited` has: an upgrade) and starts
+    // `workerCount` workers on them. Throws (naming the route and address) when a listener
+    // cannot be bound or a worker cannot start.
     Relay(const Config& config, unsigned workerCount, WorkerSettings settings,
-          std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId);
+          std::uint64_t pipeBudgetBytes, AuditStart auditStart, std::uint64_t firstConnectionId,
+          const InheritedListeners& inherited = {});
     ~Relay();
 
     // Swaps in the routes of `config` (SIGHUP), all or nothing: every new listen address is

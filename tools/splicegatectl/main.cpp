@@ -78,6 +78,14 @@ const std::vector<CommandHelp>& commandHelp() {
          "  xdp add CIDR   drop traffic from this IPv4 or IPv6 prefix at the edge\n"
          "  xdp del CIDR   remove a rule\n"
          "Exit 1 with \"XDP not enabled\" when the daemon runs without --xdp-interface.\n"},
+        {"upgrade", "upgrade", "start the daemon's binary again without refusing a connection",
+         "The daemon starts the binary at its path again with the same arguments (so a new\n"
+         "package's binary, a changed config file and settings that apply only at a start take\n"
+         "effect) and hands its listeners, admin socket and metrics listener to it. Once the new\n"
+         "process serves, the old one stops accepting and drains its connections for up to its\n"
+         "--drain-timeout-ms, then exits. Prints both PIDs. Exit 1 with the reason when the new\n"
+         "process fails (bad config, crash, not ready within 30 s): the old one goes on serving.\n"
+         "Waits up to 60 s for the answer (--timeout, if longer).\n"},
         {"version", "version", "versions of splicegatectl and the daemon",
          "Prints this program's version and the daemon's, each with its admin protocol version.\n"},
     };
@@ -183,6 +191,9 @@ admin::Request buildRequest(const std::string& command, const std::vector<std::s
     } else if (command == "version") {
         expectArgs(0, "no arguments");
         request.mutable_version();
+    } else if (command == "upgrade") {
+        expectArgs(0, "no arguments");
+        request.mutable_upgrade();
     } else if (command == "xdp") {
         if (args.empty())
             throw UsageProblem{"'xdp' needs a subcommand: list, add CIDR or del CIDR"};
@@ -380,6 +391,11 @@ void printHuman(const admin::Request& request, const admin::Response& response, 
         case admin::Request::kXdpDelete:
             out << "xdp rule deleted: " << request.xdp_delete().cidr() << "\n";
             break;
+        case admin::Request::kUpgrade:
+            out << "upgraded: PID " << response.upgrade().new_pid() << " serves; PID "
+                << response.upgrade().old_pid() << " stopped accepting and drains for up to "
+                << response.upgrade().drain_timeout_ms() << " ms\n";
+            break;
         case admin::Request::kVersion: {
             Table table({kProgram, SPLICEGATE_VERSION,
                          "(admin protocol " + std::to_string(admin::kProtocolVersion) + ")"});
@@ -418,6 +434,8 @@ const google::protobuf::Message& resultOf(const admin::Request& request,
             return response.xdp_delete();
         case admin::Request::kVersion:
             return response.version();
+        case admin::Request::kUpgrade:
+            return response.upgrade();
         case admin::Request::COMMAND_NOT_SET:
             break;
     }
@@ -644,7 +662,10 @@ int run(int argc, char** argv) {
 
     admin::Response response;
     try {
-        response = ctl::exchange(socketPath, request, std::chrono::seconds(timeoutSeconds));
+        // An upgrade waits for a whole start of the new process (the daemon gives it 30 s).
+        const unsigned waitSeconds =
+            request.has_upgrade() ? std::max(timeoutSeconds, 60u) : timeoutSeconds;
+        response = ctl::exchange(socketPath, request, std::chrono::seconds(waitSeconds));
     } catch (const ctl::Unreachable& error) {
         std::cerr << kProgram << ": " << error.what() << "\n";
         return kUnreachable;
