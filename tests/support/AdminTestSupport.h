@@ -128,6 +128,11 @@ class FakeAdminHandler : public AdminHandler {
                 return admin::errorResponse(
                     admin::ERROR_NOT_ENABLED,
                     "XDP not enabled (start splicegate with --xdp-interface)");
+            case admin::Request::kUpgrade:
+                response.mutable_upgrade()->set_new_pid(4242);
+                response.mutable_upgrade()->set_old_pid(4141);
+                response.mutable_upgrade()->set_drain_timeout_ms(30000);
+                break;
             case admin::Request::kVersion:
                 response.mutable_version()->set_version("9.9.9-test");
                 response.mutable_version()->set_protocol_version(admin::kProtocolVersion);

@@ -1,0 +1,319 @@
+// `splicegatectl upgrade` end to end: the real daemon starts its binary again, hands over its
+// listeners, admin socket and metrics listener, and only then drains. A load client at 300
+// connections/s through the upgrade sees no refused or reset connection and every byte echoed;
+// a connection opened before keeps flowing until the old process's drain timeout ends it; the
+// service manager is told the new main PID; a new process that fails (an invalid config file)
+// leaves the old one serving and the command exits 1 with the reason.
+// The test process is a child subreaper: the new daemon, orphaned when the old one exits, is
+// reparented here and reaped by the test (killed by PID if a check fails).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/AdminTestSupport.h"  // runCtl
+#include "tests/support/AuditSupport.h"      // ScopedEnv
+#include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
+#include "tests/support/NotifyListener.h"
+#include "tests/support/Sockets.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+using std::chrono::steady_clock;
+
+// The process an upgrade started: reparented to this test (subreaper), reaped by PID.
+class Successor {
+  public:
+    explicit Successor(pid_t pid) : pid_(pid) {}
+    ~Successor() {
+        if (pid_ <= 0 || reaped_) return;
+        ::kill(pid_, SIGKILL);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+    }
+    Successor(const Successor&) = delete;
+    Successor& operator=(const Successor&) = delete;
+    bool running() const { return pid_ > 0 && !reaped_ && ::kill(pid_, 0) == 0; }
+    // SIGTERM and the exit status within `timeout` (nullopt: it did not exit; still reaped).
+    std::optional<int> terminate(milliseconds timeout) {
+        ::kill(pid_, SIGTERM);
+        auto deadline = deadlineIn(timeout);
+        int status = 0;
+        while (Clock::now() < deadline) {
+            pid_t done = ::waitpid(pid_, &status, WNOHANG);
+            if (done == pid_) {
+                reaped_ = true;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            }
+            // Reparenting happens when the old process exits: until then waitpid says ECHILD.
+            std::this_thread::sleep_for(milliseconds(20));
+        }
+        return std::nullopt;
+    }
+
+  private:
+    pid_t pid_;
+    bool reaped_ = false;
+};
+
+// "upgraded: PID N serves; ..." -> N.
+pid_t newPidOf(const std::string& out) {
+    const std::string marker = "upgraded: PID ";
+    auto at = out.find(marker);
+    if (at == std::string::npos) return -1;
+    return static_cast<pid_t>(std::stol(out.substr(at + marker.size())));
+}
+
+// What the load client saw.
+struct LoadCounts {
+    std::atomic<std::uint64_t> done{0};
+    std::atomic<std::uint64_t> refused{0};
+    std::atomic<std::uint64_t> reset{0};
+    std::atomic<std::uint64_t> otherFailures{0};
+    std::atomic<std::uint64_t> mismatched{0};
+    std::string firstProblem;
+    std::mutex mutex;
+    void problem(const std::string& text) {
+        std::lock_guard lock(mutex);
+        if (firstProblem.empty()) firstProblem = text;
+    }
+};
+
+// One short connection: connect, 1 KiB each way through the echo upstream, close.
+void oneConnection(uint16_t port, std::uint64_t id, LoadCounts& counts) {
+    int error = 0;
+    UniqueFd fd = connectTcp(port, error, milliseconds(3000));
+    if (!fd) {
+        (error == ECONNREFUSED ? counts.refused : counts.otherFailures).fetch_add(1);
+        counts.problem("connection " + std::to_string(id) + ": connect: " + std::strerror(error));
+        return;
+    }
+    std::vector<std::uint8_t> sent(1024), echoed(1024);
+    for (std::size_t i = 0; i < sent.size(); ++i)
+        sent[i] = static_cast<std::uint8_t>((id * 131 + i * 7) & 0xff);
+    auto deadline = deadlineIn(milliseconds(5000));
+    if (!sendAll(fd.get(), sent.data(), sent.size(), deadline, error) ||
+        !recvExact(fd.get(), echoed.data(), echoed.size(), deadline, error)) {
+        (error == ECONNRESET || error == EPIPE ? counts.reset : counts.otherFailures).fetch_add(1);
+        counts.problem("connection " + std::to_string(id) + ": " + std::strerror(error));
+        return;
+    }
+    if (echoed != sent) {
+        counts.mismatched.fetch_add(1);
+        counts.problem("connection " + std::to_string(id) + ": echoed bytes differ");
+        return;
+    }
+    counts.done.fetch_add(1);
+}
+
+// `rate` connections per second for `duration`, spread over a few threads each on its own
+// schedule (a slow connection does not hold the others back).
+void runLoad(uint16_t port, unsigned rate, milliseconds duration, LoadCounts& counts) {
+    constexpr unsigned kThreads = 6;
+    const auto start = steady_clock::now();
+    const std::uint64_t total = rate * static_cast<std::uint64_t>(duration.count()) / 1000;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (std::uint64_t i = t; i < total; i += kThreads) {
+                std::this_thread::sleep_until(start + std::chrono::microseconds(i * 1'000'000 / rate));
+                oneConnection(port, i, counts);
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+}
+
+class UpgradeTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() { ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0); }
+
+    std::string writeConfig(const std::string& extra = "") {
+        return dir_.write("splicegate.conf", "listen = " + loopback(port_) + "\nupstream = " +
+                                                 upstream_.address() + "\nworkers = 2\n" + extra);
+    }
+    std::vector<std::string> daemonArgs(std::vector<std::string> extra = {}) {
+        std::vector<std::string> args = {"--config",        writeConfig(),
+                                         "--admin-socket",  adminSocket(),
+                                         "--admin-group",   "root",
+                                         "--metrics-listen", "127.0.0.1:" + std::to_string(metricsPort_),
+                                         "--audit-dir",     ""};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return args;
+    }
+    std::string adminSocket() const { return dir_.file("admin.sock"); }
+
+    TempDir dir_;
+    TestServer upstream_{echoUpstream(milliseconds(20000))};
+    uint16_t port_ = pickFreePort();
+    uint16_t metricsPort_ = pickFreePort();
+};
+
+TEST_F(UpgradeTest, LoadThroughUpgradeNothingRefusedLongConnectionDrains) {
+    constexpr int kDrainMs = 3000;
+    NotifyListener manager;
+    std::unique_ptr<Daemon> daemon;
+    {
+        ScopedEnv notifySocket("NOTIFY_SOCKET", manager.name());
+        daemon = std::make_unique<Daemon>(
+            daemonArgs({"--drain-timeout-ms", std::to_string(kDrainMs)}));
+    }
+    ASSERT_TRUE(daemon->waitReady(port_)) << daemon->why();
+    auto ready = manager.receive();
+    ASSERT_TRUE(ready) << "no READY=1" << daemon->why();
+    ASSERT_EQ(ready->rfind("READY=1", 0), 0u) << *ready;
+
+    // The long connection: round trips every 20 ms until it fails.
+    int error = 0;
+    UniqueFd longLived = connectTcp(port_, error);
+    ASSERT_TRUE(longLived) << std::strerror(error);
+    ASSERT_TRUE(echoRoundTrip(longLived.get(), 7, 4096, milliseconds(5000)));
+    std::atomic<bool> stopLong{false};
+    std::atomic<std::int64_t> longLastOkMs{0};
+    std::atomic<std::uint64_t> longRoundTrips{0};
+    const auto t0 = steady_clock::now();
+    auto sinceStart = [t0] {
+        return std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    };
+    std::thread longFlow([&] {
+        for (std::uint64_t seed = 100; !stopLong.load(); ++seed) {
+            if (!echoRoundTrip(longLived.get(), seed, 4096, milliseconds(2000))) return;
+            longLastOkMs.store(sinceStart());
+            longRoundTrips.fetch_add(1);
+            std::this_thread::sleep_for(milliseconds(20));
+        }
+    });
+
+    // 300 connections/s for 6 s; the upgrade at 1.5 s.
+    LoadCounts counts;
+    std::thread load([&] { runLoad(port_, 300, milliseconds(6000), counts); });
+    std::this_thread::sleep_for(milliseconds(1500));
+    auto upgrade = runCtl(adminSocket(), {"upgrade"}, milliseconds(70000));
+    const auto upgradedAtMs = sinceStart();
+    pid_t newPid = newPidOf(upgrade.out);
+    Successor successor(newPid);
+    ASSERT_TRUE(upgrade.status && upgrade.status->isExit(0))
+        << "out: " << upgrade.out << "err: " << upgrade.err << daemon->why();
+    ASSERT_GT(newPid, 0) << upgrade.out;
+    EXPECT_NE(newPid, daemon->pid());
+    EXPECT_NE(upgrade.out.find("PID " + std::to_string(daemon->pid()) + " stopped accepting"),
+              std::string::npos)
+        << upgrade.out;
+
+    // The service manager learns the new main PID; the old process says nothing of stopping.
+    auto mainPid = manager.receive(milliseconds(2000));
+    ASSERT_TRUE(mainPid) << "no MAINPID= after the upgrade" << daemon->why();
+    EXPECT_EQ(mainPid->rfind("MAINPID=" + std::to_string(newPid) + "\nREADY=1\n", 0), 0u)
+        << *mainPid;
+
+    // The old process drains: alive while the long connection holds it, for its drain timeout.
+    std::this_thread::sleep_for(milliseconds(kDrainMs - 800));
+    EXPECT_TRUE(daemon->running()) << "the old process left before its drain timeout"
+                                   << daemon->why();
+    EXPECT_TRUE(successor.running());
+    auto status = runCtl(adminSocket(), {"status"});
+    EXPECT_TRUE(status.status && status.status->isExit(0)) << status.err;
+    auto readyNow = httpGet(metricsPort_, "/-/ready");
+    EXPECT_EQ(readyNow.status, 200) << readyNow.error << readyNow.body;
+
+    auto oldExit = daemon->waitExit(milliseconds(kDrainMs + 5000));
+    ASSERT_TRUE(oldExit) << "the old process did not exit after its drain" << daemon->why();
+    EXPECT_TRUE(oldExit->isExit(0)) << oldExit->describe();
+    const auto oldExitedAtMs = sinceStart();
+    load.join();
+    stopLong.store(true);
+    longFlow.join();
+
+    EXPECT_EQ(counts.refused.load(), 0u) << counts.firstProblem;
+    EXPECT_EQ(counts.reset.load(), 0u) << counts.firstProblem;
+    EXPECT_EQ(counts.otherFailures.load(), 0u) << counts.firstProblem;
+    EXPECT_EQ(counts.mismatched.load(), 0u) << counts.firstProblem;
+    EXPECT_EQ(counts.done.load(), 1800u) << counts.firstProblem;
+    // The long connection flowed through the upgrade until (nearly) the end of the drain.
+    EXPECT_GE(longLastOkMs.load(), upgradedAtMs + kDrainMs - 500)
+        << "upgrade at " << upgradedAtMs << " ms, old exit at " << oldExitedAtMs << " ms, "
+        << longRoundTrips.load() << " round trips";
+    EXPECT_GE(oldExitedAtMs, upgradedAtMs + kDrainMs - 200);
+
+    // The new process serves on: a connection and the admin socket, then a clean stop.
+    UniqueFd after = connectTcp(port_, error);
+    ASSERT_TRUE(after) << std::strerror(error);
+    EXPECT_TRUE(echoRoundTrip(after.get(), 9, 65536, milliseconds(5000)));
+    after.reset();
+    EXPECT_TRUE(isListening(port_));
+    auto newExit = successor.terminate(milliseconds(10000));
+    ASSERT_TRUE(newExit) << "the new process did not stop on SIGTERM";
+    EXPECT_EQ(*newExit, 0);
+    EXPECT_FALSE(isListening(port_));
+    EXPECT_NE(::access(adminSocket().c_str(), F_OK), 0) << "the last process leaves no socket file";
+}
+
+TEST_F(UpgradeTest, FailedNewProcessLeavesTheOldOneServing) {
+    Daemon daemon(daemonArgs());
+    ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+    writeConfig("bogus-upgrade-key = 1\n");  // the new process's start fails on it
+
+    auto upgrade = runCtl(adminSocket(), {"upgrade"}, milliseconds(70000));
+    ASSERT_TRUE(upgrade.status) << "splicegatectl upgrade hung";
+    EXPECT_TRUE(upgrade.status->isExit(1)) << upgrade.status->describe() << "\n" << upgrade.out;
+    EXPECT_NE(upgrade.err.find("bogus-upgrade-key"), std::string::npos) << upgrade.err;
+    EXPECT_NE(upgrade.err.find("exit status 2"), std::string::npos) << upgrade.err;
+
+    // The old process goes on: relaying, listening, answering on its admin socket.
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+    int error = 0;
+    UniqueFd fd = connectTcp(port_, error);
+    ASSERT_TRUE(fd) << std::strerror(error);
+    EXPECT_TRUE(echoRoundTrip(fd.get(), 3, 65536, milliseconds(5000)));
+    auto status = runCtl(adminSocket(), {"status"});
+    EXPECT_TRUE(status.status && status.status->isExit(0)) << status.err;
+    EXPECT_EQ(httpGet(metricsPort_, "/-/ready").status, 200);
+    fd.reset();  // nothing left to drain: the old process exits right after the next upgrade
+
+    // Fixed, the next upgrade goes through.
+    writeConfig();
+    auto again = runCtl(adminSocket(), {"upgrade"}, milliseconds(70000));
+    Successor successor(newPidOf(again.out));
+    ASSERT_TRUE(again.status && again.status->isExit(0)) << again.err << daemon.why();
+    auto oldExit = daemon.waitExit(milliseconds(10000));
+    ASSERT_TRUE(oldExit) << daemon.why();
+    EXPECT_TRUE(oldExit->isExit(0));
+    UniqueFd next = connectTcp(port_, error);
+    ASSERT_TRUE(next) << std::strerror(error);
+    EXPECT_TRUE(echoRoundTrip(next.get(), 4, 4096, milliseconds(5000)));
+    next.reset();
+    EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
+}
+
+TEST_F(UpgradeTest, RefusedWhileTheAuditLogIsOn) {
+    TempDir audit;
+    auto args = daemonArgs();
+    args.back() = audit.path();  // --audit-dir
+    Daemon daemon(args);
+    ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+    auto upgrade = runCtl(adminSocket(), {"upgrade"});
+    ASSERT_TRUE(upgrade.status);
+    EXPECT_TRUE(upgrade.status->isExit(1)) << upgrade.out;
+    EXPECT_NE(upgrade.err.find("audit log is on"), std::string::npos) << upgrade.err;
+    int error = 0;
+    UniqueFd fd = connectTcp(port_, error);
+    ASSERT_TRUE(fd) << std::strerror(error);
+    EXPECT_TRUE(echoRoundTrip(fd.get(), 5, 4096, milliseconds(5000)));
+}
+
+}  // namespace
+}  // namespace splicegate::test
