@@ -148,6 +148,11 @@ class DispatcherTest : public ::testing::Test {
         ASSERT_TRUE(ring.complete(op.tag, lonelySocket().release()));
         turn();
     }
+    // The kernel's answer to the drain's cancel: every accept still armed ends -ECANCELED.
+    void cancelAccepts() {
+        for (const auto& op : pendingOf(RingOp::Accept)) ASSERT_TRUE(ring.complete(op.tag, -ECANCELED));
+        turn();
+    }
     // The connect in flight (and its linked timeout) completed with `result`.
     void completeConnect(int result) {
         auto connects = pendingOf(RingOp::Connect);
@@ -207,8 +212,10 @@ TEST_F(DispatcherTest, AControlCompletionRunsTheTasksThenActsOnTheRequestAndRead
     bool listenerCancelled = false;
     for (const auto& op : ring.preparedSinceClear()) listenerCancelled |= op.op == RingOp::CancelFd;
     EXPECT_TRUE(listenerCancelled) << "the drain closed the listener";
-    EXPECT_TRUE(dispatcher->finished()) << "draining with no connection";
+    EXPECT_FALSE(dispatcher->finished()) << "a cancelled accept may still bring a connection";
     EXPECT_NE(ring.findPending(controlTag), nullptr) << "the read is armed again";
+    cancelAccepts();
+    EXPECT_TRUE(dispatcher->finished()) << "draining with no connection and no accept";
 }
 
 TEST_F(DispatcherTest, AnAcceptedConnectionConnectsRelaysAndClosesOnTheLanesVerdict) {
@@ -331,7 +338,30 @@ TEST_F(DispatcherTest, DrainClosesTheListenersAndFinishesWithTheLastConnection) 
     ring.deliverRaw(only()->io.tag(Direction::UpstreamToClient, RingOwner::BufferLane), 0);
     turn();
     EXPECT_EQ(closed(CloseReason::Closed), 1u);
+    EXPECT_FALSE(dispatcher->finished()) << "its cancelled accepts are still out";
+    cancelAccepts();
     EXPECT_TRUE(dispatcher->finished());
+}
+
+TEST_F(DispatcherTest, AnAcceptTheKernelCompletedBeforeTheDrainsCancelIsServed) {
+    make({upstream("127.0.0.1:1")});
+    std::uint16_t port = 0;
+    UniqueFd listener = test::listenTcp(port);
+    int error = 0;
+    UniqueFd client = test::connectTcp(port, error);
+    ASSERT_TRUE(client) << error;
+    UniqueFd server(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    ASSERT_TRUE(server);
+    auto accepts = pendingOf(RingOp::Accept);
+    ASSERT_FALSE(accepts.empty());
+    dispatcher->drain();
+    // An upgrade or a drain must not reset a connection the kernel had already handed over.
+    ASSERT_TRUE(ring.complete(accepts.front().tag, server.release()));
+    turn();
+    ASSERT_NE(only(), nullptr) << "served, not dropped";
+    EXPECT_EQ(only()->clientAddress.port(), test::localPort(client.get()));
+    EXPECT_EQ(pendingOf(RingOp::Connect).size(), 1u);
+    EXPECT_FALSE(dispatcher->finished());
 }
 
 TEST_F(DispatcherTest, ACompletionOfNoRoutedOwnerIsDroppedAndTheRestGoOn) {
@@ -362,7 +392,7 @@ TEST_F(DispatcherTest, ABusierWorkerHandsTheConnectionOverAndKeepsItWhenRefused)
     EXPECT_EQ(pendingOf(RingOp::Connect).size(), 1u);
 }
 
-TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerDrains) {
+TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerStops) {
     make({upstream("127.0.0.1:1")});
     Admitted admitted{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4008"),
                       std::nullopt};
@@ -371,13 +401,21 @@ TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerDrains) {
     ASSERT_NE(only(), nullptr);
     EXPECT_EQ(pendingOf(RingOp::Connect).size(), 1u);
 
+    // Accepted before the drain by a worker that handed it over: still relayed.
     dispatcher->drain();
+    Admitted drained{context->routes()->front(), lonelySocket(),
+                     numericAddress("127.0.0.2:4010"), std::nullopt};
+    context->workerLoads->add(0, 1);
+    dispatcher->adopt(std::move(drained));
+    EXPECT_EQ(pendingOf(RingOp::Connect).size(), 2u) << "relayed while draining";
+
+    dispatcher->stop();
     Admitted late{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4009"),
                   std::nullopt};
     context->workerLoads->add(0, 1);
+    const auto booked = context->workerLoads->load(0);
     dispatcher->adopt(std::move(late));
-    EXPECT_EQ(pendingOf(RingOp::Connect).size(), 1u) << "refused: its socket closed";
-    EXPECT_EQ(context->workerLoads->load(0), 1) << "and its booking released";
+    EXPECT_EQ(context->workerLoads->load(0), booked - 1) << "refused: its booking released";
 }
 
 }  // namespace
