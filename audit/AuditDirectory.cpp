@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "common/Error.h"
+#include "common/Log.h"
 
 namespace splicegate::audit {
 namespace {
@@ -89,8 +90,12 @@ void adjustCreatedFile(int fd, int dirFd, mode_t mode) noexcept {
     struct stat dirSt {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return;
     if ((st.st_mode & 07777) != mode) ::fchmod(fd, mode);
-    if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid)
-        (void)::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid);
+    // Failing that, the file keeps the daemon's group: still written, but the audit group's
+    // readers cannot open it, which they must be told about.
+    if (::fstat(dirFd, &dirSt) == 0 && dirSt.st_gid != st.st_gid &&
+        ::fchown(fd, static_cast<uid_t>(-1), dirSt.st_gid) != 0)
+        logWarnLimited("audit file group", "audit file (fd ", fd, "): cannot give it the directory's group ", dirSt.st_gid,
+                " (--audit-group): ", errnoText(errno), "; that group cannot read it");
 }
 
 UniqueFd openInDirectoryOrThrow(int dirFd, const std::string& dir, const std::string& name,
