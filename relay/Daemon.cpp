@@ -377,7 +377,12 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
     try {
         commandLine = parseCommandLine(argc, argv);
     } catch (const ConfigErrors& errors) {
-        for (const auto& problem : errors.problems()) std::cerr << "splicegate: " << problem << "\n";
+        std::string all;
+        for (const auto& problem : errors.problems()) {
+            std::cerr << "splicegate: " << problem << "\n";
+            all += (all.empty() ? "" : "; ") + problem;
+        }
+        if (inherited) inherited->failed(all);
         return 2;
     } catch (const std::exception& error) {
         std::cerr << "splicegate: " << error.what() << "\n";
