@@ -219,8 +219,9 @@ ExistingObject compareExisting(const ObjectRecord& local, const RemoteObject& re
     return ExistingObject::Identical;
 }
 
-UploadStateStore::UploadStateStore(std::string dir) : dir_(std::move(dir)) {
-    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
+UploadStateStore::UploadStateStore(std::string dir, Access access)
+    : dir_(std::move(dir)), access_(access) {
+    if (access_ == Access::ReadWrite && ::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST)
         throwSystem(errno, "cannot create the state directory " + dir_);
     dirFd_ = UniqueFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
     if (!dirFd_) throwSystem(errno, "cannot open the state directory " + dir_);
@@ -250,6 +251,8 @@ std::optional<SegmentUpload> UploadStateStore::load(unsigned worker, std::uint64
 }
 
 void UploadStateStore::save(const SegmentUpload& upload) {
+    if (access_ == Access::ReadOnly)
+        throw std::logic_error(dir_ + ": the upload states are open for reading only");
     if (auto stored = load(upload.worker, upload.segment);
         stored && !mayAdvance(stored->phase, upload.phase))
         throw std::logic_error(path(stateFileName(upload.worker, upload.segment)) + ": " +
@@ -260,7 +263,7 @@ void UploadStateStore::save(const SegmentUpload& upload) {
     auto text = encode(upload);
     {
         UniqueFd fd(::openat(dirFd_.get(), temporary.c_str(),
-                             O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+                             O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640));
         if (!fd) throwSystem(errno, "cannot create " + path(temporary));
         std::string_view rest = text;
         while (!rest.empty()) {

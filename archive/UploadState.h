@@ -84,8 +84,11 @@ ExistingObject compareExisting(const ObjectRecord& local, const RemoteObject& re
 // The state directory: loads and atomically replaces state files.
 class UploadStateStore {
   public:
-    // Creates the directory (0700) when missing; throws std::system_error naming it.
-    explicit UploadStateStore(std::string dir);
+    // ReadWrite (the archiver): creates the directory (0750: its group, the relay's, may read
+    // the states) when missing. ReadOnly (the relay's retention, ArchiveLedger): the directory
+    // must exist and save() is refused. Throws std::system_error naming it.
+    enum class Access { ReadWrite, ReadOnly };
+    explicit UploadStateStore(std::string dir, Access access = Access::ReadWrite);
 
     // std::nullopt when the segment has no state file yet; throws std::runtime_error naming the
     // file when it is damaged (the archiver then stops on that segment and says so).
@@ -102,6 +105,7 @@ class UploadStateStore {
     std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
     std::string dir_;
+    Access access_;
     UniqueFd dirFd_;
 };
 

@@ -44,7 +44,11 @@ po::options_description auditOptions() {
         ("audit-group", scalar("NAME"),
          "group that may read audit files (files 0640, directory 0750); default: the daemon's")
         ("audit-hmac-key-file", scalar("FILE"),
-         "key for the audit log's sealing HMAC; none = hash chain without a key");
+         "key for the audit log's sealing HMAC; none = hash chain without a key")
+        ("audit-archive-state-dir", scalar("DIR"),
+         "splicegate-archive's state directory: retention deletes only segments the archive "
+         "verified (with fail-open, unarchived ones too when the size limit needs it); none = no "
+         "archive");
     return options;
 }
 // clang-format on
@@ -63,6 +67,7 @@ AuditSettings readAuditSettings(const OptionValues& values) {
     audit.hmacKeyFile = values.text("audit-hmac-key-file");
     if (values.has("audit-hmac-key-file") && audit.hmacKeyFile.empty())
         throw UsageError(values.label("audit-hmac-key-file") + ": empty file name");
+    audit.archiveStateDir = values.text("audit-archive-state-dir");
     return audit;
 }
 
@@ -77,6 +82,7 @@ void listChanged(const AuditSettings& running, const AuditSettings& next, Change
     changed.check("audit-buffer-bytes", running.bufferBytes, next.bufferBytes);
     changed.check("audit-group", running.group, next.group);
     changed.check("audit-hmac-key-file", running.hmacKeyFile, next.hmacKeyFile);
+    changed.check("audit-archive-state-dir", running.archiveStateDir, next.archiveStateDir);
 }
 
 const char* toString(AuditDurability durability) noexcept {

@@ -28,6 +28,9 @@ struct AuditSettings {
     std::uint64_t bufferBytes = 67108864;  // per worker
     std::string group;                     // empty: the daemon's group
     std::string hmacKeyFile;               // empty: hash chain without a key
+    // splicegate-archive's state directory (empty: no archive): retention then deletes only
+    // segments the archive verified (audit/Retention.h, archive/ArchiveLedger.h).
+    std::string archiveStateDir;
     // Not an option: where a worker's segment file ends and the next begins.
     std::uint64_t segmentBytes = 1ull << 30;
 };

@@ -407,10 +407,19 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         }
     }
 
-    // ---- per worker: how many of its oldest segments may go. A connection with records in a
-    // deleted segment and in a later one keeps those (DeletedHeads).
+    // ---- per worker: how many of its oldest segments may go, and how many of those the
+    // archive verified. A connection with records in a deleted segment and in a later one keeps
+    // those (DeletedHeads).
     std::map<unsigned, std::size_t> deletable;
+    std::map<unsigned, std::size_t> archivedPrefix;
+    std::map<const Entry*, bool> archived;
     for (const auto& [worker, list] : indexed) {
+        for (const auto* entry : list) {
+            const auto& summary = *entry->summary;
+            if (summary.sealed)
+                archived[entry] = !policy.archived ||
+                                  policy.archived(worker, entry->files.segment, summary.sealDigest);
+        }
         auto& count = deletable[worker];
         // The newest indexed segment stays (the writer's, or the worker's segment numbering).
         for (; count + 1 < list.size(); ++count) {
@@ -420,6 +429,8 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
                                        [&](auto id) { return refs[id].manyWorkers; });
             if (tangled) break;
         }
+        auto& safe = archivedPrefix[worker];
+        while (safe < count && archived[list[safe]]) ++safe;
     }
 
     // ---- choose
@@ -443,16 +454,17 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
     }
     const auto ageCutoff = ageCutoffNs(policy, nowNs);
     if (ageCutoff) {
-        for (const auto& [worker, count] : deletable)
+        for (const auto& [worker, count] : archivedPrefix)
             while (next[worker] < count &&
                    indexed[worker][next[worker]]->summary->newestNs < *ageCutoff)
                 choose(worker);
     }
-    if (policy.maxBytes > 0) {
+    // Oldest first by start time across workers, each worker up to its `limits` entry.
+    auto deleteDownToMaxBytes = [&](const std::map<unsigned, std::size_t>& limits) {
         while (remaining > policy.maxBytes) {
             std::optional<unsigned> oldest;
             std::int64_t oldestStart = 0;
-            for (const auto& [worker, count] : deletable) {
+            for (const auto& [worker, count] : limits) {
                 if (next[worker] >= count) continue;
                 auto start = indexed[worker][next[worker]]->summary->startNs;
                 // Ties (and equal clocks) go to the lower worker: the map is in worker order.
@@ -461,9 +473,13 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
                     oldestStart = start;
                 }
             }
-            if (!oldest) break;  // the rest is damaged, unsealed or current
+            if (!oldest) break;  // the rest is damaged, unsealed, current or unarchived
             choose(*oldest);
         }
+    };
+    if (policy.maxBytes > 0) {
+        deleteDownToMaxBytes(archivedPrefix);
+        if (policy.deleteUnarchivedOverBudget) deleteDownToMaxBytes(deletable);
     }
 
     // ---- delete
@@ -525,7 +541,12 @@ RetentionResult RetentionPlanner::apply(const RetentionPolicy& policy, std::int6
         if (!(policy.recycleDataFiles && recycleFile(entry.files, summary.data.size)))
             unlinkFile(entry.files.dataPath, summary.data.size);
         cache_->sealed.erase({entry.files.worker, entry.files.segment});
+        if (!archived[&entry]) result.deletedUnarchived.push_back(entry.files.indexPath);
+        archived.erase(&entry);
     }
+    if (policy.archived)
+        for (const auto& [entry, verified] : archived)
+            if (!verified) result.unarchivedBytes += entry->bytes;
     if (ageCutoff) {
         result.agedSpares = removeAgedSpares(dirFd.get(), dir_, *ageCutoff, result.problems);
         for (const auto& [worker, list] : indexed)

@@ -41,6 +41,7 @@
 // worker) and are reported in `problems`, as "FILE:OFFSET: what" where there is a place; only
 // a directory that cannot be read throws std::system_error naming it.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,17 @@ struct RetentionPolicy {
     // With maxAgeHours, a spare whose last write is older than the limit is unlinked, so deleted
     // bytes do not outlive the age limit on disk (whether or not this run recycles).
     bool recycleDataFiles = false;
+    // With an archive (splicegate-archive, --audit-archive-state-dir): whether the archive
+    // verified the segment whose seal is `seal`. When set, a segment it has not verified is
+    // never deleted by either limit, so what goes first is what is safe off the box; the rest
+    // of its worker waits behind it (the prefix rule above). Null: no archive, no such check.
+    std::function<bool(unsigned worker, std::uint64_t segment, const Digest& seal)> archived =
+        nullptr;
+    // --audit-on-error fail-open: when the verified segments are not enough to get under
+    // maxBytes, unarchived ones go too (oldest first), each listed in deletedUnarchived.
+    // fail-closed keeps them: the disk fills and the writers' own fail-closed handling stops
+    // the audited flows rather than losing evidence the archive never received.
+    bool deleteUnarchivedOverBudget = false;
 };
 
 struct RetentionResult {
@@ -98,6 +110,11 @@ struct RetentionResult {
     // on a worker whose segment fills slowly. The owner acts; the planner only reports.
     std::vector<unsigned> rollRecycled;
     std::uint64_t totalBytesAfter = 0;  // audit bytes left in the directory (as measured)
+    // With RetentionPolicy::archived: the bytes of the sealed segments left that the archive
+    // has not verified (the backlog as the relay sees it), and the unarchived segments deleted
+    // because of deleteUnarchivedOverBudget (paths of their index files).
+    std::uint64_t unarchivedBytes = 0;
+    std::vector<std::string> deletedUnarchived;
     // Damaged or unreadable segments (which block deletion in their worker), failed deletions.
     std::vector<std::string> problems;
 };

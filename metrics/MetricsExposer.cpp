@@ -316,6 +316,9 @@ class MetricsCollector {
 
     std::atomic<std::int64_t> connectionsMax{-1};  // -1: not set
     std::atomic<std::int64_t> auditUnsealedSegments{-1};  // -1: not set
+    std::atomic<std::int64_t> auditRetentionLimit{-1};    // -1: not set
+    std::atomic<std::int64_t> auditUnarchivedBytes{-1};   // -1: no archive
+    std::atomic<std::uint64_t> auditUnarchivedDeleted{0};
     std::atomic<bool> lastReloadSuccessful{true};
     std::atomic<double> lastReloadSuccessSeconds{nowSeconds()};
     std::uint64_t scrapes() const noexcept { return scrapes_.load(std::memory_order_relaxed); }
@@ -334,6 +337,22 @@ class MetricsCollector {
                              "they were (older than a crash leaves, or after a seal that does "
                              "not hold): the log was changed on disk.",
                              std::optional<std::int64_t>(unsealed));
+        auto limit = auditRetentionLimit.load(std::memory_order_relaxed);
+        if (limit > 0)
+            addOptionalGauge(out, "splicegate_audit_retention_limit_bytes",
+                             "--audit-retention-bytes: the audit directory's size budget.",
+                             std::optional<std::int64_t>(limit));
+        auto backlog = auditUnarchivedBytes.load(std::memory_order_relaxed);
+        if (backlog >= 0) {
+            addOptionalGauge(out, "splicegate_audit_unarchived_bytes",
+                             "Bytes of sealed audit segments the archive has not verified yet "
+                             "(retention keeps them).",
+                             std::optional<std::int64_t>(backlog));
+            addSingleCounter(out, "splicegate_audit_unarchived_deleted_total",
+                             "Sealed audit segments retention deleted before the archive "
+                             "verified them (--audit-on-error fail-open over the size limit).",
+                             auditUnarchivedDeleted.load(std::memory_order_relaxed));
+        }
         addOptionalGauge(out, "splicegate_config_last_reload_successful",
                          "Whether the last configuration reload succeeded (1) or failed (0).",
                          std::optional<int>(lastReloadSuccessful.load() ? 1 : 0));
@@ -409,6 +428,16 @@ std::int64_t clampedGauge(std::uint64_t value) noexcept {
 
 void MetricsExposer::setConnectionsMax(std::uint64_t max) noexcept {
     collector_->connectionsMax.store(clampedGauge(max));
+}
+
+void MetricsExposer::setAuditRetentionLimit(std::uint64_t bytes) noexcept {
+    collector_->auditRetentionLimit.store(clampedGauge(bytes));
+}
+
+void MetricsExposer::recordAuditArchiveBacklog(std::uint64_t backlog,
+                                               std::uint64_t deletedUnarchived) noexcept {
+    collector_->auditUnarchivedBytes.store(clampedGauge(backlog));
+    collector_->auditUnarchivedDeleted.fetch_add(deletedUnarchived);
 }
 
 void MetricsExposer::setAuditUnsealedSegments(std::uint64_t segments) noexcept {

@@ -71,6 +71,12 @@ class MetricsExposer {
     // splicegate_audit_unsealed_segments (not exported until set): what the start's recovery
     // left unsealed.
     void setAuditUnsealedSegments(std::uint64_t segments) noexcept;
+    // splicegate_audit_retention_limit_bytes (--audit-retention-bytes; not exported while 0).
+    void setAuditRetentionLimit(std::uint64_t bytes) noexcept;
+    // With an archive (--audit-archive-state-dir): splicegate_audit_unarchived_bytes = `backlog`
+    // (sealed segments the archive has not verified), and `deletedUnarchived` more segments in
+    // splicegate_audit_unarchived_deleted_total (fail-open retention). Not exported until called.
+    void recordAuditArchiveBacklog(std::uint64_t backlog, std::uint64_t deletedUnarchived) noexcept;
     // splicegate_config_last_reload_successful, and on success
     // splicegate_config_last_reload_success_timestamp_seconds = now.
     void recordReload(bool successful) noexcept;

@@ -39,6 +39,7 @@
 #include "relay/Handoff.h"
 #include "relay/Relay.h"
 #include "relay/Reloader.h"
+#include "relay/RetentionJob.h"
 #include "relay/Upgrader.h"
 
 namespace splicegate {
@@ -176,76 +177,6 @@ sigset_t controlSignals() {
     return set;
 }
 
-// Deletes closed audit data beyond --audit-retention-bytes/-hours. Runs on the main thread:
-// unlinking a large segment can take a while and must not stall a worker. While it finds work
-// (it deleted something, or the directory is still above the cap) it runs every second: at a
-// GB/s of audit, a slower pace lets the directory outgrow its cap by that many GB. Otherwise
-// every 10 s, since a run lists and stats every segment (sealed segments' summaries are cached,
-// the current ones' indexes are read again). What it deleted is logged once a minute, summed.
-class RetentionJob {
-  public:
-    // `chainKey`: the writers' key, for the retention log's chained entries.
-    RetentionJob(const Config& config, std::shared_ptr<const audit::ChainKey> chainKey)
-        : policy_{config.audit.retentionBytes, config.audit.retentionHours,
-                  recyclesSpareDataFiles(config.audit.writer)} {
-        if (!config.audit.dir.empty() && (policy_.maxBytes != 0 || policy_.maxAgeHours != 0))
-            planner_.emplace(config.audit.dir, std::move(chainKey));
-    }
-    // Called about once a second. Returns the workers whose current segment should be rolled
-    // (RetentionResult::rollRecycled) for the caller to act on.
-    std::vector<unsigned> tick() {
-        std::vector<unsigned> roll;
-        if (!planner_) return roll;
-        ++ticks_;
-        if (ticks_ >= nextRunTick_) roll = run();
-        report();
-        return roll;
-    }
-
-  private:
-    void report() {
-        if (ticks_ % kReportEverySeconds != 0 || deletedFiles_ + agedSpares_ == 0) return;
-        logInfo("audit retention: deleted ", deletedFiles_, " files (", freedBytes_, " bytes; ",
-                recycledFiles_, " data files kept as spares; ", agedSpares_,
-                " spares past --audit-retention-hours removed) in the last ", kReportEverySeconds,
-                " s in ", planner_->directory());
-        deletedFiles_ = freedBytes_ = recycledFiles_ = agedSpares_ = 0;
-    }
-
-    std::vector<unsigned> run() {
-        bool busy = false;
-        std::vector<unsigned> roll;
-        try {
-            auto result = planner_->apply(policy_, audit::wallClockNs());
-            for (const auto& problem : result.problems)
-                if (reported_.insert(problem).second) logWarn("audit retention: ", problem);
-            deletedFiles_ += result.deleted.size();
-            freedBytes_ += result.freedBytes;
-            recycledFiles_ += result.recycledFiles;
-            agedSpares_ += result.agedSpares.size();
-            busy = !result.deleted.empty() ||
-                   (policy_.maxBytes != 0 && result.totalBytesAfter > policy_.maxBytes);
-            roll = std::move(result.rollRecycled);
-        } catch (const std::exception& error) {
-            logError("audit retention: ", error.what());
-        }
-        nextRunTick_ = ticks_ + (busy ? 1 : kIdleEverySeconds);
-        return roll;
-    }
-
-    static constexpr unsigned kIdleEverySeconds = 10;
-    static constexpr unsigned kReportEverySeconds = 60;
-    audit::RetentionPolicy policy_;
-    std::optional<audit::RetentionPlanner> planner_;
-    std::set<std::string> reported_;
-    std::uint64_t ticks_ = 0;
-    std::uint64_t nextRunTick_ = 1;
-    std::uint64_t deletedFiles_ = 0;
-    std::uint64_t freedBytes_ = 0;
-    std::uint64_t recycledFiles_ = 0;
-    std::uint64_t agedSpares_ = 0;
-};
-
 // Rolls the current segments retention found holding deleted bytes past the age limit.
 void rollRecycledSegments(Relay& relay, const std::vector<unsigned>& workers) {
     if (workers.empty()) return;
@@ -272,7 +203,7 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                   ServiceNotifier& notifier, MetricsExposer* metrics, AdminServer* admin,
                   const Upgrader* upgrader, std::shared_ptr<const audit::ChainKey> chainKey) {
     auto signals = controlSignals();
-    RetentionJob retention(startConfig, std::move(chainKey));
+    RetentionJob retention(startConfig, std::move(chainKey), metrics);
     auto drainTimeout = std::chrono::milliseconds(startConfig.relay.drainTimeoutMs);
     for (;;) {
         siginfo_t info{};
@@ -461,8 +392,10 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
         auto auditStart = recoverAudit(config, workers, firstConnectionId,
                                        auditDirectory ? &*auditDirectory : nullptr, idLease);
         auto chainKey = auditStart.chainKey;
-        if (metrics && auditDirectory)
+        if (metrics && auditDirectory) {
             metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
+            metrics->setAuditRetentionLimit(config.audit.retentionBytes);
+        }
         InheritedListeners adoptListeners;
         if (inherited)
             adoptListeners = [&inherited](const SocketAddress& address) {

@@ -120,6 +120,8 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
         "127.0.0.1:0", [&] { return s; }, auditDir.path());
     exposer.setConnectionsMax(100);
     exposer.setAuditUnsealedSegments(0);
+    exposer.setAuditRetentionLimit(1000);
+    exposer.recordAuditArchiveBacklog(10, 0);
     auto page = test::httpGet(exposer.port(), "/metrics");
     ASSERT_EQ(page.status, 200) << page.error;
     std::set<std::string> served = namesIn(page.body);

@@ -654,6 +654,7 @@ class MachineGuard {
   public:
     MachineGuard() {
         userExisted_ = userExists("splicegate");
+        archiveUserExisted_ = userExists("splicegate-archive");
         groupExisted_ = groupExists("splicegate");
         runDirExisted_ = exists(kRunDir);
         pipeAllowance_ = readKnob(kPipeKnob);
@@ -671,8 +672,11 @@ class MachineGuard {
             if (!purge.ok()) ADD_FAILURE() << "cleanup: " << purge.why();
         }
         if (!runDirExisted_) fs::remove_all(kRunDir);
-        if (!userExisted_ && userExists("splicegate")) {
-            Cmd r = run({"/usr/sbin/userdel", "splicegate"});
+        // The archiver's user first: its primary group is splicegate.
+        for (auto [name, existed] : {std::pair{"splicegate-archive", archiveUserExisted_},
+                                     std::pair{"splicegate", userExisted_}}) {
+            if (existed || !userExists(name)) continue;
+            Cmd r = run({"/usr/sbin/userdel", name});
             if (!r.ok()) ADD_FAILURE() << "cleanup: " << r.why();
         }
         if (!groupExisted_ && groupExists("splicegate")) {
@@ -695,6 +699,7 @@ class MachineGuard {
     }
 
     bool userExisted_ = false;
+    bool archiveUserExisted_ = false;
     bool groupExisted_ = false;
     bool runDirExisted_ = false;
     bool restored_ = false;
@@ -1086,6 +1091,7 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
                              "/etc/systemd/system/multi-user.target.wants/splicegate.service"})
         EXPECT_FALSE(exists(path)) << path << " left after purge";
     EXPECT_TRUE(userExists("splicegate")) << "purge must keep the system user (Debian policy)";
+    EXPECT_TRUE(userExists("splicegate-archive")) << "purge must keep the archiver's user";
 
     // The machine as before: the guard removes the account the package made and restores the
     // sysctl; then the whole file tree is compared with the snapshot.

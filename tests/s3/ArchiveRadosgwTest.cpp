@@ -2,7 +2,9 @@
 // s3_server) and a real daemon's audit log: every sealed segment ends up in the bucket, locked,
 // byte for byte; a second run puts nothing; kill -9 at random points of an upload loses nothing
 // and leaves no second, different version of any object; the box's credentials cannot delete a
-// version; bad options and a loose credentials file are one line and exit 2.
+// version; bad options and a loose credentials file are one line and exit 2. The relay's retention,
+// given the archiver's state directory, deletes only what the archive verified (fail-closed),
+// or unarchived segments too over the size limit with fail-open, counted.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,13 +21,16 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "archive/UploadState.h"
 #include "archive/s3/S3Client.h"
 #include "audit/Crc32c.h"
 #include "audit/Records.h"
+#include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
+#include "tests/support/HttpFetch.h"
 #include "tests/support/TestServer.h"
 #include "tests/support/Traffic.h"
 
@@ -255,6 +260,89 @@ TEST_F(ArchiveRadosgwTest, KillNineAtRandomPointsLosesNothing) {
     auto last = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
     ASSERT_TRUE(last.status && last.status->isExit(0)) << last.err;
     expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
+// The sealed segments' index files that are still in `auditDir`.
+std::set<std::string> sealedIndexes(const std::string& auditDir) {
+    std::set<std::string> indexes;
+    for (const auto& files : sealedSegments(auditDir)) indexes.insert(files.indexPath);
+    return indexes;
+}
+
+std::optional<double> metric(std::uint16_t port, const std::string& name) {
+    auto reply = httpGet(port, "/metrics");
+    return sampleValue(parseMetrics(reply.body), name);
+}
+
+// Polls `done` every 200 ms for at most `timeout`.
+template <typename Done>
+bool eventually(Done done, milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(milliseconds(200));
+    }
+    return true;
+}
+
+// A relay whose retention budget is one byte: everything sealed is over it.
+std::vector<std::string> retainingRelayArgs(std::uint16_t port, std::uint16_t metricsPort,
+                                            const std::string& auditDir,
+                                            const std::string& stateDir, const char* onError) {
+    return relayArgs(port, {"127.0.0.1:9"},
+                     {"--audit-dir", auditDir, "--audit-retention-bytes", "1",
+                      "--audit-archive-state-dir", stateDir, "--audit-on-error", onError,
+                      "--metrics-listen", "127.0.0.1:" + std::to_string(metricsPort)});
+}
+
+TEST_F(ArchiveRadosgwTest, RelayRetentionDeletesOnlyWhatTheArchiveVerified) {
+    makeAuditLog(auditDir_, 3, 300'000);
+    auto before = sealedIndexes(auditDir_);
+    ASSERT_GE(before.size(), 3u);
+    const std::uint16_t port = pickFreePort(), metricsPort = pickFreePort();
+    // The archiver has not run: its state directory does not even exist yet.
+    Daemon relay(retainingRelayArgs(port, metricsPort, auditDir_, stateDir_, "fail-closed"));
+    ASSERT_TRUE(relay.waitReady(port)) << relay.why();
+    ASSERT_TRUE(eventually([&] { return metric(metricsPort, "splicegate_audit_unarchived_bytes")
+                                             .value_or(0) > 0; },
+                           milliseconds(15000)))
+        << httpGet(metricsPort, "/metrics").body;
+    auto now = sealedIndexes(auditDir_);  // and the running daemon's current segments
+    for (const auto& index : before)
+        EXPECT_TRUE(now.count(index)) << index << ": deleted before the archive verified it";
+    EXPECT_EQ(metric(metricsPort, "splicegate_audit_unarchived_deleted_total"), 0);
+
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto shipped = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
+    ASSERT_TRUE(shipped.status && shipped.status->isExit(0)) << shipped.err;
+    // Now verified, they go, but for each worker's newest one (retention's own rule).
+    ASSERT_TRUE(eventually([&] { return sealedIndexes(auditDir_).size() <= 2; },
+                           milliseconds(20000)))
+        << sealedIndexes(auditDir_).size() << " sealed segments left";
+    EXPECT_EQ(metric(metricsPort, "splicegate_audit_unarchived_deleted_total"), 0);
+    ASSERT_TRUE(relay.terminate(milliseconds(20000))) << relay.why();
+    auto verify = runProcess({std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit", "verify",
+                              auditDir_},
+                             milliseconds(60000));
+    ASSERT_TRUE(verify.status);
+    EXPECT_TRUE(verify.status->isExit(0)) << verify.out << verify.err;
+}
+
+TEST_F(ArchiveRadosgwTest, FailOpenRetentionDeletesUnarchivedSegmentsAndCountsThem) {
+    makeAuditLog(auditDir_, 3, 300'000);
+    ASSERT_GE(sealedIndexes(auditDir_).size(), 3u);
+    std::filesystem::create_directories(stateDir_);
+    const std::uint16_t port = pickFreePort(), metricsPort = pickFreePort();
+    Daemon relay(retainingRelayArgs(port, metricsPort, auditDir_, stateDir_, "fail-open"));
+    ASSERT_TRUE(relay.waitReady(port)) << relay.why();
+    ASSERT_TRUE(eventually([&] { return metric(metricsPort,
+                                               "splicegate_audit_unarchived_deleted_total")
+                                             .value_or(0) >= 1; },
+                           milliseconds(20000)))
+        << httpGet(metricsPort, "/metrics").body;
+    EXPECT_GE(relay.waitLogLines("before the archive verified it", 1, milliseconds(5000)), 1u);
+    ASSERT_TRUE(relay.terminate(milliseconds(20000))) << relay.why();
 }
 
 TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {

@@ -1,4 +1,5 @@
 #include "archive/UploadState.h"
+#include "archive/ArchiveLedger.h"
 
 #include "audit/Crc32c.h"
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <system_error>
 
 namespace splicegate::archive {
 namespace {
@@ -151,7 +153,7 @@ TEST(ArchiveUploadStateStore, SavesLoadsAndLists) {
     EXPECT_EQ(listed, (std::vector<std::pair<unsigned, std::uint64_t>>{{0, 1}, {3, 42}}));
     struct stat status {};
     ASSERT_EQ(::stat((dir.path() + "/state").c_str(), &status), 0);
-    EXPECT_EQ(status.st_mode & 0777, 0700u);
+    EXPECT_EQ(status.st_mode & 0777, 0750u);
 }
 
 TEST(ArchiveUploadStateStore, RefusesToMoveBackward) {
@@ -202,6 +204,59 @@ TEST(ArchiveUploadStateStore, AFileHoldingAnotherSegmentIsRefused) {
     std::filesystem::rename(dir.path() + "/w03-0000000042.upload",
                             dir.path() + "/w03-0000000043.upload");
     EXPECT_THROW(store.load(3, 43), std::runtime_error);
+}
+
+// The relay's read-only view: only a Verified state whose seal is the local one counts; the
+// directory may appear after the first question; nothing is ever written through it.
+TEST(ArchiveLedger, OnlyAVerifiedStateWithTheSameSealCounts) {
+    TempDir root;
+    const std::string dir = root.path() + "/state";
+    audit::Digest seal{};
+    seal.fill(0xaa);  // uploadedSegment()'s sealDigest, "aa..."
+    ArchiveLedger ledger(dir);
+    auto missing = ledger.verified(3, 42, seal);
+    EXPECT_FALSE(missing.verified);
+    EXPECT_NE(missing.problem.find(dir), std::string::npos) << missing.problem;
+
+    UploadStateStore store(dir);
+    auto upload = uploadedSegment();
+    store.save(upload);
+    auto uploaded = ledger.verified(3, 42, seal);
+    EXPECT_FALSE(uploaded.verified);
+    EXPECT_TRUE(uploaded.problem.empty()) << uploaded.problem;
+    EXPECT_FALSE(ledger.verified(3, 41, seal).verified);
+
+    upload.phase = UploadPhase::Verified;
+    store.save(upload);
+    auto verified = ledger.verified(3, 42, seal);
+    EXPECT_TRUE(verified.verified) << verified.problem;
+
+    audit::Digest other = seal;
+    other[0] = 0xab;
+    auto replaced = ledger.verified(3, 42, other);
+    EXPECT_FALSE(replaced.verified);
+    EXPECT_NE(replaced.problem.find("w03-0000000042.upload"), std::string::npos)
+        << replaced.problem;
+
+    writeFile(dir + "/w03-0000000042.upload", "phase=verified\n");
+    auto damaged = ledger.verified(3, 42, seal);
+    EXPECT_FALSE(damaged.verified);
+    EXPECT_NE(damaged.problem.find("kept"), std::string::npos) << damaged.problem;
+}
+
+TEST(ArchiveLedger, AReadOnlyStoreNeitherCreatesNorWrites) {
+    TempDir root;
+    EXPECT_THROW(UploadStateStore(root.path() + "/absent", UploadStateStore::Access::ReadOnly),
+                 std::system_error);
+    EXPECT_FALSE(std::filesystem::exists(root.path() + "/absent"));
+    UploadStateStore reader(root.path(), UploadStateStore::Access::ReadOnly);
+    EXPECT_THROW(reader.save(uploadedSegment()), std::logic_error);
+    // Written for the relay's group to read.
+    UploadStateStore writer(root.path() + "/state");
+    writer.save(uploadedSegment());
+    struct stat st {};
+    ASSERT_EQ(::stat((root.path() + "/state/w03-0000000042.upload").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
 }
 
 }  // namespace

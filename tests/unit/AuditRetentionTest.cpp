@@ -96,9 +96,12 @@ public:
             .close(id, 5, 6, t);
     }
     Seg& seal() {
-        splicegate::test::sealChained(index_, data_.size(), dir_, worker_, segment_);
+        sealDigest_ = splicegate::test::sealChained(index_, data_.size(), dir_, worker_, segment_);
         return *this;
     }
+    const Digest& sealDigest() const { return sealDigest_; }
+    unsigned worker() const { return worker_; }
+    std::uint64_t segment() const { return segment_; }
     const Seg& write() const {
         writeFile(indexPath(), index_);
         writeFile(dataPath(), data_);
@@ -114,6 +117,7 @@ private:
   unsigned worker_;
   std::uint64_t segment_;
   std::string base_, index_, data_;
+  Digest sealDigest_{};
 };
 
 // The newest segments in these tests are the running writers' (unsealed), which verify reports
@@ -243,6 +247,55 @@ TEST(AuditRetentionTest, BytesDeleteOldestFirstAcrossWorkers) {
     EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[2], &w1[2]}));
     EXPECT_TRUE(result.problems.empty());
     EXPECT_EQ(result.totalBytesAfter, w0[3].bytes() + w1[3].bytes());
+    expectConsistent(dir.path(), before);
+}
+
+// With an archive: only segments it verified (with the seal they have now) go, by either limit;
+// the rest of their worker waits behind an unverified one. fail-open lets the size limit take
+// unarchived ones too, each reported; the unarchived backlog is measured either way.
+TEST(AuditRetentionTest, WithAnArchiveOnlyVerifiedSegmentsGo) {
+    TempDir dir;
+    std::vector<Seg> w0;
+    for (std::uint64_t n = 1; n <= 4; ++n) {
+        auto start = kT0 + static_cast<std::int64_t>(n) * kHour;
+        w0.emplace_back(dir.path(), 0, n, start);
+        w0.back().whole(n, start + 1);
+        if (n < 4) w0.back().seal();
+        w0.back().write();
+    }
+    auto before = listConnections(dir.path());
+    std::set<std::uint64_t> verified = {1, 3};  // s2 is not: s3 waits behind it
+    RetentionPolicy policy{1, 0};
+    policy.archived = [&](unsigned worker, std::uint64_t segment, const Digest& seal) {
+        EXPECT_EQ(worker, 0u);
+        return verified.count(segment) != 0 && seal == w0[segment - 1].sealDigest();
+    };
+    RetentionPlanner planner(dir.path());
+    auto result = planner.apply(policy, kT0);
+    EXPECT_TRUE(result.problems.empty()) << joined(result.problems);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[0]}));
+    EXPECT_TRUE(result.deletedUnarchived.empty());
+    EXPECT_EQ(result.unarchivedBytes, w0[1].bytes());  // s3 is verified, s4 is not sealed
+    expectConsistent(dir.path(), before);
+
+    // The age limit honours the archive too.
+    auto aged = planner.apply({0, 1, false, policy.archived, false}, kT0 + 100 * kHour);
+    EXPECT_TRUE(aged.deleted.empty());
+
+    // Verified with another seal: a replaced segment, kept.
+    verified.insert(2);
+    auto replaced = policy;
+    replaced.archived = [&](unsigned, std::uint64_t segment, const Digest& seal) {
+        return segment != 2 && seal == w0[segment - 1].sealDigest();
+    };
+    EXPECT_TRUE(planner.apply(replaced, kT0).deleted.empty());
+
+    auto failOpen = replaced;
+    failOpen.deleteUnarchivedOverBudget = true;
+    result = planner.apply(failOpen, kT0);
+    EXPECT_EQ(asSet(result.deleted), pathsOf({&w0[1], &w0[2]}));
+    EXPECT_EQ(result.deletedUnarchived, std::vector<std::string>{w0[1].indexPath()});
+    EXPECT_EQ(result.unarchivedBytes, 0u);
     expectConsistent(dir.path(), before);
 }
 
