@@ -1,14 +1,23 @@
 #pragma once
-// The access line of a closed connection (one info line each, --access-log):
+// The access line of a closed connection (one info line each, --access-log), in the form
+// --access-log-format names. Text:
 // "access route=NAME id=ID client=ADDR upstream=ADDR c2u=BYTES u2c=BYTES duration_ms=MS
-// reason=REASON". An upstream never connected reads "upstream=-". Route names are restricted
-// to [A-Za-z0-9_-] by the config, addresses are numeric: no field can contain a space.
+// reason=REASON accepted=TIME connect_ms=MS retries=N tried=LIST active=N"
+// (the first fields are the original line's, in its order; the rest follow). An upstream never
+// connected reads "upstream=-", a connect that never completed "connect_ms=-"; `tried` lists
+// every upstream attempted in order, a failed one with its error ("ADDR(ECONNREFUSED)",
+// "ADDR(timeout)"), "-" for none. Route names are restricted to [A-Za-z0-9_-] by the config,
+// addresses are numeric: no field can contain a space. Json: one object with the same names
+// (docs/configuration.md, Logs).
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "common/SocketAddress.h"
 #include "metrics/Stats.h"
+#include "relay/RelayOptions.h"
 
 namespace splicegate {
 
@@ -21,8 +30,15 @@ struct AccessRecord {
     std::uint64_t bytesU2c = 0;
     std::uint64_t durationMs = 0;
     CloseReason reason = CloseReason::Closed;
+    std::chrono::system_clock::time_point acceptedAt;
+    std::optional<std::uint64_t> connectMs;  // accept to upstream handshake done
+    std::uint32_t attempts = 0;              // upstream connects started
+    std::string_view failedAttempts;         // "ADDR(ERROR)" comma-separated
+    bool connected = false;                  // the last attempt (to `upstream`) succeeded
+    std::uint64_t active = 0;  // the route's open connections on this worker, this one included
 };
 
-std::string formatAccessLine(const AccessRecord& record);
+std::string formatAccessLine(const AccessRecord& record,
+                             AccessLogFormat format = AccessLogFormat::Text);
 
 }  // namespace splicegate

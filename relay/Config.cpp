@@ -120,7 +120,7 @@ std::vector<HelpSection> helpSections() {
         {"Routes and service",
          {serviceOptions(), adminOptions(), metricsOptions()},
          {"listen", "upstream", "workers", "admin-socket", "admin-group", "metrics-listen",
-          "admin-readonly-group", "log-level", "access-log"}},
+          "admin-readonly-group", "log-level", "access-log", "access-log-format"}},
         {"Audit", {auditOptions()}, {}},
         {"Relay",
          {datapathOptions(), relayOptions()},

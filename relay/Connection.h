@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/SocketAddress.h"
 #include "datapath/ConnectionIo.h"
@@ -30,6 +31,12 @@ struct Connection {
     // The upstream socket is in delayed-ACK mode already (--delayed-ack, UpstreamConnector::start).
     bool upstreamDelaysAcks = false;
     std::chrono::steady_clock::time_point opened;
+    std::chrono::system_clock::time_point acceptedAt;  // wall clock, for the access line
+    // When the upstream's handshake completed; unset (epoch) while never connected.
+    std::chrono::steady_clock::time_point connectedAt;
+    // The upstream attempts that failed, "ADDR(ERROR)" comma-separated, for the access line:
+    // empty (no allocation) unless a connect failed.
+    std::string failedAttempts;
     // Quiet past the half-closed timeout: when its sockets are looked at next
     // (relay/ConnectionTimeouts.h).
     std::chrono::steady_clock::time_point stallCheckAfter;

@@ -231,6 +231,9 @@ void Dispatcher::startAccepted(Admitted admitted) {
     c.io.client = std::move(admitted.client);  // TCP_NODELAY inherited from the listener
     c.clientAddress = admitted.peer;
     c.opened = c.io.lastActivity = now_;
+    c.acceptedAt = std::chrono::system_clock::now();
+    c.connectedAt = {};
+    c.failedAttempts.clear();
     beginConnect(c);
 }
 
@@ -256,6 +259,7 @@ void Dispatcher::actOnConnect(Connection& c, const ConnectStep& step) {
 
 void Dispatcher::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
+    c.connectedAt = now_;
     c.io.relaying = true;
     if (timeouts_.any()) parts_.connections.setDeadline(c, timeouts_.nextDeadline(c));
     if (parts_.audit != nullptr && c.route->config.audit) {
@@ -346,18 +350,29 @@ void Dispatcher::releaseConnection(Connection& c) {
     c.io.upstream.reset();
     parts_.lanes.release(c.io);
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
-    AccessRecord record{c.route->config.name,
-                        c.id(),
-                        c.clientAddress,
-                        c.upstreamAddress,
-                        c.io.at(Direction::ClientToUpstream).bytesForwarded(),
-                        c.io.at(Direction::UpstreamToClient).bytesForwarded(),
-                        static_cast<std::uint64_t>(lifetime.count()),
-                        c.closeReason};
+    AccessRecord record;
+    record.route = c.route->config.name;
+    record.id = c.id();
+    record.client = c.clientAddress;
+    record.upstream = c.upstreamAddress;
+    record.bytesC2u = c.io.at(Direction::ClientToUpstream).bytesForwarded();
+    record.bytesU2c = c.io.at(Direction::UpstreamToClient).bytesForwarded();
+    record.durationMs = static_cast<std::uint64_t>(lifetime.count());
+    record.reason = c.closeReason;
+    record.acceptedAt = c.acceptedAt;
+    if (c.connectedAt != std::chrono::steady_clock::time_point{})
+        record.connectMs = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(c.connectedAt - c.opened)
+                .count());
+    record.attempts = c.connectAttempts;
+    record.failedAttempts = c.failedAttempts;
+    record.connected = c.connectedAt != std::chrono::steady_clock::time_point{};
+    record.active = routeStats(c).active.get();
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", record.bytesC2u, " B, u2c ", record.bytesU2c, " B");
     if (context_.settings.relay.accessLog)
-        accessLines_.add(LogLevel::Info, formatAccessLine(record));
+        accessLines_.add(LogLevel::Info,
+                         formatAccessLine(record, context_.settings.relay.accessLogFormat));
     parts_.acceptor.release(c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);

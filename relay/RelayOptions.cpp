@@ -34,6 +34,9 @@ po::options_description relayOptions() {
     options.add_options()
         ("access-log", scalar("on|off", nameOf(kOnOffNames, d.accessLog)),
          "one info line per closed connection")
+        ("access-log-format",
+         scalar("text|json", nameOf(kAccessLogFormatNames, d.accessLogFormat)),
+         "the access line as key=value fields (text) or as one JSON object (json)")
         ("delayed-ack", scalar("on|off", nameOf(kOnOffNames, d.delayedAck)),
          "the relay's sockets delay their ACKs so that they ride on the reply; off: the "
          "kernel's quick ACKs at connection start")
@@ -62,6 +65,7 @@ po::options_description relayOptions() {
 RelaySettings readRelaySettings(const OptionValues& values) {
     RelaySettings relay;
     relay.accessLog = values.choice(kOnOffNames, "access-log");
+    relay.accessLogFormat = values.choice(kAccessLogFormatNames, "access-log-format");
     relay.maxConnections = values.number<std::uint64_t>("max-connections", 1);
     relay.connectTimeoutMs = values.number<std::uint32_t>("connect-timeout-ms");
     relay.idleTimeoutMs = values.number<std::uint32_t>("idle-timeout-ms");
@@ -76,6 +80,7 @@ RelaySettings readRelaySettings(const OptionValues& values) {
 
 void listChanged(const RelaySettings& running, const RelaySettings& next, ChangedOptions& changed) {
     changed.check("access-log", running.accessLog, next.accessLog);
+    changed.check("access-log-format", running.accessLogFormat, next.accessLogFormat);
     changed.check("delayed-ack", running.delayedAck, next.delayedAck);
     changed.check("client-tcp-congestion", running.clientCongestion, next.clientCongestion);
     changed.check("upstream-tcp-congestion", running.upstreamCongestion, next.upstreamCongestion);

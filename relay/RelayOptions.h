@@ -10,8 +10,14 @@
 
 namespace splicegate {
 
+// The form of the access line (relay/AccessLog.h): key=value text, or one JSON object.
+enum class AccessLogFormat { Text, Json };
+inline constexpr Named<AccessLogFormat> kAccessLogFormatNames[] = {{"text", AccessLogFormat::Text},
+                                                                   {"json", AccessLogFormat::Json}};
+
 struct RelaySettings {
     bool accessLog = true;  // one info line per closed connection
+    AccessLogFormat accessLogFormat = AccessLogFormat::Text;
     // Sockets start in the kernel's delayed-ACK ("pingpong") mode: the ACK of a request rides on
     // the reply instead of costing a packet of its own (docs/kernel-notes.md).
     bool delayedAck = true;

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "common/Error.h"
 #include "common/Log.h"
@@ -87,6 +88,9 @@ ConnectStep UpstreamConnector::onConnect(Connection& c, int result) {
                    c.route->config.name, ": connect to upstream ", c.upstreamAddress, ": ",
                    why ? why : errnoText(result).c_str(), " (connection ", c.id(), ")");
     c.io.upstream.reset();  // the linked timeout's completion may still come; it names no fd
+    const char* code = result == -ECANCELED ? "timeout" : ::strerrorname_np(-result);
+    if (!c.failedAttempts.empty()) c.failedAttempts += ',';
+    c.failedAttempts += c.upstreamAddress.toString() + "(" + (code ? code : "error") + ")";
     if (c.io.counters != nullptr) c.io.counters->connectFailures.add(1);
     if (c.connectAttempts < c.route->pool->addressCount())
         return {ConnectStep::Action::Retry, CloseReason::Closed};

@@ -287,8 +287,52 @@ TEST(OperatorLogTest, AccessLineForEveryClosedConnection) {
     std::regex format(
         "(.* )?access route=default id=[0-9]+ client=127\\.0\\.0\\.1:[0-9]+ upstream=" +
         std::regex_replace(echo.address(), std::regex("\\."), "\\.") +
-        " c2u=12345 u2c=12345 duration_ms=[0-9]+ reason=[a-z-]+");
+        " c2u=12345 u2c=12345 duration_ms=[0-9]+ reason=[a-z-]+"
+        " accepted=20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z"
+        " connect_ms=[0-9]+ retries=0 tried=" +
+        std::regex_replace(echo.address(), std::regex("\\."), "\\.") + " active=1");
     EXPECT_TRUE(std::regex_match(line, format)) << line;
+}
+
+// A refused first attempt shows in the access line (retries, the upstreams tried with the
+// error), as text and as JSON (--access-log-format json).
+TEST(OperatorLogTest, AccessLineNamesEveryUpstreamTried) {
+    TestServer echo(echoUpstream(milliseconds(30000)));
+    uint16_t refusing = pickFreePort();
+    for (const char* format : {"text", "json"}) {
+        SCOPED_TRACE(format);
+        uint16_t port = pickFreePort();
+        Daemon daemon(relayArgs(port, {loopback(refusing), echo.address()},
+                                {"--access-log-format", format}, 1));
+        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+        int error = 0;
+        UniqueFd client = connectTcp(port, error);
+        ASSERT_TRUE(client) << std::strerror(error);
+        ASSERT_TRUE(echoRoundTrip(client.get(), 3, 100, milliseconds(10000)));
+        client.reset();
+        const std::string marker =
+            std::string(format) == "json" ? "{\"event\": \"access\"" : "access route=default";
+        ASSERT_TRUE(waitLogged(daemon, marker)) << daemon.why();
+        auto line = grepLines(daemon.log(), marker).front();
+        const std::string refused = loopback(refusing);
+        if (std::string(format) == "text") {
+            EXPECT_NE(line.find(" retries=1 tried=" + refused + "(ECONNREFUSED)," + echo.address() +
+                                " active=1"),
+                      std::string::npos)
+                << line;
+            EXPECT_TRUE(std::regex_search(line, std::regex(" connect_ms=[0-9]+ "))) << line;
+        } else {
+            auto json = line.substr(line.find('{'));
+            EXPECT_NE(json.find("\"route\": \"default\""), std::string::npos) << json;
+            EXPECT_NE(json.find("\"c2u\": 100, \"u2c\": 100"), std::string::npos) << json;
+            EXPECT_NE(json.find("\"retries\": 1, \"tried\": [{\"upstream\": \"" + refused +
+                                "\", \"error\": \"ECONNREFUSED\"}, {\"upstream\": \"" +
+                                echo.address() + "\"}], \"active\": 1}"),
+                      std::string::npos)
+                << json;
+            EXPECT_EQ(json.back(), '}') << json;
+        }
+    }
 }
 
 TEST(OperatorLogTest, AccessLogOffLogsNoAccessLine) {

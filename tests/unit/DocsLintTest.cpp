@@ -203,6 +203,14 @@ TEST(DocsLintTest, CommentedValuesOfTheConfigFileAreTheDefaults) {
     EXPECT_GE(checked, 15u);
 }
 
+// One access line per connection: journald's default per-unit limit (10000 lines / 30 s) would
+// drop them above about 333 connections per second.
+TEST(DocsLintTest, PackagedUnitLetsEveryAccessLineThroughJournald) {
+    auto unit = read(kSource / "packaging/systemd/splicegate.service");
+    EXPECT_NE(unit.find("\nLogRateLimitIntervalSec=0\n"), std::string::npos)
+        << "packaging/systemd/splicegate.service sets no LogRateLimitIntervalSec=0";
+}
+
 TEST(DocsLintTest, EveryMetricIsDocumented) {
     auto doc = read(kSource / "docs/metrics.md");
     std::set<std::string> names;
