@@ -24,9 +24,10 @@ PACKAGES="
 "
 missing=""
 for p in $PACKAGES; do
-  # A package whose triggers have not run yet is installed all the same.
+  # A package whose triggers have not run yet (pending, or awaited from another package) is
+  # installed all the same: asking apt again would only run it every time.
   case "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" in
-  "install ok installed" | "install ok triggers-pending") ;;
+  "install ok installed" | "install ok triggers-pending" | "install ok triggers-awaited") ;;
   *) missing="$missing $p" ;;
   esac
 done
