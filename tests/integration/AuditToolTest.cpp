@@ -6,6 +6,7 @@
 #define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -182,6 +183,28 @@ TEST(AuditToolTest, UsageErrorsExitTwoWithOneLine) {
     expectUsageError({"extract", dir, "--connection", "1", "--direction"});
     expectUsageError({"extract", dir, "--connection", "1", "--direction", "c2u", "-o"});
     expectUsageError({"extract", dir, "--conn", "1", "--direction", "c2u"});  // no guessing
+}
+
+// s3://BUCKET/PREFIX (the archive, docs/archive.md): the address and the S3 options are checked
+// before any request (tests/s3 lists a real bucket).
+TEST(AuditToolTest, ArchiveAddressUsageErrorsExitTwo) {
+    TempDir dir;
+    auto loose = dir.write("credentials", "[default]\naws_access_key_id = a\naws_secret_access_key = b\n");
+    ::chmod(loose.c_str(), 0644);
+    expectUsageError({"list", "s3://"});
+    expectUsageError({"list", "s3:///prefix", "--s3-endpoint", "http://127.0.0.1:9"});
+    expectUsageError({"list", "s3://bucket/prefix"});  // no --s3-endpoint
+    expectUsageError({"list", "s3://bucket/prefix", "--s3-endpoint", "ftp://127.0.0.1:9",
+                      "--s3-credentials-file", loose.substr(0, loose.rfind('/')) + "/absent"});
+    expectUsageError({"list", "s3://bucket/prefix", "--s3-endpoint", "http://127.0.0.1:9",
+                      "--s3-credentials-file", loose});  // mode 0644
+    // A server that is not there: a runtime failure naming the endpoint.
+    ::chmod(loose.c_str(), 0600);
+    auto unreachable = runTool({"list", "s3://bucket/prefix", "--s3-endpoint",
+                                "http://127.0.0.1:9", "--s3-credentials-file", loose});
+    ASSERT_TRUE(unreachable.status);
+    EXPECT_TRUE(unreachable.status->isExit(1)) << describe(unreachable);
+    EXPECT_NE(unreachable.err.find("127.0.0.1:9"), std::string::npos) << describe(unreachable);
 }
 
 TEST(AuditToolTest, MissingDirectoryIsARuntimeFailure) {

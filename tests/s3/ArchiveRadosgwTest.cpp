@@ -204,6 +204,28 @@ TEST_F(ArchiveRadosgwTest, ShipsARealDaemonsLogLockedAndASecondRunPutsNothing) {
     auto first = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(120000));
     ASSERT_TRUE(first.status && first.status->isExit(0)) << first.err;
     expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+    // The bucket lists as the directory does, from the connections objects alone.
+    const std::string audit = std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit";
+    // The table sorts by id (the directory's JSON streams in the log's order).
+    auto local = runProcess({audit, "list", auditDir_}, milliseconds(30000));
+    auto remote = runProcess({audit, "list", "s3://" + bucket + "/gw-test",
+                              "--s3-endpoint", firstLine(serverDir() + "/endpoint"),
+                              "--s3-credentials-file", serverDir() + "/credentials"},
+                             milliseconds(30000));
+    ASSERT_TRUE(local.status && local.status->isExit(0)) << local.err;
+    ASSERT_TRUE(remote.status && remote.status->isExit(0)) << remote.err;
+    EXPECT_EQ(remote.out, local.out);
+    EXPECT_GE(textLines(local.out).size(), 9u) << local.out;  // a header and 8 connections
+    auto routeMiss = runProcess({audit, "list", "s3://" + bucket + "/gw-test", "--route", "none",
+                                 "--s3-endpoint", firstLine(serverDir() + "/endpoint"),
+                                 "--s3-credentials-file", serverDir() + "/credentials"},
+                                milliseconds(30000));
+    ASSERT_TRUE(routeMiss.status);
+    EXPECT_TRUE(routeMiss.status->isExit(1)) << routeMiss.out << routeMiss.err;
+    auto noEndpoint = runProcess({audit, "list", "s3://" + bucket + "/gw-test"}, milliseconds(30000));
+    ASSERT_TRUE(noEndpoint.status);
+    EXPECT_TRUE(noEndpoint.status->isExit(2)) << noEndpoint.err;
+    EXPECT_NE(noEndpoint.err.find("--s3-endpoint"), std::string::npos) << noEndpoint.err;
     auto before = c.listVersions(bucket, "gw-test/");
     ASSERT_TRUE(before);
     auto second = runProcess(archiveArgs(auditDir_, stateDir_, bucket), milliseconds(60000));

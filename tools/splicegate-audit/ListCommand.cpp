@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "tools/splicegate-audit/ArchiveSource.h"
+
 #include "common/Error.h"
 #include "tools/splicegate-audit/Progress.h"
 #include "audit/TextFormat.h"
@@ -22,8 +24,9 @@ using audit::Record;
 using audit::RecordType;
 
 const char* const kListUsage =
-    "usage: splicegate-audit list DIR [--json | --jsonl] [--since TIME] [--until TIME]\n"
-    "                             [--route NAME] [--client ADDR] [--connection ID]";
+    "usage: splicegate-audit list DIR|s3://BUCKET/PREFIX [--json | --jsonl] [--since TIME]\n"
+    "                             [--until TIME] [--route NAME] [--client ADDR] [--connection ID]\n"
+    "                             [--s3-endpoint URL --s3-credentials-file FILE ...]";
 const char* const kListAbout =
     "One row per connection: id, route, client, upstream, opened, closed (ISO-8601 UTC),\n"
     "c2u_bytes, u2c_bytes, state (open, closed or truncated), reason. Byte counts are the\n"
@@ -51,6 +54,7 @@ void addListOptions(po::options_description& options) {
          "(198.51.100.1, 198.51.100.1:4000, [2001:db8::7]:5000)")
         ("connection", po::value<std::string>()->value_name("ID"), "the connection with id ID");
     // clang-format on
+    addArchiveOptions(options);
 }
 
 std::uint64_t parseConnectionId(const std::string& text) {
@@ -291,8 +295,15 @@ int runList(const std::string& dir, const po::variables_map& values) {
     bool routeSeen = false, idSeen = false, clientSeen = false;
     std::uint64_t printed = 0;
     if (json) std::cout << "[";
-    forEachConnection(
-        dir,
+    const auto archive = ArchiveLocation::parse(dir);
+    auto source = [&](const std::function<void(const ConnectionSummary&)>& emit,
+                      const ProblemSink& onProblem) {
+        if (archive)
+            forEachArchivedConnection(*archive, values, emit, onProblem);
+        else
+            forEachConnection(dir, emit, onProblem);
+    };
+    source(
         [&](const ConnectionSummary& c) {
             routeSeen = routeSeen || (filter.route && c.route == *filter.route);
             idSeen = idSeen || (filter.id && c.id == *filter.id);

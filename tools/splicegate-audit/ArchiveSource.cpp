@@ -1,0 +1,183 @@
+#include "tools/splicegate-audit/ArchiveSource.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <zlib.h>
+
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+
+#include "archive/s3/S3Client.h"
+#include "common/Error.h"
+#include "splicegate/archive_index.pb.h"
+
+namespace splicegate::audittool {
+namespace po = boost::program_options;
+namespace {
+
+constexpr std::string_view kScheme = "s3://";
+constexpr std::string_view kConnectionsSuffix = ".connections.jsonl.gz";
+// A connections object holds a few hundred bytes per connection; far past any segment's.
+constexpr std::size_t kMaxConnectionsText = std::size_t{1} << 30;
+
+std::string text(const po::variables_map& values, const char* name) {
+    return values.count(name) ? values[name].as<std::string>() : std::string();
+}
+
+// Throws std::runtime_error naming `origin` when `bytes` is not one complete gzip stream.
+std::string gunzip(const std::string& bytes, const std::string& origin) {
+    z_stream stream{};
+    if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
+        throw std::runtime_error(origin + ": cannot start zlib");
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+    stream.avail_in = static_cast<uInt>(bytes.size());
+    std::string out;
+    char buffer[65536];
+    int rc = Z_OK;
+    while (rc == Z_OK) {
+        stream.next_out = reinterpret_cast<Bytef*>(buffer);
+        stream.avail_out = sizeof buffer;
+        rc = inflate(&stream, Z_NO_FLUSH);
+        out.append(buffer, sizeof buffer - stream.avail_out);
+        if (out.size() > kMaxConnectionsText) rc = Z_MEM_ERROR;
+    }
+    inflateEnd(&stream);
+    if (rc != Z_STREAM_END)
+        throw std::runtime_error(origin + ": not a complete gzip stream (zlib " +
+                                 std::to_string(rc) + ")");
+    return out;
+}
+
+audit::ConnectionState stateFromName(const std::string& name, bool& known) {
+    known = true;
+    if (name == "open") return audit::ConnectionState::Open;
+    if (name == "closed") return audit::ConnectionState::Closed;
+    if (name == "truncated") return audit::ConnectionState::Truncated;
+    known = false;
+    return audit::ConnectionState::Open;
+}
+
+void merge(const archive::ArchivedConnection& line, audit::ConnectionState state,
+           std::map<std::uint64_t, audit::ConnectionSummary>& connections) {
+    auto [it, first] = connections.try_emplace(line.id());
+    auto& c = it->second;
+    if (first) {
+        c.id = line.id();
+        c.worker = line.worker();
+        c.segment = line.segment();
+        c.route = line.route();
+        c.client = line.client();
+        c.upstream = line.upstream();
+        c.openedNs = line.opened_ns();
+        // No Open in the oldest archived segment: its head is not in the bucket.
+        c.headDeleted = !line.has_opened_ns();
+    }
+    c.c2uBytes += line.c2u_bytes();
+    c.u2cBytes += line.u2c_bytes();
+    c.state = state;
+    if (line.has_closed_ns()) c.closedNs = line.closed_ns();
+    if (line.has_reason()) c.reason = line.reason();
+}
+
+}  // namespace
+
+std::optional<ArchiveLocation> ArchiveLocation::parse(const std::string& text) {
+    if (!text.starts_with(kScheme)) return std::nullopt;
+    std::string_view rest = std::string_view(text).substr(kScheme.size());
+    auto slash = rest.find('/');
+    ArchiveLocation location;
+    location.bucket = std::string(rest.substr(0, slash));
+    if (slash != std::string_view::npos) location.prefix = std::string(rest.substr(slash + 1));
+    while (!location.prefix.empty() && location.prefix.back() == '/') location.prefix.pop_back();
+    if (location.bucket.empty())
+        throw UsageError(text + ": no bucket (expected s3://BUCKET/PREFIX)");
+    return location;
+}
+
+void addArchiveOptions(po::options_description& options) {
+    // clang-format off
+    options.add_options()
+        ("s3-endpoint", po::value<std::string>()->value_name("URL"),
+         "with s3://BUCKET/PREFIX: the S3 endpoint (http:// or https://, path-style requests)")
+        ("s3-region", po::value<std::string>()->value_name("R")->default_value("us-east-1"),
+         "with s3://: the region requests are signed for")
+        ("s3-credentials-file", po::value<std::string>()->value_name("FILE"),
+         "with s3://: AWS shared-credentials file ([default] profile, mode 0600 or 0400); "
+         "default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        ("s3-ca-file", po::value<std::string>()->value_name("FILE"),
+         "with s3:// over https: PEM bundle to verify the server with; default: the system's");
+    // clang-format on
+}
+
+void mergeConnectionLines(const std::string& text, const std::string& origin,
+                          std::map<std::uint64_t, audit::ConnectionSummary>& connections,
+                          const ProblemSink& onProblem) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;  // a newer archiver's extra fields
+    std::size_t lineNumber = 0;
+    std::string_view rest = text;
+    while (!rest.empty()) {
+        auto end = rest.find('\n');
+        auto line = rest.substr(0, end);
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+        ++lineNumber;
+        if (line.empty()) continue;
+        archive::ArchivedConnection parsed;
+        auto status = google::protobuf::util::JsonStringToMessage(
+            google::protobuf::StringPiece(line.data(), line.size()), &parsed, options);
+        bool known = false;
+        auto state = stateFromName(parsed.state(), known);
+        if (!status.ok() || !known) {
+            onProblem(origin + ":" + std::to_string(lineNumber) + ": " +
+                      (status.ok() ? "unknown state '" + parsed.state() + "'"
+                                   : std::string(status.message())));
+            continue;
+        }
+        merge(parsed, state, connections);
+    }
+}
+
+void forEachArchivedConnection(const ArchiveLocation& location, const po::variables_map& values,
+                               const std::function<void(const audit::ConnectionSummary&)>& emit,
+                               const ProblemSink& onProblem) {
+    s3::ClientOptions client;
+    client.endpoint = text(values, "s3-endpoint");
+    if (client.endpoint.empty()) throw UsageError("s3://: --s3-endpoint is required");
+    client.region = text(values, "s3-region");
+    client.caFile = text(values, "s3-ca-file");
+    client.retries = 2;  // someone is waiting at the terminal
+    s3::Credentials credentials;
+    try {
+        credentials = s3::loadCredentials(text(values, "s3-credentials-file"));
+    } catch (const std::exception& error) {
+        throw UsageError(error.what());
+    }
+    std::optional<s3::S3Client> s3;
+    try {
+        s3.emplace(client, credentials);
+    } catch (const std::invalid_argument& error) {
+        throw UsageError(std::string("--s3-endpoint: ") + error.what());
+    }
+    const std::string segments = location.prefix.empty() ? "segments/" : location.prefix + "/segments/";
+    auto listed = s3->list(location.bucket, segments);
+    if (!listed) throw std::runtime_error(listed.error.message);
+    std::map<std::uint64_t, audit::ConnectionSummary> connections;
+    // Keys sort by the segment's time, so each connection's lines come oldest first.
+    for (const auto& entry : *listed) {
+        if (!entry.key.ends_with(kConnectionsSuffix)) continue;
+        const std::string origin = "s3://" + location.bucket + "/" + entry.key;
+        auto object = s3->get(location.bucket, entry.key);
+        if (!object) {
+            onProblem(object.error.message);
+            continue;
+        }
+        try {
+            mergeConnectionLines(gunzip(*object, origin), origin, connections, onProblem);
+        } catch (const std::runtime_error& error) {
+            onProblem(error.what());
+        }
+    }
+    for (const auto& [id, connection] : connections) emit(connection);
+}
+
+}  // namespace splicegate::audittool
