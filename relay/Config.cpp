@@ -33,7 +33,7 @@ constexpr Named<LogLevel> kLogLevelNames[] = {{"debug", LogLevel::Debug},
                                               {"warn", LogLevel::Warn},
                                               {"error", LogLevel::Error}};
 
-UpstreamConfig resolveUpstream(const std::string& text, const std::string& label) {
+UpstreamConfig resolveUpstreamAddress(const std::string& text, const std::string& label) {
     std::string host;
     unsigned port = 0;
     // Port 0 cannot be connected to; refuse it before spending a DNS lookup on the host.
@@ -43,11 +43,24 @@ UpstreamConfig resolveUpstream(const std::string& text, const std::string& label
         throw UsageError(label + ": invalid address '" + text +
                          "' (expected HOST:PORT, ADDR:PORT or [IPv6]:PORT)");
     // The syntax is right: whatever fails now is the name service, which may answer later.
+    UpstreamConfig upstream;
+    upstream.text = text;
     try {
-        return UpstreamConfig{text, SocketAddress::resolve(text), {}};
+        upstream.addresses = SocketAddress::resolve(text);
     } catch (const UsageError& error) {
-        return UpstreamConfig{text, {}, error.what()};
+        upstream.resolveError = error.what();
     }
+    return upstream;
+}
+
+// "HOST:PORT [weight=N] [backup]" (relay/RouteSettings.h): the options, then the address.
+UpstreamConfig resolveUpstream(const std::string& value, const std::string& label) {
+    auto spec = parseUpstreamSpec(value, label);
+    const std::string& text = spec.address;
+    auto upstream = resolveUpstreamAddress(text, label);
+    upstream.weight = spec.weight;
+    upstream.backup = spec.backup;
+    return upstream;
 }
 
 bool isValidRouteName(const std::string& name) {
@@ -98,7 +111,8 @@ po::options_description serviceOptions() {
         ("listen", scalar("ADDR:PORT"),
          "listener of the route named 'default' (IPv4:PORT or [IPv6]:PORT)")
         ("upstream", repeatable("HOST:PORT"),
-         "upstream of 'default'; repeatable: round robin, next one on connect failure")
+         "upstream of 'default', 'HOST:PORT [weight=N] [backup]'; repeatable: weighted round "
+         "robin, next one on connect failure")
         ("workers", scalar("N", std::to_string(d.workers)),
          "worker threads, each with its own io_uring; 0 = one per CPU (at most 1024)")
         ("log-level", scalar("LEVEL", nameOf(kLogLevelNames, d.logLevel)),
@@ -174,9 +188,13 @@ constexpr const char* kConfigFileHelp =
     "command line replaces the file's values. More routes come from sections:\n"
     "  [route.NAME]           NAME: letters, digits, '_' or '-'; at most 64\n"
     "  listen = ADDR:PORT     required\n"
-    "  upstream = HOST:PORT   required, repeatable\n"
+    "  upstream = HOST:PORT [weight=N] [backup]   required, repeatable; weight 1..1000\n"
+    "                         (default 1); backup: used only while no other upstream is up\n"
     "  audit = true|false     default true\n"
-    "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n";
+    "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n"
+    "  idle-timeout-ms, half-closed-timeout-ms, connect-timeout-ms, max-connections,\n"
+    "  max-connections-per-source, upstream-tcp-congestion   the route's own value of the\n"
+    "                         global option (applied by a reload)\n";
 
 std::string helpText(const po::options_description& commandLineOnly,
                      const po::options_description& shared) {
@@ -188,6 +206,11 @@ std::string helpText(const po::options_description& commandLineOnly,
 
 // ---- The keys of a [route.NAME] section. To add one: a row here, its field in RouteConfig
 // (and in RouteConfig's operator==), docs/configuration.md, the man page and the example config.
+
+template <auto Member, std::uint64_t Min = 0>
+void applyRouteOverride(RouteConfig& route, const std::string& value, const std::string& label) {
+    parseRouteOverride(route.overrides.*Member, value, label, Min);
+}
 
 struct RouteKey {
     const char* name;
@@ -214,6 +237,14 @@ const RouteKey kRouteKeys[] = {
          route.healthCheckIntervalMs = static_cast<uint32_t>(
              parseNumber(value, 0, std::numeric_limits<uint32_t>::max(), label));
      }},
+    // The route's own values of global relay settings (relay/RouteSettings.h).
+    {"idle-timeout-ms", false, applyRouteOverride<&RouteOverrides::idleTimeoutMs>},
+    {"half-closed-timeout-ms", false, applyRouteOverride<&RouteOverrides::halfClosedTimeoutMs>},
+    {"connect-timeout-ms", false, applyRouteOverride<&RouteOverrides::connectTimeoutMs, 1>},
+    {"max-connections", false, applyRouteOverride<&RouteOverrides::maxConnections, 1>},
+    {"max-connections-per-source", false,
+     applyRouteOverride<&RouteOverrides::maxConnectionsPerSource>},
+    {"upstream-tcp-congestion", false, applyRouteOverride<&RouteOverrides::upstreamCongestion>},
 };
 
 // The keys a route cannot do without.
@@ -554,12 +585,14 @@ ConfigErrors::ConfigErrors(std::vector<std::string> problems)
 
 bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
     if (a.name != b.name || !(a.listen == b.listen) || a.audit != b.audit ||
-        a.healthCheckIntervalMs != b.healthCheckIntervalMs ||
+        a.healthCheckIntervalMs != b.healthCheckIntervalMs || !(a.overrides == b.overrides) ||
         a.upstreams.size() != b.upstreams.size())
         return false;
     for (std::size_t i = 0; i < a.upstreams.size(); ++i)
         if (a.upstreams[i].text != b.upstreams[i].text ||
-            a.upstreams[i].addresses != b.upstreams[i].addresses)
+            a.upstreams[i].addresses != b.upstreams[i].addresses ||
+            a.upstreams[i].weight != b.upstreams[i].weight ||
+            a.upstreams[i].backup != b.upstreams[i].backup)
             return false;
     return true;
 }

@@ -15,24 +15,28 @@
 #include "datapath/DatapathOptions.h"
 #include "metrics/MetricsOptions.h"
 #include "relay/RelayOptions.h"
+#include "relay/RouteSettings.h"
 #include "xdp/XdpOptions.h"
 
 namespace splicegate {
 
 struct UpstreamConfig {
-    std::string text;                      // as configured, e.g. "backend.local:443"
+    std::string text;                      // the address as configured, e.g. "backend.local:443"
     std::vector<SocketAddress> addresses;  // resolved when the config is loaded
     // Set when the name did not resolve at load: not a configuration error (DNS may answer
     // later); the upstream counts as down and the name is retried (UpstreamPool).
     std::string resolveError;
+    unsigned weight = 1;  // `weight=N`: its share of the route's connections
+    bool backup = false;  // `backup`: used only while no other upstream is up
 };
 
 struct RouteConfig {
     std::string name;  // "default" for --listen/--upstream
     SocketAddress listen;
-    std::vector<UpstreamConfig> upstreams;  // round robin; next one on connect failure
+    std::vector<UpstreamConfig> upstreams;  // weighted round robin; next one on connect failure
     bool audit = true;
     uint32_t healthCheckIntervalMs = 0;  // active TCP checks of the upstreams; 0 = off
+    RouteOverrides overrides;            // the route's own values of global relay settings
 
     friend bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept;
 };

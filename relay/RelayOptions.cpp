@@ -9,22 +9,23 @@ namespace splicegate {
 namespace po = boost::program_options;
 namespace {
 
-// A name TCP_CONGESTION could take (the kernel's TCP_CA_NAME_MAX); whether this kernel has it
-// is checked at start (congestionControlProblems).
 std::string congestionName(const OptionValues& values, const std::string& key) {
-    std::string name = values.text(key);
+    return checkedCongestionName(values.text(key), values.label(key));
+}
+
+}  // namespace
+
+std::string checkedCongestionName(const std::string& name, const std::string& label) {
     bool wellFormed = name.size() < kCongestionNameMax &&
                       std::all_of(name.begin(), name.end(), [](unsigned char c) {
                           return std::isalnum(c) != 0 || c == '_' || c == '-';
                       });
     if (!wellFormed)
-        throw UsageError(values.label(key) + ": '" + name +
+        throw UsageError(label + ": '" + name +
                          "' is no congestion control name (letters, digits, '_' or '-'; at most " +
                          std::to_string(kCongestionNameMax - 1) + " characters)");
     return name;
 }
-
-}  // namespace
 
 // One option per line reads better than the formatter's layout of a call chain.
 // clang-format off

@@ -39,6 +39,10 @@ struct RelaySettings {
 // The relay's options, their defaults from RelaySettings{}.
 boost::program_options::options_description relayOptions();
 RelaySettings readRelaySettings(const OptionValues& values);
+// `name` if TCP_CONGESTION could take it (the kernel's TCP_CA_NAME_MAX, letters, digits, '_',
+// '-'); throws UsageError naming `label` otherwise. Whether this kernel has it is checked at
+// start and reload (congestionControlProblems).
+std::string checkedCongestionName(const std::string& name, const std::string& label);
 // Every relay option takes effect at the next start only.
 void listChanged(const RelaySettings& running, const RelaySettings& next, ChangedOptions& changed);
 

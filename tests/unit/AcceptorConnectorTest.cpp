@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kConnectTimeoutMs = 1500;
 
 UpstreamConfig upstream(const char* text) {
-    return UpstreamConfig{text, {numericAddress(text)}, {}};
+    return UpstreamConfig{text, {numericAddress(text)}, {}, 1, false};
 }
 
 WorkerSettings settings(std::uint64_t maxConnections = 100) {

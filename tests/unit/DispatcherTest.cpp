@@ -77,7 +77,7 @@ class RecordingLane final : public Lane {
 };
 
 UpstreamConfig upstream(const char* text) {
-    return UpstreamConfig{text, {numericAddress(text)}, {}};
+    return UpstreamConfig{text, {numericAddress(text)}, {}, 1, false};
 }
 
 class DispatcherTest : public ::testing::Test {

@@ -15,11 +15,11 @@ using std::chrono::milliseconds;
 using test::numericAddress;
 
 UpstreamConfig upstream(const char* text) {
-    return UpstreamConfig{text, {numericAddress(text)}, {}};
+    return UpstreamConfig{text, {numericAddress(text)}, {}, 1, false};
 }
 
 UpstreamConfig unresolved(const char* text) {
-    return UpstreamConfig{text, {}, "Name or service not known"};
+    return UpstreamConfig{text, {}, "Name or service not known", 1, false};
 }
 
 UpstreamHealthPolicy policy() {
@@ -120,7 +120,7 @@ TEST(UpstreamPoolTest, NamesAreReResolvedAndKeepAddressesWhenDnsFails) {
     auto now = Clock::now();
     UpstreamHealthPolicy p = policy();
     p.reresolveInterval = milliseconds(30000);
-    UpstreamPool pool("web", {UpstreamConfig{"backend:80", {numericAddress("127.0.0.1:80")}, {}}}, p,
+    UpstreamPool pool("web", {UpstreamConfig{"backend:80", {numericAddress("127.0.0.1:80")}, {}, 1, false}}, p,
                       nullptr, now);
     EXPECT_TRUE(pool.dueResolutions(now + milliseconds(29999)).empty());
     ASSERT_EQ(pool.dueResolutions(now + milliseconds(30000)).size(), 1u);
