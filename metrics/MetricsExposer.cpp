@@ -115,9 +115,11 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     auto refused = family("splicegate_connections_refused_total",
                           "Client connections refused before relaying, by route and reason.",
                           MetricType::Counter);
+    // One label set per name: the route's total is sum by (route) of the per-upstream series.
     auto connectFailures = family(
         "splicegate_upstream_connect_failures_total",
-        "Upstream connection attempts that failed (refused, unreachable or timed out), by route.",
+        "Client connections' upstream connect attempts that failed (refused, unreachable or "
+        "timed out), by route and upstream; active health checks are not counted here.",
         MetricType::Counter);
     auto bytes = family("splicegate_bytes_total",
                         "Bytes relayed, by route and direction (c2u: client to upstream, u2c: "
@@ -142,22 +144,53 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
             addCounter(closed, {{"reason", reason}, {"route", route.name}}, count);
         for (const auto& [reason, count] : route.refused)
             addCounter(refused, {{"reason", reason}, {"route", route.name}}, count);
-        addCounter(connectFailures, {{"route", route.name}}, route.connectFailures);
         addCounter(bytes, {{"direction", "c2u"}, {"route", route.name}}, route.bytesC2u);
         addCounter(bytes, {{"direction", "u2c"}, {"route", route.name}}, route.bytesU2c);
     }
-    // Per upstream: the same failures counter with an upstream label, and its health.
+    // Per upstream: connect failures, health checks, state, active connections, transitions.
     auto upstreamUp = family("splicegate_upstream_up",
-                             "Whether the upstream is in use (1) or down (0: failing connects, "
-                             "or its name does not resolve yet), by route and upstream.",
+                             "Whether the upstream is healthy (1) or down (0: failing connects "
+                             "or checks, or its name does not resolve yet), by route and "
+                             "upstream; a disabled upstream keeps its health here.",
                              MetricType::Gauge);
+    auto upstreamState = family("splicegate_upstream_state",
+                                "The upstream's state (1 for the one it is in): up, down, or "
+                                "disabled (maintenance: no new connections).",
+                                MetricType::Gauge);
+    auto checkFailures = family("splicegate_upstream_health_check_failures_total",
+                                "Active health checks of the upstream that failed.",
+                                MetricType::Counter);
+    auto upstreamActive = family("splicegate_upstream_connections_active",
+                                 "Connections established to the upstream and still open.",
+                                 MetricType::Gauge);
+    auto transitions = family("splicegate_upstream_state_changes_total",
+                              "Health transitions of the upstream, by the state changed to "
+                              "(up, down).",
+                              MetricType::Counter);
     for (const auto& upstream : s.upstreams) {
-        addCounter(connectFailures, {{"route", upstream.route}, {"upstream", upstream.upstream}},
-                   upstream.connectFailures);
-        addGauge(upstreamUp, {{"route", upstream.route}, {"upstream", upstream.upstream}},
-                 upstream.up ? 1.0 : 0.0);
+        Labels labels{{"route", upstream.route}, {"upstream", upstream.upstream}};
+        addCounter(connectFailures, labels, upstream.connectFailures);
+        addCounter(checkFailures, labels, upstream.healthCheckFailures);
+        addGauge(upstreamUp, labels, upstream.up ? 1.0 : 0.0);
+        addGauge(upstreamActive, labels, asDouble(upstream.active));
+        for (const char* state : {"up", "down", "disabled"}) {
+            auto stateLabels = labels;
+            stateLabels.push_back({"state", state});
+            addGauge(upstreamState, std::move(stateLabels),
+                     std::string_view(upstream.state()) == state ? 1.0 : 0.0);
+        }
+        auto toDown = labels;
+        toDown.push_back({"to", "down"});
+        addCounter(transitions, std::move(toDown), upstream.wentDown);
+        auto toUp = labels;
+        toUp.push_back({"to", "up"});
+        addCounter(transitions, std::move(toUp), upstream.cameUp);
     }
     out.push_back(std::move(upstreamUp));
+    out.push_back(std::move(upstreamState));
+    out.push_back(std::move(checkFailures));
+    out.push_back(std::move(upstreamActive));
+    out.push_back(std::move(transitions));
     out.push_back(std::move(accepted));
     out.push_back(std::move(active));
     out.push_back(std::move(closed));

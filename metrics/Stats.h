@@ -88,8 +88,16 @@ struct RouteSnapshot {
 struct UpstreamSnapshot {
     std::string route;
     std::string upstream;  // as configured
-    bool up = false;
-    std::uint64_t connectFailures = 0;
+    bool up = false;        // healthy (resolved, connects succeed), whether disabled or not
+    bool disabled = false;  // taken out by the operator (maintenance)
+    bool backup = false;
+    unsigned weight = 1;
+    std::uint64_t active = 0;
+    std::uint64_t connectFailures = 0;      // client connections' connect attempts
+    std::uint64_t healthCheckFailures = 0;  // active health checks
+    std::uint64_t wentDown = 0, cameUp = 0;  // state transitions
+    // "up", "down" or "disabled" (disabled wins: it is what the operator asked for).
+    const char* state() const noexcept { return disabled ? "disabled" : up ? "up" : "down"; }
 };
 
 struct StatsSnapshot {

@@ -162,27 +162,51 @@ std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
 
 bool Acceptor::admit(const Listener& listener, const SocketAddress& peer,
                      std::chrono::steady_clock::time_point now) {
+    const Route& route = *listener.route;
     auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
     if (active >= context_.settings.relay.maxConnections) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
         refuse(listener, RefuseReason::MaxConnections);
         if (now - lastRefusalLog_ > std::chrono::seconds(1)) {
-            logWarn("route ", listener.route->config.name,
+            logWarn("route ", route.config.name,
                     ": refusing connections: ", context_.settings.relay.maxConnections,
                     " connections open (--max-connections)");
             lastRefusalLog_ = now;
         }
         return false;
     }
-    if (!context_.sourceLimiter.tryAcquire(peer)) {
+    auto& routeActive = context_.routeActive[route.statsIndex];
+    auto onRoute = routeActive.fetch_add(1, std::memory_order_relaxed);
+    if (route.settings.maxConnections != 0 && onRoute >= route.settings.maxConnections) {
+        routeActive.fetch_sub(1, std::memory_order_relaxed);
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        refuse(listener, RefuseReason::MaxConnections);
+        logWarnLimited("route max-connections " + route.config.name, "route ", route.config.name,
+                       ": refusing connections: ", route.settings.maxConnections,
+                       " connections open on the route (its max-connections)");
+        return false;
+    }
+    if (!acquireSource(route, peer)) {
+        routeActive.fetch_sub(1, std::memory_order_relaxed);
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
         refuse(listener, RefuseReason::MaxConnectionsPerSource);
-        logWarnLimited("per-source refusals", "route ", listener.route->config.name, ": refusing ",
-                       peer, ": ", context_.sourceLimiter.limit(),
-                       " connections open from it (--max-connections-per-source)");
+        auto limit = route.settings.ownSourceLimit ? route.settings.maxConnectionsPerSource
+                                                   : context_.sourceLimiter.limit();
+        logWarnLimited("per-source refusals", "route ", route.config.name, ": refusing ", peer,
+                       ": ", limit, " connections open from it (",
+                       route.settings.ownSourceLimit ? "the route's " : "--",
+                       "max-connections-per-source)");
         return false;
     }
     return true;
+}
+
+// A route with its own per-source limit counts its connections apart (relay/RouteSettings.h).
+bool Acceptor::acquireSource(const Route& route, const SocketAddress& peer) {
+    if (route.settings.ownSourceLimit)
+        return context_.routeSourceLimiters[route.statsIndex].tryAcquire(
+            peer, route.settings.maxConnectionsPerSource);
+    return context_.sourceLimiter.tryAcquire(peer);
 }
 
 void Acceptor::refuse(const Listener& listener, RefuseReason reason) noexcept {
@@ -196,9 +220,14 @@ void Acceptor::handOffFailed(Admitted& admitted) noexcept {
     admitted.handOffTo.reset();
 }
 
-void Acceptor::release(const SocketAddress& peer) noexcept {
+void Acceptor::release(const Route& route, const SocketAddress& peer) noexcept {
     context_.workerLoads->add(worker_, -1);
-    context_.sourceLimiter.release(peer);
+    if (route.settings.ownSourceLimit)
+        context_.routeSourceLimiters[route.statsIndex].release(
+            peer, route.settings.maxConnectionsPerSource);
+    else
+        context_.sourceLimiter.release(peer);
+    context_.routeActive[route.statsIndex].fetch_sub(1, std::memory_order_relaxed);
     context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -53,7 +53,7 @@ class Acceptor {
     // The worker it was to go to did not take it: it stays here.
     void handOffFailed(Admitted& admitted) noexcept;
     // What admission booked for a connection this worker owns.
-    void release(const SocketAddress& peer) noexcept;
+    void release(const Route& route, const SocketAddress& peer) noexcept;
     // Accepts submitted whose completion has not come yet (a closed listener's cancelled ones
     // included): a drain is over only when none is left, since each may carry a connection.
     std::uint32_t acceptsInFlight() const noexcept { return acceptsInFlight_; }
@@ -79,6 +79,7 @@ class Acceptor {
     void closeListener(std::uint32_t index);
     void armAccepts(std::uint32_t index);
     void armAccept(std::uint32_t index, std::uint8_t which);
+    bool acquireSource(const Route& route, const SocketAddress& peer);
     bool admit(const Listener& listener, const SocketAddress& peer,
                std::chrono::steady_clock::time_point now);
     void refuse(const Listener& listener, RefuseReason reason) noexcept;

@@ -102,14 +102,14 @@ std::string sysctlText(const char* path) {
     return value;
 }
 
-std::optional<std::string> congestionProblem(const char* option, const std::string& algorithm) {
+std::optional<std::string> congestionProblem(const std::string& option, const std::string& algorithm) {
     if (algorithm.empty()) return std::nullopt;
     UniqueFd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!probe) probe.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!probe) return std::string(option) + " " + algorithm + ": socket: " + errnoText(errno);
+    if (!probe) return option + " " + algorithm + ": socket: " + errnoText(errno);
     int rc = setCongestionControl(probe.get(), algorithm);
     if (rc == 0) return std::nullopt;
-    std::string label = std::string(option) + " " + algorithm + ": ";
+    std::string label = option + " " + algorithm + ": ";
     if (rc == -ENOENT)
         return label + "this kernel has no such congestion control (available: " +
                sysctlText("/proc/sys/net/ipv4/tcp_available_congestion_control") + ")";
@@ -192,6 +192,11 @@ std::vector<std::string> congestionControlProblems(const Config& config) {
     if (auto problem =
             congestionProblem("--upstream-tcp-congestion", config.relay.upstreamCongestion))
         problems.push_back(*problem);
+    for (const auto& route : config.routes)
+        if (route.overrides.upstreamCongestion)
+            if (auto problem = congestionProblem("route '" + route.name + "': upstream-tcp-congestion",
+                                                 *route.overrides.upstreamCongestion))
+                problems.push_back(*problem);
     return problems;
 }
 

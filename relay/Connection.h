@@ -24,6 +24,8 @@ struct Connection {
     SocketAddress upstreamAddress;
     std::uint32_t upstreamIndex = 0;  // the route pool's upstream of the current attempt
     std::uint32_t connectAttempts = 0;
+    // Connected: counted in the pool's active connections of upstreamIndex until released.
+    bool countedOnUpstream = false;
     std::uint32_t connectOps = 0;  // connect and its linked timeout, while in flight
     // A poll on the client socket while connecting: a client that resets (or closes both ways)
     // cancels its upstream connect instead of leaving it to the connect timeout.

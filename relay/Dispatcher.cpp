@@ -42,7 +42,6 @@ Dispatcher::Dispatcher(unsigned index, RelayContext& context, WorkerStats& stats
       context_(context),
       stats_(stats),
       parts_(std::move(parts)),
-      timeouts_(context.settings.relay.idleTimeoutMs, context.settings.relay.halfClosedTimeoutMs),
       timerInterval_(toTimespec(workerTickPeriod(context.settings))) {
     router_.route<&Dispatcher::onWorkerCompletion>(RingOwner::Worker, *this);
     router_.route<&Dispatcher::onLaneCompletion>(RingOwner::Mover, *this);
@@ -192,7 +191,7 @@ void Dispatcher::onTimer() {
 void Dispatcher::closeTimedOut() {
     for (Connection* c : parts_.connections.due(now_)) {
         if (c->state != ConnectionState::Relaying) continue;
-        auto verdict = timeouts_.check(*c, now_);
+        auto verdict = timeoutsOf(*c).check(*c, now_);
         if (verdict.close)
             closeConnection(*c, verdict.reason, verdict.resetPeers);
         else if (verdict.rearm)
@@ -214,7 +213,7 @@ void Dispatcher::adopt(Admitted admitted) {
     // While draining, a connection accepted before the drain is served here (the loop runs, so
     // it is not over); only a stop refuses it.
     if (stopping_) {  // closing the socket is the refusal
-        parts_.acceptor.release(admitted.peer);
+        parts_.acceptor.release(*admitted.route, admitted.peer);
         return;
     }
     startAccepted(std::move(admitted));
@@ -261,7 +260,8 @@ void Dispatcher::startRelaying(Connection& c) {
     c.state = ConnectionState::Relaying;
     c.connectedAt = now_;
     c.io.relaying = true;
-    if (timeouts_.any()) parts_.connections.setDeadline(c, timeouts_.nextDeadline(c));
+    if (auto timeouts = timeoutsOf(c); timeouts.any())
+        parts_.connections.setDeadline(c, timeouts.nextDeadline(c));
     if (parts_.audit != nullptr && c.route->config.audit) {
         auto action = parts_.audit->open(c.io, c.route->config.name, c.clientAddress.toString(),
                                          c.upstreamAddress.toString());
@@ -373,7 +373,8 @@ void Dispatcher::releaseConnection(Connection& c) {
     if (context_.settings.relay.accessLog)
         accessLines_.add(LogLevel::Info,
                          formatAccessLine(record, context_.settings.relay.accessLogFormat));
-    parts_.acceptor.release(c.clientAddress);
+    if (c.countedOnUpstream) c.route->pool->connectionClosed(c.upstreamIndex);
+    parts_.acceptor.release(*c.route, c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).active.sub(1);
     parts_.connections.release(c);

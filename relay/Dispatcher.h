@@ -87,6 +87,11 @@ class Dispatcher {
     int rotateAudit() noexcept;
 
   private:
+    // The connection's route's timeouts (a route may set its own; relay/RouteSettings.h).
+    static ConnectionTimeouts timeoutsOf(const Connection& c) noexcept {
+        return {c.route->settings.idleTimeoutMs, c.route->settings.halfClosedTimeoutMs};
+    }
+
     void onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe);
     void onLaneCompletion(CompletionTag tag, const io_uring_cqe& cqe);
     void onAuditCompletion(CompletionTag tag, const io_uring_cqe& cqe);
@@ -117,7 +122,6 @@ class Dispatcher {
     RelayContext& context_;
     WorkerStats& stats_;
     DispatcherParts parts_;
-    ConnectionTimeouts timeouts_;
     CompletionRouter router_;
     Clock::time_point now_;
     bool draining_ = false;

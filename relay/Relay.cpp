@@ -15,7 +15,10 @@ bool sameUpstreams(const RouteConfig& a, const RouteConfig& b) {
         a.healthCheckIntervalMs != b.healthCheckIntervalMs)
         return false;
     for (std::size_t i = 0; i < a.upstreams.size(); ++i)
-        if (a.upstreams[i].text != b.upstreams[i].text) return false;
+        if (a.upstreams[i].text != b.upstreams[i].text ||
+            a.upstreams[i].weight != b.upstreams[i].weight ||
+            a.upstreams[i].backup != b.upstreams[i].backup)
+            return false;
     return true;
 }
 
@@ -36,6 +39,7 @@ AcceptedSocketOptions acceptedOptions(const WorkerSettings& settings) {
 }  // namespace
 
 std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index,
+                                                  const RelaySettings& global,
                                                   const RouteTable* previous) {
     auto table = std::make_shared<RouteTable>();
     for (const auto& route : config.routes) {
@@ -43,7 +47,8 @@ std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteInd
         if (slot >= kMaxRoutes)
             throw UsageError("route " + route.name + ": more than " + std::to_string(kMaxRoutes) +
                              " route names since start; restart to reset");
-        table->push_back(std::make_shared<const Route>(route, slot, poolFor(route, previous)));
+        table->push_back(
+            std::make_shared<const Route>(route, slot, poolFor(route, previous), global));
     }
     return table;
 }
@@ -54,7 +59,7 @@ Relay::Relay(const Config& config, unsigned workerCount, WorkerSettings settings
     : context_(std::make_unique<RelayContext>(settings, pipeBudgetBytes)) {
     context_->auditStart = std::move(auditStart);
     context_->nextConnectionId.store(firstConnectionId);
-    auto table = buildRouteTable(config, context_->routeIndex);
+    auto table = buildRouteTable(config, context_->routeIndex, settings.relay);
     context_->setListenerSockets(
         ListenerSockets::bind(*table, workerCount, nullptr, acceptedOptions(settings), inherited));
     context_->setRoutes(table);
@@ -76,7 +81,9 @@ Relay::~Relay() { stop(); }
 void Relay::reload(const Config& config) {
     if (draining()) throw std::runtime_error("draining: the configuration is no longer reloaded");
     auto running = context_->routes();
-    auto table = buildRouteTable(config, context_->routeIndex, running.get());
+    // The global relay settings change at restart only; a route's own values apply now.
+    auto table = buildRouteTable(config, context_->routeIndex, context_->settings.relay,
+                                 running.get());
     // Bound before anything changes: a failure here leaves the running set as it was. Workers
     // close an old listener only after this, so no address stops accepting in between.
     auto sockets = ListenerSockets::bind(*table, workerCount(), context_->listenerSockets().get(),

@@ -58,9 +58,10 @@ class Relay {
     std::atomic<bool> draining_{false};
 };
 
-// The routes of `config`; a route of `previous` with the same name and upstreams hands its
-// UpstreamPool on (health and counters survive a reload).
+// The routes of `config` over the `global` relay settings; a route of `previous` with the same
+// name hands its upstreams' state on (health, counters and disables survive a reload).
 std::shared_ptr<const RouteTable> buildRouteTable(const Config& config, RouteIndex& index,
+                                                  const RelaySettings& global,
                                                   const RouteTable* previous = nullptr);
 
 }  // namespace splicegate

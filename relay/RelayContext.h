@@ -1,6 +1,7 @@
 #pragma once
 // What all workers share: settings fixed at start, the current route table, and a few atomics
 // touched once per connection (never per byte).
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -68,6 +69,11 @@ class RelayContext {
     audit::SealHeads sealHeads;  // each worker's newest seal, for `splicegatectl status`
     RouteIndex routeIndex;
     SourceLimiter sourceLimiter{settings.relay.maxConnectionsPerSource};
+    // By route (statsIndex, stable across reloads): open connections, for a route's own
+    // max-connections, and the per-source counts of routes with their own
+    // max-connections-per-source (relay/RouteSettings.h).
+    std::array<std::atomic<std::uint64_t>, kMaxRoutes> routeActive{};
+    std::array<SourceLimiter, kMaxRoutes> routeSourceLimiters;
     // Set by the Relay before any worker starts, constant afterwards: the workers (for handing
     // a new connection over) and the connections each owns.
     std::vector<Worker*> workers;

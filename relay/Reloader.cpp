@@ -1,6 +1,8 @@
 #include "relay/Reloader.h"
 
+#include "common/Error.h"
 #include "common/Log.h"
+#include "relay/ConfigCheck.h"
 
 namespace splicegate {
 
@@ -17,6 +19,9 @@ ReloadResult Reloader::reload(std::string_view requester) {
     std::lock_guard lock(mutex_);
     try {
         ReloadResult result{loadConfig(args_), {}};
+        // A route's own congestion control must exist here before anything changes.
+        if (auto problems = congestionControlProblems(result.config); !problems.empty())
+            throw UsageError(joinNames(problems));
         edge_.checkConfig(result.config);  // the filter's maps must hold the new rules
         relay_.reload(result.config);      // binds first; throws with nothing changed
         edge_.applyConfig(result.config);

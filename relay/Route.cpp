@@ -9,8 +9,13 @@ UpstreamHealthPolicy healthPolicyOf(const RouteConfig& route) {
 }
 
 Route::Route(RouteConfig routeConfig, std::size_t statsSlot,
-             std::shared_ptr<UpstreamPool> upstreamPool)
-    : config(std::move(routeConfig)), statsIndex(statsSlot), pool(std::move(upstreamPool)) {
+             std::shared_ptr<UpstreamPool> upstreamPool, const RelaySettings& global)
+    : config(std::move(routeConfig)),
+      statsIndex(statsSlot),
+      settings(effectiveRouteSettings(config.overrides, global)),
+      pool(std::move(upstreamPool)) {
+    connectTimeout.tv_sec = static_cast<long long>(settings.connectTimeoutMs / 1000);
+    connectTimeout.tv_nsec = static_cast<long long>(settings.connectTimeoutMs % 1000) * 1000000;
     if (!pool)
         pool =
             std::make_shared<UpstreamPool>(config.name, config.upstreams, healthPolicyOf(config));

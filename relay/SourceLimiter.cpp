@@ -24,17 +24,17 @@ SourceLimiter::Key SourceLimiter::keyOf(const SocketAddress& client) noexcept {
     return key;
 }
 
-bool SourceLimiter::tryAcquire(const SocketAddress& client) {
-    if (limit_ == 0) return true;
+bool SourceLimiter::tryAcquire(const SocketAddress& client, std::uint64_t limit) {
+    if (limit == 0) return true;
     std::lock_guard lock(mutex_);
     auto& open = open_[keyOf(client)];
-    if (open >= limit_) return false;
+    if (open >= limit) return false;
     ++open;
     return true;
 }
 
-void SourceLimiter::release(const SocketAddress& client) {
-    if (limit_ == 0) return;
+void SourceLimiter::release(const SocketAddress& client, std::uint64_t limit) {
+    if (limit == 0) return;
     std::lock_guard lock(mutex_);
     auto found = open_.find(keyOf(client));
     if (found == open_.end()) return;

@@ -20,11 +20,7 @@ ConnectStep fail(CloseReason reason) noexcept {
 
 UpstreamConnector::UpstreamConnector(RelayContext& context, RingOps& ring,
                                      ConnectionTable& connections)
-    : context_(context), ring_(ring), connections_(connections) {
-    const std::uint32_t ms = context.settings.relay.connectTimeoutMs;
-    connectTimeout_.tv_sec = static_cast<long long>(ms / 1000);
-    connectTimeout_.tv_nsec = static_cast<long long>(ms % 1000) * 1000000;
-}
+    : context_(context), ring_(ring), connections_(connections) {}
 
 ConnectStep UpstreamConnector::start(Connection& c) {
     auto pick = c.route->pool->pick();
@@ -47,7 +43,7 @@ ConnectStep UpstreamConnector::start(Connection& c) {
         logDebug("connection ", c.id(), ": TCP_NODELAY: ", errnoText(-rc));
     // Checked at start (congestionControlProblems): a failure here is the kernel's, and the
     // connection can go on with the system's default.
-    const auto& congestion = context_.settings.relay.upstreamCongestion;
+    const auto& congestion = c.route->settings.upstreamCongestion;
     if (int rc = setCongestionControl(fd, congestion); rc < 0)
         logWarnLimited("upstream-tcp-congestion", "route ", c.route->config.name,
                        ": TCP_CONGESTION ", congestion, " for ", c.upstreamAddress, ": ",
@@ -58,7 +54,10 @@ ConnectStep UpstreamConnector::start(Connection& c) {
     c.upstreamDelaysAcks = context_.settings.relay.delayedAck &&
                            bytesWaiting(c.io.client.get()) > 0 && enterDelayedAckMode(fd) == 0;
     ++c.connectAttempts;
-    ring_.connect(fd, c.upstreamAddress.get(), c.upstreamAddress.length(), &connectTimeout_,
+    // The route (held by the connection) outlives the SQE that points at its timeout; the
+    // kernel only reads it (liburing's prep takes a non-const pointer).
+    auto* timeout = const_cast<__kernel_timespec*>(&c.route->connectTimeout);
+    ring_.connect(fd, c.upstreamAddress.get(), c.upstreamAddress.length(), timeout,
                   tagOf(WorkerOp::Connect, c), tagOf(WorkerOp::ConnectTimeout, c));
     c.connectOps += 2;
     if (c.connectAttempts == 1) watchSoon_.push_back(tagOf(WorkerOp::ClientWatch, c));
@@ -70,6 +69,8 @@ ConnectStep UpstreamConnector::onConnect(Connection& c, int result) {
     if (c.state != ConnectionState::Connecting) return {};
     c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
+        c.route->pool->connectionOpened(c.upstreamIndex);
+        c.countedOnUpstream = true;
         if (c.watchingClient) {
             ring_.pollRemove(tagOf(WorkerOp::ClientWatch, c),
                              CompletionTag::make(WorkerOp::Ignore));

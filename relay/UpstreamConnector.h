@@ -1,6 +1,6 @@
 #pragma once
 // A connection's way to its upstream: the route's pool picks an address (round robin over the
-// healthy ones, probes of down ones), the connect goes in linked to --connect-timeout-ms, its
+// healthy ones, probes of down ones), the connect goes in linked to the route's connect timeout, its
 // outcome is reported to the pool (the health UpstreamMonitor reads), and a failed one is tried
 // again on the route's next address until each had its turn. A client that leaves while its
 // connect is slow cancels it (the client watch). Every step returns what the worker is to do.
@@ -55,7 +55,6 @@ class UpstreamConnector {
     RelayContext& context_;
     RingOps& ring_;
     ConnectionTable& connections_;
-    __kernel_timespec connectTimeout_{};
     // Clients whose upstream connect started this turn (watchSoon_) and last turn (watchDue_).
     // A connect still running a turn later gets its client watched (watchClient); most (on
     // loopback) are done by then, and the watch's two SQEs and two completions are saved.

@@ -99,7 +99,7 @@ void UpstreamMonitor::maintain(const RouteTable& table, std::chrono::millisecond
             pool.setResolved(due.upstream, std::move(addresses), error, UpstreamPool::Clock::now());
         }
         for (const auto& due : pool.dueChecks(UpstreamPool::Clock::now()))
-            pool.report(due.upstream, probeTcp(due.address, checkTimeout));
+            pool.reportCheck(due.upstream, probeTcp(due.address, checkTimeout));
     }
 }
 

@@ -18,12 +18,22 @@ UpstreamPool::UpstreamPool(std::string route, const std::vector<UpstreamConfig>&
         entry.addresses = upstream.addresses;
         entry.resolveAt = entry.addresses.empty() ? now : now + policy_.reresolveInterval;
         entry.checkAt = now;
+        entry.weight = upstream.weight;
+        entry.backup = upstream.backup;
         if (previous != nullptr) {
             std::lock_guard lock(previous->mutex_);
             for (const auto& old : previous->entries_) {
                 if (old.text != entry.text) continue;
                 auto fresh = std::move(entry.addresses);
+                // Health, counters and the operator's disable carry on; the balancing options
+                // are the new config's.
+                entry.addresses.clear();
+                auto weight = entry.weight;
+                auto backup = entry.backup;
                 entry = old;
+                entry.weight = weight;
+                entry.backup = backup;
+                entry.currentWeight = 0;
                 entry.probing = false;
                 entry.resolving = false;
                 // The config was just resolved again: its answer is the newer one.
@@ -53,22 +63,42 @@ UpstreamPool::Pick UpstreamPool::take(std::uint32_t index, Clock::time_point now
     return pick;
 }
 
+template <typename Admit>
+std::optional<std::uint32_t> UpstreamPool::weightedPick(Admit admit) {
+    std::int64_t total = 0;
+    std::optional<std::uint32_t> best;
+    for (std::uint32_t i = 0; i < entries_.size(); ++i) {
+        auto& entry = entries_[i];
+        if (!admit(entry)) continue;
+        entry.currentWeight += entry.weight;
+        total += entry.weight;
+        if (!best || entry.currentWeight > entries_[*best].currentWeight) best = i;
+    }
+    if (best) entries_[*best].currentWeight -= total;
+    return best;
+}
+
 std::optional<UpstreamPool::Pick> UpstreamPool::pick(Clock::time_point now) {
     std::lock_guard lock(mutex_);
-    const auto count = entries_.size();
-    for (std::size_t step = 0; step < count; ++step) {
-        auto index = static_cast<std::uint32_t>((cursor_ + step) % count);
-        if (!eligible(entries_[index], now)) continue;
-        cursor_ = index + 1;
-        return take(index, now);
+    auto usable = [&](bool backup) {
+        return [this, now, backup](const Entry& entry) {
+            return entry.backup == backup && !entry.disabled && eligible(entry, now);
+        };
+    };
+    // A primary due for its probe goes first: one connection decides whether it is back, and
+    // its running weight (frozen while it was down) must not hold the probe back.
+    for (std::uint32_t i = 0; i < entries_.size(); ++i) {
+        const auto& entry = entries_[i];
+        if (entry.down && !entry.backup && !entry.disabled && eligible(entry, now))
+            return take(i, now);
     }
-    for (std::size_t step = 0; step < count; ++step) {
-        auto index = static_cast<std::uint32_t>((cursor_ + step) % count);
-        if (entries_[index].addresses.empty()) continue;
-        cursor_ = index + 1;
-        return take(index, now);
-    }
-    return std::nullopt;
+    auto index = weightedPick(usable(false));
+    if (!index) index = weightedPick(usable(true));
+    if (!index)
+        index = weightedPick(
+            [](const Entry& entry) { return !entry.disabled && !entry.addresses.empty(); });
+    if (!index) return std::nullopt;
+    return take(*index, now);
 }
 
 void UpstreamPool::markDown(Entry& entry, Clock::time_point now) {
@@ -76,10 +106,12 @@ void UpstreamPool::markDown(Entry& entry, Clock::time_point now) {
                         ? policy_.downBackoffInitial
                         : std::min(entry.backoff * 2, policy_.downBackoffMax);
     entry.retryAt = now + entry.backoff;
-    if (!entry.down)
+    if (!entry.down) {
         logWarn("route ", route_, ": upstream ", entry.text, " is down after ",
                 entry.failuresInARow, " failed connects in a row; next try in ",
                 entry.backoff.count(), " ms");
+        entry.counters->wentDown.fetch_add(1, std::memory_order_relaxed);
+    }
     entry.down = true;
 }
 
@@ -87,15 +119,57 @@ void UpstreamPool::report(std::uint32_t upstream, bool connected, Clock::time_po
     std::lock_guard lock(mutex_);
     if (upstream >= entries_.size()) return;
     auto& entry = entries_[upstream];
+    if (!connected) entry.counters->connectFailures.fetch_add(1, std::memory_order_relaxed);
+    recordOutcome(entry, connected, now);
+}
+
+void UpstreamPool::reportCheck(std::uint32_t upstream, bool connected, Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    if (upstream >= entries_.size()) return;
+    auto& entry = entries_[upstream];
+    if (!connected) entry.counters->healthCheckFailures.fetch_add(1, std::memory_order_relaxed);
+    recordOutcome(entry, connected, now);
+}
+
+void UpstreamPool::connectionOpened(std::uint32_t upstream) noexcept {
+    std::lock_guard lock(mutex_);
+    if (upstream < entries_.size())
+        entries_[upstream].counters->active.fetch_add(1, std::memory_order_relaxed);
+}
+
+void UpstreamPool::connectionClosed(std::uint32_t upstream) noexcept {
+    std::lock_guard lock(mutex_);
+    if (upstream < entries_.size())
+        entries_[upstream].counters->active.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool UpstreamPool::setDisabled(const std::string& text, bool disabled) {
+    std::lock_guard lock(mutex_);
+    for (auto& entry : entries_) {
+        if (entry.text != text) continue;
+        if (entry.disabled != disabled)
+            logInfo("route ", route_, ": upstream ", entry.text,
+                    disabled ? " disabled (maintenance): no new connections, established ones go on"
+                             : " enabled again");
+        entry.disabled = disabled;
+        entry.currentWeight = 0;
+        return true;
+    }
+    return false;
+}
+
+void UpstreamPool::recordOutcome(Entry& entry, bool connected, Clock::time_point now) {
     entry.probing = false;
     if (connected) {
-        if (entry.down) logInfo("route ", route_, ": upstream ", entry.text, " is up again");
+        if (entry.down) {
+            logInfo("route ", route_, ": upstream ", entry.text, " is up again");
+            entry.counters->cameUp.fetch_add(1, std::memory_order_relaxed);
+        }
         entry.down = false;
         entry.failuresInARow = 0;
         entry.backoff = std::chrono::milliseconds{0};
         return;
     }
-    ++entry.connectFailures;
     ++entry.failuresInARow;
     // A failed probe (or a failure while down) waits longer; otherwise the threshold decides.
     if (entry.down || entry.failuresInARow >= policy_.failuresToDown) markDown(entry, now);
@@ -167,9 +241,22 @@ std::vector<UpstreamSnapshot> UpstreamPool::snapshot() const {
     std::lock_guard lock(mutex_);
     std::vector<UpstreamSnapshot> out;
     out.reserve(entries_.size());
-    for (const auto& entry : entries_)
-        out.push_back(
-            {route_, entry.text, !entry.addresses.empty() && !entry.down, entry.connectFailures});
+    for (const auto& entry : entries_) {
+        UpstreamSnapshot state;
+        state.route = route_;
+        state.upstream = entry.text;
+        state.up = !entry.addresses.empty() && !entry.down;
+        state.disabled = entry.disabled;
+        state.backup = entry.backup;
+        state.weight = entry.weight;
+        const auto& c = *entry.counters;
+        state.active = c.active.load(std::memory_order_relaxed);
+        state.connectFailures = c.connectFailures.load(std::memory_order_relaxed);
+        state.healthCheckFailures = c.healthCheckFailures.load(std::memory_order_relaxed);
+        state.wentDown = c.wentDown.load(std::memory_order_relaxed);
+        state.cameUp = c.cameUp.load(std::memory_order_relaxed);
+        out.push_back(std::move(state));
+    }
     return out;
 }
 

@@ -7,11 +7,18 @@
 // backoff; resolved names are re-resolved periodically. Optional active TCP checks connect to
 // each upstream at an interval and report like a connection would.
 //
+// Balancing: smooth weighted round robin (nginx's) over the upstreams that are not `backup`,
+// not disabled and up (or due for a probe); the backups the same way only while none of those
+// is. An upstream disabled by the operator (maintenance) gets no new connection; its
+// established ones go on.
+//
 // Thread-safety: pick()/report() are called by workers, the due*/set* calls by the
 // UpstreamMonitor thread, snapshot() by a scrape; one mutex, taken once per connect attempt.
 // The pool only decides; resolving and connecting are the caller's.
 #include <chrono>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,6 +29,15 @@
 #include "relay/Config.h"
 
 namespace splicegate {
+
+// What is counted of one upstream, across reloads that keep it.
+struct UpstreamCounters {
+    std::atomic<std::uint64_t> active{0};
+    std::atomic<std::uint64_t> connectFailures{0};      // client connections' connects only
+    std::atomic<std::uint64_t> healthCheckFailures{0};  // active checks
+    std::atomic<std::uint64_t> wentDown{0};             // up -> down transitions
+    std::atomic<std::uint64_t> cameUp{0};               // down -> up transitions
+};
 
 struct UpstreamHealthPolicy {
     unsigned failuresToDown = 3;
@@ -60,12 +76,21 @@ class UpstreamPool {
     UpstreamPool(const UpstreamPool&) = delete;
     UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-    // The next upstream for a connect attempt, round robin over those that are up or due for a
-    // probe. When none is, any resolved one (a route with every upstream down still tries, as
-    // Envoy's panic mode does). nullopt: no upstream has an address yet.
+    // The next upstream for a connect attempt (weighted round robin, backups last, see above).
+    // When none is up, any resolved one that is not disabled (a route with every upstream down
+    // still tries, as Envoy's panic mode does). nullopt: none has an address or all are disabled.
     std::optional<Pick> pick(Clock::time_point now = Clock::now());
-    // The outcome of a connect to an address pick() gave.
+    // The outcome of a client connection's connect to an address pick() gave.
     void report(std::uint32_t upstream, bool connected, Clock::time_point now = Clock::now());
+    // The outcome of an active health check (counted apart from the connections' failures).
+    void reportCheck(std::uint32_t upstream, bool connected, Clock::time_point now = Clock::now());
+    // A connection to `upstream` was established / has closed (the active count).
+    void connectionOpened(std::uint32_t upstream) noexcept;
+    void connectionClosed(std::uint32_t upstream) noexcept;
+
+    // Maintenance (splicegatectl upstream disable|enable): false when no upstream of this route
+    // is configured as `text`.
+    bool setDisabled(const std::string& text, bool disabled);
 
     // Monitor side.
     std::vector<DueResolution> dueResolutions(Clock::time_point now);
@@ -96,18 +121,27 @@ class UpstreamPool {
         std::chrono::milliseconds resolveBackoff{0};
         bool resolving = false;
         Clock::time_point checkAt;
-        std::uint64_t connectFailures = 0;
+        unsigned weight = 1;
+        bool backup = false;
+        bool disabled = false;
+        std::int64_t currentWeight = 0;  // smooth weighted round robin's running value
+        // Shared with the pools that replace this one on reload, so that connections opened
+        // under the old pool are counted off where the new one reads them.
+        std::shared_ptr<UpstreamCounters> counters = std::make_shared<UpstreamCounters>();
     };
 
     bool eligible(const Entry& entry, Clock::time_point now) const;
+    // Smooth weighted round robin over the entries `admit` accepts; nullopt when none does.
+    template <typename Admit>
+    std::optional<std::uint32_t> weightedPick(Admit admit);
     Pick take(std::uint32_t index, Clock::time_point now);
     void markDown(Entry& entry, Clock::time_point now);
+    void recordOutcome(Entry& entry, bool connected, Clock::time_point now);
 
     const std::string route_;
     const UpstreamHealthPolicy policy_;
     mutable std::mutex mutex_;
     std::vector<Entry> entries_;
-    std::size_t cursor_ = 0;
 };
 
 }  // namespace splicegate

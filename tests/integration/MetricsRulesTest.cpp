@@ -115,6 +115,10 @@ TEST(MetricsRulesTest, RulesAndDashboardUseOnlyServedNames) {
     s.auditErrors = {{"write", 0}};
     s.xdpPackets = {{{"drop", "deny"}, 1}};
     s.adminRequests = {{{"status", "ok"}, 1}};
+    UpstreamSnapshot upstream;
+    upstream.route = "r";
+    upstream.upstream = "127.0.0.1:1";
+    s.upstreams.push_back(upstream);
     test::TempDir auditDir;
     MetricsExposer exposer(
         "127.0.0.1:0", [&] { return s; }, auditDir.path());

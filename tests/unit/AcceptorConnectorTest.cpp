@@ -51,7 +51,7 @@ std::shared_ptr<const Route> makeRoute(std::vector<UpstreamConfig> upstreams) {
     config.name = "web";
     config.listen = numericAddress("127.0.0.1:0");
     config.upstreams = std::move(upstreams);
-    return std::make_shared<Route>(config, 0);
+    return std::make_shared<Route>(config, 0, nullptr, settings().relay);
 }
 
 std::vector<PreparedOp> pendingOf(const FakeRing& ring, RingOp kind) {
@@ -135,7 +135,7 @@ TEST_F(AcceptorTest, AnAcceptCompletionIsAdmittedAndTheAcceptArmedAgain) {
     EXPECT_EQ(rearmed[0].op, RingOp::Accept);
     EXPECT_EQ(rearmed[0].tag, first.tag);
 
-    acceptor->release(admitted->peer);
+    acceptor->release(*admitted->route, admitted->peer);
     EXPECT_EQ(context->activeConnections.load(), 0u);
     EXPECT_EQ(context->workerLoads->load(0), 0);
 }

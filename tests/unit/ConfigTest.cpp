@@ -972,3 +972,100 @@ INSTANTIATE_TEST_SUITE_P(ConfigTest, BadInputTest, ::testing::ValuesIn(kBadInput
 
 }  // namespace
 }  // namespace splicegate
+
+namespace splicegate {
+namespace {
+
+// ---- Per-route settings and weighted upstreams ----------------------------------------------
+
+TEST_F(ConfigFileTest, RouteOverridesAndWeightedUpstreams) {
+    auto file = dir_.write("routes.conf", R"(idle-timeout-ms = 9000
+[route.web]
+listen = 127.0.0.1:8080
+upstream = 127.0.0.1:80 weight=3
+upstream = 127.0.0.1:81
+upstream = 127.0.0.1:82 backup weight=2
+idle-timeout-ms = 1500
+half-closed-timeout-ms = 700
+connect-timeout-ms = 250
+max-connections = 10
+max-connections-per-source = 0
+upstream-tcp-congestion = reno
+[route.plain]
+listen = 127.0.0.1:8081
+upstream = 127.0.0.1:90
+)");
+    auto config = parseConfig({"--config", file});
+    ASSERT_EQ(config.routes.size(), 2u);
+    const auto& web = config.routes[0];
+    ASSERT_EQ(web.upstreams.size(), 3u);
+    EXPECT_EQ(web.upstreams[0].text, "127.0.0.1:80");
+    EXPECT_EQ(web.upstreams[0].weight, 3u);
+    EXPECT_FALSE(web.upstreams[0].backup);
+    EXPECT_EQ(web.upstreams[1].weight, 1u);
+    EXPECT_TRUE(web.upstreams[2].backup);
+    EXPECT_EQ(web.upstreams[2].weight, 2u);
+    EXPECT_EQ(web.overrides.idleTimeoutMs, 1500u);
+    EXPECT_EQ(web.overrides.halfClosedTimeoutMs, 700u);
+    EXPECT_EQ(web.overrides.connectTimeoutMs, 250u);
+    EXPECT_EQ(web.overrides.maxConnections, 10u);
+    EXPECT_EQ(web.overrides.maxConnectionsPerSource, 0u);
+    EXPECT_EQ(web.overrides.upstreamCongestion, "reno");
+    auto settings = effectiveRouteSettings(web.overrides, config.relay);
+    EXPECT_EQ(settings.idleTimeoutMs, 1500u);
+    EXPECT_TRUE(settings.ownSourceLimit);
+    EXPECT_EQ(settings.upstreamCongestion, "reno");
+    // A route without its own values runs with the global ones.
+    const auto& plain = config.routes[1];
+    EXPECT_TRUE(plain.overrides == RouteOverrides{});
+    auto global = effectiveRouteSettings(plain.overrides, config.relay);
+    EXPECT_EQ(global.idleTimeoutMs, 9000u);
+    EXPECT_EQ(global.connectTimeoutMs, config.relay.connectTimeoutMs);
+    EXPECT_EQ(global.maxConnections, 0u);
+    EXPECT_FALSE(global.ownSourceLimit);
+    auto changed = web;
+    changed.upstreams[1].weight = 2;
+    EXPECT_FALSE(changed == web);
+    changed = web;
+    changed.overrides.idleTimeoutMs = 1;
+    EXPECT_FALSE(changed == web);
+}
+
+TEST_F(ConfigFileTest, BadRouteOverridesAndUpstreamOptionsNameLineAndKey) {
+    auto file = dir_.write("bad.conf", R"([route.web]
+listen = 127.0.0.1:8080
+upstream = 127.0.0.1:80 weight=0
+upstream = 127.0.0.1:81 heavy
+idle-timeout-ms = soon
+max-connections = 0
+upstream-tcp-congestion = no/such
+)");
+    auto problems = problemsOf({"--config", file});
+    ASSERT_EQ(problems.size(), 5u) << ::testing::PrintToString(problems);
+    EXPECT_NE(problems[0].find(file + ":3: route 'web': upstream '127.0.0.1:80 weight=0': weight"),
+              std::string::npos)
+        << problems[0];
+    EXPECT_NE(problems[0].find("out of range 1..1000"), std::string::npos) << problems[0];
+    EXPECT_NE(problems[1].find(file + ":4:"), std::string::npos) << problems[1];
+    EXPECT_NE(problems[1].find("'heavy'"), std::string::npos) << problems[1];
+    EXPECT_NE(problems[2].find(file + ":5: route 'web': idle-timeout-ms: invalid value 'soon'"),
+              std::string::npos)
+        << problems[2];
+    EXPECT_NE(problems[3].find(file + ":6: route 'web': max-connections"), std::string::npos)
+        << problems[3];
+    EXPECT_NE(problems[4].find(file + ":7: route 'web': upstream-tcp-congestion"),
+              std::string::npos)
+        << problems[4];
+}
+
+TEST(ConfigTest, CommandLineUpstreamTakesWeightAndBackup) {
+    auto config = parseConfig({"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:9000 weight=4",
+                               "--upstream", "127.0.0.1:9001 backup"});
+    ASSERT_EQ(config.routes.at(0).upstreams.size(), 2u);
+    EXPECT_EQ(config.routes[0].upstreams[0].weight, 4u);
+    EXPECT_EQ(config.routes[0].upstreams[0].text, "127.0.0.1:9000");
+    EXPECT_TRUE(config.routes[0].upstreams[1].backup);
+}
+
+}  // namespace
+}  // namespace splicegate

@@ -97,7 +97,7 @@ class DispatcherTest : public ::testing::Test {
         config.name = "web";
         config.listen = numericAddress("127.0.0.1:0");
         config.upstreams = std::move(upstreams);
-        auto table = std::make_shared<RouteTable>(RouteTable{std::make_shared<Route>(config, 0)});
+        auto table = std::make_shared<RouteTable>(RouteTable{std::make_shared<Route>(config, 0, nullptr, settings.relay)});
         context->setListenerSockets(ListenerSockets::bind(*table, 1, nullptr, {}));
         context->setRoutes(table);
 

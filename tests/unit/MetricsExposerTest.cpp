@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -115,6 +116,21 @@ StatsSnapshot knownSnapshot() {
     s.pipeBudgetUsedBytes = 1u << 29;
     s.xdpPackets = {{{"drop", "deny"}, 100}, {{"drop", "syn-rate"}, 50}, {{"pass", "allow"}, 7}};
     s.adminRequests = {{{"status", "ok"}, 9}, {{"kill", "error"}, 1}};
+    UpstreamSnapshot a;
+    a.route = "web";
+    a.upstream = "10.0.0.1:443";
+    a.up = true;
+    a.active = 4;
+    a.connectFailures = 3;
+    a.healthCheckFailures = 8;
+    a.wentDown = 2;
+    a.cameUp = 2;
+    UpstreamSnapshot b;
+    b.route = "web";
+    b.upstream = "10.0.0.2:443";
+    b.up = true;
+    b.disabled = true;
+    s.upstreams = {a, b};
     return s;
 }
 
@@ -142,6 +158,10 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {"splicegate_connections_closed_total", "counter"},
         {"splicegate_connections_refused_total", "counter"},
         {"splicegate_upstream_connect_failures_total", "counter"},
+        {"splicegate_upstream_health_check_failures_total", "counter"},
+        {"splicegate_upstream_connections_active", "gauge"},
+        {"splicegate_upstream_state", "gauge"},
+        {"splicegate_upstream_state_changes_total", "counter"},
         {"splicegate_bytes_total", "counter"},
         {"splicegate_audit_bytes_total", "counter"},
         {"splicegate_audit_fsync_seconds", "histogram"},
@@ -174,8 +194,18 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {R"(splicegate_connections_closed_total{reason="closed",route="default"})", 5},
         {R"(splicegate_connections_refused_total{reason="max-connections",route="web"})", 42},
         {R"(splicegate_connections_refused_total{reason="max-connections",route="default"})", 0},
-        {R"(splicegate_upstream_connect_failures_total{route="web"})", 3},
-        {R"(splicegate_upstream_connect_failures_total{route="default"})", 0},
+        {R"(splicegate_upstream_connect_failures_total{route="web",upstream="10.0.0.1:443"})", 3},
+        {R"(splicegate_upstream_connect_failures_total{route="web",upstream="10.0.0.2:443"})", 0},
+        {R"(splicegate_upstream_health_check_failures_total{route="web",upstream="10.0.0.1:443"})",
+         8},
+        {R"(splicegate_upstream_connections_active{route="web",upstream="10.0.0.1:443"})", 4},
+        {R"(splicegate_upstream_state{route="web",upstream="10.0.0.1:443",state="up"})", 1},
+        {R"(splicegate_upstream_state{route="web",upstream="10.0.0.1:443",state="down"})", 0},
+        {R"(splicegate_upstream_state{route="web",upstream="10.0.0.2:443",state="disabled"})", 1},
+        {R"(splicegate_upstream_state{route="web",upstream="10.0.0.2:443",state="up"})", 0},
+        {R"(splicegate_upstream_up{route="web",upstream="10.0.0.2:443"})", 1},
+        {R"(splicegate_upstream_state_changes_total{route="web",upstream="10.0.0.1:443",to="down"})",
+         2},
         {R"(splicegate_bytes_total{direction="c2u",route="web"})", 123456789012.0},
         {R"(splicegate_bytes_total{direction="u2c",route="web"})", 987654321},
         {R"(splicegate_bytes_total{direction="c2u",route="default"})", 11},
@@ -217,11 +247,39 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
             auto name = pair.substr(0, pair.find('='));
             static const std::vector<std::string> allowed = {
                 "route",  "reason",  "direction", "kind",    "state",
-                "action", "command", "result",    "version", "le"};
+                "action", "command", "result",    "version", "le",
+                "upstream", "to"};
             EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end())
                 << "unexpected label " << name << " on " << series;
         }
     }
+}
+
+// A name whose series carry different label sets breaks every sum by (...) over it: each name
+// has one label set (histogram buckets add only `le`).
+TEST(MetricsExposerTest, EveryNameHasOneLabelSet) {
+    auto body = renderMetricsText(knownSnapshot());
+    std::map<std::string, std::set<std::string>> labelSets;
+    for (const auto& [series, value] : samples(body)) {
+        auto brace = series.find('{');
+        std::string name = series.substr(0, brace);
+        std::string keys;
+        if (brace != std::string::npos) {
+            std::string labels = series.substr(brace + 1);
+            for (std::size_t at = 0; at < labels.size();) {
+                auto eq = labels.find('=', at);
+                if (eq == std::string::npos) break;
+                keys += labels.substr(at, eq - at) + ",";
+                auto close = labels.find('"', labels.find('"', eq) + 1);
+                at = close + 2;  // past '",'
+            }
+        }
+        labelSets[name].insert(keys);
+    }
+    ASSERT_TRUE(labelSets.count("splicegate_upstream_connect_failures_total"));
+    for (const auto& [name, sets] : labelSets)
+        EXPECT_EQ(sets.size(), 1u) << name << " has series with " << sets.size()
+                                   << " different label sets";
 }
 
 TEST(MetricsExposerTest, FsyncHistogramIsCumulativeWithSumAndCount) {

@@ -3,6 +3,9 @@
 // Time is passed in: no test waits.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include "relay/UpstreamPool.h"
 #include "tests/support/Sockets.h"
 
@@ -67,8 +70,8 @@ TEST(UpstreamPoolTest, FailingUpstreamIsSkippedThenProbedAndComesBack) {
     EXPECT_EQ(std::count(picks.begin(), picks.end(), 0u), 1);
     pool.report(0, true, later);
     EXPECT_TRUE(pool.snapshot()[0].up);
-    EXPECT_EQ(pickIndex(pool, later), 0u);
-    EXPECT_EQ(pickIndex(pool, later), 1u);
+    std::vector<std::uint32_t> next{pickIndex(pool, later), pickIndex(pool, later)};
+    EXPECT_EQ(std::count(next.begin(), next.end(), 0u), 1);  // in the rotation again
 }
 
 TEST(UpstreamPoolTest, FailedProbesDoubleTheBackoffUpToTheCap) {
@@ -164,6 +167,93 @@ TEST(UpstreamPoolTest, AReplacementPoolKeepsTheStateOfUpstreamsItKeeps) {
     EXPECT_EQ(states[0].connectFailures, 3u);
     EXPECT_TRUE(states[1].up);
     EXPECT_EQ(states[1].connectFailures, 0u);
+}
+
+UpstreamConfig weighted(const char* text, unsigned weight, bool backup = false) {
+    auto config = upstream(text);
+    config.weight = weight;
+    config.backup = backup;
+    return config;
+}
+
+std::vector<std::uint32_t> picks(UpstreamPool& pool, int count, Clock::time_point now) {
+    std::vector<std::uint32_t> out;
+    for (int i = 0; i < count; ++i) out.push_back(pickIndex(pool, now));
+    return out;
+}
+
+// nginx's smooth weighted round robin: 5:1:1 gives a a b a c a a, not a a a a a b c.
+TEST(UpstreamPoolTest, SmoothWeightedRoundRobinSpreadsTheHeavyOne) {
+    auto now = Clock::now();
+    UpstreamPool pool("web",
+                      {weighted("127.0.0.1:1", 5), weighted("127.0.0.1:2", 1),
+                       weighted("127.0.0.1:3", 1)},
+                      policy(), nullptr, now);
+    EXPECT_EQ(picks(pool, 7, now), (std::vector<std::uint32_t>{0, 0, 1, 0, 2, 0, 0}));
+    EXPECT_EQ(picks(pool, 7, now), (std::vector<std::uint32_t>{0, 0, 1, 0, 2, 0, 0}));
+}
+
+TEST(UpstreamPoolTest, WeightsThreeToOneGiveExactSharesOverWholeCycles) {
+    auto now = Clock::now();
+    UpstreamPool pool("web", {weighted("127.0.0.1:1", 3), weighted("127.0.0.1:2", 1)}, policy(),
+                      nullptr, now);
+    std::map<std::uint32_t, int> counts;
+    for (auto index : picks(pool, 400, now)) ++counts[index];
+    EXPECT_EQ(counts[0], 300);
+    EXPECT_EQ(counts[1], 100);
+}
+
+TEST(UpstreamPoolTest, BackupsOnlyWhileNoPrimaryIsUp) {
+    auto now = Clock::now();
+    UpstreamPool pool("web",
+                      {weighted("127.0.0.1:1", 1), weighted("127.0.0.1:2", 1),
+                       weighted("127.0.0.1:9", 1, true)},
+                      policy(), nullptr, now);
+    for (auto index : picks(pool, 10, now)) EXPECT_NE(index, 2u);
+    for (int i = 0; i < 3; ++i) pool.report(0, false, now);
+    for (auto index : picks(pool, 10, now)) EXPECT_EQ(index, 1u);  // one primary left
+    for (int i = 0; i < 3; ++i) pool.report(1, false, now);
+    for (auto index : picks(pool, 10, now)) EXPECT_EQ(index, 2u);  // none: the backup
+    pool.report(0, true, now);                                      // a primary is back
+    for (auto index : picks(pool, 10, now)) EXPECT_EQ(index, 0u);
+}
+
+TEST(UpstreamPoolTest, DisabledUpstreamGetsNothingAndSurvivesAReplacement) {
+    auto now = Clock::now();
+    UpstreamPool pool("web", {upstream("127.0.0.1:1"), upstream("127.0.0.1:2")}, policy(), nullptr,
+                      now);
+    EXPECT_FALSE(pool.setDisabled("127.0.0.1:7", true));
+    ASSERT_TRUE(pool.setDisabled("127.0.0.1:1", true));
+    for (auto index : picks(pool, 6, now)) EXPECT_EQ(index, 1u);
+    EXPECT_STREQ(pool.snapshot()[0].state(), "disabled");
+    pool.connectionOpened(1);
+    UpstreamPool next("web", {weighted("127.0.0.1:1", 2), upstream("127.0.0.1:2")}, policy(), &pool,
+                      now);
+    EXPECT_TRUE(next.snapshot()[0].disabled);
+    EXPECT_EQ(next.snapshot()[0].weight, 2u);
+    pool.connectionClosed(1);  // a connection opened under the old pool closes
+    EXPECT_EQ(next.snapshot()[1].active, 0u);
+    ASSERT_TRUE(next.setDisabled("127.0.0.1:1", false));
+    std::map<std::uint32_t, int> counts;
+    for (auto index : picks(next, 30, now)) ++counts[index];
+    EXPECT_EQ(counts[0], 20);
+    // Every upstream disabled: nothing to pick, not even in panic mode.
+    next.setDisabled("127.0.0.1:1", true);
+    next.setDisabled("127.0.0.1:2", true);
+    EXPECT_FALSE(next.pick(now).has_value());
+}
+
+TEST(UpstreamPoolTest, HealthChecksAreCountedApartFromConnectFailures) {
+    auto now = Clock::now();
+    UpstreamPool pool("web", {upstream("127.0.0.1:1")}, policy(), nullptr, now);
+    for (int i = 0; i < 3; ++i) pool.reportCheck(0, false, now);
+    auto state = pool.snapshot()[0];
+    EXPECT_FALSE(state.up);
+    EXPECT_EQ(state.healthCheckFailures, 3u);
+    EXPECT_EQ(state.connectFailures, 0u);
+    EXPECT_EQ(state.wentDown, 1u);
+    pool.report(0, true, now);
+    EXPECT_EQ(pool.snapshot()[0].cameUp, 1u);
 }
 
 }  // namespace
