@@ -79,21 +79,25 @@ void addSingleGauge(std::vector<MetricFamily>& out, const char* name, const char
 // fsyncBucketBounds(), then +Inf). The counters are read one by one without a common lock, so a
 // scrape racing an fsync could see a later bucket lag an earlier one: counts are clamped to be
 // non-decreasing, and _count is the +Inf bucket so the exposition is always self-consistent.
-ClientMetric fsyncHistogram(const StatsSnapshot& s) {
-    const auto& bounds = fsyncBucketBounds();
-    const auto& counts = s.fsyncBucketCounts;
+ClientMetric histogramOf(const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts,
+                         std::uint64_t count, double sumSeconds) {
     ClientMetric metric;
     std::uint64_t running = 0;
     for (std::size_t i = 0; i < bounds.size(); ++i) {
         if (i < counts.size()) running = std::max(running, counts[i]);
         metric.histogram.bucket.push_back({running, bounds[i]});
     }
-    std::uint64_t total = counts.size() > bounds.size() ? counts[bounds.size()] : s.fsyncCount;
+    std::uint64_t total = counts.size() > bounds.size() ? counts[bounds.size()] : count;
     running = std::max(running, total);
     metric.histogram.bucket.push_back({running, std::numeric_limits<double>::infinity()});
     metric.histogram.sample_count = running;
-    metric.histogram.sample_sum = s.fsyncSumSeconds;
+    metric.histogram.sample_sum = sumSeconds;
     return metric;
+}
+
+ClientMetric fsyncHistogram(const StatsSnapshot& s) {
+    return histogramOf(fsyncBucketBounds(), s.fsyncBucketCounts, s.fsyncCount,
+                       s.fsyncSumSeconds);
 }
 
 std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
@@ -133,7 +137,14 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
                             "Bytes relayed, by route and the lane that moved them (buffer, "
                             "splice).",
                             MetricType::Counter);
+    auto duration = family("splicegate_connection_duration_seconds",
+                           "Lifetime of closed client connections, accept to close, by route.",
+                           MetricType::Histogram);
     for (const auto& route : s.routes) {
+        auto lifetimes = histogramOf(connectionDurationBucketBounds(), route.durationBucketCounts,
+                                     0, route.durationSumSeconds);
+        lifetimes.label = {{"route", route.name}};
+        duration.metric.push_back(std::move(lifetimes));
         for (const auto& [lane, count] : route.laneSwitches)
             addCounter(laneSwitches, {{"route", route.name}, {"to", lane}}, count);
         for (const auto& [lane, count] : route.laneBytes)
@@ -199,6 +210,7 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(bytes));
     out.push_back(std::move(laneSwitches));
     out.push_back(std::move(laneBytes));
+    out.push_back(std::move(duration));
 
     auto buffers = family("splicegate_buffers",
                           "Provided buffers of the buffer lane's rings, by state (in_use: "

@@ -34,6 +34,15 @@ void WorkerStats::observeFsync(std::uint64_t nanos) noexcept {
     fsyncNanos.add(nanos);
 }
 
+void RouteCounters::observeDuration(std::uint64_t nanos) noexcept {
+    const auto& bounds = connectionDurationBucketBounds();
+    auto seconds = static_cast<double>(nanos) / 1e9;
+    std::size_t bucket = 0;
+    while (bucket < bounds.size() && seconds > bounds[bucket]) ++bucket;
+    durationBuckets[bucket].add(1);
+    durationNanos.add(nanos);
+}
+
 std::size_t RouteIndex::indexOf(const std::string& name) {
     SpinGuard guard(lock_);
     auto found = indexes_.find(name);
@@ -54,8 +63,13 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
     for (const auto& [name, index] : routes.all()) {
         RouteSnapshot route;
         route.name = name;
+        route.durationBucketCounts.assign(connectionDurationBucketBounds().size() + 1, 0);
+        std::uint64_t durationNanos = 0;
         for (const auto* w : workers) {
             const auto& r = w->routes[index];
+            for (std::size_t i = 0; i < route.durationBucketCounts.size(); ++i)
+                route.durationBucketCounts[i] += r.durationBuckets[i].get();
+            durationNanos += r.durationNanos.get();
             route.accepted += r.accepted.get();
             route.active += r.active.get();
             route.connectFailures += r.connectFailures.get();
@@ -70,6 +84,9 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
                 route.laneBytes[kLaneNames[i]] += r.laneBytes[i].get();
             }
         }
+        for (std::size_t i = 1; i < route.durationBucketCounts.size(); ++i)  // cumulative
+            route.durationBucketCounts[i] += route.durationBucketCounts[i - 1];
+        route.durationSumSeconds = static_cast<double>(durationNanos) / 1e9;
         out.routes.push_back(std::move(route));
     }
     out.fsyncBucketCounts.assign(fsyncBucketBounds().size() + 1, 0);

@@ -34,6 +34,16 @@ struct Counter {
     std::uint64_t get() const noexcept { return value.load(std::memory_order_relaxed); }
 };
 
+// Upper bounds (seconds) of the per-route connection duration histogram's buckets, from a
+// request-response exchange to a long-lived session; +Inf is implicit.
+inline constexpr std::array<double, 14> kConnectionDurationBucketBounds = {
+    0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 14400, 86400};
+inline const std::vector<double>& connectionDurationBucketBounds() {
+    static const std::vector<double> bounds(kConnectionDurationBucketBounds.begin(),
+                                            kConnectionDurationBucketBounds.end());
+    return bounds;
+}
+
 struct RouteCounters {
     Counter accepted;
     Counter active;
@@ -45,6 +55,11 @@ struct RouteCounters {
     // Indexed by lane: 0 buffer, 1 splice (datapath/LanePolicy.h LaneKind).
     std::array<Counter, 2> laneSwitches;  // by the lane switched to
     std::array<Counter, 2> laneBytes;     // forwarded while in that lane
+    // Connection lifetimes, accept to release (the last one is +Inf).
+    std::array<Counter, kConnectionDurationBucketBounds.size() + 1> durationBuckets;
+    Counter durationNanos;
+
+    void observeDuration(std::uint64_t nanos) noexcept;
 };
 inline constexpr std::array<const char*, 2> kLaneNames = {"buffer", "splice"};
 
@@ -82,6 +97,8 @@ struct RouteSnapshot {
     std::map<std::string, std::uint64_t> refused;  // by reason
     std::map<std::string, std::uint64_t> laneSwitches;  // by lane switched to
     std::map<std::string, std::uint64_t> laneBytes;     // by lane
+    std::vector<std::uint64_t> durationBucketCounts;  // cumulative per bound, then +Inf
+    double durationSumSeconds = 0;
 };
 
 // One upstream of one route: health as the relay's UpstreamPool sees it.

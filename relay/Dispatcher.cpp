@@ -376,6 +376,8 @@ void Dispatcher::releaseConnection(Connection& c) {
     if (c.countedOnUpstream) c.route->pool->connectionClosed(c.upstreamIndex);
     parts_.acceptor.release(*c.route, c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
+    routeStats(c).observeDuration(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opened).count()));
     routeStats(c).active.sub(1);
     parts_.connections.release(c);
 }

@@ -513,5 +513,58 @@ TEST(MetricsPrometheusTest, DaemonPagePassesPromtoolAndFollowsReloads) {
     EXPECT_EQ(gauge(), 1.0) << cp.why();
 }
 
+// splicegate_connection_duration_seconds{route}: each closed connection lands in the bucket of
+// its lifetime; a connection held 700 ms is above the 0.5 s bound, a quick one below it.
+TEST(MetricsPrometheusTest, ConnectionDurationHistogramPerRoute) {
+    test::TestServer upstream([](int fd, std::size_t) {  // echoes until the client closes
+        char buffer[256];
+        for (;;) {
+            auto n = ::recv(fd, buffer, sizeof buffer, 0);
+            if (n <= 0) return;
+            ::send(fd, buffer, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+        }
+    });
+    test::ControlPlaneOptions options;
+    options.upstreams = {upstream.address()};
+    options.configText = "log-level = info\n";
+    test::ControlPlaneDaemon cp(options);
+    ASSERT_TRUE(cp.start()) << cp.why();
+    auto port = cp.metricsPort();
+    ASSERT_EQ(waitStatus(port, "/-/ready", 200, milliseconds(5000)), 200) << cp.why();
+    for (auto hold : {milliseconds(0), milliseconds(700)}) {
+        int error = 0;
+        auto client = test::connectTcp(cp.listenPort(), error);
+        ASSERT_TRUE(client) << error;
+        ASSERT_TRUE(test::sendAll(client.get(), "hello", 5, deadlineIn(milliseconds(2000)), error));
+        char echo[5];
+        ASSERT_EQ(::recv(client.get(), echo, sizeof echo, MSG_WAITALL), 5);
+        std::this_thread::sleep_for(hold);
+    }
+    const std::map<std::string, std::string> route{{"route", "default"}};
+    std::vector<test::MetricSample> samples;
+    Deadline deadline = deadlineIn(milliseconds(10000));
+    while (Clock::now() < deadline) {
+        samples = test::parseMetrics(httpGet(port, "/metrics").body);
+        if (test::sampleValue(samples, "splicegate_connection_duration_seconds_count", route) ==
+            2.0)
+            break;
+        std::this_thread::sleep_for(milliseconds(50));
+    }
+    ASSERT_EQ(test::sampleValue(samples, "splicegate_connection_duration_seconds_count", route),
+              2.0)
+        << cp.why();
+    auto bucket = [&](const char* le) {
+        return test::sampleValue(samples, "splicegate_connection_duration_seconds_bucket",
+                                 {{"route", "default"}, {"le", le}});
+    };
+    EXPECT_EQ(bucket("0.5"), 1.0);
+    EXPECT_EQ(bucket("5"), 2.0);
+    EXPECT_EQ(bucket("+Inf"), 2.0);
+    auto sum = test::sampleValue(samples, "splicegate_connection_duration_seconds_sum", route);
+    ASSERT_TRUE(sum);
+    EXPECT_GE(*sum, 0.7);
+    EXPECT_LT(*sum, 5.0);
+}
+
 }  // namespace
 }  // namespace splicegate
