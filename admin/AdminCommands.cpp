@@ -25,6 +25,7 @@ Access requiredAccess(const Request& request) noexcept {
         case Request::kListConnections:
         case Request::kVersion:
         case Request::kXdpList:
+        case Request::kListUpstreams:
         case Request::COMMAND_NOT_SET:
             return Access::ReadOnly;
         case Request::kKillConnection:
@@ -34,6 +35,7 @@ Access requiredAccess(const Request& request) noexcept {
         case Request::kXdpAdd:
         case Request::kXdpDelete:
         case Request::kUpgrade:
+        case Request::kSetUpstream:
             return Access::Full;
     }
     return Access::Full;
@@ -63,6 +65,13 @@ std::string describeCommand(const Request& request) {
             return "version";
         case Request::kUpgrade:
             return "upgrade";
+        case Request::kListUpstreams:
+            return "upstreams";
+        case Request::kSetUpstream:
+            return std::string("upstream ") +
+                   (request.set_upstream().disabled() ? "disable " : "enable ") +
+                   printable(request.set_upstream().route()) + " " +
+                   printable(request.set_upstream().upstream());
         case Request::COMMAND_NOT_SET:
             break;
     }

@@ -1,7 +1,7 @@
 #pragma once
 // The admin commands as the server sees them (--admin-readonly-group):
 // which access level each one needs, and how an action is named in the daemon's log.
-// Read-only commands (status, list_connections, version, xdp_list) change nothing; every other
+// Read-only commands (status, list_connections, version, xdp_list, list_upstreams) change nothing; every other
 // command is an action and needs full access (root or --admin-group).
 // Pure logic. Thread affinity: none. Error contract: nothing throws but std::bad_alloc.
 #include <string>

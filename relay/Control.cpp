@@ -137,6 +137,12 @@ admin::Response DaemonControl::handle(const admin::Request& request) {
         case R::kUpgrade:
             upgrade(response);
             break;
+        case R::kListUpstreams:
+            listUpstreams(*response.mutable_list_upstreams());
+            break;
+        case R::kSetUpstream:
+            setUpstream(request.set_upstream(), response);
+            break;
         case R::kVersion:
             response.mutable_version()->set_version(SPLICEGATE_VERSION);
             response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
@@ -288,6 +294,47 @@ void DaemonControl::xdp(const admin::Request& request, admin::Response& response
     } catch (const UsageError& error) {
         fail(response, admin::ERROR_INVALID_ARGUMENT, error.what());
     }
+}
+
+namespace {
+void describeUpstream(const UpstreamSnapshot& state, admin::UpstreamInfo& out) {
+    out.set_route(state.route);
+    out.set_upstream(state.upstream);
+    out.set_state(state.state());
+    out.set_weight(state.weight);
+    out.set_backup(state.backup);
+    out.set_active(state.active);
+    out.set_connect_failures(state.connectFailures);
+    out.set_health_check_failures(state.healthCheckFailures);
+}
+}  // namespace
+
+void DaemonControl::listUpstreams(admin::ListUpstreamsResponse& out) const {
+    auto routes = relay_.context().routes();
+    for (const auto& route : *routes)
+        for (const auto& state : route->pool->snapshot()) describeUpstream(state, *out.add_upstreams());
+}
+
+void DaemonControl::setUpstream(const admin::SetUpstreamRequest& request,
+                                admin::Response& response) {
+    auto routes = relay_.context().routes();
+    for (const auto& route : *routes) {
+        if (route->config.name != request.route()) continue;
+        if (!route->pool->setDisabled(request.upstream(), request.disabled())) {
+            std::string known;
+            for (const auto& upstream : route->config.upstreams)
+                known += (known.empty() ? "" : ", ") + upstream.text;
+            fail(response, admin::ERROR_NOT_FOUND,
+                 "route '" + request.route() + "' has no upstream '" + request.upstream() +
+                     "' (its upstreams: " + known + ")");
+            return;
+        }
+        for (const auto& state : route->pool->snapshot())
+            if (state.upstream == request.upstream())
+                describeUpstream(state, *response.mutable_set_upstream()->mutable_upstream());
+        return;
+    }
+    fail(response, admin::ERROR_NOT_FOUND, "no route named '" + request.route() + "'");
 }
 
 void DaemonControl::kill(std::uint64_t id, admin::Response& response) {

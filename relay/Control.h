@@ -27,6 +27,8 @@ private:
     void status(admin::StatusResponse& out);
     void listConnections(admin::ListConnectionsResponse& out, admin::Response& response);
     void kill(std::uint64_t id, admin::Response& response);
+    void listUpstreams(admin::ListUpstreamsResponse& out) const;
+    void setUpstream(const admin::SetUpstreamRequest& request, admin::Response& response);
     void xdp(const admin::Request& request, admin::Response& response);
     void upgrade(admin::Response& response);
 

@@ -86,6 +86,16 @@ const std::vector<CommandHelp>& commandHelp() {
          "--drain-timeout-ms, then exits. Prints both PIDs. Exit 1 with the reason when the new\n"
          "process fails (bad config, crash, not ready within 30 s): the old one goes on serving.\n"
          "Waits up to 60 s for the answer (--timeout, if longer).\n"},
+        {"upstreams", "upstreams", "each route's upstreams: state, weight, connections",
+         "One row per upstream of every route: ROUTE, UPSTREAM, STATE (up|down|disabled),\n"
+         "WEIGHT, BACKUP (yes|no), ACTIVE (established connections open now), CONNECT_FAILURES\n"
+         "(client connections' failed connects) and CHECK_FAILURES (failed health checks).\n"},
+        {"upstream", "upstream disable|enable ROUTE ADDR", "maintenance of one upstream",
+         "  upstream disable ROUTE ADDR   no new connection goes to ADDR (as configured, see\n"
+         "                                'upstreams'); its established connections go on\n"
+         "  upstream enable ROUTE ADDR    back in the rotation\n"
+         "A reload keeps the disable while the route keeps that upstream; a restart forgets it.\n"
+         "Exit 1 when the route or the upstream does not exist.\n"},
         {"version", "version", "versions of splicegatectl and the daemon",
          "Prints this program's version and the daemon's, each with its admin protocol version.\n"},
     };
@@ -194,6 +204,18 @@ admin::Request buildRequest(const std::string& command, const std::vector<std::s
     } else if (command == "upgrade") {
         expectArgs(0, "no arguments");
         request.mutable_upgrade();
+    } else if (command == "upstreams") {
+        expectArgs(0, "no arguments");
+        request.mutable_list_upstreams();
+    } else if (command == "upstream") {
+        if (args.empty() || (args[0] != "disable" && args[0] != "enable"))
+            throw UsageProblem{"'upstream' needs disable or enable, then ROUTE and ADDR"};
+        if (args.size() != 3)
+            throw UsageProblem{"'upstream " + args[0] + "' needs ROUTE and ADDR (see 'upstreams')"};
+        auto& set = *request.mutable_set_upstream();
+        set.set_route(args[1]);
+        set.set_upstream(args[2]);
+        set.set_disabled(args[0] == "disable");
     } else if (command == "xdp") {
         if (args.empty())
             throw UsageProblem{"'xdp' needs a subcommand: list, add CIDR or del CIDR"};
@@ -396,6 +418,26 @@ void printHuman(const admin::Request& request, const admin::Response& response, 
                 << response.upgrade().old_pid() << " stopped accepting and drains for up to "
                 << response.upgrade().drain_timeout_ms() << " ms\n";
             break;
+        case admin::Request::kListUpstreams: {
+            Table table({"ROUTE", "UPSTREAM", "STATE", "WEIGHT", "BACKUP", "ACTIVE",
+                         "CONNECT_FAILURES", "CHECK_FAILURES"});
+            for (const auto& u : response.list_upstreams().upstreams())
+                table.add({u.route(), u.upstream(), u.state(), std::to_string(u.weight()),
+                           u.backup() ? "yes" : "no", std::to_string(u.active()),
+                           std::to_string(u.connect_failures()),
+                           std::to_string(u.health_check_failures())});
+            table.print(out);
+            break;
+        }
+        case admin::Request::kSetUpstream: {
+            const auto& u = response.set_upstream().upstream();
+            out << "route " << u.route() << ": upstream " << u.upstream() << " is " << u.state()
+                << (request.set_upstream().disabled()
+                        ? " (no new connections; " + std::to_string(u.active()) +
+                              " established go on)\n"
+                        : "\n");
+            break;
+        }
         case admin::Request::kVersion: {
             Table table({kProgram, SPLICEGATE_VERSION,
                          "(admin protocol " + std::to_string(admin::kProtocolVersion) + ")"});
@@ -436,6 +478,10 @@ const google::protobuf::Message& resultOf(const admin::Request& request,
             return response.version();
         case admin::Request::kUpgrade:
             return response.upgrade();
+        case admin::Request::kListUpstreams:
+            return response.list_upstreams();
+        case admin::Request::kSetUpstream:
+            return response.set_upstream();
         case admin::Request::COMMAND_NOT_SET:
             break;
     }

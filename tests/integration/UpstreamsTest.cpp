@@ -1,0 +1,178 @@
+// Upstreams through the real daemon: weighted round robin and backups, per-route settings, and
+// maintenance with splicegatectl upstream disable|enable and upstreams.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "tests/support/ControlPlaneDaemon.h"
+#include "tests/support/TestServer.h"
+#include "tests/support/Traffic.h"
+
+namespace splicegate::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One connection through the relay that echoes one small message; false when it did not.
+bool oneEcho(uint16_t port, uint64_t seed) {
+    int error = 0;
+    auto fd = connectTcp(port, error);
+    if (!fd) return false;
+    return static_cast<bool>(echoRoundTrip(fd.get(), seed, 64, 5000ms));
+}
+
+// True when the peer closed `fd` (EOF or reset) within `timeout`.
+bool closedWithin(int fd, milliseconds timeout) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+    char byte;
+    return ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
+}
+
+ControlPlaneOptions withUpstreams(std::vector<std::string> upstreams) {
+    ControlPlaneOptions options;
+    options.upstreams = std::move(upstreams);
+    return options;
+}
+
+TEST(UpstreamsTest, WeightsThreeToOneSplitConnectionsAndTheBackupStaysIdle) {
+    TestServer heavy(echoUpstream(10000ms)), light(echoUpstream(10000ms)),
+        spare(echoUpstream(10000ms));
+    ControlPlaneDaemon d(withUpstreams(
+        {heavy.address() + " weight=3", light.address(), spare.address() + " backup"}));
+    ASSERT_TRUE(d.start()) << d.why();
+    constexpr int kConnections = 40;
+    for (int i = 0; i < kConnections; ++i) ASSERT_TRUE(oneEcho(d.listenPort(), i)) << i;
+    ASSERT_TRUE(heavy.waitAccepted(1, deadlineIn(1s)));
+    // One pool for all workers: the smooth weighted round robin gives exactly 3:1.
+    EXPECT_EQ(heavy.acceptedCount(), 30u);
+    EXPECT_EQ(light.acceptedCount(), 10u);
+    EXPECT_EQ(spare.acceptedCount(), 0u);
+}
+
+TEST(UpstreamsTest, TheBackupTakesOverOnlyWhileThePrimariesAreDown) {
+    TestServer spare(echoUpstream(10000ms));
+    // Nothing listens on the primaries: refused at once.
+    std::string deadA = loopback(pickFreePort()), deadB = loopback(pickFreePort());
+    ControlPlaneDaemon d(withUpstreams({deadA, deadB, spare.address() + " backup"}));
+    ASSERT_TRUE(d.start()) << d.why();
+    int served = 0;
+    for (int i = 0; i < 12; ++i) served += oneEcho(d.listenPort(), i) ? 1 : 0;
+    // The first connections spend their attempts on the primaries until those count as down
+    // (3 failed connects each); from then on every connection goes to the backup.
+    EXPECT_GE(served, 9);
+    EXPECT_EQ(spare.acceptedCount(), static_cast<std::size_t>(served));
+    auto listing = d.ctl({"upstreams"});
+    ASSERT_TRUE(listing.status && listing.status->isExit(0)) << listing.err;
+    EXPECT_NE(listing.out.find(deadA), std::string::npos) << listing.out;
+    EXPECT_NE(grepLines(listing.out, deadA).at(0).find("down"), std::string::npos) << listing.out;
+    EXPECT_NE(grepLines(listing.out, spare.address()).at(0).find("up"), std::string::npos)
+        << listing.out;
+}
+
+TEST(UpstreamsTest, DisableStopsNewConnectionsWhileAnEstablishedOneFlows) {
+    TestServer a(echoUpstream(20000ms)), b(echoUpstream(20000ms));
+    ControlPlaneDaemon d(withUpstreams({a.address(), b.address()}));
+    ASSERT_TRUE(d.start()) << d.why();
+    int error = 0;
+    auto held = connectTcp(d.listenPort(), error);
+    ASSERT_TRUE(held) << error;
+    ASSERT_TRUE(echoRoundTrip(held.get(), 1, 64, 5000ms));
+    ASSERT_EQ(a.acceptedCount(), 1u);  // the first pick of two equal weights
+
+    auto disable = d.ctl({"upstream", "disable", "default", a.address()});
+    ASSERT_TRUE(disable.status && disable.status->isExit(0)) << disable.err;
+    EXPECT_NE(disable.out.find("disabled"), std::string::npos) << disable.out;
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(oneEcho(d.listenPort(), 10 + i)) << i;
+    EXPECT_EQ(a.acceptedCount(), 1u);
+    EXPECT_EQ(b.acceptedCount(), 6u);
+    EXPECT_TRUE(echoRoundTrip(held.get(), 2, 4096, 5000ms)) << "the established one goes on";
+
+    auto human = d.ctl({"upstreams"});
+    ASSERT_TRUE(human.status && human.status->isExit(0)) << human.err;
+    EXPECT_NE(human.out.find("STATE"), std::string::npos) << human.out;
+    auto row = grepLines(human.out, a.address());
+    ASSERT_EQ(row.size(), 1u) << human.out;
+    EXPECT_NE(row[0].find("disabled"), std::string::npos) << human.out;
+    auto json = d.ctl({"--json", "upstreams"});
+    ASSERT_TRUE(json.status && json.status->isExit(0)) << json.err;
+    EXPECT_NE(json.out.find("\"state\": \"disabled\""), std::string::npos) << json.out;
+    EXPECT_NE(json.out.find("\"active\": 1"), std::string::npos) << json.out;
+
+    for (const auto& bad : std::vector<std::vector<std::string>>{
+             {"upstream", "disable", "nosuch", a.address()},
+             {"upstream", "disable", "default", "127.0.0.1:1"}}) {
+        auto result = d.ctl(bad);
+        ASSERT_TRUE(result.status) << bad[2];
+        EXPECT_TRUE(result.status->isExit(1)) << result.status->describe() << result.err;
+        EXPECT_EQ(textLines(result.err).size(), 1u) << result.err;
+        EXPECT_NE(result.err.find(bad[3] == a.address() ? "nosuch" : "127.0.0.1:1"),
+                  std::string::npos)
+            << result.err;
+    }
+
+    auto enable = d.ctl({"upstream", "enable", "default", a.address()});
+    ASSERT_TRUE(enable.status && enable.status->isExit(0)) << enable.err;
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(oneEcho(d.listenPort(), 20 + i)) << i;
+    EXPECT_EQ(a.acceptedCount(), 3u);
+    EXPECT_EQ(b.acceptedCount(), 8u);
+}
+
+std::string twoRoutes(uint16_t fastPort, uint16_t slowPort, const std::string& upstream,
+                      const std::string& fastIdle, const std::string& extra = {}) {
+    return "[route.fast]\nlisten = " + loopback(fastPort) + "\nupstream = " + upstream +
+           "\nidle-timeout-ms = " + fastIdle + "\nconnect-timeout-ms = 2000\n" +
+           "max-connections = 50\n\n[route.slow]\nlisten = " + loopback(slowPort) +
+           "\nupstream = " + upstream + "\n" + extra;
+}
+
+TEST(UpstreamsTest, PerRouteIdleTimeoutAndAReloadWithOneBadValueChangesNothing) {
+    TestServer echo(echoUpstream(30000ms));
+    uint16_t fastPort = pickFreePort(), slowPort = pickFreePort(), newPort = pickFreePort();
+    ControlPlaneOptions options{{echo.address()}, 2, twoRoutes(fastPort, slowPort, echo.address(),
+                                                               "1000"),
+                                {"--idle-timeout-ms", "60000"}};
+    ControlPlaneDaemon d(options);
+    ASSERT_TRUE(d.start()) << d.why();
+    ASSERT_TRUE(waitListening(fastPort, true, deadlineIn(5s)));
+    int error = 0;
+    auto fast = connectTcp(fastPort, error);
+    auto slow = connectTcp(slowPort, error);
+    ASSERT_TRUE(fast && slow);
+    ASSERT_TRUE(echoRoundTrip(fast.get(), 1, 64, 5000ms));
+    ASSERT_TRUE(echoRoundTrip(slow.get(), 2, 64, 5000ms));
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(closedWithin(fast.get(), 4000ms)) << "route fast: idle-timeout-ms 1000";
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(took, 900ms);
+    EXPECT_TRUE(echoRoundTrip(slow.get(), 3, 64, 5000ms)) << "route slow: the global 60 s";
+    EXPECT_EQ(d.daemon().waitLogLines("reason=idle-timeout", 1, 2000ms), 1u);
+
+    // A new route and a bad value in another: nothing of it applies.
+    d.writeConfig(twoRoutes(fastPort, slowPort, echo.address(), "soon",
+                            "\n[route.extra]\nlisten = " + loopback(newPort) +
+                                "\nupstream = " + echo.address() + "\n"));
+    auto reload = d.ctl({"reload"});
+    ASSERT_TRUE(reload.status);
+    EXPECT_TRUE(reload.status->isExit(1)) << reload.out << reload.err;
+    EXPECT_NE(reload.err.find("idle-timeout-ms"), std::string::npos) << reload.err;
+    EXPECT_FALSE(isListening(newPort));
+    auto again = connectTcp(fastPort, error);
+    ASSERT_TRUE(again);
+    ASSERT_TRUE(echoRoundTrip(again.get(), 4, 64, 5000ms));
+    EXPECT_TRUE(closedWithin(again.get(), 4000ms)) << "the running idle timeout stays";
+
+    // A good reload applies a route's new value.
+    d.writeConfig(twoRoutes(fastPort, slowPort, echo.address(), "0"));
+    auto good = d.ctl({"reload"});
+    ASSERT_TRUE(good.status && good.status->isExit(0)) << good.err;
+    auto kept = connectTcp(fastPort, error);
+    ASSERT_TRUE(kept);
+    ASSERT_TRUE(echoRoundTrip(kept.get(), 5, 64, 5000ms));
+    EXPECT_FALSE(closedWithin(kept.get(), 2500ms)) << "idle-timeout-ms 0 after the reload";
+}
+
+}  // namespace
+}  // namespace splicegate::test
