@@ -487,7 +487,9 @@ TEST_F(AdminCtlTest, BashCompletion) {
     expectExit(result, 0, "completion script");
     const auto got = textLines(result.out);
     ASSERT_EQ(got.size(), 6u) << result.out << result.err;
-    EXPECT_EQ(got[0], "status connections kill drain reload audit-rotate xdp version help");
+    EXPECT_EQ(got[0],
+              "status connections kill drain reload audit-rotate xdp upstreams upstream upgrade "
+              "version help");
     EXPECT_EQ(got[1], "audit-rotate");
     EXPECT_EQ(got[2], "--json");
     EXPECT_EQ(got[3], "FILES");

@@ -133,6 +133,25 @@ class FakeAdminHandler : public AdminHandler {
                 response.mutable_upgrade()->set_old_pid(4141);
                 response.mutable_upgrade()->set_drain_timeout_ms(30000);
                 break;
+            case admin::Request::kListUpstreams: {
+                auto& upstream = *response.mutable_list_upstreams()->add_upstreams();
+                upstream.set_route("default");
+                upstream.set_upstream("127.0.0.1:9000");
+                upstream.set_state("up");
+                upstream.set_weight(1);
+                break;
+            }
+            case admin::Request::kSetUpstream:
+                if (request.set_upstream().route() != "default")
+                    return admin::errorResponse(admin::ERROR_NOT_FOUND,
+                                                "no route named '" + request.set_upstream().route() +
+                                                    "'");
+                response.mutable_set_upstream()->mutable_upstream()->set_route("default");
+                response.mutable_set_upstream()->mutable_upstream()->set_upstream(
+                    request.set_upstream().upstream());
+                response.mutable_set_upstream()->mutable_upstream()->set_state(
+                    request.set_upstream().disabled() ? "disabled" : "up");
+                break;
             case admin::Request::kVersion:
                 response.mutable_version()->set_version("9.9.9-test");
                 response.mutable_version()->set_protocol_version(admin::kProtocolVersion);
