@@ -178,8 +178,26 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
                               "Health transitions of the upstream, by the state changed to "
                               "(up, down).",
                               MetricType::Counter);
+    auto upstreamBytes = family("splicegate_upstream_bytes_total",
+                                "Bytes relayed by the upstream's closed connections, by direction "
+                                "(c2u: client to upstream, u2c: upstream to client).",
+                                MetricType::Counter);
+    auto connectTime = family("splicegate_upstream_connect_seconds",
+                              "Time of the TCP handshake with the upstream, for the connections "
+                              "it accepted.",
+                              MetricType::Histogram);
     for (const auto& upstream : s.upstreams) {
         Labels labels{{"route", upstream.route}, {"upstream", upstream.upstream}};
+        auto times = histogramOf(upstreamConnectBucketBounds(), upstream.connectBucketCounts, 0,
+                                 upstream.connectSumSeconds);
+        times.label = labels;
+        connectTime.metric.push_back(std::move(times));
+        auto c2u = labels;
+        c2u.push_back({"direction", "c2u"});
+        addCounter(upstreamBytes, std::move(c2u), upstream.bytesC2u);
+        auto u2c = labels;
+        u2c.push_back({"direction", "u2c"});
+        addCounter(upstreamBytes, std::move(u2c), upstream.bytesU2c);
         addCounter(connectFailures, labels, upstream.connectFailures);
         addCounter(checkFailures, labels, upstream.healthCheckFailures);
         addGauge(upstreamUp, labels, upstream.up ? 1.0 : 0.0);
@@ -202,6 +220,8 @@ std::vector<MetricFamily> buildFamilies(const StatsSnapshot& s) {
     out.push_back(std::move(checkFailures));
     out.push_back(std::move(upstreamActive));
     out.push_back(std::move(transitions));
+    out.push_back(std::move(upstreamBytes));
+    out.push_back(std::move(connectTime));
     out.push_back(std::move(accepted));
     out.push_back(std::move(active));
     out.push_back(std::move(closed));

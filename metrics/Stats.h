@@ -44,6 +44,16 @@ inline const std::vector<double>& connectionDurationBucketBounds() {
     return bounds;
 }
 
+// Upper bounds (seconds) of the per-upstream connect time histogram (handshake of the attempt
+// that succeeded); +Inf is implicit.
+inline constexpr std::array<double, 14> kUpstreamConnectBucketBounds = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+inline const std::vector<double>& upstreamConnectBucketBounds() {
+    static const std::vector<double> bounds(kUpstreamConnectBucketBounds.begin(),
+                                            kUpstreamConnectBucketBounds.end());
+    return bounds;
+}
+
 struct RouteCounters {
     Counter accepted;
     Counter active;
@@ -113,6 +123,9 @@ struct UpstreamSnapshot {
     std::uint64_t connectFailures = 0;      // client connections' connect attempts
     std::uint64_t healthCheckFailures = 0;  // active health checks
     std::uint64_t wentDown = 0, cameUp = 0;  // state transitions
+    std::uint64_t bytesC2u = 0, bytesU2c = 0;  // of its closed connections
+    std::vector<std::uint64_t> connectBucketCounts;  // cumulative per bound, then +Inf
+    double connectSumSeconds = 0;
     // "up", "down" or "disabled" (disabled wins: it is what the operator asked for).
     const char* state() const noexcept { return disabled ? "disabled" : up ? "up" : "down"; }
 };

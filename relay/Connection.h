@@ -26,6 +26,7 @@ struct Connection {
     std::uint32_t connectAttempts = 0;
     // Connected: counted in the pool's active connections of upstreamIndex until released.
     bool countedOnUpstream = false;
+    std::chrono::steady_clock::time_point attemptStarted;  // of the current connect
     std::uint32_t connectOps = 0;  // connect and its linked timeout, while in flight
     // A poll on the client socket while connecting: a client that resets (or closes both ways)
     // cancels its upstream connect instead of leaving it to the connect timeout.

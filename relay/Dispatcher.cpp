@@ -373,7 +373,8 @@ void Dispatcher::releaseConnection(Connection& c) {
     if (context_.settings.relay.accessLog)
         accessLines_.add(LogLevel::Info,
                          formatAccessLine(record, context_.settings.relay.accessLogFormat));
-    if (c.countedOnUpstream) c.route->pool->connectionClosed(c.upstreamIndex);
+    if (c.countedOnUpstream)
+        c.route->pool->connectionClosed(c.upstreamIndex, record.bytesC2u, record.bytesU2c);
     parts_.acceptor.release(*c.route, c.clientAddress);
     routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
     routeStats(c).observeDuration(static_cast<std::uint64_t>(

@@ -54,6 +54,7 @@ ConnectStep UpstreamConnector::start(Connection& c) {
     c.upstreamDelaysAcks = context_.settings.relay.delayedAck &&
                            bytesWaiting(c.io.client.get()) > 0 && enterDelayedAckMode(fd) == 0;
     ++c.connectAttempts;
+    c.attemptStarted = std::chrono::steady_clock::now();
     // The route (held by the connection) outlives the SQE that points at its timeout; the
     // kernel only reads it (liburing's prep takes a non-const pointer).
     auto* timeout = const_cast<__kernel_timespec*>(&c.route->connectTimeout);
@@ -69,7 +70,8 @@ ConnectStep UpstreamConnector::onConnect(Connection& c, int result) {
     if (c.state != ConnectionState::Connecting) return {};
     c.route->pool->report(c.upstreamIndex, result == 0);
     if (result == 0) {
-        c.route->pool->connectionOpened(c.upstreamIndex);
+        c.route->pool->connectionOpened(c.upstreamIndex,
+                                        std::chrono::steady_clock::now() - c.attemptStarted);
         c.countedOnUpstream = true;
         if (c.watchingClient) {
             ring_.pollRemove(tagOf(WorkerOp::ClientWatch, c),

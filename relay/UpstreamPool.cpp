@@ -131,16 +131,30 @@ void UpstreamPool::reportCheck(std::uint32_t upstream, bool connected, Clock::ti
     recordOutcome(entry, connected, now);
 }
 
-void UpstreamPool::connectionOpened(std::uint32_t upstream) noexcept {
+void UpstreamPool::connectionOpened(std::uint32_t upstream,
+                                    std::chrono::nanoseconds connectTime) noexcept {
     std::lock_guard lock(mutex_);
-    if (upstream < entries_.size())
-        entries_[upstream].counters->active.fetch_add(1, std::memory_order_relaxed);
+    if (upstream >= entries_.size()) return;
+    auto& c = *entries_[upstream].counters;
+    c.active.fetch_add(1, std::memory_order_relaxed);
+    auto seconds = std::chrono::duration<double>(connectTime).count();
+    std::size_t bucket = 0;
+    while (bucket < kUpstreamConnectBucketBounds.size() &&
+           seconds > kUpstreamConnectBucketBounds[bucket])
+        ++bucket;
+    c.connectBuckets[bucket].fetch_add(1, std::memory_order_relaxed);
+    c.connectNanos.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(0, connectTime.count())),
+                             std::memory_order_relaxed);
 }
 
-void UpstreamPool::connectionClosed(std::uint32_t upstream) noexcept {
+void UpstreamPool::connectionClosed(std::uint32_t upstream, std::uint64_t bytesC2u,
+                                    std::uint64_t bytesU2c) noexcept {
     std::lock_guard lock(mutex_);
-    if (upstream < entries_.size())
-        entries_[upstream].counters->active.fetch_sub(1, std::memory_order_relaxed);
+    if (upstream >= entries_.size()) return;
+    auto& c = *entries_[upstream].counters;
+    c.active.fetch_sub(1, std::memory_order_relaxed);
+    c.bytesC2u.fetch_add(bytesC2u, std::memory_order_relaxed);
+    c.bytesU2c.fetch_add(bytesU2c, std::memory_order_relaxed);
 }
 
 bool UpstreamPool::setDisabled(const std::string& text, bool disabled) {
@@ -255,6 +269,14 @@ std::vector<UpstreamSnapshot> UpstreamPool::snapshot() const {
         state.healthCheckFailures = c.healthCheckFailures.load(std::memory_order_relaxed);
         state.wentDown = c.wentDown.load(std::memory_order_relaxed);
         state.cameUp = c.cameUp.load(std::memory_order_relaxed);
+        state.bytesC2u = c.bytesC2u.load(std::memory_order_relaxed);
+        state.bytesU2c = c.bytesU2c.load(std::memory_order_relaxed);
+        std::uint64_t cumulative = 0;
+        for (const auto& bucket : c.connectBuckets)
+            state.connectBucketCounts.push_back(cumulative +=
+                                                bucket.load(std::memory_order_relaxed));
+        state.connectSumSeconds =
+            static_cast<double>(c.connectNanos.load(std::memory_order_relaxed)) / 1e9;
         out.push_back(std::move(state));
     }
     return out;

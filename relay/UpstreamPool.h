@@ -16,6 +16,7 @@
 // UpstreamMonitor thread, snapshot() by a scrape; one mutex, taken once per connect attempt.
 // The pool only decides; resolving and connecting are the caller's.
 #include <chrono>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -37,6 +38,11 @@ struct UpstreamCounters {
     std::atomic<std::uint64_t> healthCheckFailures{0};  // active checks
     std::atomic<std::uint64_t> wentDown{0};             // up -> down transitions
     std::atomic<std::uint64_t> cameUp{0};               // down -> up transitions
+    std::atomic<std::uint64_t> bytesC2u{0};             // of closed connections, at close
+    std::atomic<std::uint64_t> bytesU2c{0};
+    // Connect times of established connections (kUpstreamConnectBucketBounds, then +Inf).
+    std::array<std::atomic<std::uint64_t>, kUpstreamConnectBucketBounds.size() + 1> connectBuckets{};
+    std::atomic<std::uint64_t> connectNanos{0};
 };
 
 struct UpstreamHealthPolicy {
@@ -84,9 +90,11 @@ class UpstreamPool {
     void report(std::uint32_t upstream, bool connected, Clock::time_point now = Clock::now());
     // The outcome of an active health check (counted apart from the connections' failures).
     void reportCheck(std::uint32_t upstream, bool connected, Clock::time_point now = Clock::now());
-    // A connection to `upstream` was established / has closed (the active count).
-    void connectionOpened(std::uint32_t upstream) noexcept;
-    void connectionClosed(std::uint32_t upstream) noexcept;
+    // A connection to `upstream` was established after a handshake of `connectTime` / has
+    // closed after relaying these bytes (active count, connect time histogram, bytes).
+    void connectionOpened(std::uint32_t upstream, std::chrono::nanoseconds connectTime) noexcept;
+    void connectionClosed(std::uint32_t upstream, std::uint64_t bytesC2u,
+                          std::uint64_t bytesU2c) noexcept;
 
     // Maintenance (splicegatectl upstream disable|enable): false when no upstream of this route
     // is configured as `text`.

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <map>
 #include <thread>
 
 #include "tests/support/ControlPlaneDaemon.h"
@@ -50,6 +51,26 @@ TEST(UpstreamsTest, WeightsThreeToOneSplitConnectionsAndTheBackupStaysIdle) {
     EXPECT_EQ(heavy.acceptedCount(), 30u);
     EXPECT_EQ(light.acceptedCount(), 10u);
     EXPECT_EQ(spare.acceptedCount(), 0u);
+
+    // Per upstream on /metrics: handshakes, bytes of the closed connections, state.
+    auto page = httpGet(d.metricsPort(), "/metrics");
+    ASSERT_EQ(page.status, 200);
+    auto samples = parseMetrics(page.body);
+    std::map<std::string, std::string> heavyLabels{{"route", "default"},
+                                                   {"upstream", heavy.address()}};
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_connect_seconds_count", heavyLabels), 30);
+    auto u2c = heavyLabels;
+    u2c["direction"] = "u2c";
+    // The access line is written after the close is counted: every connection has closed then.
+    ASSERT_EQ(d.daemon().waitLogLines("access route=default", kConnections, 5000ms),
+              static_cast<std::size_t>(kConnections));
+    page = httpGet(d.metricsPort(), "/metrics");
+    samples = parseMetrics(page.body);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_bytes_total", u2c), 30 * 64);
+    auto up = heavyLabels;
+    up["state"] = "up";
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_state", up), 1);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_connections_active", heavyLabels), 0);
 }
 
 TEST(UpstreamsTest, TheBackupTakesOverOnlyWhileThePrimariesAreDown) {

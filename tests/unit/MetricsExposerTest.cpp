@@ -125,6 +125,10 @@ StatsSnapshot knownSnapshot() {
     a.healthCheckFailures = 8;
     a.wentDown = 2;
     a.cameUp = 2;
+    a.bytesC2u = 1000;
+    a.bytesU2c = 2000;
+    a.connectBucketCounts.assign(kUpstreamConnectBucketBounds.size() + 1, 3);
+    a.connectSumSeconds = 0.003;
     UpstreamSnapshot b;
     b.route = "web";
     b.upstream = "10.0.0.2:443";
@@ -162,6 +166,8 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {"splicegate_upstream_connections_active", "gauge"},
         {"splicegate_upstream_state", "gauge"},
         {"splicegate_upstream_state_changes_total", "counter"},
+        {"splicegate_upstream_bytes_total", "counter"},
+        {"splicegate_upstream_connect_seconds", "histogram"},
         {"splicegate_bytes_total", "counter"},
         {"splicegate_audit_bytes_total", "counter"},
         {"splicegate_audit_fsync_seconds", "histogram"},
@@ -206,6 +212,9 @@ TEST(MetricsExposerTest, ServesEverySpecNameWithLabelsAndValues) {
         {R"(splicegate_upstream_up{route="web",upstream="10.0.0.2:443"})", 1},
         {R"(splicegate_upstream_state_changes_total{route="web",upstream="10.0.0.1:443",to="down"})",
          2},
+        {R"(splicegate_upstream_bytes_total{route="web",upstream="10.0.0.1:443",direction="u2c"})",
+         2000},
+        {R"(splicegate_upstream_connect_seconds_count{route="web",upstream="10.0.0.1:443"})", 3},
         {R"(splicegate_bytes_total{direction="c2u",route="web"})", 123456789012.0},
         {R"(splicegate_bytes_total{direction="u2c",route="web"})", 987654321},
         {R"(splicegate_bytes_total{direction="c2u",route="default"})", 11},

@@ -226,13 +226,21 @@ TEST(UpstreamPoolTest, DisabledUpstreamGetsNothingAndSurvivesAReplacement) {
     ASSERT_TRUE(pool.setDisabled("127.0.0.1:1", true));
     for (auto index : picks(pool, 6, now)) EXPECT_EQ(index, 1u);
     EXPECT_STREQ(pool.snapshot()[0].state(), "disabled");
-    pool.connectionOpened(1);
+    pool.connectionOpened(1, std::chrono::microseconds(700));
     UpstreamPool next("web", {weighted("127.0.0.1:1", 2), upstream("127.0.0.1:2")}, policy(), &pool,
                       now);
     EXPECT_TRUE(next.snapshot()[0].disabled);
     EXPECT_EQ(next.snapshot()[0].weight, 2u);
-    pool.connectionClosed(1);  // a connection opened under the old pool closes
-    EXPECT_EQ(next.snapshot()[1].active, 0u);
+    EXPECT_EQ(next.snapshot()[1].active, 1u);
+    pool.connectionClosed(1, 100, 200);  // a connection opened under the old pool closes
+    auto carried = next.snapshot()[1];
+    EXPECT_EQ(carried.active, 0u);
+    EXPECT_EQ(carried.bytesC2u, 100u);
+    EXPECT_EQ(carried.bytesU2c, 200u);
+    // 0.7 ms: in the 1 ms bucket, not the 0.5 ms one (cumulative counts).
+    EXPECT_EQ(carried.connectBucketCounts.at(0), 0u);
+    EXPECT_EQ(carried.connectBucketCounts.at(1), 1u);
+    EXPECT_EQ(carried.connectBucketCounts.back(), 1u);
     ASSERT_TRUE(next.setDisabled("127.0.0.1:1", false));
     std::map<std::uint32_t, int> counts;
     for (auto index : picks(next, 30, now)) ++counts[index];
