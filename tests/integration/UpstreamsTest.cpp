@@ -195,5 +195,48 @@ TEST(UpstreamsTest, PerRouteIdleTimeoutAndAReloadWithOneBadValueChangesNothing) 
     EXPECT_FALSE(closedWithin(kept.get(), 2500ms)) << "idle-timeout-ms 0 after the reload";
 }
 
+TEST(UpstreamsTest, ARouteOwnConnectionLimitsRefuseBeyondThem) {
+    TestServer echo(echoUpstream(20000ms));
+    uint16_t cappedPort = pickFreePort(), perSourcePort = pickFreePort();
+    ControlPlaneOptions options;
+    options.upstreams = {echo.address()};
+    options.configText = "[route.capped]\nlisten = " + loopback(cappedPort) +
+                         "\nupstream = " + echo.address() + "\nmax-connections = 2\n\n" +
+                         "[route.persource]\nlisten = " + loopback(perSourcePort) +
+                         "\nupstream = " + echo.address() +
+                         "\nmax-connections-per-source = 1\n";
+    ControlPlaneDaemon d(options);
+    ASSERT_TRUE(d.start()) << d.why();
+    ASSERT_TRUE(waitListening(perSourcePort, true, deadlineIn(5s)));
+    int error = 0;
+    std::vector<UniqueFd> held;
+    for (int i = 0; i < 2; ++i) {
+        held.push_back(connectTcp(cappedPort, error));
+        ASSERT_TRUE(held.back() && echoRoundTrip(held.back().get(), i, 64, 5000ms)) << i;
+    }
+    auto third = connectTcp(cappedPort, error);
+    ASSERT_TRUE(third);  // the kernel accepts; the daemon closes it at once
+    EXPECT_TRUE(closedWithin(third.get(), 3000ms)) << "route capped: max-connections 2";
+    auto onePerSource = connectTcp(perSourcePort, error);
+    ASSERT_TRUE(onePerSource && echoRoundTrip(onePerSource.get(), 7, 64, 5000ms));
+    auto second = connectTcp(perSourcePort, error);
+    ASSERT_TRUE(second);
+    EXPECT_TRUE(closedWithin(second.get(), 3000ms)) << "route persource: 1 per source";
+    // The default route has neither limit.
+    std::vector<UniqueFd> free;
+    for (int i = 0; i < 3; ++i) {
+        free.push_back(connectTcp(d.listenPort(), error));
+        ASSERT_TRUE(free.back() && echoRoundTrip(free.back().get(), 20 + i, 64, 5000ms)) << i;
+    }
+    auto page = httpGet(d.metricsPort(), "/metrics");
+    auto samples = parseMetrics(page.body);
+    EXPECT_EQ(sampleValue(samples, "splicegate_connections_refused_total",
+                          {{"route", "capped"}, {"reason", "max-connections"}}),
+              1);
+    EXPECT_EQ(sampleValue(samples, "splicegate_connections_refused_total",
+                          {{"route", "persource"}, {"reason", "max-connections-per-source"}}),
+              1);
+}
+
 }  // namespace
 }  // namespace splicegate::test
