@@ -317,9 +317,17 @@ void DaemonControl::listUpstreams(admin::ListUpstreamsResponse& out) const {
 
 void DaemonControl::setUpstream(const admin::SetUpstreamRequest& request,
                                 admin::Response& response) {
-    auto routes = relay_.context().routes();
-    for (const auto& route : *routes) {
-        if (route->config.name != request.route()) continue;
+    // A SIGHUP reload may swap the table in between, its new pool copying the state before the
+    // change: the change is made again on the table in force until that table stays.
+    for (int round = 0; round < 4; ++round) {
+        auto routes = relay_.context().routes();
+        const Route* route = nullptr;
+        for (const auto& candidate : *routes)
+            if (candidate->config.name == request.route()) route = candidate.get();
+        if (route == nullptr) {
+            fail(response, admin::ERROR_NOT_FOUND, "no route named '" + request.route() + "'");
+            return;
+        }
         if (!route->pool->setDisabled(request.upstream(), request.disabled())) {
             std::string known;
             for (const auto& upstream : route->config.upstreams)
@@ -329,12 +337,13 @@ void DaemonControl::setUpstream(const admin::SetUpstreamRequest& request,
                      "' (its upstreams: " + known + ")");
             return;
         }
+        if (relay_.context().routes() != routes) continue;
         for (const auto& state : route->pool->snapshot())
             if (state.upstream == request.upstream())
                 describeUpstream(state, *response.mutable_set_upstream()->mutable_upstream());
         return;
     }
-    fail(response, admin::ERROR_NOT_FOUND, "no route named '" + request.route() + "'");
+    fail(response, admin::ERROR_FAILED, "the routes kept changing (reloads); try again");
 }
 
 void DaemonControl::kill(std::uint64_t id, admin::Response& response) {
