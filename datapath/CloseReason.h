@@ -18,8 +18,20 @@ enum class CloseReason : std::uint8_t {
     AuditSyncError,       // an fdatasync failed; its unsynced chunks may be gone (fail-closed)
     PipeError,
     Error,                // anything else (socket errors)
+    // Refused before a route was chosen or an upstream connected (relay/Preamble.h): counted
+    // as refusals (splicegate_connections_refused_total), named so in the access line.
+    NoRoute,                  // no route takes the ClientHello's server name
+    ProxyProtocol,            // PROXY header missing, malformed, or from an untrusted source
+    BadClientHello,           // not a TLS ClientHello, malformed, or over 16 KiB
+    PeekTimeout,              // header or ClientHello not complete within --sni-peek-timeout-ms
+    MaxConnectionsPerSource,  // the PROXY header's client is at its limit
     Count
 };
+
+// Reasons of a connection refused before it was routed: counted as refusals, never as closes.
+constexpr bool isRefusal(CloseReason reason) noexcept {
+    return reason >= CloseReason::NoRoute && reason < CloseReason::Count;
+}
 
 constexpr const char* toString(CloseReason reason) noexcept {
     switch (reason) {
@@ -34,6 +46,11 @@ constexpr const char* toString(CloseReason reason) noexcept {
         case CloseReason::AuditSyncError: return "audit-sync-error";
         case CloseReason::PipeError: return "pipe-error";
         case CloseReason::Error: return "error";
+        case CloseReason::NoRoute: return "no-route";
+        case CloseReason::ProxyProtocol: return "proxy-protocol";
+        case CloseReason::BadClientHello: return "bad-client-hello";
+        case CloseReason::PeekTimeout: return "peek-timeout";
+        case CloseReason::MaxConnectionsPerSource: return "max-connections-per-source";
         case CloseReason::Count: break;
     }
     return "unknown";

@@ -19,6 +19,10 @@ const char* toString(RefuseReason reason) noexcept {
     switch (reason) {
         case RefuseReason::MaxConnections: return "max-connections";
         case RefuseReason::MaxConnectionsPerSource: return "max-connections-per-source";
+        case RefuseReason::NoRoute: return "no-route";
+        case RefuseReason::ProxyProtocol: return "proxy-protocol";
+        case RefuseReason::BadClientHello: return "bad-client-hello";
+        case RefuseReason::PeekTimeout: return "peek-timeout";
         case RefuseReason::Count: break;
     }
     return "unknown";
@@ -76,7 +80,7 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
             route.bytesC2u += r.bytesC2u.get();
             route.bytesU2c += r.bytesU2c.get();
             for (std::size_t i = 0; i < r.closed.size(); ++i)
-                route.closed[toString(static_cast<CloseReason>(i))] += r.closed[i].get();
+                if (!isRefusal(static_cast<CloseReason>(i))) route.closed[toString(static_cast<CloseReason>(i))] += r.closed[i].get();
             for (std::size_t i = 0; i < r.refused.size(); ++i)
                 route.refused[toString(static_cast<RefuseReason>(i))] += r.refused[i].get();
             for (std::size_t i = 0; i < kLaneNames.size(); ++i) {

@@ -18,7 +18,16 @@ namespace splicegate {
 
 constexpr std::size_t kMaxRoutes = 256;
 
-enum class RefuseReason : std::uint8_t { MaxConnections, MaxConnectionsPerSource, Count };
+// The last four: closed while its PROXY header or ClientHello was read (relay/Preamble.h).
+enum class RefuseReason : std::uint8_t {
+    MaxConnections,
+    MaxConnectionsPerSource,
+    NoRoute,
+    ProxyProtocol,
+    BadClientHello,
+    PeekTimeout,
+    Count
+};
 const char* toString(RefuseReason reason) noexcept;
 
 // A counter written by one thread, read by others.

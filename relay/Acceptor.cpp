@@ -1,5 +1,6 @@
 #include "relay/Acceptor.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/Error.h"
@@ -23,31 +24,32 @@ void Acceptor::applyRoutes(bool failOnError) {
     if (closed_) return;
     auto table = context_.routes();
     if (table == appliedRoutes_) return;
-    // Closed first, so a listen address moved to another route can be bound again.
+    // One listener per listen address, whichever routes share it. Closed first, so that an
+    // address its routes left can be bound again.
+    auto groups = groupByListenAddress(*table);
     for (std::uint32_t i = 0; i < listeners_.size(); ++i) {
         auto& listener = listeners_[i];
         if (!listener.fd) continue;
-        const Route* replacement = nullptr;
-        for (const auto& route : *table)
-            if (route->config.name == listener.route->config.name) replacement = route.get();
-        if (replacement == nullptr ||
-            !(replacement->config.listen == listener.route->config.listen))
-            closeListener(i);
+        bool kept = std::any_of(groups.begin(), groups.end(), [&](const auto& group) {
+            return group->address() == listener.group->address();
+        });
+        if (!kept) closeListener(i);
     }
-    for (const auto& route : *table) {
+    for (const auto& group : groups) {
         bool found = false;
         for (auto& listener : listeners_) {
-            if (listener.fd && listener.route->config.name == route->config.name) {
-                listener.route = route;  // new upstreams apply to new connections only
+            if (listener.fd && listener.group->address() == group->address()) {
+                listener.group = group;  // new routes and upstreams apply to new connections
+                listener.route = group->primary();
                 found = true;
             }
         }
         if (found) continue;
         try {
-            openListener(route);
+            openListener(group);
         } catch (const std::exception& error) {
             if (failOnError) throw;
-            logError("route ", route->config.name, ": ", error.what());
+            logError("route ", group->primary()->config.name, ": ", error.what());
         }
     }
     appliedRoutes_ = table;
@@ -64,20 +66,23 @@ void Acceptor::rearm() {
         if (listeners_[i].fd) armAccepts(i);
 }
 
-void Acceptor::openListener(const std::shared_ptr<const Route>& route) {
-    const auto& address = route->config.listen;
+void Acceptor::openListener(const std::shared_ptr<const ListenGroup>& group) {
+    const auto& address = group->address();
     // Bound by the relay (ListenerSockets), so a reload fails before any listener changes.
     for (auto& fd : context_.listenerSockets()->duplicatesFor(worker_, address)) {
         std::uint32_t index = 0;
         while (index < listeners_.size() && listeners_[index].fd) ++index;
         if (index == listeners_.size()) listeners_.emplace_back();
         auto& listener = listeners_[index];
-        listener.route = route;
+        listener.group = group;
+        listener.route = group->primary();
         listener.fd = std::move(fd);
         ++listener.generation;
         armAccepts(index);
     }
-    if (worker_ == 0) logInfo("route ", route->config.name, ": listening on ", address);
+    if (worker_ == 0)
+        for (const auto& route : group->routes())
+            logInfo("route ", route->config.name, ": listening on ", address);
 }
 
 void Acceptor::closeListener(std::uint32_t index) {
@@ -135,7 +140,7 @@ std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
     // A connection the kernel handed to this accept before the cancel of its listener took
     // effect (a drain, an upgrade) is the client's as much as any other: it is served, not
     // dropped.
-    Admitted admitted{listener.route, UniqueFd(result), {}, std::nullopt};
+    Admitted admitted{listener.route, UniqueFd(result), {}, std::nullopt, listener.group, true};
     if (current) {
         auto& slot = listener.accepts[tag.direction];
         admitted.peer = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address),
@@ -149,7 +154,7 @@ std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
         admitted.peer = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&address),
                                                     length);
     }
-    if (!admit(listener, admitted.peer, now)) return std::nullopt;  // closing it is the refusal
+    if (!admit(listener, admitted, now)) return std::nullopt;  // closing it is the refusal
     // Reuseport spreads new connections at random (relay/WorkerLoads.h): a worker that owns
     // kHandOffSlack connections more than the least busy one passes a new connection to it. The
     // admission stays booked; the other worker relays it as if it had accepted it. Booked now,
@@ -160,9 +165,10 @@ std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
     return admitted;
 }
 
-bool Acceptor::admit(const Listener& listener, const SocketAddress& peer,
+bool Acceptor::admit(const Listener& listener, Admitted& admitted,
                      std::chrono::steady_clock::time_point now) {
     const Route& route = *listener.route;
+    const SocketAddress& peer = admitted.peer;
     auto active = context_.activeConnections.fetch_add(1, std::memory_order_relaxed);
     if (active >= context_.settings.relay.maxConnections) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
@@ -185,6 +191,10 @@ bool Acceptor::admit(const Listener& listener, const SocketAddress& peer,
                        ": refusing connections: ", route.settings.maxConnections,
                        " connections open on the route (its max-connections)");
         return false;
+    }
+    if (listener.group->acceptsProxyHeader() && listener.group->trusts(peer)) {
+        admitted.sourceBooked = false;  // the header's client is counted (relay/Preamble.h)
+        return true;
     }
     if (!acquireSource(route, peer)) {
         routeActive.fetch_sub(1, std::memory_order_relaxed);
@@ -220,13 +230,14 @@ void Acceptor::handOffFailed(Admitted& admitted) noexcept {
     admitted.handOffTo.reset();
 }
 
-void Acceptor::release(const Route& route, const SocketAddress& peer) noexcept {
+void Acceptor::release(const Route& route, const SocketAddress& client,
+                       bool sourceBooked) noexcept {
     context_.workerLoads->add(worker_, -1);
-    if (route.settings.ownSourceLimit)
+    if (sourceBooked && route.settings.ownSourceLimit)
         context_.routeSourceLimiters[route.statsIndex].release(
-            peer, route.settings.maxConnectionsPerSource);
-    else
-        context_.sourceLimiter.release(peer);
+            client, route.settings.maxConnectionsPerSource);
+    else if (sourceBooked)
+        context_.sourceLimiter.release(client);
     context_.routeActive[route.statsIndex].fetch_sub(1, std::memory_order_relaxed);
     context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
 }

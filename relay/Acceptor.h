@@ -19,6 +19,7 @@
 #include "common/SocketAddress.h"
 #include "common/UniqueFd.h"
 #include "metrics/Stats.h"
+#include "relay/ListenGroup.h"
 #include "relay/RelayContext.h"
 #include "relay/Route.h"
 
@@ -26,11 +27,16 @@ namespace splicegate {
 
 // A connection admitted: booked under the limits and in the load of the worker that will own it
 // (this one, or `handOffTo`). Either is released with Acceptor::release.
+// `route`: the group's primary route until the preamble chose one (relay/Preamble.h).
 struct Admitted {
     std::shared_ptr<const Route> route;
     UniqueFd client;
     SocketAddress peer;
     std::optional<unsigned> handOffTo;
+    std::shared_ptr<const ListenGroup> group;
+    // The per-source limit counted `peer`. Not for a trusted load balancer's connection: the
+    // client its PROXY header names is counted instead, once it is read.
+    bool sourceBooked = true;
 };
 
 class Acceptor {
@@ -52,8 +58,12 @@ class Acceptor {
                                      std::chrono::steady_clock::time_point now);
     // The worker it was to go to did not take it: it stays here.
     void handOffFailed(Admitted& admitted) noexcept;
-    // What admission booked for a connection this worker owns.
-    void release(const Route& route, const SocketAddress& peer) noexcept;
+    // What admission booked for a connection this worker owns: on `route` (the listener's
+    // primary route, relay/ListenGroup.h), and for `client` when `sourceBooked`.
+    void release(const Route& route, const SocketAddress& client, bool sourceBooked) noexcept;
+    // The per-source limit that applies to `route`, for `client` (true: counted). Also for the
+    // client a PROXY header names, once it is read (relay/Preamble.h).
+    bool acquireSource(const Route& route, const SocketAddress& client);
     // Accepts submitted whose completion has not come yet (a closed listener's cancelled ones
     // included): a drain is over only when none is left, since each may carry a connection.
     std::uint32_t acceptsInFlight() const noexcept { return acceptsInFlight_; }
@@ -67,7 +77,9 @@ class Acceptor {
         bool armed = false;
     };
     static constexpr std::uint8_t kAcceptsPerListener = 16;
+    // One per listen address: the routes sharing it (`route`: their primary one, for logs).
     struct Listener {
+        std::shared_ptr<const ListenGroup> group;
         std::shared_ptr<const Route> route;
         UniqueFd fd;
         std::uint16_t generation = 0;
@@ -75,12 +87,11 @@ class Acceptor {
         std::unique_ptr<AcceptSlot[]> accepts = std::make_unique<AcceptSlot[]>(kAcceptsPerListener);
     };
 
-    void openListener(const std::shared_ptr<const Route>& route);
+    void openListener(const std::shared_ptr<const ListenGroup>& group);
     void closeListener(std::uint32_t index);
     void armAccepts(std::uint32_t index);
     void armAccept(std::uint32_t index, std::uint8_t which);
-    bool acquireSource(const Route& route, const SocketAddress& peer);
-    bool admit(const Listener& listener, const SocketAddress& peer,
+    bool admit(const Listener& listener, Admitted& admitted,
                std::chrono::steady_clock::time_point now);
     void refuse(const Listener& listener, RefuseReason reason) noexcept;
 

@@ -61,6 +61,11 @@ std::string textLine(const AccessRecord& record) {
         if (!attempts[i].error.empty()) line += "(" + attempts[i].error + ")";
     }
     line += " active=" + std::to_string(record.active);
+    if (!record.serverName.empty()) {
+        line += " sni=";
+        line += record.serverName;
+    }
+    if (record.via.family() != AF_UNSPEC) line += " via=" + record.via.toString();
     return line;
 }
 
@@ -88,7 +93,10 @@ std::string jsonLine(const AccessRecord& record) {
         if (!attempts[i].error.empty()) line += ", \"error\": " + jsonString(attempts[i].error);
         line += "}";
     }
-    line += "], \"active\": " + std::to_string(record.active) + "}";
+    line += "], \"active\": " + std::to_string(record.active);
+    if (!record.serverName.empty()) line += ", \"sni\": " + jsonString(std::string(record.serverName));
+    if (record.via.family() != AF_UNSPEC) line += ", \"via\": " + jsonString(record.via.toString());
+    line += "}";
     return line;
 }
 

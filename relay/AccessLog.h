@@ -8,7 +8,10 @@
 // every upstream attempted in order, a failed one with its error ("ADDR(ECONNREFUSED)",
 // "ADDR(timeout)"), "-" for none. Route names are restricted to [A-Za-z0-9_-] by the config,
 // addresses are numeric: no field can contain a space. Json: one object with the same names
-// (docs/configuration.md, Logs).
+// (docs/configuration.md, Logs). Then " sni=NAME" for a connection whose ClientHello named a
+// server and " via=ADDR" for one a PROXY protocol header came with (ADDR: the balancer; client=
+// is the client it named); a connection refused before a route was chosen reads "route=-".
+// Server names are host-name characters only (relay/ClientHello.h).
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -36,6 +39,8 @@ struct AccessRecord {
     std::string_view failedAttempts;         // "ADDR(ERROR)" comma-separated
     bool connected = false;                  // the last attempt (to `upstream`) succeeded
     std::uint64_t active = 0;  // the route's open connections on this worker, this one included
+    std::string_view serverName;  // the ClientHello's (route key sni); empty: none
+    SocketAddress via;            // the PROXY header's balancer; AF_UNSPEC: none
 };
 
 std::string formatAccessLine(const AccessRecord& record,

@@ -28,6 +28,14 @@ constexpr std::string_view kRoutePrefix = "route.";
 constexpr std::size_t kMaxRouteNameLength = 64;
 constexpr uint64_t kMaxWorkers = 1024;
 
+constexpr Named<ProxyProtocolMode> kProxyInNames[] = {{"off", ProxyProtocolMode::Off},
+                                                     {"v1", ProxyProtocolMode::V1},
+                                                     {"v2", ProxyProtocolMode::V2},
+                                                     {"any", ProxyProtocolMode::Any}};
+constexpr Named<ProxyProtocolMode> kProxyOutNames[] = {{"off", ProxyProtocolMode::Off},
+                                                      {"v1", ProxyProtocolMode::V1},
+                                                      {"v2", ProxyProtocolMode::V2}};
+
 constexpr Named<LogLevel> kLogLevelNames[] = {{"debug", LogLevel::Debug},
                                               {"info", LogLevel::Info},
                                               {"warn", LogLevel::Warn},
@@ -61,6 +69,39 @@ UpstreamConfig resolveUpstream(const std::string& value, const std::string& labe
     upstream.weight = spec.weight;
     upstream.backup = spec.backup;
     return upstream;
+}
+
+// "a, b,c" -> {"a", "b", "c"}; an empty item stays (and is an error where it is checked).
+std::vector<std::string> commaList(const std::string& text) {
+    std::vector<std::string> items;
+    std::size_t start = 0;
+    for (;;) {
+        auto comma = text.find(',', start);
+        std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+        auto first = item.find_first_not_of(" \t");
+        auto last = item.find_last_not_of(" \t");
+        items.push_back(first == std::string::npos ? std::string()
+                                                   : item.substr(first, last - first + 1));
+        if (comma == std::string::npos) return items;
+        start = comma + 1;
+    }
+}
+
+// An `sni` entry: a host name, or "*." and one (lower-cased; a trailing dot dropped).
+std::string serverNamePattern(const std::string& name, const std::string& label) {
+    std::string body = name.starts_with("*.") ? name.substr(2) : name;
+    if (!body.empty() && body.back() == '.') body.pop_back();
+    bool ok = !body.empty() && body.size() <= 253 && body.front() != '.' &&
+              body.find("..") == std::string::npos;
+    for (char& c : body) {
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+        ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                    c == '.');
+    }
+    if (!ok)
+        throw UsageError(label + ": '" + name +
+                         "' is no server name (a host name, or *.NAME for any one more label)");
+    return name.starts_with("*.") ? "*." + body : body;
 }
 
 bool isValidRouteName(const std::string& name) {
@@ -194,7 +235,12 @@ constexpr const char* kConfigFileHelp =
     "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n"
     "  idle-timeout-ms, half-closed-timeout-ms, connect-timeout-ms, max-connections,\n"
     "  max-connections-per-source, upstream-tcp-congestion   the route's own value of the\n"
-    "                         global option (applied by a reload)\n";
+    "                         global option (applied by a reload)\n"
+    "  sni = NAME[,NAME...]   chosen by the TLS server name among the routes of one listen\n"
+    "                         address (exact names, *.example.com); passthrough, no TLS ended\n"
+    "  proxy-protocol-in = off|v1|v2|any   sources in proxy-trusted send a PROXY header\n"
+    "  proxy-trusted = CIDR[,CIDR...]      the load balancers allowed to send it\n"
+    "  proxy-protocol-out = off|v1|v2      a PROXY header to the upstream first\n";
 
 std::string helpText(const po::options_description& commandLineOnly,
                      const po::options_description& shared) {
@@ -245,7 +291,39 @@ const RouteKey kRouteKeys[] = {
     {"max-connections-per-source", false,
      applyRouteOverride<&RouteOverrides::maxConnectionsPerSource>},
     {"upstream-tcp-congestion", false, applyRouteOverride<&RouteOverrides::upstreamCongestion>},
+    {"sni", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         for (const auto& name : commaList(value))
+             route.sni.push_back(serverNamePattern(name, label));
+     }},
+    {"proxy-protocol-in", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.proxyIn = parseChoice(kProxyInNames, value, label);
+     }},
+    {"proxy-trusted", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         for (const auto& cidr : commaList(value)) {
+             auto parsed = Cidr::parse(cidr);
+             if (!parsed)
+                 throw UsageError(label + ": '" + cidr +
+                                  "' is no IPv4 or IPv6 prefix (e.g. 10.0.0.0/8)");
+             route.proxyTrusted.push_back(*parsed);
+         }
+     }},
+    {"proxy-protocol-out", false,
+     [](RouteConfig& route, const std::string& value, const std::string& label) {
+         route.proxyOut = parseChoice(kProxyOutNames, value, label);
+     }},
 };
+
+// The PROXY protocol keys go together: a header is accepted only from named balancers.
+void checkProxyKeys(const RouteConfig& route, bool trustedGiven, const std::string& where) {
+    if (route.proxyIn != ProxyProtocolMode::Off && route.proxyTrusted.empty())
+        throw UsageError(where + ": proxy-protocol-in needs proxy-trusted (the balancers "
+                         "allowed to send the header)");
+    if (route.proxyIn == ProxyProtocolMode::Off && trustedGiven)
+        throw UsageError(where + ": proxy-trusted given without proxy-protocol-in");
+}
 
 // The keys a route cannot do without.
 constexpr const char* kRequiredRouteKeys[] = {"listen", "upstream"};
@@ -507,17 +585,39 @@ class ConfigParser {
             });
             if (entry.key == "upstream") upstreamLines_[section.name].push_back(entry.line);
         }
+        if (problems_.size() == before) {
+            bool trustedGiven =
+                std::any_of(section.entries.begin(), section.entries.end(),
+                            [](const auto& entry) { return entry.key == "proxy-trusted"; });
+            collect([&] { checkProxyKeys(route, trustedGiven, where); });
+        }
         if (!complete || problems_.size() != before) return std::nullopt;
         return route;
     }
 
+    // Routes share a listen address only when the TLS server name tells them apart: at most
+    // one of them without `sni`, no name on two of them, and one PROXY protocol setting (its
+    // header comes before the ClientHello).
     void rejectSharedListeners(const std::vector<RouteConfig>& routes) {
         for (std::size_t i = 0; i < routes.size(); ++i)
-            for (std::size_t j = i + 1; j < routes.size(); ++j)
-                if (routes[i].listen == routes[j].listen)
-                    problems_.push_back((file_.empty() ? "" : file_ + ": ") + "listen address " +
-                                        routes[i].listen.toString() + " is used by both route '" +
-                                        routes[i].name + "' and route '" + routes[j].name + "'");
+            for (std::size_t j = i + 1; j < routes.size(); ++j) {
+                const auto& a = routes[i];
+                const auto& b = routes[j];
+                if (!(a.listen == b.listen)) continue;
+                std::string both = (file_.empty() ? "" : file_ + ": ") + "listen address " +
+                                   a.listen.toString() + " is used by both route '" + a.name +
+                                   "' and route '" + b.name + "'";
+                if (a.sni.empty() && b.sni.empty()) {
+                    problems_.push_back(both + " (routes sharing an address need sni)");
+                    continue;
+                }
+                for (const auto& name : a.sni)
+                    if (std::find(b.sni.begin(), b.sni.end(), name) != b.sni.end())
+                        problems_.push_back(both + " with sni '" + name + "'");
+                if (a.proxyIn != b.proxyIn || a.proxyTrusted != b.proxyTrusted)
+                    problems_.push_back(both +
+                                        " with different proxy-protocol-in or proxy-trusted");
+            }
     }
 
     // An upstream that is one of the daemon's own listeners would loop each connection back into
@@ -586,6 +686,7 @@ ConfigErrors::ConfigErrors(std::vector<std::string> problems)
 bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept {
     if (a.name != b.name || !(a.listen == b.listen) || a.audit != b.audit ||
         a.healthCheckIntervalMs != b.healthCheckIntervalMs || !(a.overrides == b.overrides) ||
+        a.sni != b.sni || a.proxyIn != b.proxyIn || a.proxyTrusted != b.proxyTrusted || a.proxyOut != b.proxyOut ||
         a.upstreams.size() != b.upstreams.size())
         return false;
     for (std::size_t i = 0; i < a.upstreams.size(); ++i)

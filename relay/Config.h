@@ -16,6 +16,7 @@
 #include "metrics/MetricsOptions.h"
 #include "relay/RelayOptions.h"
 #include "relay/RouteSettings.h"
+#include "xdp/Cidr.h"
 #include "xdp/XdpOptions.h"
 
 namespace splicegate {
@@ -30,6 +31,10 @@ struct UpstreamConfig {
     bool backup = false;  // `backup`: used only while no other upstream is up
 };
 
+// A route's PROXY protocol setting: proxy-protocol-in accepts off, v1, v2 or any;
+// proxy-protocol-out sends off, v1 or v2.
+enum class ProxyProtocolMode : std::uint8_t { Off, V1, V2, Any };
+
 struct RouteConfig {
     std::string name;  // "default" for --listen/--upstream
     SocketAddress listen;
@@ -37,6 +42,15 @@ struct RouteConfig {
     bool audit = true;
     uint32_t healthCheckIntervalMs = 0;  // active TCP checks of the upstreams; 0 = off
     RouteOverrides overrides;            // the route's own values of global relay settings
+    // Server names (lower case; exact, or "*.suffix" for one more label) that choose this route
+    // among the routes sharing its listen address; empty: the address's route for any other
+    // name and for ClientHellos without one.
+    std::vector<std::string> sni;
+    // Connections from `proxyTrusted` start with a PROXY header in these versions (Off: none).
+    // Routes sharing a listen address agree on both (the header comes before the ClientHello).
+    ProxyProtocolMode proxyIn = ProxyProtocolMode::Off;
+    std::vector<Cidr> proxyTrusted;
+    ProxyProtocolMode proxyOut = ProxyProtocolMode::Off;  // never Any
 
     friend bool operator==(const RouteConfig& a, const RouteConfig& b) noexcept;
 };

@@ -14,7 +14,11 @@
 
 namespace splicegate {
 
-enum class ConnectionState : std::uint8_t { Connecting, Relaying, Closing };
+// Preamble: its PROXY header and ClientHello are being read (relay/Preamble.h), before any
+// route is chosen or upstream connected.
+enum class ConnectionState : std::uint8_t { Preamble, Connecting, Relaying, Closing };
+
+class ListenGroup;
 
 struct Connection {
     ConnectionIo io;
@@ -22,6 +26,23 @@ struct Connection {
     std::shared_ptr<const Route> route;
     SocketAddress clientAddress;
     SocketAddress upstreamAddress;
+    // The listener's routes; `route` is their primary one until `routed` (relay/ListenGroup.h).
+    std::shared_ptr<const ListenGroup> group;
+    // The route admission booked the connection on (the listener's primary route): released
+    // on it whatever route the preamble chose (relay/Acceptor.h).
+    std::shared_ptr<const Route> admittedRoute;
+    bool routed = false;
+    // A PROXY header's: the balancer's address (`clientAddress` is the client it named) and
+    // the address the client connected to. AF_UNSPEC: no header, or one without addresses.
+    SocketAddress via;
+    SocketAddress proxiedDestination;
+    // The per-source limit booked `clientAddress` (after the PROXY header, when there is one).
+    bool sourceBooked = false;
+    std::string serverName;  // of the ClientHello; empty: none read, or it named none
+    // Preamble: a poll on the client socket in flight; the step it is on (relay/Preamble.h).
+    bool preamblePolling = false;
+    std::uint8_t preambleStep = 0;
+    int receiveLowWater = 1;  // SO_RCVLOWAT set while waiting for a preamble's rest
     std::uint32_t upstreamIndex = 0;  // the route pool's upstream of the current attempt
     std::uint32_t connectAttempts = 0;
     // Connected: counted in the pool's active connections of upstreamIndex until released.
@@ -48,7 +69,8 @@ struct Connection {
     std::uint64_t id() const noexcept { return io.id; }
     // SQEs naming this connection whose completion is still to come.
     unsigned operationsInFlight() const noexcept {
-        return connectOps + (watchingClient ? 1u : 0u) + io.movesInFlight();
+        return connectOps + (watchingClient ? 1u : 0u) + (preamblePolling ? 1u : 0u) +
+               io.movesInFlight();
     }
 };
 

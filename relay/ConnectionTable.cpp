@@ -7,6 +7,8 @@ constexpr std::uint32_t kWheelBuckets = 1024;
 
 const char* stateName(ConnectionState state) noexcept {
     switch (state) {
+        case ConnectionState::Preamble:
+            return "preamble";
         case ConnectionState::Connecting:
             return "connecting";
         case ConnectionState::Relaying:
@@ -79,7 +81,7 @@ void ConnectionTable::appendViews(std::vector<ConnectionView>& out, unsigned wor
         ConnectionView view;
         view.id = c.id();
         view.worker = worker;
-        view.route = c.route->config.name;
+        view.route = c.routed ? c.route->config.name : "-";
         view.client = c.clientAddress.toString();
         view.upstream = c.upstreamAddress.toString();
         view.ageMs = static_cast<std::uint64_t>(
@@ -87,6 +89,8 @@ void ConnectionTable::appendViews(std::vector<ConnectionView>& out, unsigned wor
         view.bytesC2u = c.io.flows[0].bytesForwarded();
         view.bytesU2c = c.io.flows[1].bytesForwarded();
         view.state = stateName(c.state);
+        view.serverName = c.serverName;
+        if (c.via.family() != AF_UNSPEC) view.via = c.via.toString();
         out.push_back(std::move(view));
     });
 }

@@ -28,6 +28,8 @@ struct ConnectionView {
     std::uint64_t bytesC2u = 0;
     std::uint64_t bytesU2c = 0;
     const char* state = "";
+    std::string serverName;  // the ClientHello's; empty: none
+    std::string via;         // the PROXY header's balancer; empty: none
 };
 
 class ConnectionTable {

@@ -7,6 +7,8 @@
 
 #include "common/Error.h"
 #include "relay/AccessLog.h"
+#include "relay/ListenGroup.h"
+#include "relay/ProxyProtocol.h"
 #include "relay/SocketOptions.h"
 #include "relay/WorkerOps.h"
 
@@ -25,13 +27,26 @@ __kernel_timespec toTimespec(std::chrono::milliseconds period) noexcept {
     return spec;
 }
 
+// The refusal a close before routing counts as; none for a client that left on its own.
+std::optional<RefuseReason> refusalOf(CloseReason reason) noexcept {
+    switch (reason) {
+        case CloseReason::NoRoute: return RefuseReason::NoRoute;
+        case CloseReason::ProxyProtocol: return RefuseReason::ProxyProtocol;
+        case CloseReason::BadClientHello: return RefuseReason::BadClientHello;
+        case CloseReason::PeekTimeout: return RefuseReason::PeekTimeout;
+        case CloseReason::MaxConnectionsPerSource: return RefuseReason::MaxConnectionsPerSource;
+        default: return std::nullopt;
+    }
+}
+
 }  // namespace
 
 std::chrono::milliseconds workerTickPeriod(const WorkerSettings& settings) {
     std::uint64_t period = 1000;
     if (!settings.audit.dir.empty() && settings.audit.durability != AuditDurability::Strict)
         period = std::max<std::uint64_t>(1, settings.audit.fsyncIntervalMs);
-    for (std::uint64_t timeout : {settings.relay.idleTimeoutMs, settings.relay.halfClosedTimeoutMs})
+    for (std::uint64_t timeout : {settings.relay.idleTimeoutMs, settings.relay.halfClosedTimeoutMs,
+                                  settings.relay.sniPeekTimeoutMs})
         if (timeout > 0 && timeout / 4 < period) period = std::max<std::uint64_t>(timeout / 4, 10);
     return std::chrono::milliseconds(period);
 }
@@ -42,6 +57,7 @@ Dispatcher::Dispatcher(unsigned index, RelayContext& context, WorkerStats& stats
       context_(context),
       stats_(stats),
       parts_(std::move(parts)),
+      preamble_(context, parts_.ring, parts_.acceptor),
       timerInterval_(toTimespec(workerTickPeriod(context.settings))) {
     router_.route<&Dispatcher::onWorkerCompletion>(RingOwner::Worker, *this);
     router_.route<&Dispatcher::onLaneCompletion>(RingOwner::Mover, *this);
@@ -116,6 +132,13 @@ void Dispatcher::onWorkerCompletion(CompletionTag tag, const io_uring_cqe& cqe) 
             if (auto admitted = parts_.acceptor.onAccept(tag, cqe.res, now_))
                 take(std::move(*admitted));
             return;
+        case Op::PreambleRead: {
+            Connection* c = parts_.connections.find(tag);
+            if (c == nullptr) return;
+            actOnPreamble(*c, preamble_.onReadable(*c, cqe.res));
+            releaseIfDone(*c);
+            return;
+        }
         case Op::Connect:
         case Op::ConnectTimeout:
         case Op::ClientWatch: {
@@ -190,6 +213,14 @@ void Dispatcher::onTimer() {
 // Only the connections whose deadline came are looked at (relay/ConnectionTimeouts.h).
 void Dispatcher::closeTimedOut() {
     for (Connection* c : parts_.connections.due(now_)) {
+        if (c->state == ConnectionState::Preamble) {  // only its peek deadline is set
+            logWarnLimited("peek timeouts", "listen ", c->group->address(), ": ", c->clientAddress,
+                           ": no complete PROXY header or ClientHello within ",
+                           context_.settings.relay.sniPeekTimeoutMs,
+                           " ms (--sni-peek-timeout-ms; connection ", c->id(), " closed)");
+            closeConnection(*c, CloseReason::PeekTimeout, false);
+            continue;
+        }
         if (c->state != ConnectionState::Relaying) continue;
         auto verdict = timeoutsOf(*c).check(*c, now_);
         if (verdict.close)
@@ -213,7 +244,7 @@ void Dispatcher::adopt(Admitted admitted) {
     // While draining, a connection accepted before the drain is served here (the loop runs, so
     // it is not over); only a stop refuses it.
     if (stopping_) {  // closing the socket is the refusal
-        parts_.acceptor.release(*admitted.route, admitted.peer);
+        parts_.acceptor.release(*admitted.route, admitted.peer, admitted.sourceBooked);
         return;
     }
     startAccepted(std::move(admitted));
@@ -224,15 +255,45 @@ void Dispatcher::startAccepted(Admitted admitted) {
         context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed));
     if (auto* lease = context_.auditStart.idLease) lease->cover(c.io.id);
     c.route = std::move(admitted.route);
-    c.io.counters = &routeStats(c);
-    routeStats(c).accepted.add(1);
-    routeStats(c).active.add(1);
+    c.admittedRoute = c.route;
+    c.group = std::move(admitted.group);
+    c.sourceBooked = admitted.sourceBooked;
     c.io.client = std::move(admitted.client);  // TCP_NODELAY inherited from the listener
     c.clientAddress = admitted.peer;
     c.opened = c.io.lastActivity = now_;
     c.acceptedAt = std::chrono::system_clock::now();
     c.connectedAt = {};
     c.failedAttempts.clear();
+    if (!Preamble::needed(c)) {
+        c.routed = true;
+        startRouted(c);
+        return;
+    }
+    c.state = ConnectionState::Preamble;
+    parts_.connections.setDeadline(
+        c, now_ + std::chrono::milliseconds(context_.settings.relay.sniPeekTimeoutMs));
+    actOnPreamble(c, preamble_.start(c));
+}
+
+void Dispatcher::actOnPreamble(Connection& c, const PreambleStep& step) {
+    switch (step.action) {
+        case PreambleStep::Action::Wait:
+            return;
+        case PreambleStep::Action::Routed:
+            parts_.connections.clearDeadline(c);
+            c.state = ConnectionState::Connecting;
+            startRouted(c);
+            return;
+        case PreambleStep::Action::Close:
+            closeConnection(c, step.reason, false);
+            return;
+    }
+}
+
+void Dispatcher::startRouted(Connection& c) {
+    c.io.counters = &routeStats(c);
+    routeStats(c).accepted.add(1);
+    routeStats(c).active.add(1);
     beginConnect(c);
 }
 
@@ -245,6 +306,10 @@ void Dispatcher::actOnConnect(Connection& c, const ConnectStep& step) {
         case ConnectStep::Action::Wait:
             return;
         case ConnectStep::Action::Connected:
+            if (c.route->config.proxyOut != ProxyProtocolMode::Off && !sendProxyHeader(c)) {
+                closeConnection(c, CloseReason::Error, true);
+                return;
+            }
             startRelaying(c);
             return;
         case ConnectStep::Action::Retry:
@@ -254,6 +319,28 @@ void Dispatcher::actOnConnect(Connection& c, const ConnectStep& step) {
             closeConnection(c, step.reason, false);
             return;
     }
+}
+
+bool Dispatcher::sendProxyHeader(Connection& c) {
+    SocketAddress destination = c.proxiedDestination;
+    if (destination.family() == AF_UNSPEC) {  // no header came in: the address it connected to
+        sockaddr_storage local{};
+        socklen_t length = sizeof local;
+        if (::getsockname(c.io.client.get(), reinterpret_cast<sockaddr*>(&local), &length) == 0)
+            destination = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&local), length);
+    }
+    auto version =
+        c.route->config.proxyOut == ProxyProtocolMode::V1 ? ProxyVersion::V1 : ProxyVersion::V2;
+    std::string header = encodeProxyHeader(version, c.clientAddress, destination);
+    // A socket connected a moment ago has an empty send buffer: the header (at most 108 bytes)
+    // goes in whole, ahead of every relayed byte, and never through the audit tap.
+    ssize_t sent = ::send(c.io.upstream.get(), header.data(), header.size(),
+                          MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent == static_cast<ssize_t>(header.size())) return true;
+    logWarn("route ", c.route->config.name, ": PROXY header to ", c.upstreamAddress, ": ",
+            sent < 0 ? errnoText(errno) : std::string("sent in part"), " (connection ", c.id(),
+            " closed)");
+    return false;
 }
 
 void Dispatcher::startRelaying(Connection& c) {
@@ -351,7 +438,7 @@ void Dispatcher::releaseConnection(Connection& c) {
     parts_.lanes.release(c.io);
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     AccessRecord record;
-    record.route = c.route->config.name;
+    record.route = c.routed ? std::string_view(c.route->config.name) : "-";
     record.id = c.id();
     record.client = c.clientAddress;
     record.upstream = c.upstreamAddress;
@@ -368,6 +455,8 @@ void Dispatcher::releaseConnection(Connection& c) {
     record.failedAttempts = c.failedAttempts;
     record.connected = c.connectedAt != std::chrono::steady_clock::time_point{};
     record.active = routeStats(c).active.get();
+    record.serverName = c.serverName;
+    record.via = c.via;
     logDebug("connection ", c.id(), " closed (", toString(c.closeReason), ") after ",
              lifetime.count(), " ms: c2u ", record.bytesC2u, " B, u2c ", record.bytesU2c, " B");
     if (context_.settings.relay.accessLog)
@@ -375,11 +464,16 @@ void Dispatcher::releaseConnection(Connection& c) {
                          formatAccessLine(record, context_.settings.relay.accessLogFormat));
     if (c.countedOnUpstream)
         c.route->pool->connectionClosed(c.upstreamIndex, record.bytesC2u, record.bytesU2c);
-    parts_.acceptor.release(*c.route, c.clientAddress);
-    routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
-    routeStats(c).observeDuration(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opened).count()));
-    routeStats(c).active.sub(1);
+    parts_.acceptor.release(*c.admittedRoute, c.clientAddress, c.sourceBooked);
+    if (c.routed) {
+        routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
+        routeStats(c).observeDuration(static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opened).count()));
+        routeStats(c).active.sub(1);
+    } else if (auto refusal = refusalOf(c.closeReason)) {
+        // Refused before a route was chosen: counted on the address's first route.
+        routeStats(c).refused[static_cast<std::size_t>(*refusal)].add(1);
+    }
     parts_.connections.release(c);
 }
 

@@ -27,6 +27,7 @@
 #include "relay/Connection.h"
 #include "relay/ConnectionTable.h"
 #include "relay/ConnectionTimeouts.h"
+#include "relay/Preamble.h"
 #include "relay/RelayContext.h"
 #include "relay/UpstreamConnector.h"
 #include "relay/WorkerControl.h"
@@ -105,6 +106,11 @@ class Dispatcher {
     void startAccepted(Admitted admitted);
     void beginConnect(Connection& c);
     void actOnConnect(Connection& c, const ConnectStep& step);
+    void actOnPreamble(Connection& c, const PreambleStep& step);
+    // A route is chosen: counted on it, and its upstream connect begins.
+    void startRouted(Connection& c);
+    // proxy-protocol-out: the header on the fresh upstream socket, before any client byte.
+    bool sendProxyHeader(Connection& c);
     void startRelaying(Connection& c);
     void act(Connection& c, Direction d, const Verdict& verdict);
     void applySync(const SyncOutcome& outcome);
@@ -122,6 +128,7 @@ class Dispatcher {
     RelayContext& context_;
     WorkerStats& stats_;
     DispatcherParts parts_;
+    Preamble preamble_;
     CompletionRouter router_;
     Clock::time_point now_;
     bool draining_ = false;

@@ -58,7 +58,10 @@ po::options_description relayOptions() {
          "close a connection whose sender has gone while its receiver takes nothing, after this "
          "long without progress; 0 = only the idle timeout")
         ("drain-timeout-ms", scalar("N", std::to_string(d.drainTimeoutMs)),
-         "on SIGTERM, how long in-flight connections may finish");
+         "on SIGTERM, how long in-flight connections may finish")
+        ("sni-peek-timeout-ms", scalar("N", std::to_string(d.sniPeekTimeoutMs)),
+         "how long a client may take to send its PROXY header and TLS ClientHello on a "
+         "listener that reads them (routes with sni or proxy-protocol-in); at least 1");
     return options;
 }
 // clang-format on
@@ -72,6 +75,7 @@ RelaySettings readRelaySettings(const OptionValues& values) {
     relay.idleTimeoutMs = values.number<std::uint32_t>("idle-timeout-ms");
     relay.halfClosedTimeoutMs = values.number<std::uint32_t>("half-closed-timeout-ms");
     relay.drainTimeoutMs = values.number<std::uint32_t>("drain-timeout-ms");
+    relay.sniPeekTimeoutMs = values.number<std::uint32_t>("sni-peek-timeout-ms", 1);
     relay.maxConnectionsPerSource = values.number<std::uint64_t>("max-connections-per-source");
     relay.delayedAck = values.choice(kOnOffNames, "delayed-ack");
     relay.clientCongestion = congestionName(values, "client-tcp-congestion");
@@ -92,6 +96,7 @@ void listChanged(const RelaySettings& running, const RelaySettings& next, Change
     changed.check("idle-timeout-ms", running.idleTimeoutMs, next.idleTimeoutMs);
     changed.check("half-closed-timeout-ms", running.halfClosedTimeoutMs, next.halfClosedTimeoutMs);
     changed.check("drain-timeout-ms", running.drainTimeoutMs, next.drainTimeoutMs);
+    changed.check("sni-peek-timeout-ms", running.sniPeekTimeoutMs, next.sniPeekTimeoutMs);
 }
 
 }  // namespace splicegate

@@ -34,6 +34,9 @@ struct RelaySettings {
     // long without progress, whatever the idle timeout says.
     std::uint32_t halfClosedTimeoutMs = 60000;
     std::uint32_t drainTimeoutMs = 30000;
+    // A listener with `sni` routes or a PROXY protocol header to read: how long a client has to
+    // send them before it is closed (reason peek-timeout).
+    std::uint32_t sniPeekTimeoutMs = 5000;
 };
 
 // The relay's options, their defaults from RelaySettings{}.

@@ -15,6 +15,7 @@ enum class WorkerOp : std::uint8_t {
     Connect,
     ConnectTimeout,
     ClientWatch,  // the client's socket while its upstream connect runs
+    PreambleRead,  // the client's socket until its PROXY header and ClientHello are in
 };
 
 }  // namespace splicegate
