@@ -79,8 +79,10 @@ void sumWorkerStats(const std::vector<const WorkerStats*>& workers, const RouteI
             route.connectFailures += r.connectFailures.get();
             route.bytesC2u += r.bytesC2u.get();
             route.bytesU2c += r.bytesU2c.get();
-            for (std::size_t i = 0; i < r.closed.size(); ++i)
-                if (!isRefusal(static_cast<CloseReason>(i))) route.closed[toString(static_cast<CloseReason>(i))] += r.closed[i].get();
+            for (std::size_t i = 0; i < r.closed.size(); ++i) {
+                auto reason = static_cast<CloseReason>(i);
+                if (!isRefusal(reason)) route.closed[toString(reason)] += r.closed[i].get();
+            }
             for (std::size_t i = 0; i < r.refused.size(); ++i)
                 route.refused[toString(static_cast<RefuseReason>(i))] += r.refused[i].get();
             for (std::size_t i = 0; i < kLaneNames.size(); ++i) {

@@ -75,11 +75,11 @@ ClientHelloParse serverNameOf(std::span<const std::uint8_t> extension) {
         if (name.empty() || name.size() > kMaxHostNameBytes)
             return result(ClientHelloParse::Status::Invalid, "server name empty or too long");
         for (std::uint8_t c : name) {
-            bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-            if (!ok) return result(ClientHelloParse::Status::Invalid, "server name not a host name");
-            parse.serverName.push_back(
-                static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+            bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
+            if (!ok)
+                return result(ClientHelloParse::Status::Invalid, "server name not a host name");
+            parse.serverName.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
         }
     }
     // A fully qualified name's trailing dot names the same host.
@@ -156,8 +156,8 @@ ClientHelloParse parseClientHello(std::span<const std::uint8_t> bytes) {
         if (messageLength == 0 && message.size() >= 4) {
             if (message[0] != kHandshakeClientHello)
                 return result(ClientHelloParse::Status::Invalid, "first handshake not ClientHello");
-            messageLength = 4 + ((std::size_t{message[1]} << 16) |
-                                 (std::size_t{message[2]} << 8) | message[3]);
+            messageLength =
+                4 + ((std::size_t{message[1]} << 16) | (std::size_t{message[2]} << 8) | message[3]);
             if (messageLength > kMaxClientHelloBytes)
                 return result(ClientHelloParse::Status::TooLarge,
                               "ClientHello of " + std::to_string(messageLength) +

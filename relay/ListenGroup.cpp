@@ -95,7 +95,8 @@ std::vector<std::shared_ptr<const ListenGroup>> groupByListenAddress(const Route
         if (!placed) byAddress.push_back({route});
     }
     std::vector<std::shared_ptr<const ListenGroup>> groups;
-    for (auto& routes : byAddress) groups.push_back(std::make_shared<ListenGroup>(std::move(routes)));
+    for (auto& routes : byAddress)
+        groups.push_back(std::make_shared<ListenGroup>(std::move(routes)));
     return groups;
 }
 

@@ -104,11 +104,9 @@ PreambleStep Preamble::advance(Connection& c, unsigned events) {
     }
 }
 
-PreambleStep Preamble::readProxyHeader(Connection& c, std::size_t peeked, bool ended,
-                                       bool& again) {
+PreambleStep Preamble::readProxyHeader(Connection& c, std::size_t peeked, bool ended, bool& again) {
     auto parse = parseProxyHeader({scratch_.data(), peeked}, c.group->proxyVersions());
-    if (parse.status == ProxyParse::Status::NeedMore && !ended)
-        return waitFor(c, parse.needBytes);
+    if (parse.status == ProxyParse::Status::NeedMore && !ended) return waitFor(c, parse.needBytes);
     if (parse.status != ProxyParse::Status::Complete) {
         logWarnLimited("proxy-protocol refusals", "route ", c.route->config.name, ": ",
                        c.clientAddress, ": ",
@@ -130,17 +128,15 @@ PreambleStep Preamble::readProxyHeader(Connection& c, std::size_t peeked, bool e
     return nextAfterHeader(c, again);
 }
 
-PreambleStep Preamble::checkNotAHeader(Connection& c, std::size_t peeked, bool ended,
-                                       bool& again) {
+PreambleStep Preamble::checkNotAHeader(Connection& c, std::size_t peeked, bool ended, bool& again) {
     std::span<const std::uint8_t> bytes(scratch_.data(), peeked);
     std::span<const std::uint8_t> v1(reinterpret_cast<const std::uint8_t*>(kV1Prefix.data()),
                                      kV1Prefix.size());
     std::size_t asV1 = agreeing(bytes, v1), asV2 = agreeing(bytes, kV2Signature);
     if (asV1 == v1.size() || asV2 == kV2Signature.size()) {
-        logWarnLimited("proxy-protocol refusals", "route ", c.route->config.name, ": ",
-                       c.clientAddress,
-                       ": PROXY header from a source outside proxy-trusted (connection ", c.id(),
-                       " refused)");
+        logWarnLimited(
+            "proxy-protocol refusals", "route ", c.route->config.name, ": ", c.clientAddress,
+            ": PROXY header from a source outside proxy-trusted (connection ", c.id(), " refused)");
         return close(CloseReason::ProxyProtocol);
     }
     // Every byte so far agrees with a signature: one more tells.
@@ -170,8 +166,8 @@ PreambleStep Preamble::readClientHello(Connection& c, std::size_t peeked, bool e
     if (parse.status == ClientHelloParse::Status::NeedMore) {
         if (parse.needBytes > scratch_.size()) {
             parse.status = ClientHelloParse::Status::TooLarge;
-            parse.problem = "ClientHello records over " + std::to_string(scratch_.size()) +
-                            " bytes";
+            parse.problem =
+                "ClientHello records over " + std::to_string(scratch_.size()) + " bytes";
         } else if (!ended) {
             return waitFor(c, parse.needBytes);
         } else {
@@ -181,8 +177,7 @@ PreambleStep Preamble::readClientHello(Connection& c, std::size_t peeked, bool e
     }
     if (parse.status != ClientHelloParse::Status::Complete) {
         logWarnLimited("bad ClientHello refusals", "route ", c.route->config.name, ": ",
-                       c.clientAddress, ": ", parse.problem, " (connection ", c.id(),
-                       " refused)");
+                       c.clientAddress, ": ", parse.problem, " (connection ", c.id(), " refused)");
         return close(CloseReason::BadClientHello);
     }
     c.serverName = std::move(parse.serverName);
@@ -212,8 +207,8 @@ PreambleStep Preamble::routeTo(Connection& c, std::shared_ptr<const Route> route
 PreambleStep Preamble::waitFor(Connection& c, std::size_t totalBytes) {
     int lowWater = static_cast<int>(std::max<std::size_t>(totalBytes, 1));
     if (lowWater != c.receiveLowWater) {
-        if (::setsockopt(c.io.client.get(), SOL_SOCKET, SO_RCVLOWAT, &lowWater,
-                         sizeof lowWater) != 0)
+        if (::setsockopt(c.io.client.get(), SOL_SOCKET, SO_RCVLOWAT, &lowWater, sizeof lowWater) !=
+            0)
             return close(CloseReason::Error);
         c.receiveLowWater = lowWater;
     }

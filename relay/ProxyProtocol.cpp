@@ -169,11 +169,20 @@ ProxyParse parseV2(std::span<const std::uint8_t> bytes) {
     result.header.length = total;
     std::size_t addressBytes = 0;
     switch (family) {
-        case kFamilyUnspec: addressBytes = 0; break;
-        case kFamilyInet: addressBytes = kInetAddressBytes; break;
-        case kFamilyInet6: addressBytes = kInet6AddressBytes; break;
-        case kFamilyUnix: addressBytes = kUnixAddressBytes; break;
-        default: return invalid("v2 header: unknown address family");
+        case kFamilyUnspec:
+            addressBytes = 0;
+            break;
+        case kFamilyInet:
+            addressBytes = kInetAddressBytes;
+            break;
+        case kFamilyInet6:
+            addressBytes = kInet6AddressBytes;
+            break;
+        case kFamilyUnix:
+            addressBytes = kUnixAddressBytes;
+            break;
+        default:
+            return invalid("v2 header: unknown address family");
     }
     if (protocol > 2) return invalid("v2 header: unknown transport protocol");
     // LOCAL: the balancer speaks for itself (a health check); whatever follows is skipped.
