@@ -81,6 +81,12 @@ std::shared_ptr<const ListenerSockets> ListenerSockets::bind(
     const AcceptedSocketOptions& accepted, const InheritedListeners& inherited) {
     auto next = std::make_shared<ListenerSockets>();
     for (const auto& route : table) {
+        // Routes that share an address (sni) share its sockets: a second SO_REUSEPORT group on
+        // it would take a share of the connections that no worker accepts.
+        bool already = false;
+        for (const auto& held : next->bound_)
+            already = already || held->address == route->config.listen;
+        if (already) continue;
         std::shared_ptr<const Bound> reused;
         if (current != nullptr)
             for (const auto& held : current->bound_)

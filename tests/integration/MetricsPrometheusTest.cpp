@@ -27,6 +27,7 @@
 
 #include "common/Error.h"
 #include "metrics/MetricsExposer.h"
+#include "tests/support/ChildProcess.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/HttpFetch.h"
@@ -36,6 +37,7 @@
 namespace splicegate {
 namespace {
 
+using test::ChildProcess;
 using test::Clock;
 using test::Deadline;
 using test::deadlineIn;
@@ -57,78 +59,6 @@ std::string urlEncode(const std::string& text) {
     return out;
 }
 
-// A child process with stdout+stderr in `logPath`, killed (SIGKILL) if the test process dies.
-// stop() sends SIGTERM to its pid and reaps it, SIGKILL after a bound.
-class ChildProcess {
-  public:
-    ChildProcess(const std::vector<std::string>& argv, const std::string& logPath) {
-        std::vector<char*> cargv;
-        for (const auto& arg : argv) cargv.push_back(const_cast<char*>(arg.c_str()));
-        cargv.push_back(nullptr);
-        int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-        int log = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (devNull < 0 || log < 0) {
-            int saved = errno;
-            if (devNull >= 0) ::close(devNull);
-            if (log >= 0) ::close(log);
-            throwErrno(saved, "open " + logPath);
-        }
-        pid_t parent = ::getpid();
-        sigset_t empty;
-        sigemptyset(&empty);
-        pid_ = ::fork();
-        if (pid_ == 0) {
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (::getppid() != parent) ::_exit(127);
-            ::dup2(devNull, 0);
-            ::dup2(log, 1);
-            ::dup2(log, 2);
-            ::close_range(3, ~0U, 0);
-            ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-            ::execv(cargv[0], cargv.data());
-            ::_exit(127);
-        }
-        int saved = errno;
-        ::close(devNull);
-        ::close(log);
-        if (pid_ < 0) throwErrno(saved, "fork");
-    }
-    ChildProcess(const ChildProcess&) = delete;
-    ChildProcess& operator=(const ChildProcess&) = delete;
-    ~ChildProcess() { stop(); }
-
-    bool running() {
-        if (pid_ <= 0) return false;
-        int status = 0;
-        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-            pid_ = -1;
-            return false;
-        }
-        return true;
-    }
-
-    // SIGTERM, wait up to 10 s, then SIGKILL. True when it exited after SIGTERM.
-    bool stop() {
-        if (!running()) return true;
-        ::kill(pid_, SIGTERM);
-        Deadline deadline = deadlineIn(milliseconds(10000));
-        while (Clock::now() < deadline) {
-            int status = 0;
-            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-                pid_ = -1;
-                return true;
-            }
-            std::this_thread::sleep_for(milliseconds(20));
-        }
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-        return false;
-    }
-
-  private:
-    pid_t pid_ = -1;
-};
 
 // The number in the first sample of a Prometheus instant-vector query answer, if any.
 std::optional<double> firstValue(const std::string& json) {
