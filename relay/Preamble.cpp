@@ -39,7 +39,7 @@ Preamble::Preamble(RelayContext& context, RingOps& ring, Acceptor& acceptor)
     : context_(context), ring_(ring), acceptor_(acceptor), scratch_(kMaxClientHelloRecordBytes) {}
 
 bool Preamble::needed(const Connection& c) noexcept {
-    return c.group->acceptsProxyHeader() || c.group->routesByServerName();
+    return c.group && (c.group->acceptsProxyHeader() || c.group->routesByServerName());
 }
 
 PreambleStep Preamble::start(Connection& c) {

@@ -38,8 +38,8 @@ class Preamble {
     // `acceptor`: books the per-source limit for the client a PROXY header names.
     Preamble(RelayContext& context, RingOps& ring, Acceptor& acceptor);
 
-    // Does this connection have anything to read before it is routed? (The listener's group
-    // is set on it, its peer in clientAddress.)
+    // Does this connection have anything to read before it is routed? (Its peer is in
+    // clientAddress; a connection without the listener's group has nothing to read.)
     static bool needed(const Connection& c) noexcept;
     // The first step: what to read, and the poll for it.
     PreambleStep start(Connection& c);

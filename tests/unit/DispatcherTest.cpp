@@ -395,7 +395,7 @@ TEST_F(DispatcherTest, ABusierWorkerHandsTheConnectionOverAndKeepsItWhenRefused)
 TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerStops) {
     make({upstream("127.0.0.1:1")});
     Admitted admitted{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4008"),
-                      std::nullopt};
+                      std::nullopt, nullptr, true};
     context->workerLoads->add(0, 1);  // what the admitting worker booked for this one
     dispatcher->adopt(std::move(admitted));
     ASSERT_NE(only(), nullptr);
@@ -411,7 +411,7 @@ TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerStops) {
 
     dispatcher->stop();
     Admitted late{context->routes()->front(), lonelySocket(), numericAddress("127.0.0.2:4009"),
-                  std::nullopt};
+                  std::nullopt, nullptr, true};
     context->workerLoads->add(0, 1);
     const auto booked = context->workerLoads->load(0);
     dispatcher->adopt(std::move(late));
