@@ -92,7 +92,7 @@ TEST(ConfigSniProxyTest, BadValuesNameTheRouteAndKey) {
     };
     for (const auto& c : cases) {
         auto error = errorOf(base + c.extra);
-        EXPECT_NE(error.find("splicegate.conf: "), std::string::npos) << error;
+        EXPECT_NE(error.find("splicegate.conf:"), std::string::npos) << error;
         EXPECT_NE(error.find(c.expected), std::string::npos) << c.extra << " -> " << error;
         EXPECT_EQ(error.find('\n'), std::string::npos) << error;
     }

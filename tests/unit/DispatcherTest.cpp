@@ -404,7 +404,7 @@ TEST_F(DispatcherTest, AConnectionHandedInIsRelayedUnlessTheWorkerStops) {
     // Accepted before the drain by a worker that handed it over: still relayed.
     dispatcher->drain();
     Admitted drained{context->routes()->front(), lonelySocket(),
-                     numericAddress("127.0.0.2:4010"), std::nullopt};
+                     numericAddress("127.0.0.2:4010"), std::nullopt, nullptr, true};
     context->workerLoads->add(0, 1);
     dispatcher->adopt(std::move(drained));
     EXPECT_EQ(pendingOf(RingOp::Connect).size(), 2u) << "relayed while draining";
