@@ -257,6 +257,8 @@ void DaemonControl::listConnections(admin::ListConnectionsResponse& out,
         info.set_state(stateName(view.state));
         info.set_worker(view.worker);
         info.set_age_ms(view.ageMs);
+        info.set_sni(view.serverName);
+        info.set_via(view.via);
         // Each entry costs its size plus a tag and a length varint in the list.
         bytes += info.ByteSizeLong() + 1 + admin::kMaxVarintBytes;
         if (bytes > kMaxListBytes) {

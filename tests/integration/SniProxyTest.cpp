@@ -444,12 +444,26 @@ TEST(SniProxyTest, AProxyHeaderThenAClientHelloIsRoutedByName) {
     std::string proxy = "proxy-protocol-in = v1\nproxy-trusted = 127.0.0.1\n";
     auto config = configFile(dir, section("a", port, a.address(), "sni = a.example.com\n" + proxy) +
                                       section("b", port, b.address(), proxy));
-    Daemon daemon({"--config", config, "--workers", "2"});
+    std::string adminSocket = dir.file("admin.sock");
+    Daemon daemon({"--config", config, "--workers", "2", "--admin-socket", adminSocket,
+                   "--admin-group", "root"});
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     std::string hello = clientHello("a.example.com");
     UniqueFd fd = connectFrom("127.0.0.1", port);
-    EXPECT_EQ(sendAndFinish(fd.get(), "PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n" + hello, 9),
-              PeerClose::Eof);
+    std::string bytes = "PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n" + hello;
+    int error = 0;
+    ASSERT_TRUE(sendAll(fd.get(), bytes.data(), bytes.size(), deadlineIn(milliseconds(2000)), error));
+    ASSERT_TRUE(a.waitAccepted(1, deadlineIn(milliseconds(5000))));
+    // splicegatectl connections names the client, the balancer and the server name.
+    auto listed = runProcess({std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl", "--socket",
+                              adminSocket, "--json", "connections"});
+    EXPECT_NE(listed.out.find("\"client\": \"192.0.2.7:40000\""), std::string::npos) << listed.out;
+    EXPECT_NE(listed.out.find("\"sni\": \"a.example.com\""), std::string::npos) << listed.out;
+    EXPECT_NE(listed.out.find("\"via\": \"127.0.0.1:"), std::string::npos) << listed.out;
+    auto table = runProcess({std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl", "--socket",
+                             adminSocket, "connections"});
+    EXPECT_NE(table.out.find("a.example.com"), std::string::npos) << table.out;
+    EXPECT_EQ(sendAndFinish(fd.get(), ""), PeerClose::Eof);
     EXPECT_EQ(receivedBy(boardA, 0, a), hello);
     ASSERT_EQ(daemon.waitLogLines("access route=a ", 1, milliseconds(5000)), 1u);
     auto line = grepLines(daemon.log(), "access route=a ").front();

@@ -360,11 +360,13 @@ void printStatus(const admin::StatusResponse& s, std::ostream& out) {
 
 void printConnections(const admin::ListConnectionsResponse& list, std::ostream& out) {
     Table table(
-        {"ID", "ROUTE", "CLIENT", "UPSTREAM", "AGE", "C2U_BYTES", "U2C_BYTES", "STATE", "WORKER"});
+        {"ID", "ROUTE", "CLIENT", "UPSTREAM", "AGE", "C2U_BYTES", "U2C_BYTES", "STATE", "WORKER",
+         "SNI", "VIA"});
     for (const auto& c : list.connections()) {
         table.add({std::to_string(c.id()), orDash(c.route()), orDash(c.client()),
                    orDash(c.upstream()), duration(c.age_ms()), std::to_string(c.c2u_bytes()),
-                   std::to_string(c.u2c_bytes()), orDash(c.state()), std::to_string(c.worker())});
+                   std::to_string(c.u2c_bytes()), orDash(c.state()), std::to_string(c.worker()),
+                   orDash(c.sni()), orDash(c.via())});
     }
     table.print(out);
     if (list.not_listed() > 0) {
