@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "audit/AuditLog.h"
 #include "common/CompletionTag.h"
 #include "common/UniqueFd.h"
 #include "datapath/BufferLaneFlow.h"
+#include "datapath/LaneKind.h"
 #include "datapath/LanePolicy.h"
 #include "datapath/Mover.h"
 #include "datapath/SocketTable.h"
@@ -74,6 +76,8 @@ struct ConnectionIo {
     bool inSocketTable = false;
     int tableFds[2] = {-1, -1};
     FlowIo flows[2];
+    // The route's own lane (its `lane` key), set before the lanes start it; none: --lane.
+    std::optional<LaneKind> laneOverride;
     bool audited = false;
     bool auditLost = false;  // fail-open after its Open record was lost: every byte counts lost
     std::uint64_t auditSyncTarget = 0;  // sync sequence that makes its last chunk durable

@@ -14,9 +14,13 @@ void LaneSwitch::setNow(std::chrono::steady_clock::time_point now) noexcept {
 }
 
 bool LaneSwitch::start(ConnectionIo& io) noexcept {
-    auto first = mode_ == LaneKind::Splice ? LaneKind::Splice : LaneKind::Buffer;
+    // A route's own lane; one whose lane this worker does not have (the buffer lane under
+    // --lane splice, refused by the config check) keeps the worker's.
+    auto mode = io.laneOverride.value_or(mode_);
+    if (mode != LaneKind::Splice && !buffer_) mode = mode_;
+    auto first = mode == LaneKind::Splice ? LaneKind::Splice : LaneKind::Buffer;
     for (auto& fio : io.flows) {
-        fio.lanePolicy = LanePolicy(mode_ == LaneKind::Auto);
+        fio.lanePolicy = LanePolicy(mode == LaneKind::Auto);
         fio.lane = first;
     }
     return laneOf(first)->start(io);

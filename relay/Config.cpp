@@ -234,7 +234,7 @@ constexpr const char* kConfigFileHelp =
     "  audit = true|false     default true\n"
     "  health-check-interval-ms = N   active TCP checks of the upstreams; default 0 = off\n"
     "  idle-timeout-ms, half-closed-timeout-ms, connect-timeout-ms, max-connections,\n"
-    "  max-connections-per-source, upstream-tcp-congestion   the route's own value of the\n"
+    "  max-connections-per-source, upstream-tcp-congestion, lane   the route's own value of the\n"
     "                         global option (applied by a reload)\n"
     "  sni = NAME[,NAME...]   chosen by the TLS server name among the routes of one listen\n"
     "                         address (exact names, *.example.com); passthrough, no TLS ended\n"
@@ -314,6 +314,7 @@ const RouteKey kRouteKeys[] = {
      [](RouteConfig& route, const std::string& value, const std::string& label) {
          route.proxyOut = parseChoice(kProxyOutNames, value, label);
      }},
+    {"lane", false, applyRouteOverride<&RouteOverrides::lane>},
 };
 
 // The PROXY protocol keys go together: a header is accepted only from named balancers.
@@ -517,6 +518,14 @@ class ConfigParser {
         collect([&] { config.relay = readRelaySettings(values); });
         collect([&] { config.xdp = readXdpSettings(values); });
         config.routes = buildRoutes();
+        // --lane splice leaves the buffer lane out of the workers: no route can ask for it.
+        if (config.datapath.lane == LaneKind::Splice)
+            for (const auto& route : config.routes)
+                if (route.overrides.lane && *route.overrides.lane != LaneKind::Splice)
+                    problems_.push_back((file_.empty() ? "" : file_ + ": ") + "route '" +
+                                        route.name + "': lane " +
+                                        toString(*route.overrides.lane) +
+                                        " needs the buffer lane, which --lane splice leaves out");
         return config;
     }
 

@@ -359,6 +359,7 @@ void Dispatcher::startRelaying(Connection& c) {
     }
     logDebug("connection ", c.id(), ": ", c.clientAddress, " -> ", c.upstreamAddress, " (route ",
              c.route->config.name, ")");
+    c.io.laneOverride = c.route->config.overrides.lane;
     if (!parts_.lanes.start(c.io)) closeConnection(c, CloseReason::Error, true);  // out of memory
 }
 

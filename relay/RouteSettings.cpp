@@ -24,6 +24,13 @@ void parseRouteOverride(std::optional<std::string>& slot, const std::string& val
     slot = checkedCongestionName(value, label);
 }
 
+void parseRouteOverride(std::optional<LaneKind>& slot, const std::string& value,
+                        const std::string& label, std::uint64_t /*min*/) {
+    static constexpr Named<LaneKind> kLanes[] = {
+        {"auto", LaneKind::Auto}, {"splice", LaneKind::Splice}, {"buffer", LaneKind::Buffer}};
+    slot = parseChoice(kLanes, value, label);
+}
+
 RouteSettings effectiveRouteSettings(const RouteOverrides& overrides, const RelaySettings& global) {
     RouteSettings out;
     out.idleTimeoutMs = overrides.idleTimeoutMs.value_or(global.idleTimeoutMs);

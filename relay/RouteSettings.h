@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "datapath/LaneKind.h"
 #include "relay/RelayOptions.h"
 
 namespace splicegate {
@@ -20,6 +21,7 @@ struct RouteOverrides {
     std::optional<std::uint64_t> maxConnections;
     std::optional<std::uint64_t> maxConnectionsPerSource;
     std::optional<std::string> upstreamCongestion;
+    std::optional<LaneKind> lane;  // auto, splice or buffer
 
     friend bool operator==(const RouteOverrides&, const RouteOverrides&) = default;
 };
@@ -31,6 +33,8 @@ void parseRouteOverride(std::optional<std::uint32_t>& slot, const std::string& v
 void parseRouteOverride(std::optional<std::uint64_t>& slot, const std::string& value,
                         const std::string& label, std::uint64_t min);
 void parseRouteOverride(std::optional<std::string>& slot, const std::string& value,
+                        const std::string& label, std::uint64_t min);
+void parseRouteOverride(std::optional<LaneKind>& slot, const std::string& value,
                         const std::string& label, std::uint64_t min);
 
 // What a route's connections run with: its overrides over the global settings.

@@ -245,5 +245,33 @@ TEST(UpstreamsTest, ARouteOwnConnectionLimitsRefuseBeyondThem) {
               1);
 }
 
+TEST(UpstreamsTest, ARouteOwnLaneMovesItsBytesThere) {
+    TestServer echo(echoUpstream(20000ms));
+    uint16_t splicePort = pickFreePort(), bufferPort = pickFreePort();
+    ControlPlaneOptions options;
+    options.upstreams = {echo.address()};
+    options.configText = "lane = auto\n[route.spliced]\nlisten = " + loopback(splicePort) +
+                         "\nupstream = " + echo.address() + "\nlane = splice\n\n" +
+                         "[route.buffered]\nlisten = " + loopback(bufferPort) +
+                         "\nupstream = " + echo.address() + "\nlane = buffer\n";
+    ControlPlaneDaemon d(options);
+    ASSERT_TRUE(d.start()) << d.why();
+    ASSERT_TRUE(waitListening(bufferPort, true, deadlineIn(5s)));
+    int error = 0;
+    for (uint16_t port : {splicePort, bufferPort}) {
+        auto fd = connectTcp(port, error);
+        ASSERT_TRUE(fd && echoRoundTrip(fd.get(), port, 4 << 20, 20000ms)) << port;
+    }
+    auto samples = parseMetrics(httpGet(d.metricsPort(), "/metrics").body);
+    auto laneBytes = [&](const char* route, const char* lane) {
+        return sampleValue(samples, "splicegate_lane_bytes_total", {{"route", route}, {"lane", lane}})
+            .value_or(-1);
+    };
+    EXPECT_GE(laneBytes("spliced", "splice"), 2.0 * (4 << 20));
+    EXPECT_EQ(laneBytes("spliced", "buffer"), 0);
+    EXPECT_GE(laneBytes("buffered", "buffer"), 2.0 * (4 << 20));
+    EXPECT_EQ(laneBytes("buffered", "splice"), 0);
+}
+
 }  // namespace
 }  // namespace splicegate::test

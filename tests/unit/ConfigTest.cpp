@@ -1058,6 +1058,23 @@ upstream-tcp-congestion = no/such
         << problems[4];
 }
 
+TEST_F(ConfigFileTest, RouteLaneAndItsConflictWithLaneSplice) {
+    auto file = dir_.write("lane.conf", "[route.web]\nlisten = 127.0.0.1:8080\n"
+                                        "upstream = 127.0.0.1:80\nlane = buffer\n");
+    EXPECT_EQ(parseConfig({"--config", file}).routes.at(0).overrides.lane, LaneKind::Buffer);
+    auto problems = problemsOf({"--config", file, "--lane", "splice"});
+    ASSERT_EQ(problems.size(), 1u) << ::testing::PrintToString(problems);
+    EXPECT_NE(problems[0].find("route 'web': lane buffer needs the buffer lane"), std::string::npos)
+        << problems[0];
+    auto bad = dir_.write("badlane.conf", "[route.web]\nlisten = 127.0.0.1:8080\n"
+                                          "upstream = 127.0.0.1:80\nlane = fast\n");
+    problems = problemsOf({"--config", bad});
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_NE(problems[0].find(bad + ":4: route 'web': lane: invalid value 'fast'"),
+              std::string::npos)
+        << problems[0];
+}
+
 TEST(ConfigTest, CommandLineUpstreamTakesWeightAndBackup) {
     auto config = parseConfig({"--listen", "127.0.0.1:8443", "--upstream", "127.0.0.1:9000 weight=4",
                                "--upstream", "127.0.0.1:9001 backup"});
