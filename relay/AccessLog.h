@@ -33,14 +33,14 @@ struct AccessRecord {
     std::uint64_t bytesU2c = 0;
     std::uint64_t durationMs = 0;
     CloseReason reason = CloseReason::Closed;
-    std::chrono::system_clock::time_point acceptedAt;
-    std::optional<std::uint64_t> connectMs;  // accept to upstream handshake done
+    std::chrono::system_clock::time_point acceptedAt{};
+    std::optional<std::uint64_t> connectMs{};  // accept to upstream handshake done
     std::uint32_t attempts = 0;              // upstream connects started
-    std::string_view failedAttempts;         // "ADDR(ERROR)" comma-separated
+    std::string_view failedAttempts{};       // "ADDR(ERROR)" comma-separated
     bool connected = false;                  // the last attempt (to `upstream`) succeeded
     std::uint64_t active = 0;  // the route's open connections on this worker, this one included
-    std::string_view serverName;  // the ClientHello's (route key sni); empty: none
-    SocketAddress via;            // the PROXY header's balancer; AF_UNSPEC: none
+    std::string_view serverName{};  // the ClientHello's (route key sni); empty: none
+    SocketAddress via{};          // the PROXY header's balancer; AF_UNSPEC: none
 };
 
 std::string formatAccessLine(const AccessRecord& record,

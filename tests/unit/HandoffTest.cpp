@@ -132,7 +132,7 @@ TEST(HandoffTest, HandedOverListenersAreSpreadOverTheWorkers) {
     }
     config.routes.push_back(route);
     RouteIndex index;
-    auto table = buildRouteTable(config, index);
+    auto table = buildRouteTable(config, index, config.relay);
     bool asked = false;
     auto sockets = ListenerSockets::bind(
         *table, 2, nullptr, AcceptedSocketOptions{false, {}},

@@ -152,7 +152,8 @@ TEST(AccessLogTest, LineHasEveryFieldInOrder) {
                         20,    1234, CloseReason::IdleTimeout};
     EXPECT_EQ(formatAccessLine(record),
               "access route=web id=42 client=127.0.0.2:40000 upstream=[::1]:8080 c2u=1000 u2c=20 "
-              "duration_ms=1234 reason=idle-timeout");
+              "duration_ms=1234 reason=idle-timeout accepted=1970-01-01T00:00:00.000Z connect_ms=- "
+              "retries=0 tried=- active=0");
 }
 
 TEST(AccessLogTest, NoUpstreamReadsDash) {
@@ -160,7 +161,8 @@ TEST(AccessLogTest, NoUpstreamReadsDash) {
                         0,    3, CloseReason::UpstreamUnreachable};
     EXPECT_EQ(formatAccessLine(record),
               "access route=db id=7 client=10.0.0.1:5 upstream=- c2u=0 u2c=0 duration_ms=3 "
-              "reason=upstream-unreachable");
+              "reason=upstream-unreachable accepted=1970-01-01T00:00:00.000Z connect_ms=- retries=0 "
+              "tried=- active=0");
 }
 
 }  // namespace
