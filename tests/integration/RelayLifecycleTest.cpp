@@ -580,7 +580,9 @@ TEST(RelayStartupTest, BadValuesAreUsageErrorsNamingThem) {
 
 TEST(RelayStartupTest, ConfigFileErrorsNameTheKeyOrFile) {
     TempDir dir;
-    std::string config = dir.write("bad.conf", "workers = 2\nbogus_key = 1\n");
+    // A route, so that the unknown key is the file's only problem (each one is a line).
+    std::string config = dir.write(
+        "bad.conf", "workers = 2\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\nbogus_key = 1\n");
     EXPECT_TRUE(usageError({"--config", config}, "bogus_key"));
     EXPECT_TRUE(usageError({"--config", dir.path() + "/missing.conf"}, "missing.conf"));
 }
