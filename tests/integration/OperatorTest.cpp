@@ -39,25 +39,6 @@ bool waitLogged(Daemon& daemon, const std::string& needle, std::size_t count = 1
     return false;
 }
 
-// A blocking client socket bound to `source` (e.g. 127.0.0.2) connected to 127.0.0.1:port.
-UniqueFd connectFrom(const char* source, uint16_t port, int& error) {
-    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in local{};
-    local.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source, &local.sin_addr);
-    sockaddr_in remote{};
-    remote.sin_family = AF_INET;
-    remote.sin_port = htons(port);
-    remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
-        ::connect(fd.get(), reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0) {
-        error = errno;
-        return UniqueFd();
-    }
-    setIoTimeout(fd.get(), milliseconds(250));
-    return fd;
-}
-
 // True when the daemon closed this accepted connection (EOF or reset) within `timeout`.
 bool closedByDaemon(int fd, milliseconds timeout) {
     auto deadline = deadlineIn(timeout);

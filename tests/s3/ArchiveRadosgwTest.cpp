@@ -27,6 +27,7 @@
 #include "archive/UploadState.h"
 #include "archive/s3/S3Client.h"
 #include "audit/Crc32c.h"
+#include "tests/s3/S3TestServer.h"
 #include "audit/Records.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
@@ -39,25 +40,13 @@ extern char** environ;
 namespace splicegate::test {
 namespace {
 
-std::string serverDir() {
-    const char* dir = std::getenv("SPLICEGATE_S3_SERVER_DIR");
-    return dir != nullptr ? dir : "";
-}
-
-std::string firstLine(const std::string& path) {
-    std::ifstream in(path);
-    std::string line;
-    std::getline(in, line);
-    return line;
-}
-
 std::string archiveBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-archive"; }
 
 s3::S3Client client() {
     s3::ClientOptions options;
-    options.endpoint = firstLine(serverDir() + "/endpoint");
+    options.endpoint = s3Endpoint();
     options.retries = 2;
-    return s3::S3Client(options, s3::loadCredentials(serverDir() + "/credentials"));
+    return s3::S3Client(options, s3::loadCredentials(s3CredentialsFile()));
 }
 
 std::string lockedBucket(s3::S3Client& c) {
@@ -95,10 +84,10 @@ std::vector<std::string> archiveArgs(const std::string& auditDir, const std::str
     std::map<std::string, std::string> options = {
         {"--audit-dir", auditDir},
         {"--state-dir", stateDir},
-        {"--s3-endpoint", firstLine(serverDir() + "/endpoint")},
+        {"--s3-endpoint", s3Endpoint()},
         {"--s3-bucket", bucket},
         {"--s3-prefix", "gw-test"},
-        {"--s3-credentials-file", serverDir() + "/credentials"},
+        {"--s3-credentials-file", s3CredentialsFile()},
         {"--lock-days", "1"},
         {"--config", "/dev/null"},
         {"--once", ""}};
@@ -189,7 +178,7 @@ void expectBucketMatchesTheLog(s3::S3Client& c, const std::string& bucket,
 class ArchiveRadosgwTest : public ::testing::Test {
   protected:
     void SetUp() override {
-        ASSERT_FALSE(serverDir().empty()) << "SPLICEGATE_S3_SERVER_DIR is not set (fixture s3_server)";
+        ASSERT_FALSE(s3ServerDir().empty()) << "SPLICEGATE_S3_SERVER_DIR is not set (fixture s3_server)";
         ASSERT_TRUE(std::filesystem::exists(archiveBinary())) << archiveBinary();
     }
     TempDir root_;
@@ -209,16 +198,16 @@ TEST_F(ArchiveRadosgwTest, ShipsARealDaemonsLogLockedAndASecondRunPutsNothing) {
     // The table sorts by id (the directory's JSON streams in the log's order).
     auto local = runProcess({audit, "list", auditDir_}, milliseconds(30000));
     auto remote = runProcess({audit, "list", "s3://" + bucket + "/gw-test",
-                              "--s3-endpoint", firstLine(serverDir() + "/endpoint"),
-                              "--s3-credentials-file", serverDir() + "/credentials"},
+                              "--s3-endpoint", s3Endpoint(),
+                              "--s3-credentials-file", s3CredentialsFile()},
                              milliseconds(30000));
     ASSERT_TRUE(local.status && local.status->isExit(0)) << local.err;
     ASSERT_TRUE(remote.status && remote.status->isExit(0)) << remote.err;
     EXPECT_EQ(remote.out, local.out);
     EXPECT_GE(textLines(local.out).size(), 9u) << local.out;  // a header and 8 connections
     auto routeMiss = runProcess({audit, "list", "s3://" + bucket + "/gw-test", "--route", "none",
-                                 "--s3-endpoint", firstLine(serverDir() + "/endpoint"),
-                                 "--s3-credentials-file", serverDir() + "/credentials"},
+                                 "--s3-endpoint", s3Endpoint(),
+                                 "--s3-credentials-file", s3CredentialsFile()},
                                 milliseconds(30000));
     ASSERT_TRUE(routeMiss.status);
     EXPECT_TRUE(routeMiss.status->isExit(1)) << routeMiss.out << routeMiss.err;

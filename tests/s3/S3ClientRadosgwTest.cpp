@@ -23,32 +23,25 @@
 
 #include "archive/s3/S3Client.h"
 #include "audit/Crc32c.h"
+#include "tests/s3/S3TestServer.h"
 
 namespace splicegate::s3 {
 namespace {
 
-std::string serverDir() {
-    const char* dir = std::getenv("SPLICEGATE_S3_SERVER_DIR");
-    return dir != nullptr ? dir : "";
-}
-
-std::string readLine(const std::string& path) {
-    std::ifstream in(path);
-    std::string line;
-    std::getline(in, line);
-    return line;
-}
+using test::s3CredentialsFile;
+using test::s3Endpoint;
+using test::s3ServerDir;
 
 ClientOptions serverOptions() {
     ClientOptions options;
-    options.endpoint = readLine(serverDir() + "/endpoint");
+    options.endpoint = s3Endpoint();
     options.retries = 2;
     options.timeoutMs = 30000;
     return options;
 }
 
 S3Client client() {
-    return S3Client(serverOptions(), loadCredentials(serverDir() + "/credentials"));
+    return S3Client(serverOptions(), loadCredentials(s3CredentialsFile()));
 }
 
 // Bucket names unique per test and run: tests run in parallel against one server.
@@ -88,7 +81,7 @@ std::string lockedBucket(S3Client& c, const std::string& what) {
 class S3ClientRadosgwTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (serverDir().empty() || readLine(serverDir() + "/endpoint").empty())
+        if (s3ServerDir().empty() || s3Endpoint().empty())
             FAIL() << "no S3 server: run through ctest (fixture s3_server) or set SPLICEGATE_S3_SERVER_DIR";
     }
 };
@@ -294,7 +287,7 @@ TEST_F(S3ClientRadosgwTest, AwkwardKeysAreSignedAndStoredAsGiven) {
 }
 
 TEST_F(S3ClientRadosgwTest, WrongSecretIsSignatureDoesNotMatch) {
-    Credentials wrong = loadCredentials(serverDir() + "/credentials");
+    Credentials wrong = loadCredentials(s3CredentialsFile());
     wrong.secretAccessKey += "x";
     S3Client c(serverOptions(), wrong);
     auto created = c.createBucket(bucketName("wrong"), false);
@@ -337,7 +330,7 @@ TEST_F(S3ClientRadosgwTest, ClosedPortFailsAfterTheConfiguredRetries) {
 TEST_F(S3ClientRadosgwTest, ParallelUploadsShareTheRateCap) {
     ClientOptions options = serverOptions();
     options.maxRateMbps = 8;   // 1 MB/s for all uploads together
-    S3Client c(options, loadCredentials(serverDir() + "/credentials"));
+    S3Client c(options, loadCredentials(s3CredentialsFile()));
     std::string bucket = bucketName("rate");
     ASSERT_TRUE(c.createBucket(bucket, false));
     std::string body = pattern(256 * 1024, 4);

@@ -52,6 +52,10 @@ uint16_t pickFreePort();
 UniqueFd connectTcp(uint16_t port, int& error, milliseconds timeout = milliseconds(5000),
                     bool ipv6 = false);
 
+// A blocking client socket bound to `source` (e.g. 127.0.0.2) connected to 127.0.0.1:port, with
+// an I/O timeout of 250 ms per call. On failure returns an invalid fd and sets `error` (errno).
+UniqueFd connectFrom(const char* source, uint16_t port, int& error);
+
 // SO_RCVTIMEO and SO_SNDTIMEO.
 void setIoTimeout(int fd, milliseconds timeout);
 

@@ -40,10 +40,15 @@ const char* const kListAbout =
     "that holds no audit log.";
 
 void addListOptions(po::options_description& options) {
+    options.add_options()("json", "print a JSON array of objects (streamed) instead of a table")(
+        "jsonl", "print one JSON object per line (streamed)");
+    ConnectionFilter::addOptions(options);
+    addArchiveOptions(options);
+}
+
+void ConnectionFilter::addOptions(po::options_description& options) {
     // clang-format off
     options.add_options()
-        ("json", "print a JSON array of objects (streamed) instead of a table")
-        ("jsonl", "print one JSON object per line (streamed)")
         ("since", po::value<std::string>()->value_name("TIME"),
          "connections open at or after TIME (RFC 3339, e.g. 2024-05-01T12:00:00Z)")
         ("until", po::value<std::string>()->value_name("TIME"),
@@ -54,7 +59,6 @@ void addListOptions(po::options_description& options) {
          "(198.51.100.1, 198.51.100.1:4000, [2001:db8::7]:5000)")
         ("connection", po::value<std::string>()->value_name("ID"), "the connection with id ID");
     // clang-format on
-    addArchiveOptions(options);
 }
 
 std::uint64_t parseConnectionId(const std::string& text) {

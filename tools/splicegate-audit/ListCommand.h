@@ -31,6 +31,9 @@ struct ConnectionFilter {
     bool matches(const audit::ConnectionSummary& connection) const;
     // Throws UsageError naming the option and the bad value.
     static ConnectionFilter fromOptions(const boost::program_options::variables_map& values);
+    // The options fromOptions() reads (--since, --until, --route, --client, --connection), for
+    // every command that filters connections.
+    static void addOptions(boost::program_options::options_description& options);
 };
 
 // Calls `emit` once per connection of `dir` in the order described above; damage goes to

@@ -47,17 +47,9 @@ void addExportOptions(po::options_description& options) {
     // clang-format off
     options.add_options()
         ("pcap", po::value<std::string>()->value_name("FILE"),
-         "write the capture to FILE ('-' = stdout) (required)")
-        ("since", po::value<std::string>()->value_name("TIME"),
-         "connections open at or after TIME (RFC 3339, e.g. 2024-05-01T12:00:00Z)")
-        ("until", po::value<std::string>()->value_name("TIME"),
-         "connections opened at or before TIME (RFC 3339)")
-        ("route", po::value<std::string>()->value_name("NAME"), "connections of route NAME")
-        ("client", po::value<std::string>()->value_name("ADDR"),
-         "connections from ADDR (an IPv4 or IPv6 address, optionally with :PORT)")
-        ("connection", po::value<std::string>()->value_name("ID"),
-         "only the connection with id ID");
+         "write the capture to FILE ('-' = stdout) (required)");
     // clang-format on
+    ConnectionFilter::addOptions(options);
 }
 
 namespace {
