@@ -167,6 +167,15 @@ std::string Archiver::sameBytes(const ObjectRecord& local, const s3::ObjectInfo&
     return {};
 }
 
+void Archiver::adoptRetainUntil(SegmentUpload& state, const ObjectRecord& object,
+                                const s3::ObjectInfo& existing) {
+    auto until = existing.retainUntil;
+    if (until.empty())
+        if (auto retention = bucket_.getRetention(object.key, object.versionId))
+            until = retention->retainUntil;
+    if (auto ns = audittool::parseRfc3339(until)) state.retainUntil = rfc3339(*ns);
+}
+
 std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
                              bool& isConflict, std::uint64_t& bytesPut) {
     isConflict = false;
@@ -185,6 +194,10 @@ std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const B
             return bucket_.describe() + "/" + object.key +
                    ": no version id (the bucket is not versioned; Object Lock needs it)";
         object.versionId = existing->versionId;  // shipped before a crash: adopted
+        // A segment begun again (its state lost) keeps the lock its objects were put with: the
+        // first run's retain-until, which the manifest records too. A new one from this run's
+        // clock would make the manifest differ (a false conflict) and extend every lock.
+        if (object.kind == ObjectKind::Data) adoptRetainUntil(state, object, *existing);
         return {};
     }
     if (existing.error.httpStatus != 404) return existing.error.message;

@@ -62,6 +62,10 @@ class Archiver {
     // Puts or adopts one object; returns the problem ("" when its version is known).
     std::string upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
                        bool& conflict, std::uint64_t& bytesPut);
+    // The retain-until an adopted object's lock has (HEAD, else GET ?retention) becomes the
+    // segment's; unchanged when the server tells none.
+    void adoptRetainUntil(SegmentUpload& state, const ObjectRecord& object,
+                          const s3::ObjectInfo& existing);
     std::string verify(const SegmentUpload& state, const ObjectRecord& object);
     std::string sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
                           bool& identical);

@@ -269,6 +269,26 @@ TEST_F(ArchiverTest, AnIdenticalObjectAlreadyThereIsAdopted) {
     expectArchived(bucket, states);
 }
 
+// A lost state directory, an hour later: the segment is begun again with this run's clock, but
+// its objects, manifest included, are adopted with the lock they were put with: no conflict, no
+// put, no lock extended.
+TEST_F(ArchiverTest, ALostStateAdoptsEveryObjectWithItsFirstLock) {
+    MemoryBucket bucket;
+    {
+        UploadStateStore states(dir_.path() + "/state");
+        Archiver archiver(bucket, states, settings());
+        ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
+    }
+    std::filesystem::remove_all(dir_.path() + "/state");
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, settings());
+    auto outcome = archiver.ship(files_, kNow + std::int64_t{3600} * 1'000'000'000);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    EXPECT_EQ(bucket.puts, 4u);
+    EXPECT_EQ(states.load(1, 7)->retainUntil, "2027-01-06T06:05:09Z");
+    expectArchived(bucket, states);
+}
+
 TEST_F(ArchiverTest, ASegmentRewrittenAfterItsFirstShippingIsAnAlarm) {
     MemoryBucket bucket;
     UploadStateStore states(dir_.path() + "/state");
