@@ -97,6 +97,25 @@ std::optional<ParsedKey> parseObjectKey(std::string_view prefix, std::string_vie
     return std::nullopt;
 }
 
+std::optional<SegmentId> parseManifestKey(std::string_view prefix, std::string_view key) {
+    std::string head = std::string(prefix) + "/manifests/";
+    if (!key.starts_with(head)) return std::nullopt;
+    std::string rest(key.substr(head.size()));
+    std::tm t{};
+    unsigned worker = 0;
+    unsigned long long segment = 0;
+    int consumed = 0;
+    if (std::sscanf(rest.c_str(), "%4d/%2d/%2d/%2d/w%u-%llu.json%n", &t.tm_year, &t.tm_mon,
+                    &t.tm_mday, &t.tm_hour, &worker, &segment, &consumed) != 6 ||
+        static_cast<std::size_t>(consumed) != rest.size())
+        return std::nullopt;
+    t.tm_year -= 1900;
+    t.tm_mon -= 1;
+    SegmentId id{worker, segment, static_cast<std::int64_t>(::timegm(&t)) * kNsPerSecond};
+    if (manifestKey(prefix, id) != key) return std::nullopt;  // only the canonical spelling
+    return id;
+}
+
 std::string checkPrefix(std::string_view prefix) {
     if (prefix.empty()) return "is empty";
     if (prefix.front() == '/' || prefix.back() == '/') return "starts or ends with '/'";

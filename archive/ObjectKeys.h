@@ -39,6 +39,9 @@ struct ParsedKey {
 };
 // The inverse of objectKey for keys under `prefix`; nullopt for any other key.
 std::optional<ParsedKey> parseObjectKey(std::string_view prefix, std::string_view key);
+// The inverse of manifestKey: worker and segment (createdNs to the hour, from the folder); nullopt
+// for any other key.
+std::optional<SegmentId> parseManifestKey(std::string_view prefix, std::string_view key);
 
 // A prefix is a host name or a path of them: letters, digits, '.', '-', '_' and '/' between
 // non-empty parts. Returns the problem, or an empty string.

@@ -252,6 +252,10 @@ struct VerifyOptions {
     // Lines that are not problems but say what was not checked: a keyed log read without the
     // key, a live segment of the running daemon. Null: not reported.
     std::function<void(const std::string&)> onNote;
+    // Called for every chained seal read, in (worker, segment) order, with the digest the seal
+    // record holds (`checked` as for the heads): what a copy kept elsewhere (the archive's
+    // manifests) is compared with. Null: not reported.
+    std::function<void(const WorkerHead&)> onSeal;
 };
 
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"

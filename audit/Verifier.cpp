@@ -125,7 +125,8 @@ class Verifier {
           key_(options.key),
           beforeSegment_(options.beforeSegment),
           expectedHeads_(options.expectedHeads),
-          onNote_(options.onNote) {}
+          onNote_(options.onNote),
+          onSeal_(options.onSeal) {}
 
     VerifySummary run() {
         UniqueFd dirFd = openDirectory(dir_);
@@ -609,6 +610,7 @@ class Verifier {
         if (auto problem = keyProblem(record); !problem.empty()) {
             report(files.indexPath, offset, "segment " + problem);
             chainHeads_[files.worker] = head;
+            if (onSeal_) onSeal_(head);
             finishChain(true, record.digest);
             return;
         }
@@ -628,6 +630,7 @@ class Verifier {
         }
         checkLink(files, offset, record);
         chainHeads_[files.worker] = head;
+        if (onSeal_) onSeal_(head);
         sealsSeen_.emplace(record.digest, SealSeen{files.indexPath, head.checked});
         finishChain(true, record.digest);
     }
@@ -749,6 +752,7 @@ class Verifier {
     std::function<void(unsigned, std::uint64_t)> beforeSegment_;
     const std::vector<Digest>& expectedHeads_;
     std::function<void(const std::string&)> onNote_;
+    std::function<void(const WorkerHead&)> onSeal_;
     int dirFd_ = -1;
     bool daemonRunning_ = false;  // a daemon holds the directory's write lock
     std::set<std::string> liveNoted_;  // files named as live (passesAsLive)

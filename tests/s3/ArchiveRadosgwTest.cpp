@@ -27,7 +27,7 @@
 #include "archive/UploadState.h"
 #include "archive/s3/S3Client.h"
 #include "audit/Crc32c.h"
-#include "tests/s3/S3TestServer.h"
+#include "tests/s3/ArchiveTestSupport.h"
 #include "audit/Records.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
@@ -40,65 +40,7 @@ extern char** environ;
 namespace splicegate::test {
 namespace {
 
-std::string archiveBinary() { return std::string(SPLICEGATE_BIN_DIR) + "/splicegate-archive"; }
-
-s3::S3Client client() {
-    s3::ClientOptions options;
-    options.endpoint = s3Endpoint();
-    options.retries = 2;
-    return s3::S3Client(options, s3::loadCredentials(s3CredentialsFile()));
-}
-
-std::string lockedBucket(s3::S3Client& c) {
-    static int counter = 0;
-    std::string bucket = "sg-archive-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    auto created = c.createBucket(bucket, true);
-    EXPECT_TRUE(created) << created.error.message;
-    auto retention = c.putDefaultRetention(bucket, "COMPLIANCE", 1);
-    EXPECT_TRUE(retention) << retention.error.message;
-    return bucket;
-}
-
-// A real daemon's audit log with `connections` echoed connections of `size` bytes each way, in
-// two runs of the daemon (each start opens new segments), sealed by the drain at SIGTERM.
-void makeAuditLog(const std::string& auditDir, int connections, std::uint64_t size) {
-    TestServer upstream(echoUpstream(milliseconds(30000)));
-    for (int run = 0; run < 2; ++run) {
-        const std::uint16_t port = pickFreePort();
-        Daemon daemon(relayArgs(port, {upstream.address()}, {"--audit-dir", auditDir}));
-        ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
-        for (int i = 0; i < connections; ++i) {
-            int error = 0;
-            UniqueFd fd = connectTcp(port, error);
-            ASSERT_TRUE(fd) << std::strerror(error);
-            ASSERT_TRUE(echoRoundTrip(fd.get(), 11 + i + run * 100, size, milliseconds(20000)));
-        }
-        ASSERT_TRUE(daemon.terminate(milliseconds(20000))) << daemon.why();
-    }
-}
-
-// The archiver's command line; `overrides` replace or add options ("" as a value: a switch).
-std::vector<std::string> archiveArgs(const std::string& auditDir, const std::string& stateDir,
-                                     const std::string& bucket,
-                                     const std::map<std::string, std::string>& overrides = {}) {
-    std::map<std::string, std::string> options = {
-        {"--audit-dir", auditDir},
-        {"--state-dir", stateDir},
-        {"--s3-endpoint", s3Endpoint()},
-        {"--s3-bucket", bucket},
-        {"--s3-prefix", "gw-test"},
-        {"--s3-credentials-file", s3CredentialsFile()},
-        {"--lock-days", "1"},
-        {"--config", "/dev/null"},
-        {"--once", ""}};
-    for (const auto& [name, value] : overrides) options[name] = value;
-    std::vector<std::string> args = {archiveBinary()};
-    for (const auto& [name, value] : options) {
-        args.push_back(name);
-        if (!value.empty()) args.push_back(value);
-    }
-    return args;
-}
+s3::S3Client client() { return s3TestClient(); }
 
 // Runs the archiver and kills it with SIGKILL after `killAfter` (if it still runs).
 std::optional<ExitStatus> runKilledAfter(const std::vector<std::string>& args,

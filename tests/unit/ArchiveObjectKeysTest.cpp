@@ -58,6 +58,23 @@ TEST(ArchiveObjectKeys, RefusesKeysItDidNotName) {
         EXPECT_FALSE(parseObjectKey("gw1", bad)) << bad;
 }
 
+TEST(ArchiveObjectKeys, ParsesManifestKeysToTheHour) {
+    SegmentId id{3, 42, kCreated};
+    auto parsed = parseManifestKey("site/gw1", manifestKey("site/gw1", id));
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(parsed->worker, 3u);
+    EXPECT_EQ(parsed->segment, 42u);
+    EXPECT_EQ(parsed->createdNs, 1796623200LL * 1'000'000'000);  // 06:00:00, the folder's hour
+    const std::string good = "gw1/manifests/2026/12/07/06/w03-0000000042.json";
+    EXPECT_TRUE(parseManifestKey("gw1", good));
+    EXPECT_FALSE(parseManifestKey("gw2", good));
+    for (const std::string bad : {"gw1/manifests/2026/12/07/06/w3-0000000042.json",
+                                  "gw1/manifests/2026/12/07/06/w03-0000000042.json.x",
+                                  "gw1/manifests/2026/12/07/w03-0000000042.json",
+                                  "gw1/segments/2026/12/07/06/w03-0000000042.json"})
+        EXPECT_FALSE(parseManifestKey("gw1", bad)) << bad;
+}
+
 TEST(ArchiveObjectKeys, ChecksPrefixes) {
     EXPECT_EQ(checkPrefix("gw1.example.net"), "");
     EXPECT_EQ(checkPrefix("site_a/gw-1"), "");

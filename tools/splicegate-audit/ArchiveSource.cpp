@@ -109,6 +109,26 @@ void addArchiveOptions(po::options_description& options) {
     // clang-format on
 }
 
+std::unique_ptr<s3::S3Client> openArchive(const po::variables_map& values) {
+    s3::ClientOptions client;
+    client.endpoint = text(values, "s3-endpoint");
+    if (client.endpoint.empty()) throw UsageError("s3://: --s3-endpoint is required");
+    client.region = text(values, "s3-region");
+    client.caFile = text(values, "s3-ca-file");
+    client.retries = 2;  // someone is waiting at the terminal
+    s3::Credentials credentials;
+    try {
+        credentials = s3::loadCredentials(text(values, "s3-credentials-file"));
+    } catch (const std::exception& error) {
+        throw UsageError(error.what());
+    }
+    try {
+        return std::make_unique<s3::S3Client>(client, credentials);
+    } catch (const std::invalid_argument& error) {
+        throw UsageError(std::string("--s3-endpoint: ") + error.what());
+    }
+}
+
 void mergeConnectionLines(const std::string& text, const std::string& origin,
                           std::map<std::uint64_t, audit::ConnectionSummary>& connections,
                           const ProblemSink& onProblem) {
@@ -140,24 +160,7 @@ void mergeConnectionLines(const std::string& text, const std::string& origin,
 void forEachArchivedConnection(const ArchiveLocation& location, const po::variables_map& values,
                                const std::function<void(const audit::ConnectionSummary&)>& emit,
                                const ProblemSink& onProblem) {
-    s3::ClientOptions client;
-    client.endpoint = text(values, "s3-endpoint");
-    if (client.endpoint.empty()) throw UsageError("s3://: --s3-endpoint is required");
-    client.region = text(values, "s3-region");
-    client.caFile = text(values, "s3-ca-file");
-    client.retries = 2;  // someone is waiting at the terminal
-    s3::Credentials credentials;
-    try {
-        credentials = s3::loadCredentials(text(values, "s3-credentials-file"));
-    } catch (const std::exception& error) {
-        throw UsageError(error.what());
-    }
-    std::optional<s3::S3Client> s3;
-    try {
-        s3.emplace(client, credentials);
-    } catch (const std::invalid_argument& error) {
-        throw UsageError(std::string("--s3-endpoint: ") + error.what());
-    }
+    auto s3 = openArchive(values);
     const std::string segments = location.prefix.empty() ? "segments/" : location.prefix + "/segments/";
     auto listed = s3->list(location.bucket, segments);
     if (!listed) throw std::runtime_error(listed.error.message);

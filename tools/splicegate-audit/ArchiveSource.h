@@ -11,11 +11,16 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "audit/AuditReader.h"
 #include "tools/splicegate-audit/WorkerRecords.h"
+
+namespace splicegate::s3 {
+class S3Client;
+}
 
 namespace splicegate::audittool {
 
@@ -30,6 +35,9 @@ struct ArchiveLocation {
 
 // --s3-endpoint, --s3-region, --s3-credentials-file, --s3-ca-file: the archiver's names.
 void addArchiveOptions(boost::program_options::options_description& options);
+// The client those options describe (few retries: someone is waiting at the terminal). Throws
+// UsageError for a missing or bad --s3-endpoint and for credentials that cannot be loaded.
+std::unique_ptr<s3::S3Client> openArchive(const boost::program_options::variables_map& values);
 
 // Calls `emit` once per archived connection, by id.
 void forEachArchivedConnection(const ArchiveLocation& location,

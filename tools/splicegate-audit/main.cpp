@@ -3,7 +3,8 @@
 //   splicegate-audit list DIR [--json | --jsonl] [filters]      (ListCommand.h)
 //   splicegate-audit export DIR --pcap FILE [--connection ID]  (PcapExport.h)
 //   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]
-//   splicegate-audit verify DIR [--key-file FILE] [--expect-head DIGEST]...
+//   splicegate-audit verify DIR|s3://BUCKET/PREFIX [--key-file FILE] [--expect-head DIGEST]...
+//                           [--archive s3://BUCKET/PREFIX] | s3://BUCKET --all-boxes (VerifyCommand.h)
 // Exit status: 0 success, 1 runtime failure (verify: problems found), 2 usage error. Errors are
 // one line each on stderr.
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include "common/Error.h"
 #include "tools/splicegate-audit/ListCommand.h"
 #include "tools/splicegate-audit/PcapExport.h"
+#include "tools/splicegate-audit/VerifyCommand.h"
 
 namespace po = boost::program_options;
 using namespace splicegate;
@@ -53,9 +55,11 @@ constexpr const char* kMainHelp =
     "                            the exact bytes of one direction of a connection (stdout by\n"
     "                            default); a chunk failing its payload CRC is refused unless\n"
     "                            --force\n"
-    "  verify DIR [--key-file FILE] [--expect-head DIGEST]...\n"
+    "  verify DIR|s3://BUCKET/PREFIX [--key-file FILE] [--expect-head DIGEST]...\n"
+    "         [--archive s3://BUCKET/PREFIX]   (s3://BUCKET --all-boxes: every box)\n"
     "                            check every record, payload CRC and the hash chain; exit 1\n"
-    "                            with one line per problem, FILE:OFFSET: what is wrong\n"
+    "                            with one line per problem, FILE:OFFSET: what is wrong;\n"
+    "                            --archive: DIR must still hold every seal the archive holds\n"
     "\n"
     "Options:\n"
     "  -h [ --help ]             print this help (or a command's: COMMAND --help) and exit\n"
@@ -97,25 +101,9 @@ Command makeCommand(const std::string& name) {
              "write to FILE instead of stdout ('-' = stdout)")
             ("force", "extract chunks whose payload CRC fails too (each one named on stderr)");
     } else if (name == "verify") {
-        command.usage = "usage: splicegate-audit verify DIR [--key-file FILE] "
-                        "[--expect-head DIGEST]...";
-        command.about =
-            "Checks every record (magic, length, CRC), that every segment starts with\n"
-            "SegmentStart, that chunks lie inside their data file without overlapping, follow\n"
-            "their connection's Open, and add up to its Close byte counts; every payload\n"
-            "against its CRC-32C; and the hash chain of the segments' seals (HMAC-SHA256 with\n"
-            "--key-file, the daemon's --audit-hmac-key-file: then every segment must be sealed\n"
-            "with that key). Exit 0 when all is consistent, printing each worker's newest seal\n"
-            "(worker W head FILE digest=HEX), else 1 with one line per problem:\n"
-            "FILE:OFFSET: what is wrong. A keyed log without --key-file is checked except for\n"
-            "its seals' digests, and says so; segments of a running daemon not checked to their\n"
-            "end are named, one line each.";
-        command.options.add_options()
-            ("key-file", po::value<std::string>()->value_name("FILE"),
-             "the key the log was sealed with (--audit-hmac-key-file)")
-            ("expect-head", po::value<std::vector<std::string>>()->value_name("DIGEST"),
-             "a seal digest (64 hex digits, as the daemon logs it: audit seal FILE digest=HEX)\n"
-             "that some worker's chain must still contain; repeatable");
+        command.usage = kVerifyUsage;
+        command.about = kVerifyAbout;
+        addVerifyOptions(command.options);
     }
     command.options.add_options()
         ("help,h", "print this help and exit")
@@ -167,68 +155,6 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
         if (created && file) ::unlink(output.c_str());
         throw;
     }
-}
-
-// A --expect-head DIGEST: the 64 hex digits of a seal's digest, either case.
-Digest parseDigest(const std::string& text) {
-    Digest digest{};
-    auto nibble = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-    };
-    bool ok = text.size() == 2 * digest.size();
-    for (std::size_t i = 0; ok && i < digest.size(); ++i) {
-        int high = nibble(text[2 * i]), low = nibble(text[2 * i + 1]);
-        ok = high >= 0 && low >= 0;
-        if (ok) digest[i] = static_cast<std::uint8_t>(high << 4 | low);
-    }
-    if (!ok)
-        throw UsageError("--expect-head: '" + text +
-                         "' is not a seal digest (64 hex digits, as in 'audit seal FILE "
-                         "digest=HEX')");
-    return digest;
-}
-
-int runVerify(const std::string& dir, const std::string& keyFile,
-              const std::vector<Digest>& expectedHeads) {
-    std::shared_ptr<const ChainKey> key;
-    if (!keyFile.empty()) key = ChainKey::fromFile(keyFile, KeyFileUse::Verifier);
-    VerifyOptions options;
-    options.key = key.get();
-    options.expectedHeads = expectedHeads;
-    // Notes go with the problems, in file order: both say what a reader must know of the log.
-    options.onNote = [](const std::string& line) { std::cout << line << "\n"; };
-    auto summary = verifyDirectory(
-        dir, [](const std::string& line) { std::cout << line << "\n"; }, options);
-    std::cout.flush();
-    if (summary.problems > 0) {
-        std::cerr << kProgram << ": " << dir << ": " << summary.problems
-                  << (summary.problems == 1 ? " problem" : " problems") << " found\n";
-        return 1;
-    }
-    std::string seals = key ? " (HMAC-SHA256)"
-                        : summary.uncheckedKeyedSeals > 0
-                            ? " (" + std::to_string(summary.uncheckedKeyedSeals) +
-                                  " keyed, digests not checked without --key-file)"
-                            : std::string(" (SHA-256)");
-    std::cout << dir << ": consistent (" << summary.segments << " segments, " << summary.connections
-              << " connections, " << summary.records << " records, " << summary.chunkBytes
-              << " chunk bytes, " << summary.sealedSegments << " chained seals" << seals << ", "
-              << summary.liveSegments << " live segments not checked to their end, "
-              << summary.checkedPayloadBytes
-              << " payload bytes checked, " << summary.uncheckedChunks
-              << " chunks without payload CRC, " << summary.deletedByRetention
-              << " segments deleted by retention, " << summary.headsDeleted
-              << " connections continuing from them)\n";
-    // Printed only for a log that verified: a head worth keeping elsewhere for --expect-head.
-    for (const auto& head : summary.heads)
-        std::cout << "worker " << head.worker << " head "
-                  << head.indexPath.substr(head.indexPath.rfind('/') + 1)
-                  << " digest=" << hexText(head.digest.data(), head.digest.size())
-                  << (head.checked ? "" : " (keyed: not checked without --key-file)") << "\n";
-    return 0;
 }
 
 int run(const std::vector<std::string>& args) {
@@ -284,16 +210,7 @@ int run(const std::vector<std::string>& args) {
     if (dir.empty()) throw UsageError("the audit directory DIR is empty" + hint);
     if (name == "list") return runList(dir, values);
     if (name == "export") return runExport(dir, values);
-    if (name == "verify") {
-        std::string keyFile = values.count("key-file") ? values["key-file"].as<std::string>() : "";
-        if (values.count("key-file") && keyFile.empty())
-            throw UsageError("--key-file: empty file name" + hint);
-        std::vector<Digest> expectedHeads;
-        if (values.count("expect-head"))
-            for (const auto& text : values["expect-head"].as<std::vector<std::string>>())
-                expectedHeads.push_back(parseDigest(text));
-        return runVerify(dir, keyFile, expectedHeads);
-    }
+    if (name == "verify") return runVerify(dir, values);
     if (!values.count("connection")) throw UsageError("missing --connection ID" + hint);
     if (!values.count("direction")) throw UsageError("missing --direction c2u|u2c" + hint);
     auto id = parseConnectionId(values["connection"].as<std::string>());
