@@ -203,6 +203,27 @@ TEST_F(ArchiveVerifyRadosgwTest, AWholeArchiveVerifiesAndEachAlterationIsFound) 
     ASSERT_TRUE(exited(both, 0)) << both.out << both.err;
     EXPECT_TRUE(has(both.out, box("gw-test") + ": consistent (")) << both.out;
     EXPECT_TRUE(has(both.out, box("copy/box-b") + ": consistent (")) << both.out;
+    // list --all-boxes: each box's connections, each row naming its box.
+    auto one = audit({"list", box("gw-test")});
+    ASSERT_TRUE(exited(one, 0)) << one.err;
+    const auto rows = textLines(one.out).size() - 1;  // less the header
+    ASSERT_GE(rows, 6u) << one.out;
+    auto boxes = audit({"list", "s3://" + bucket_, "--all-boxes"});
+    ASSERT_TRUE(exited(boxes, 0)) << boxes.err;
+    auto lines = textLines(boxes.out);
+    ASSERT_EQ(lines.size(), 2 * rows + 1) << boxes.out;
+    EXPECT_EQ(lines[0].rfind("BOX ", 0), 0u) << boxes.out;
+    EXPECT_EQ(lines[1].rfind("copy/box-b ", 0), 0u) << boxes.out;
+    EXPECT_EQ(lines[rows + 1].rfind("gw-test ", 0), 0u) << boxes.out;
+    auto jsonl = audit({"list", "s3://" + bucket_, "--all-boxes", "--jsonl"});
+    ASSERT_TRUE(exited(jsonl, 0)) << jsonl.err;
+    auto objects = textLines(jsonl.out);
+    ASSERT_EQ(objects.size(), 2 * rows) << jsonl.out;
+    EXPECT_EQ(std::count_if(objects.begin(), objects.end(), [](const std::string& line) {
+                  return line.rfind("{\"box\": \"gw-test\", \"id\": ", 0) == 0;
+              }),
+              static_cast<long>(rows))
+        << jsonl.out;
 
     // A gap: a third box missing one segment between two others of its worker.
     auto segments = archivedSegments(client_, bucket_, "gw-test");
@@ -254,9 +275,9 @@ TEST_F(ArchiveVerifyRadosgwTest, AWholeArchiveVerifiesAndEachAlterationIsFound) 
         << fork.out;
 
     // An object written twice: a second version under an existing key.
-    auto objects = client_.list(bucket_, "gw-test/segments/");
-    ASSERT_TRUE(objects && !objects->empty());
-    const std::string victim = objects->front().key;
+    auto keys = client_.list(bucket_, "gw-test/segments/");
+    ASSERT_TRUE(keys && !keys->empty());
+    const std::string victim = keys->front().key;
     auto original = client_.get(bucket_, victim);
     ASSERT_TRUE(original);
     s3::PutRequest again;
@@ -359,6 +380,9 @@ TEST_F(ArchiveVerifyRadosgwTest, BadInputIsOneLine) {
         {{"verify", "s3://" + bucket_, "--all-boxes", "--expect-head", std::string(64, 'a')}, 2,
          "--expect-head"},
         {{"verify", box("nothing-here")}, 1, "no archive there"},
+        {{"list", box("gw-test"), "--all-boxes"}, 2, "--all-boxes"},
+        {{"list", root_.path(), "--all-boxes"}, 2, "--all-boxes"},
+        {{"list", "s3://" + bucket_, "--all-boxes"}, 1, "no archive there"},
         {{"verify", "s3://" + bucket_, "--all-boxes"}, 1, "no archive there"},
     };
     for (const auto& c : cases) {

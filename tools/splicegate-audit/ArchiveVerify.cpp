@@ -327,14 +327,20 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
         const bool newest = next == view.segments.end() || next->first.first != worker;
 
         // Gaps: a number missing between two the bucket holds.
+        std::string firstKey = !segment.copies.empty() && !segment.copies.begin()->second.objects.empty()
+                                   ? segment.copies.begin()->second.objects.begin()->second.key
+                               : !segment.manifests.empty() ? segment.manifests.front().key
+                                                            : std::string();
         if (previous && previous->first == worker && number > previous->second + 1)
             report(where + ": worker " + std::to_string(worker) + ": segment" +
                    (number == previous->second + 2
                         ? " " + std::to_string(previous->second + 1) + " is"
                         : "s " + std::to_string(previous->second + 1) + " to " +
                               std::to_string(number - 1) + " are") +
-                   " missing between " + previousKey + " and the next one (a gap in the archive)");
+                   " missing between " + previousKey + " and " + url(bucket, firstKey) +
+                   " (a gap in the archive)");
         previous = id;
+        previousKey = url(bucket, firstKey);
 
         // Forks: two copies, or two manifests, of one segment.
         if (segment.copies.size() > 1)
@@ -369,7 +375,6 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
             report(manifestUrl + ": names a segment of which the bucket holds no object");
             continue;
         }
-        previousKey = url(bucket, copy->objects.begin()->second.key);
         if (segment.manifests.empty()) {
             // The archiver puts the manifest last: the newest segment may be on its way.
             if (newest && copy->objects.size() < 3) {

@@ -4,11 +4,15 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "archive/s3/S3Client.h"
 #include "tools/splicegate-audit/ArchiveSource.h"
+#include "tools/splicegate-audit/ArchiveVerify.h"
 
 #include "common/Error.h"
 #include "tools/splicegate-audit/Progress.h"
@@ -26,7 +30,8 @@ using audit::RecordType;
 const char* const kListUsage =
     "usage: splicegate-audit list DIR|s3://BUCKET/PREFIX [--json | --jsonl] [--since TIME]\n"
     "                             [--until TIME] [--route NAME] [--client ADDR] [--connection ID]\n"
-    "                             [--s3-endpoint URL --s3-credentials-file FILE ...]";
+    "                             [--s3-endpoint URL --s3-credentials-file FILE ...]\n"
+    "       splicegate-audit list s3://BUCKET --all-boxes [OPTIONS]";
 const char* const kListAbout =
     "One row per connection: id, route, client, upstream, opened, closed (ISO-8601 UTC),\n"
     "c2u_bytes, u2c_bytes, state (open, closed or truncated), reason. Byte counts are the\n"
@@ -37,11 +42,13 @@ const char* const kListAbout =
     "worker's log after it. Filters combine (all must match);\n"
     "--since/--until keep the connections that overlap the interval. A --route, --client or\n"
     "--connection that names nothing in the log is an error (exit 1), and so is a directory\n"
-    "that holds no audit log.";
+    "that holds no audit log. --all-boxes with s3://BUCKET: every box prefix in the bucket,\n"
+    "box by box, each row (BOX column, JSON \"box\") naming its box's prefix.";
 
 void addListOptions(po::options_description& options) {
     options.add_options()("json", "print a JSON array of objects (streamed) instead of a table")(
-        "jsonl", "print one JSON object per line (streamed)");
+        "jsonl", "print one JSON object per line (streamed)")(
+        "all-boxes", "with s3://BUCKET: every box prefix in the bucket, each row naming its box");
     ConnectionFilter::addOptions(options);
     addArchiveOptions(options);
 }
@@ -235,21 +242,33 @@ void forEachConnection(const std::string& dir,
 
 namespace {
 
-void printTable(std::vector<ConnectionSummary> connections) {
-    std::sort(connections.begin(), connections.end(),
-              [](const auto& a, const auto& b) { return a.id < b.id; });
-    const std::vector<std::string> headers = {"ID",     "ROUTE",  "CLIENT",    "UPSTREAM",
-                                              "OPENED", "CLOSED", "C2U_BYTES", "U2C_BYTES",
-                                              "STATE",  "REASON"};
-    const std::vector<bool> rightAligned = {true,  false, false, false, false,
-                                            false, true,  true,  false, false};
+// A connection and, with --all-boxes, the box prefix it was archived under.
+struct Row {
+    std::string box;
+    ConnectionSummary connection;
+};
+
+void printTable(std::vector<Row> connections, bool withBox) {
+    std::stable_sort(connections.begin(), connections.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.box, a.connection.id) < std::tie(b.box, b.connection.id);
+    });
+    std::vector<std::string> headers = {"ID",     "ROUTE",  "CLIENT",    "UPSTREAM",
+                                        "OPENED", "CLOSED", "C2U_BYTES", "U2C_BYTES",
+                                        "STATE",  "REASON"};
+    std::vector<bool> rightAligned = {true,  false, false, false, false,
+                                      false, true,  true,  false, false};
+    if (withBox) {
+        headers.insert(headers.begin(), "BOX");
+        rightAligned.insert(rightAligned.begin(), false);
+    }
     std::vector<std::vector<std::string>> rows;
     rows.reserve(connections.size());
-    for (const auto& c : connections) {
+    for (const auto& [box, c] : connections) {
         rows.push_back({std::to_string(c.id), cell(c.route), cell(c.client), cell(c.upstream),
                         c.headDeleted ? "(deleted)" : isoTime(c.openedNs),
                         c.closedNs ? isoTime(*c.closedNs) : "-", std::to_string(c.c2uBytes),
                         std::to_string(c.u2cBytes), connectionStateName(c.state), cell(c.reason)});
+        if (withBox) rows.back().insert(rows.back().begin(), box);
     }
     std::vector<std::size_t> widths;
     for (const auto& header : headers) widths.push_back(header.size());
@@ -275,8 +294,10 @@ void printTable(std::vector<ConnectionSummary> connections) {
     for (const auto& row : rows) print(row);
 }
 
-std::string jsonObject(const ConnectionSummary& c) {
-    return "{\"id\": " + std::to_string(c.id) + ", \"route\": " + jsonString(c.route) +
+// `box`: with --all-boxes, the box prefix, the object's first key.
+std::string jsonObject(const ConnectionSummary& c, const std::string* box) {
+    return std::string(box ? "{\"box\": " + jsonString(*box) + ", " : "{") +
+           "\"id\": " + std::to_string(c.id) + ", \"route\": " + jsonString(c.route) +
            ", \"client\": " + jsonString(c.client) + ", \"upstream\": " + jsonString(c.upstream) +
            ", \"opened\": " + (c.headDeleted ? "null" : jsonString(isoTime(c.openedNs))) +
            ", \"closed\": " + (c.closedNs ? jsonString(isoTime(*c.closedNs)) : "null") +
@@ -295,17 +316,32 @@ int runList(const std::string& dir, const po::variables_map& values) {
     const ConnectionFilter filter = ConnectionFilter::fromOptions(values);
 
     std::vector<std::string> problems;
-    std::vector<ConnectionSummary> rows;  // the table's
+    std::vector<Row> rows;  // the table's
     bool routeSeen = false, idSeen = false, clientSeen = false;
     std::uint64_t printed = 0;
     if (json) std::cout << "[";
     const auto archive = ArchiveLocation::parse(dir);
+    const bool allBoxes = values.count("all-boxes") != 0;
+    if (allBoxes && (!archive || !archive->prefix.empty()))
+        throw UsageError("--all-boxes takes s3://BUCKET, without a prefix "
+                         "(see 'splicegate-audit list --help')");
+    std::string box;  // with --all-boxes, the one being listed
     auto source = [&](const std::function<void(const ConnectionSummary&)>& emit,
                       const ProblemSink& onProblem) {
-        if (archive)
+        if (allBoxes) {
+            auto boxes = listBoxes(*openArchive(values), archive->bucket);
+            if (boxes.empty())
+                throw std::runtime_error(dir + ": no archive there (no PREFIX/segments/ or "
+                                               "PREFIX/manifests/ objects)");
+            for (const auto& each : boxes) {
+                box = each;
+                forEachArchivedConnection({archive->bucket, each}, values, emit, onProblem);
+            }
+        } else if (archive) {
             forEachArchivedConnection(*archive, values, emit, onProblem);
-        else
+        } else {
             forEachConnection(dir, emit, onProblem);
+        }
     };
     source(
         [&](const ConnectionSummary& c) {
@@ -316,17 +352,18 @@ int runList(const std::string& dir, const po::variables_map& values) {
                 clientSeen = endpoint && endpoint->matches(*filter.client);
             }
             if (!filter.matches(c)) return;
+            const std::string* label = allBoxes ? &box : nullptr;
             if (json)
-                std::cout << (printed == 0 ? "\n  " : ",\n  ") << jsonObject(c);
+                std::cout << (printed == 0 ? "\n  " : ",\n  ") << jsonObject(c, label);
             else if (jsonLines)
-                std::cout << jsonObject(c) << "\n";
+                std::cout << jsonObject(c, label) << "\n";
             else
-                rows.push_back(c);
+                rows.push_back({box, c});
             ++printed;
         },
         [&](const std::string& problem) { problems.push_back(problem); });
     if (json) std::cout << (printed == 0 ? "]\n" : "\n]\n");
-    if (!json && !jsonLines) printTable(std::move(rows));
+    if (!json && !jsonLines) printTable(std::move(rows), allBoxes);
     std::cout.flush();
     if (filter.route && !routeSeen)
         problems.push_back("no connection of route '" + *filter.route + "' in " + dir);
