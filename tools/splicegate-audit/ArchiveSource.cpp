@@ -9,6 +9,8 @@
 
 #include "archive/s3/S3Client.h"
 #include "common/Error.h"
+#include "tools/splicegate-audit/ArchiveCatalog.h"
+#include "tools/splicegate-audit/ListCommand.h"
 #include "splicegate/archive_index.pb.h"
 
 namespace splicegate::audittool {
@@ -16,7 +18,6 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr std::string_view kScheme = "s3://";
-constexpr std::string_view kConnectionsSuffix = ".connections.jsonl.gz";
 // A connections object holds a few hundred bytes per connection; far past any segment's.
 constexpr std::size_t kMaxConnectionsText = std::size_t{1} << 30;
 
@@ -24,8 +25,9 @@ std::string text(const po::variables_map& values, const char* name) {
     return values.count(name) ? values[name].as<std::string>() : std::string();
 }
 
-// Throws std::runtime_error naming `origin` when `bytes` is not one complete gzip stream.
-std::string gunzip(const std::string& bytes, const std::string& origin) {
+}  // namespace
+
+std::string gunzipObject(const std::string& bytes, const std::string& origin) {
     z_stream stream{};
     if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
         throw std::runtime_error(origin + ": cannot start zlib");
@@ -48,6 +50,8 @@ std::string gunzip(const std::string& bytes, const std::string& origin) {
     return out;
 }
 
+namespace {
+
 audit::ConnectionState stateFromName(const std::string& name, bool& known) {
     known = true;
     if (name == "open") return audit::ConnectionState::Open;
@@ -57,8 +61,12 @@ audit::ConnectionState stateFromName(const std::string& name, bool& known) {
     return audit::ConnectionState::Open;
 }
 
-void merge(const archive::ArchivedConnection& line, audit::ConnectionState state,
-           std::map<std::uint64_t, audit::ConnectionSummary>& connections) {
+}  // namespace
+
+void mergeConnectionLine(const archive::ArchivedConnection& line,
+                         std::map<std::uint64_t, audit::ConnectionSummary>& connections) {
+    bool known = false;
+    const auto state = stateFromName(line.state(), known);
     auto [it, first] = connections.try_emplace(line.id());
     auto& c = it->second;
     if (first) {
@@ -78,8 +86,6 @@ void merge(const archive::ArchivedConnection& line, audit::ConnectionState state
     if (line.has_closed_ns()) c.closedNs = line.closed_ns();
     if (line.has_reason()) c.reason = line.reason();
 }
-
-}  // namespace
 
 std::optional<ArchiveLocation> ArchiveLocation::parse(const std::string& text) {
     if (!text.starts_with(kScheme)) return std::nullopt;
@@ -109,6 +115,43 @@ void addArchiveOptions(po::options_description& options) {
     // clang-format on
 }
 
+std::vector<archive::ArchivedConnection> parseConnectionLines(const std::string& text,
+                                                              const std::string& origin,
+                                                              const ProblemSink& onProblem) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;  // a newer archiver's extra fields
+    std::vector<archive::ArchivedConnection> lines;
+    std::size_t lineNumber = 0;
+    std::string_view rest = text;
+    while (!rest.empty()) {
+        auto end = rest.find('\n');
+        auto line = rest.substr(0, end);
+        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+        ++lineNumber;
+        if (line.empty()) continue;
+        archive::ArchivedConnection parsed;
+        auto status = google::protobuf::util::JsonStringToMessage(
+            google::protobuf::StringPiece(line.data(), line.size()), &parsed, options);
+        bool known = false;
+        stateFromName(parsed.state(), known);
+        if (!status.ok() || !known) {
+            onProblem(origin + ":" + std::to_string(lineNumber) + ": " +
+                      (status.ok() ? "unknown state '" + parsed.state() + "'"
+                                   : std::string(status.message())));
+            continue;
+        }
+        lines.push_back(std::move(parsed));
+    }
+    return lines;
+}
+
+void mergeConnectionLines(const std::string& text, const std::string& origin,
+                          std::map<std::uint64_t, audit::ConnectionSummary>& connections,
+                          const ProblemSink& onProblem) {
+    for (const auto& line : parseConnectionLines(text, origin, onProblem))
+        mergeConnectionLine(line, connections);
+}
+
 std::unique_ptr<s3::S3Client> openArchive(const po::variables_map& values) {
     s3::ClientOptions client;
     client.endpoint = text(values, "s3-endpoint");
@@ -129,58 +172,14 @@ std::unique_ptr<s3::S3Client> openArchive(const po::variables_map& values) {
     }
 }
 
-void mergeConnectionLines(const std::string& text, const std::string& origin,
-                          std::map<std::uint64_t, audit::ConnectionSummary>& connections,
-                          const ProblemSink& onProblem) {
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;  // a newer archiver's extra fields
-    std::size_t lineNumber = 0;
-    std::string_view rest = text;
-    while (!rest.empty()) {
-        auto end = rest.find('\n');
-        auto line = rest.substr(0, end);
-        rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-        ++lineNumber;
-        if (line.empty()) continue;
-        archive::ArchivedConnection parsed;
-        auto status = google::protobuf::util::JsonStringToMessage(
-            google::protobuf::StringPiece(line.data(), line.size()), &parsed, options);
-        bool known = false;
-        auto state = stateFromName(parsed.state(), known);
-        if (!status.ok() || !known) {
-            onProblem(origin + ":" + std::to_string(lineNumber) + ": " +
-                      (status.ok() ? "unknown state '" + parsed.state() + "'"
-                                   : std::string(status.message())));
-            continue;
-        }
-        merge(parsed, state, connections);
-    }
-}
-
 void forEachArchivedConnection(const ArchiveLocation& location, const po::variables_map& values,
                                const std::function<void(const audit::ConnectionSummary&)>& emit,
                                const ProblemSink& onProblem) {
+    const auto filter = ConnectionFilter::fromOptions(values);
     auto s3 = openArchive(values);
-    const std::string segments = location.prefix.empty() ? "segments/" : location.prefix + "/segments/";
-    auto listed = s3->list(location.bucket, segments);
-    if (!listed) throw std::runtime_error(listed.error.message);
-    std::map<std::uint64_t, audit::ConnectionSummary> connections;
-    // Keys sort by the segment's time, so each connection's lines come oldest first.
-    for (const auto& entry : *listed) {
-        if (!entry.key.ends_with(kConnectionsSuffix)) continue;
-        const std::string origin = "s3://" + location.bucket + "/" + entry.key;
-        auto object = s3->get(location.bucket, entry.key);
-        if (!object) {
-            onProblem(object.error.message);
-            continue;
-        }
-        try {
-            mergeConnectionLines(gunzip(*object, origin), origin, connections, onProblem);
-        } catch (const std::runtime_error& error) {
-            onProblem(error.what());
-        }
-    }
-    for (const auto& [id, connection] : connections) emit(connection);
+    ArchiveCatalog catalog(*s3, location);
+    auto lines = readArchivedLines(catalog, filter.sinceNs, filter.untilNs, onProblem);
+    for (const auto& [id, connection] : mergeArchivedLines(lines)) emit(connection);
 }
 
 }  // namespace splicegate::audittool

@@ -2,7 +2,8 @@
 // An archived audit log as a source for `splicegate-audit list`: `s3://BUCKET/PREFIX`, the
 // objects splicegate-archive wrote (docs/archive.md). Only the connections objects are read
 // (PREFIX/segments/…/*.connections.jsonl.gz, a few hundred bytes per connection), never the
-// payload. A connection whose life spans segments has a line in each: the lines merge by id
+// payload; with --since/--until only those of the segments that can hold matching connections
+// (ArchiveCatalog.h). A connection whose life spans segments has a line in each: the lines merge by id
 // (bytes summed, the newest line's state, close time and reason).
 // Thread affinity: none. Error contract: bad options throw UsageError; a bucket that cannot be
 // listed throws std::runtime_error naming it; a connections object that cannot be read, unzipped
@@ -14,8 +15,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "archive/s3/S3Client.h"
 #include "audit/AuditReader.h"
+#include "splicegate/archive_index.pb.h"
 #include "tools/splicegate-audit/WorkerRecords.h"
 
 namespace splicegate::s3 {
@@ -50,5 +54,17 @@ void forEachArchivedConnection(const ArchiveLocation& location,
 void mergeConnectionLines(const std::string& text, const std::string& origin,
                           std::map<std::uint64_t, audit::ConnectionSummary>& connections,
                           const ProblemSink& onProblem);
+
+// The same lines parsed, in order; a line that does not parse, or has an unknown state, is a
+// problem and left out.
+std::vector<archive::ArchivedConnection> parseConnectionLines(const std::string& text,
+                                                              const std::string& origin,
+                                                              const ProblemSink& onProblem);
+// One segment's line merged into the summary of its connection (the segments oldest first).
+void mergeConnectionLine(const archive::ArchivedConnection& line,
+                         std::map<std::uint64_t, audit::ConnectionSummary>& connections);
+// A gzip object's bytes unzipped; throws std::runtime_error naming `origin` when they are not
+// one complete gzip stream.
+std::string gunzipObject(const std::string& bytes, const std::string& origin);
 
 }  // namespace splicegate::audittool

@@ -18,6 +18,8 @@
 
 #include "common/Error.h"
 #include "common/UniqueFd.h"
+#include "tools/splicegate-audit/ArchiveExtract.h"
+#include "tools/splicegate-audit/ArchiveSource.h"
 #include "tools/splicegate-audit/Endpoint.h"
 #include "tools/splicegate-audit/ListCommand.h"
 #include "tools/splicegate-audit/PcapWriter.h"
@@ -33,8 +35,9 @@ using audit::Record;
 using audit::RecordType;
 
 const char* const kExportUsage =
-    "usage: splicegate-audit export DIR --pcap FILE [--since TIME] [--until TIME] [--route NAME]\n"
-    "                               [--client ADDR] [--connection ID]";
+    "usage: splicegate-audit export DIR|s3://BUCKET/PREFIX --pcap FILE [--since TIME]\n"
+    "                               [--until TIME] [--route NAME] [--client ADDR]\n"
+    "                               [--connection ID] [--s3-endpoint URL ...]";
 const char* const kExportAbout =
     "Writes the connections (or one) as a pcap capture of synthesized TCP/IP packets, readable\n"
     "by tcpdump and Wireshark: handshake at open, the audited bytes of both directions in log\n"
@@ -50,6 +53,7 @@ void addExportOptions(po::options_description& options) {
          "write the capture to FILE ('-' = stdout) (required)");
     // clang-format on
     ConnectionFilter::addOptions(options);
+    addArchiveOptions(options);
 }
 
 namespace {
@@ -273,11 +277,56 @@ std::uint64_t dataBytes(const std::vector<std::vector<audit::SegmentFiles>>& wor
 
 }  // namespace
 
+CaptureResult writeCapture(const std::string& dir, const std::string& path,
+                           const std::function<bool(std::uint64_t)>& selected, bool requireFound) {
+    CaptureResult result;
+    auto onProblem = [&](const std::string& problem) { result.problems.push_back(problem); };
+    auto workers = segmentsByWorker(dir);
+    if (workers.empty()) throw std::runtime_error(dir + ": no audit log here (no segment index file)");
+    Progress progress("export", ::isatty(STDERR_FILENO) ? dataBytes(workers) : 0, true);
+    std::vector<WorkerStream> streams;
+    streams.reserve(workers.size());
+    for (auto& segments : workers) streams.emplace_back(dir, std::move(segments), onProblem);
+
+    PcapWriter pcap(path);
+    Exporter exporter(pcap, selected, progress, result.problems);
+    // Merge the workers' logs by record time: each is in time order already.
+    for (;;) {
+        WorkerStream* earliest = nullptr;
+        for (auto& stream : streams)
+            if (!stream.done() && (!earliest || stream.record().timeNs < earliest->record().timeNs))
+                earliest = &stream;
+        if (!earliest) break;
+        exporter.onRecord(*earliest);
+        earliest->advance();
+    }
+    progress.clear();
+    result.found = exporter.found();
+    if (requireFound && !result.found) return result;  // PcapWriter removes the file it created
+    pcap.finish();
+    return result;
+}
+
+int reportCapture(const CaptureResult& result, const ConnectionFilter& filter, bool byMetadata,
+                  const std::string& source,
+                  const std::function<std::string(const std::string&)>& describe) {
+    if ((filter.id || byMetadata) && !result.found) {
+        std::cerr << "splicegate-audit: no connection "
+                  << (filter.id ? std::to_string(*filter.id) + " " : std::string())
+                  << (byMetadata ? "matching the filters " : "") << "in " << source << "\n";
+        return 1;
+    }
+    for (const auto& problem : result.problems)
+        std::cerr << "splicegate-audit: " << describe(problem) << "\n";
+    return result.problems.empty() ? 0 : 1;
+}
+
 int runExport(const std::string& dir, const po::variables_map& values) {
     const std::string hint = " (see 'splicegate-audit export --help')";
     if (!values.count("pcap")) throw UsageError("missing --pcap FILE" + hint);
     const auto path = values["pcap"].as<std::string>();
     if (path.empty()) throw UsageError("--pcap: empty file name" + hint);
+    if (auto archive = ArchiveLocation::parse(dir)) return exportArchive(*archive, path, values);
     const ConnectionFilter filter = ConnectionFilter::fromOptions(values);
     const bool byMetadata = filter.sinceNs || filter.untilNs || filter.route || filter.client;
     // The time, route and client filters need a connection's close record, which follows its
@@ -294,38 +343,9 @@ int runExport(const std::string& dir, const po::variables_map& values) {
         if (filter.id && id != *filter.id) return false;
         return !byMetadata || picked.count(id) != 0;
     };
-
-    std::vector<std::string> problems;
-    auto onProblem = [&](const std::string& problem) { problems.push_back(problem); };
-    auto workers = segmentsByWorker(dir);
-    if (workers.empty()) throw std::runtime_error(dir + ": no audit log here (no segment index file)");
-    Progress progress("export", ::isatty(STDERR_FILENO) ? dataBytes(workers) : 0, true);
-    std::vector<WorkerStream> streams;
-    streams.reserve(workers.size());
-    for (auto& segments : workers) streams.emplace_back(dir, std::move(segments), onProblem);
-
-    PcapWriter pcap(path);
-    Exporter exporter(pcap, selected, progress, problems);
-    // Merge the workers' logs by record time: each is in time order already.
-    for (;;) {
-        WorkerStream* earliest = nullptr;
-        for (auto& stream : streams)
-            if (!stream.done() && (!earliest || stream.record().timeNs < earliest->record().timeNs))
-                earliest = &stream;
-        if (!earliest) break;
-        exporter.onRecord(*earliest);
-        earliest->advance();
-    }
-    progress.clear();
-    if ((filter.id || byMetadata) && !exporter.found()) {
-        std::cerr << "splicegate-audit: no connection "
-                  << (filter.id ? std::to_string(*filter.id) + " " : std::string())
-                  << (byMetadata ? "matching the filters " : "") << "in " << dir << "\n";
-        return 1;  // PcapWriter removes the file it created
-    }
-    pcap.finish();
-    for (const auto& problem : problems) std::cerr << "splicegate-audit: " << problem << "\n";
-    return problems.empty() ? 0 : 1;
+    auto result = writeCapture(dir, path, selected, filter.id || byMetadata);
+    return reportCapture(result, filter, byMetadata, dir,
+                         [](const std::string& problem) { return problem; });
 }
 
 }  // namespace splicegate::audittool

@@ -15,7 +15,12 @@
 // on unreadable input or unwritable output (exit 1, no capture file left); damage is reported as
 // problems (exit 1, the capture holds what could be read).
 #include <boost/program_options.hpp>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
+
+#include "tools/splicegate-audit/ListCommand.h"
 
 namespace splicegate::audittool {
 
@@ -23,5 +28,19 @@ extern const char* const kExportUsage;
 extern const char* const kExportAbout;
 void addExportOptions(boost::program_options::options_description& options);
 int runExport(const std::string& dir, const boost::program_options::variables_map& values);
+
+struct CaptureResult {
+    bool found = false;  // a selected connection's Open was read
+    std::vector<std::string> problems;
+};
+// The capture of the connections `selected` picks from the audit directory `dir`, into `path`.
+// With `requireFound`, no file is left when none was found.
+CaptureResult writeCapture(const std::string& dir, const std::string& path,
+                           const std::function<bool(std::uint64_t)>& selected, bool requireFound);
+// Prints what writeCapture found wrong (each problem through `describe`), or that nothing
+// matched the filters in `source`; returns the exit status.
+int reportCapture(const CaptureResult& result, const ConnectionFilter& filter, bool byMetadata,
+                  const std::string& source,
+                  const std::function<std::string(const std::string&)>& describe);
 
 }  // namespace splicegate::audittool

@@ -3,6 +3,7 @@
 //   splicegate-audit list DIR [--json | --jsonl] [filters]      (ListCommand.h)
 //   splicegate-audit export DIR --pcap FILE [--connection ID]  (PcapExport.h)
 //   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]
+//   (DIR may be s3://BUCKET/PREFIX for list, export and extract: ArchiveSource.h, ArchiveExtract.h)
 //   splicegate-audit verify DIR|s3://BUCKET/PREFIX [--key-file FILE] [--expect-head DIGEST]...
 //                           [--archive s3://BUCKET/PREFIX] | s3://BUCKET --all-boxes (VerifyCommand.h)
 // Exit status: 0 success, 1 runtime failure (verify: problems found), 2 usage error. Errors are
@@ -24,6 +25,8 @@
 #include "audit/AuditReader.h"
 #include "audit/SealChain.h"
 #include "common/Error.h"
+#include "tools/splicegate-audit/ArchiveExtract.h"
+#include "tools/splicegate-audit/ArchiveSource.h"
 #include "tools/splicegate-audit/ListCommand.h"
 #include "tools/splicegate-audit/PcapExport.h"
 #include "tools/splicegate-audit/VerifyCommand.h"
@@ -88,11 +91,13 @@ Command makeCommand(const std::string& name) {
         command.about = kExportAbout;
         addExportOptions(command.options);
     } else if (name == "extract") {
-        command.usage = "usage: splicegate-audit extract DIR --connection ID --direction c2u|u2c "
-                        "[-o FILE] [--force]";
+        command.usage = "usage: splicegate-audit extract DIR|s3://BUCKET/PREFIX --connection ID "
+                        "--direction c2u|u2c [-o FILE] [--force] [--s3-endpoint URL ...]";
         command.about =
             "Writes the exact bytes of one direction of a connection, in order. A chunk whose\n"
-            "payload fails its CRC-32C is refused (exit 1, naming it) unless --force.";
+            "payload fails its CRC-32C is refused (exit 1, naming it) unless --force. From\n"
+            "s3://BUCKET/PREFIX only the connection's segments' index objects and the byte\n"
+            "ranges of its chunks are read (ranged GETs).";
         command.options.add_options()
             ("connection", po::value<std::string>()->value_name("ID"), "connection id (required)")
             ("direction", po::value<std::string>()->value_name("c2u|u2c"),
@@ -100,6 +105,7 @@ Command makeCommand(const std::string& name) {
             ("output,o", po::value<std::string>()->value_name("FILE"),
              "write to FILE instead of stdout ('-' = stdout)")
             ("force", "extract chunks whose payload CRC fails too (each one named on stderr)");
+        addArchiveOptions(command.options);
     } else if (name == "verify") {
         command.usage = kVerifyUsage;
         command.about = kVerifyAbout;
@@ -120,8 +126,8 @@ std::uint8_t parseDirection(const std::string& text) {
 
 // ---- Commands.
 
-int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
-               const std::string& output, bool force) {
+int runExtract(const std::string& dir, const po::variables_map& values, std::uint64_t id,
+               std::uint8_t direction, const std::string& output, bool force) {
     bool toStdout = output.empty() || output == "-";
     bool created = false;
     UniqueFd file;
@@ -139,7 +145,9 @@ int runExtract(const std::string& dir, std::uint64_t id, std::uint8_t direction,
         options.onDamage = [](const std::string& what) {
             std::cerr << kProgram << ": warning: " << what << " (extracted anyway: --force)\n";
         };
-        auto result = extractConnection(dir, id, direction, open, options);
+        const auto archive = ArchiveLocation::parse(dir);
+        auto result = archive ? extractArchivedConnection(*archive, values, id, direction, open, options)
+                              : extractConnection(dir, id, direction, open, options);
         if (!result.found) {
             std::cerr << kProgram << ": no connection " << id << " in " << dir << "\n";
             return 1;
@@ -217,7 +225,7 @@ int run(const std::vector<std::string>& args) {
     auto direction = parseDirection(values["direction"].as<std::string>());
     std::string output = values.count("output") ? values["output"].as<std::string>() : "";
     if (values.count("output") && output.empty()) throw UsageError("-o: empty file name" + hint);
-    return runExtract(dir, id, direction, output, values.count("force") != 0);
+    return runExtract(dir, values, id, direction, output, values.count("force") != 0);
 }
 
 }  // namespace
