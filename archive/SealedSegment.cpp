@@ -100,6 +100,8 @@ class SegmentScan {
                 auto& c = connection(record.id, offset);
                 c.route = record.route;
                 c.client = record.client;
+                c.via = record.via;
+                c.sni = record.sni;
                 c.upstream = record.upstream;
                 c.openedNs = record.timeNs;
                 break;
@@ -218,8 +220,13 @@ std::string connectionsJsonLines(const SealedSegment& segment) {
         appendOptionalString(out, c.route);
         out += ",\"client\":";
         appendOptionalString(out, c.client);
-        // The PROXY protocol's balancer and the TLS server name: not recorded by this format yet.
-        out += ",\"via\":null,\"sni\":null,\"upstream\":";
+        // The PROXY protocol's balancer and the TLS server name (null: none, or a log written
+        // before format version 4, which does not record them).
+        out += ",\"via\":";
+        appendOptionalString(out, c.via);
+        out += ",\"sni\":";
+        appendOptionalString(out, c.sni);
+        out += ",\"upstream\":";
         appendOptionalString(out, c.upstream);
         out += ",\"opened_ns\":";
         appendOptionalNumber(out, c.openedNs);

@@ -17,6 +17,7 @@ namespace splicegate::archive {
 struct SegmentConnection {
     std::uint64_t id = 0;
     std::string route, client, upstream;  // empty when its Open is in an earlier segment
+    std::string via, sni;                 // the Open record's; empty also when it has none
     std::optional<std::int64_t> openedNs;
     std::optional<std::int64_t> closedNs;
     std::string state;   // "open", "closed" or "truncated" at the end of this segment

@@ -59,9 +59,11 @@ class AuditLog {
                                           std::uint8_t direction, std::uint32_t written,
                                           bool startWriteback) noexcept = 0;
     virtual void abandon(AuditSlot& slot) noexcept = 0;
+    // `via`: the load balancer's address when `client` came from its PROXY header; `sni`: the
+    // TLS server name the route was chosen by. Empty when none.
     [[nodiscard]] virtual int recordOpen(std::uint64_t connection, std::string_view route,
-                                         std::string_view client,
-                                         std::string_view upstream) noexcept = 0;
+                                         std::string_view client, std::string_view upstream,
+                                         std::string_view via, std::string_view sni) noexcept = 0;
     [[nodiscard]] virtual int recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
                                           std::uint64_t u2cBytes,
                                           std::string_view reason) noexcept = 0;

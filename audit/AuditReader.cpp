@@ -330,6 +330,8 @@ void listSegment(int dirFd, const SegmentFiles& files, ListResult& result,
                 summary.route = record.route;
                 summary.client = record.client;
                 summary.upstream = record.upstream;
+                summary.via = record.via;
+                summary.sni = record.sni;
                 summary.openedNs = record.timeNs;
                 result.connections.push_back(std::move(summary));
                 break;

@@ -135,6 +135,10 @@ struct ConnectionSummary {
     std::string route;
     std::string client;
     std::string upstream;
+    // The Open record's (format version 4): the PROXY header's balancer and the TLS server name
+    // the route was chosen by; empty when none (and in older logs).
+    std::string via;
+    std::string sni;
     std::int64_t openedNs = 0;
     std::optional<std::int64_t> closedNs;  // Close record's time (closed connections only)
     std::string reason;                    // Close record's reason

@@ -72,8 +72,9 @@ void DirectAuditLog::abandon(AuditSlot& slot) noexcept {
 }
 
 int DirectAuditLog::recordOpen(std::uint64_t connection, std::string_view route,
-                               std::string_view client, std::string_view upstream) noexcept {
-    return log_.recordOpen(connection, route, client, upstream);
+                               std::string_view client, std::string_view upstream,
+                               std::string_view via, std::string_view sni) noexcept {
+    return log_.recordOpen(connection, route, client, upstream, via, sni);
 }
 
 int DirectAuditLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,

@@ -28,7 +28,8 @@ class DirectAuditLog final : public AuditLog {
                     std::uint32_t written, bool startWriteback) noexcept override;
     void abandon(AuditSlot& slot) noexcept override;
     int recordOpen(std::uint64_t connection, std::string_view route, std::string_view client,
-                   std::string_view upstream) noexcept override;
+                   std::string_view upstream, std::string_view via,
+                   std::string_view sni) noexcept override;
     int recordClose(std::uint64_t connection, std::uint64_t c2uBytes, std::uint64_t u2cBytes,
                     std::string_view reason) noexcept override;
 

@@ -126,11 +126,12 @@ void DirectSegmentWriter::abandon(DirectChunk& chunk) noexcept {
 }
 
 int DirectSegmentWriter::recordOpen(std::uint64_t connection, std::string_view route,
-                                    std::string_view client, std::string_view upstream) noexcept {
+                                    std::string_view client, std::string_view upstream,
+                                    std::string_view via, std::string_view sni) noexcept {
     // After a failed segment the next one may not exist yet (disk full): an Open record must not
     // be dropped, its chunks would have no connection.
     if (int rc = segments_->ensureSegment(); rc < 0) return rc;
-    return segments_->recordOpen(connection, wallClockNs(), route, client, upstream);
+    return segments_->recordOpen(connection, wallClockNs(), route, client, upstream, via, sni);
 }
 
 std::vector<LostChunk> DirectSegmentWriter::takeLost() noexcept {

@@ -66,7 +66,8 @@ class DirectSegmentWriter {
                                   std::uint8_t direction, std::uint32_t written) noexcept;
     void abandon(DirectChunk& chunk) noexcept;
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::string_view route,
-                                 std::string_view client, std::string_view upstream) noexcept;
+                                 std::string_view client, std::string_view upstream,
+                                 std::string_view via = {}, std::string_view sni = {}) noexcept;
     [[nodiscard]] int recordClose(std::uint64_t connection, std::uint64_t c2uBytes,
                                   std::uint64_t u2cBytes, std::string_view reason) noexcept;
 

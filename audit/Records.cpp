@@ -51,17 +51,17 @@ void putI64(std::string& out, std::int64_t value) {
     putU64(out, static_cast<std::uint64_t>(value));
 }
 
-// Cuts `text` to at most kMaxStringBytes without splitting a UTF-8 sequence.
-std::string_view clampString(std::string_view text) {
-    if (text.size() <= kMaxStringBytes) return text;
-    std::size_t length = kMaxStringBytes;
+// Cuts `text` to at most `limit` bytes without splitting a UTF-8 sequence.
+std::string_view clampString(std::string_view text, std::size_t limit) {
+    if (text.size() <= limit) return text;
+    std::size_t length = limit;
     // Back off over continuation bytes (10xxxxxx) so the cut lands before a lead byte.
     while (length > 0 && (static_cast<unsigned char>(text[length]) & 0xc0) == 0x80) --length;
     return text.substr(0, length);
 }
 
-void putString(std::string& out, std::string_view text) {
-    text = clampString(text);
+void putString(std::string& out, std::string_view text, std::size_t limit = kMaxStringBytes) {
+    text = clampString(text, limit);
     putU16(out, static_cast<std::uint16_t>(text.size()));
     out.append(text.data(), text.size());
 }
@@ -196,8 +196,14 @@ std::string decodeBody(RecordType type, Reader& body, Record& out) {
             return {};
         case RecordType::Open:
             if (!body.u64(out.id) || !body.i64(out.timeNs) || !body.string(out.route) ||
-                !body.string(out.client) || !body.string(out.upstream) || !body.atEnd())
+                !body.string(out.client) || !body.string(out.upstream))
                 return bad + "string lengths do not match the record length";
+            out.via.clear();
+            out.sni.clear();
+            // Version 4 appends via and sni; an older record ends here.
+            if (!body.atEnd() && (!body.string(out.via) || !body.string(out.sni)))
+                return bad + "string lengths do not match the record length";
+            if (!body.atEnd()) return bad + "string lengths do not match the record length";
             return {};
         case RecordType::Chunk: {
             std::uint8_t flags = 0;
@@ -282,13 +288,16 @@ void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t se
 }
 
 void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::string_view route,
-                std::string_view client, std::string_view upstream) {
+                std::string_view client, std::string_view upstream, std::string_view via,
+                std::string_view sni) {
     auto start = begin(out, RecordType::Open);
     putU64(out, id);
     putI64(out, openedNs);
     putString(out, route);
     putString(out, client);
     putString(out, upstream);
+    putString(out, via, kMaxNameBytes);
+    putString(out, sni, kMaxNameBytes);
     finish(out, start);
 }
 

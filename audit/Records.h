@@ -1,6 +1,6 @@
 #pragma once
-// Audit index records and segment file names (audit/FORMAT.md, format version 3; the records of
-// versions 1 and 2 are still read).
+// Audit index records and segment file names (audit/FORMAT.md, format version 4; the records of
+// versions 1 to 3 are still read).
 // - encode*(): append one complete record (16-byte header, body, CRC-32 filled) to `out`.
 //   Strings longer than kMaxStringBytes are cut (at a UTF-8 character boundary) so that every
 //   record fits the u16 length field.
@@ -35,12 +35,17 @@ constexpr std::size_t kRecordHeaderSize = 16;
 constexpr std::size_t kMaxRecordSize = 65535;
 // Written in new SegmentStart records. Readers also accept versions down to kOldestFormatVersion
 // (version 1: SegmentStart has no connection id floor; versions 1 and 2: Chunk has no payload
-// CRC and SegmentSealed no chain digest), so that logs written before stay readable.
-constexpr std::uint32_t kFormatVersion = 3;
+// CRC and SegmentSealed no chain digest; versions 1 to 3: Open has no via and sni), so that
+// logs written before stay readable. Version 4 exists so that a reader of version 3, which
+// would take the longer Open record for damage, names the version instead.
+constexpr std::uint32_t kFormatVersion = 4;
 constexpr std::uint32_t kFirstChainedVersion = 3;
 constexpr std::uint32_t kOldestFormatVersion = 1;
-// Longest string an encoder writes; three of them plus the Open body still fit kMaxRecordSize.
+// Longest string an encoder writes; three of them plus the Open body (its two names included)
+// still fit kMaxRecordSize.
 constexpr std::size_t kMaxStringBytes = 16384;
+// Longest `via` or `sni` of an Open record (a DNS name has at most 253 bytes, an address fewer).
+constexpr std::size_t kMaxNameBytes = 255;
 
 constexpr std::uint8_t kDirectionC2U = 0;
 constexpr std::uint8_t kDirectionU2C = 1;
@@ -77,8 +82,12 @@ constexpr std::size_t kSealDigestedBodyBytes = 82 - 32;
 // `idFloor`: the next connection id the daemon hands out (FORMAT.md "Records").
 void encodeSegmentStart(std::string& out, std::uint32_t worker, std::uint64_t segment,
                         std::int64_t createdNs, std::uint64_t idFloor);
+// `via`: the load balancer's address when `client` came from its PROXY header; `sni`: the TLS
+// server name the route was chosen by (version 4; empty when none). Each is cut to
+// kMaxNameBytes.
 void encodeOpen(std::string& out, std::uint64_t id, std::int64_t openedNs, std::string_view route,
-                std::string_view client, std::string_view upstream);
+                std::string_view client, std::string_view upstream, std::string_view via = {},
+                std::string_view sni = {});
 // `crc`: the CRC-32C of the payload (crc32c(0, payload)); absent when the writer never had the
 // bytes in user memory and did not read them back (flag kChunkHasCrc clear).
 void encodeChunk(std::string& out, std::uint64_t id, std::uint8_t direction, std::uint32_t length,
@@ -123,6 +132,8 @@ struct Record {
     std::string route;
     std::string client;
     std::string upstream;
+    std::string via;  // version 4; empty in older records and when none
+    std::string sni;
     // Chunk
     std::uint8_t direction = 0;
     std::uint32_t length = 0;

@@ -368,13 +368,14 @@ void SegmentStore::abandon(Reservation& reservation) noexcept {
 
 int SegmentStore::recordOpen(std::uint64_t connection, std::int64_t openedNs,
                              std::string_view route, std::string_view client,
-                             std::string_view upstream) noexcept {
+                             std::string_view upstream, std::string_view via,
+                             std::string_view sni) noexcept {
     if (!current_) return 0;
     if (reserveAhead_) {
         if (int rc = allocateAhead(*current_, 0, 0); rc < 0) return rc;
     }
     int rc = append(*current_, [&](std::string& out) {
-        encodeOpen(out, connection, openedNs, route, client, upstream);
+        encodeOpen(out, connection, openedNs, route, client, upstream, via, sni);
     });
     if (rc == 0) dirty_ = true;
     return rc;

@@ -198,9 +198,11 @@ class SegmentStore {
     // Starts a segment when the last attempt failed (disk full): 0, or -errno. Records written
     // while there is none would be dropped.
     int ensureSegment() noexcept;
+    // `via`, `sni`: see audit::encodeOpen (empty: none).
     [[nodiscard]] int recordOpen(std::uint64_t connection, std::int64_t openedNs,
                                  std::string_view route, std::string_view client,
-                                 std::string_view upstream) noexcept;
+                                 std::string_view upstream, std::string_view via = {},
+                                 std::string_view sni = {}) noexcept;
     // Without its Close record a connection reads as open, until recovery marks it truncated.
     [[nodiscard]] int recordClose(std::uint64_t connection, std::int64_t closedNs,
                                   std::uint64_t c2uBytes, std::uint64_t u2cBytes,

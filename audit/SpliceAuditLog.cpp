@@ -66,8 +66,9 @@ void SpliceAuditLog::abandon(AuditSlot& slot) noexcept {
 }
 
 int SpliceAuditLog::recordOpen(std::uint64_t connection, std::string_view route,
-                               std::string_view client, std::string_view upstream) noexcept {
-    return store_->recordOpen(connection, audit::wallClockNs(), route, client, upstream);
+                               std::string_view client, std::string_view upstream,
+                               std::string_view via, std::string_view sni) noexcept {
+    return store_->recordOpen(connection, audit::wallClockNs(), route, client, upstream, via, sni);
 }
 
 int SpliceAuditLog::recordClose(std::uint64_t connection, std::uint64_t c2uBytes,

@@ -29,10 +29,11 @@ AuditTap::AuditTap(std::unique_ptr<AuditLog> log, AuditPolicy policy, WorkerStat
     : log_(std::move(log)), policy_(policy), stats_(stats) {}
 
 AuditAction AuditTap::open(ConnectionIo& io, std::string_view route, std::string_view client,
-                           std::string_view upstream) noexcept {
+                           std::string_view upstream, std::string_view via,
+                           std::string_view sni) noexcept {
     io.audited = true;  // the flows take it from here when they start
     int rc = injectedRecordFailure();
-    if (rc == 0) rc = log_->recordOpen(io.id, route, client, upstream);
+    if (rc == 0) rc = log_->recordOpen(io.id, route, client, upstream, via, sni);
     if (rc == 0) return AuditAction::Proceed;
     // Chunks of a connection without its Open record could never be extracted, and a Close
     // record without it would be a problem for verify: the connection is not in the log at all.

@@ -54,8 +54,10 @@ class AuditTap {
     bool strict() const noexcept { return policy_.strict; }
 
     // A connection starts relaying: writes its Open record and configures its flows.
+    // `via`, `sni`: see AuditLog::recordOpen (empty: none).
     AuditAction open(ConnectionIo& io, std::string_view route, std::string_view client,
-                     std::string_view upstream) noexcept;
+                     std::string_view upstream, std::string_view via = {},
+                     std::string_view sni = {}) noexcept;
     // The connection is released: reservations go back, its Close record is written.
     void close(ConnectionIo& io, std::string_view reason) noexcept;
 

@@ -24,7 +24,9 @@ enum class CloseReason : std::uint8_t {
     ProxyProtocol,            // PROXY header missing, malformed, or from an untrusted source
     BadClientHello,           // not a TLS ClientHello, malformed, or over 16 KiB
     PeekTimeout,              // header or ClientHello not complete within --sni-peek-timeout-ms
-    MaxConnectionsPerSource,  // the PROXY header's client is at its limit
+    MaxConnectionsPerSource,  // the PROXY header's client, or the client on the route its
+                              // ClientHello chose, is at its limit
+    MaxConnections,           // the route the ClientHello chose is at its max-connections
     Count
 };
 
@@ -51,6 +53,7 @@ constexpr const char* toString(CloseReason reason) noexcept {
         case CloseReason::BadClientHello: return "bad-client-hello";
         case CloseReason::PeekTimeout: return "peek-timeout";
         case CloseReason::MaxConnectionsPerSource: return "max-connections-per-source";
+        case CloseReason::MaxConnections: return "max-connections";
         case CloseReason::Count: break;
     }
     return "unknown";

@@ -140,7 +140,8 @@ std::optional<Admitted> Acceptor::onAccept(CompletionTag tag, int result,
     // A connection the kernel handed to this accept before the cancel of its listener took
     // effect (a drain, an upgrade) is the client's as much as any other: it is served, not
     // dropped.
-    Admitted admitted{listener.route, UniqueFd(result), {}, std::nullopt, listener.group, true};
+    Admitted admitted{
+        listener.route, UniqueFd(result), {}, std::nullopt, listener.group, true, true};
     if (current) {
         auto& slot = listener.accepts[tag.direction];
         admitted.peer = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(&slot.address),
@@ -181,24 +182,33 @@ bool Acceptor::admit(const Listener& listener, Admitted& admitted,
         }
         return false;
     }
-    auto& routeActive = context_.routeActive[route.statsIndex];
-    auto onRoute = routeActive.fetch_add(1, std::memory_order_relaxed);
-    if (route.settings.maxConnections != 0 && onRoute >= route.settings.maxConnections) {
-        routeActive.fetch_sub(1, std::memory_order_relaxed);
+    // Routes chosen by the ClientHello: their own limits apply once it has chosen (the first
+    // route's limits would refuse, or let in, connections meant for another).
+    if (listener.group->routesByServerName()) {
+        admitted.routeBooked = false;
+    } else if (!acquireRoute(route)) {
         context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
         refuse(listener, RefuseReason::MaxConnections);
-        logWarnLimited("route max-connections " + route.config.name, "route ", route.config.name,
-                       ": refusing connections: ", route.settings.maxConnections,
-                       " connections open on the route (its max-connections)");
         return false;
     }
+    auto unbookRoute = [&] {
+        if (admitted.routeBooked)
+            context_.routeActive[route.statsIndex].fetch_sub(1, std::memory_order_relaxed);
+        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+    };
     if (listener.group->acceptsProxyHeader() && listener.group->trusts(peer)) {
         admitted.sourceBooked = false;  // the header's client is counted (relay/Preamble.h)
         return true;
     }
+    if (listener.group->sourceLimitDependsOnRoute()) {
+        admitted.sourceBooked = false;  // counted on the route the ClientHello chooses
+        return true;
+    }
+    // The limit is known now (--max-connections-per-source, or the only route's own): booked
+    // at once, so that one source cannot hold more connections than it while their ClientHellos
+    // are awaited either.
     if (!acquireSource(route, peer)) {
-        routeActive.fetch_sub(1, std::memory_order_relaxed);
-        context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
+        unbookRoute();
         refuse(listener, RefuseReason::MaxConnectionsPerSource);
         auto limit = route.settings.ownSourceLimit ? route.settings.maxConnectionsPerSource
                                                    : context_.sourceLimiter.limit();
@@ -209,6 +219,17 @@ bool Acceptor::admit(const Listener& listener, Admitted& admitted,
         return false;
     }
     return true;
+}
+
+bool Acceptor::acquireRoute(const Route& route) {
+    auto& routeActive = context_.routeActive[route.statsIndex];
+    auto onRoute = routeActive.fetch_add(1, std::memory_order_relaxed);
+    if (route.settings.maxConnections == 0 || onRoute < route.settings.maxConnections) return true;
+    routeActive.fetch_sub(1, std::memory_order_relaxed);
+    logWarnLimited("route max-connections " + route.config.name, "route ", route.config.name,
+                   ": refusing connections: ", route.settings.maxConnections,
+                   " connections open on the route (its max-connections)");
+    return false;
 }
 
 // A route with its own per-source limit counts its connections apart (relay/RouteSettings.h).
@@ -230,15 +251,16 @@ void Acceptor::handOffFailed(Admitted& admitted) noexcept {
     admitted.handOffTo.reset();
 }
 
-void Acceptor::release(const Route& route, const SocketAddress& client,
+void Acceptor::release(const Route* bookedRoute, const SocketAddress& client,
                        bool sourceBooked) noexcept {
     context_.workerLoads->add(worker_, -1);
-    if (sourceBooked && route.settings.ownSourceLimit)
-        context_.routeSourceLimiters[route.statsIndex].release(
-            client, route.settings.maxConnectionsPerSource);
+    if (sourceBooked && bookedRoute != nullptr && bookedRoute->settings.ownSourceLimit)
+        context_.routeSourceLimiters[bookedRoute->statsIndex].release(
+            client, bookedRoute->settings.maxConnectionsPerSource);
     else if (sourceBooked)
         context_.sourceLimiter.release(client);
-    context_.routeActive[route.statsIndex].fetch_sub(1, std::memory_order_relaxed);
+    if (bookedRoute != nullptr)
+        context_.routeActive[bookedRoute->statsIndex].fetch_sub(1, std::memory_order_relaxed);
     context_.activeConnections.fetch_sub(1, std::memory_order_relaxed);
 }
 

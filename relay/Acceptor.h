@@ -28,6 +28,9 @@ namespace splicegate {
 // A connection admitted: booked under the limits and in the load of the worker that will own it
 // (this one, or `handOffTo`). Either is released with Acceptor::release.
 // `route`: the group's primary route until the preamble chose one (relay/Preamble.h).
+// A listener whose routes are chosen by SNI books only --max-connections at accept: the
+// per-route limits wait for the route the ClientHello chooses (routeBooked false), and so does
+// the per-source limit when it depends on that route (ListenGroup::sourceLimitDependsOnRoute).
 struct Admitted {
     std::shared_ptr<const Route> route;
     UniqueFd client;
@@ -37,6 +40,8 @@ struct Admitted {
     // The per-source limit counted `peer`. Not for a trusted load balancer's connection: the
     // client its PROXY header names is counted instead, once it is read.
     bool sourceBooked = true;
+    // The route's max-connections counted it on `route` (not yet when the ClientHello chooses).
+    bool routeBooked = true;
 };
 
 class Acceptor {
@@ -58,11 +63,18 @@ class Acceptor {
                                      std::chrono::steady_clock::time_point now);
     // The worker it was to go to did not take it: it stays here.
     void handOffFailed(Admitted& admitted) noexcept;
-    // What admission booked for a connection this worker owns: on `route` (the listener's
-    // primary route, relay/ListenGroup.h), and for `client` when `sourceBooked`.
-    void release(const Route& route, const SocketAddress& client, bool sourceBooked) noexcept;
+    // What admission booked for a connection this worker owns: --max-connections; the route's
+    // max-connections on `bookedRoute` (null: not booked, the ClientHello had not chosen yet);
+    // the per-source limit for `client` when `sourceBooked` (the limiter of `bookedRoute`, or
+    // the global one: the route the source was booked with).
+    void release(const Route* bookedRoute, const SocketAddress& client, bool sourceBooked) noexcept;
+    // The route's max-connections (true: counted on it; false: at its limit, logged, to be
+    // refused by the caller with reason max-connections). At accept, and for the route a
+    // ClientHello chose (relay/Preamble.h).
+    bool acquireRoute(const Route& route);
     // The per-source limit that applies to `route`, for `client` (true: counted). Also for the
-    // client a PROXY header names, once it is read (relay/Preamble.h).
+    // client a PROXY header names, once it is read, and on the route a ClientHello chose
+    // (relay/Preamble.h).
     bool acquireSource(const Route& route, const SocketAddress& client);
     // Accepts submitted whose completion has not come yet (a closed listener's cancelled ones
     // included): a drain is over only when none is left, since each may carry a connection.

@@ -28,10 +28,14 @@ struct Connection {
     SocketAddress upstreamAddress;
     // The listener's routes; `route` is their primary one until `routed` (relay/ListenGroup.h).
     std::shared_ptr<const ListenGroup> group;
-    // The route admission booked the connection on (the listener's primary route): released
-    // on it whatever route the preamble chose (relay/Acceptor.h).
+    // The route whose max-connections counts the connection: the listener's only route from
+    // the accept on, or (routes chosen by SNI) the route the ClientHello chose, once the
+    // preamble booked it; null until then (relay/Acceptor.h).
     std::shared_ptr<const Route> admittedRoute;
     bool routed = false;
+    // The preamble chose `route`; until `routed` its limits may still refuse the connection,
+    // which is then counted and logged on it.
+    bool routeChosen = false;
     // A PROXY header's: the balancer's address (`clientAddress` is the client it named) and
     // the address the client connected to. AF_UNSPEC: no header, or one without addresses.
     SocketAddress via;

@@ -35,6 +35,7 @@ std::optional<RefuseReason> refusalOf(CloseReason reason) noexcept {
         case CloseReason::BadClientHello: return RefuseReason::BadClientHello;
         case CloseReason::PeekTimeout: return RefuseReason::PeekTimeout;
         case CloseReason::MaxConnectionsPerSource: return RefuseReason::MaxConnectionsPerSource;
+        case CloseReason::MaxConnections: return RefuseReason::MaxConnections;
         default: return std::nullopt;
     }
 }
@@ -244,7 +245,8 @@ void Dispatcher::adopt(Admitted admitted) {
     // While draining, a connection accepted before the drain is served here (the loop runs, so
     // it is not over); only a stop refuses it.
     if (stopping_) {  // closing the socket is the refusal
-        parts_.acceptor.release(*admitted.route, admitted.peer, admitted.sourceBooked);
+        parts_.acceptor.release(admitted.routeBooked ? admitted.route.get() : nullptr,
+                                admitted.peer, admitted.sourceBooked);
         return;
     }
     startAccepted(std::move(admitted));
@@ -255,7 +257,7 @@ void Dispatcher::startAccepted(Admitted admitted) {
         context_.nextConnectionId.fetch_add(1, std::memory_order_relaxed));
     if (auto* lease = context_.auditStart.idLease) lease->cover(c.io.id);
     c.route = std::move(admitted.route);
-    c.admittedRoute = c.route;
+    if (admitted.routeBooked) c.admittedRoute = c.route;
     c.group = std::move(admitted.group);
     c.sourceBooked = admitted.sourceBooked;
     c.io.client = std::move(admitted.client);  // TCP_NODELAY inherited from the listener
@@ -350,8 +352,9 @@ void Dispatcher::startRelaying(Connection& c) {
     if (auto timeouts = timeoutsOf(c); timeouts.any())
         parts_.connections.setDeadline(c, timeouts.nextDeadline(c));
     if (parts_.audit != nullptr && c.route->config.audit) {
-        auto action = parts_.audit->open(c.io, c.route->config.name, c.clientAddress.toString(),
-                                         c.upstreamAddress.toString());
+        auto action = parts_.audit->open(
+            c.io, c.route->config.name, c.clientAddress.toString(), c.upstreamAddress.toString(),
+            c.via.family() == AF_UNSPEC ? std::string() : c.via.toString(), c.serverName);
         if (action == AuditAction::Close) {
             closeConnection(c, CloseReason::AuditError, true);
             return;
@@ -439,7 +442,7 @@ void Dispatcher::releaseConnection(Connection& c) {
     parts_.lanes.release(c.io);
     auto lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(now_ - c.opened);
     AccessRecord record;
-    record.route = c.routed ? std::string_view(c.route->config.name) : "-";
+    record.route = c.routed || c.routeChosen ? std::string_view(c.route->config.name) : "-";
     record.id = c.id();
     record.client = c.clientAddress;
     record.upstream = c.upstreamAddress;
@@ -465,14 +468,15 @@ void Dispatcher::releaseConnection(Connection& c) {
                          formatAccessLine(record, context_.settings.relay.accessLogFormat));
     if (c.countedOnUpstream)
         c.route->pool->connectionClosed(c.upstreamIndex, record.bytesC2u, record.bytesU2c);
-    parts_.acceptor.release(*c.admittedRoute, c.clientAddress, c.sourceBooked);
+    parts_.acceptor.release(c.admittedRoute.get(), c.clientAddress, c.sourceBooked);
     if (c.routed) {
         routeStats(c).closed[static_cast<std::size_t>(c.closeReason)].add(1);
         routeStats(c).observeDuration(static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now_ - c.opened).count()));
         routeStats(c).active.sub(1);
     } else if (auto refusal = refusalOf(c.closeReason)) {
-        // Refused before a route was chosen: counted on the address's first route.
+        // Refused before it was routed: counted on the address's first route, or on the route
+        // the ClientHello chose when that route's limits refused it.
         routeStats(c).refused[static_cast<std::size_t>(*refusal)].add(1);
     }
     parts_.connections.release(c);

@@ -21,8 +21,12 @@ bool matches(const std::string& pattern, std::string_view name) noexcept {
 
 ListenGroup::ListenGroup(std::vector<std::shared_ptr<const Route>> routes)
     : routes_(std::move(routes)) {
-    for (const auto& route : routes_)
+    bool ownSourceLimits = false;
+    for (const auto& route : routes_) {
         if (!route->config.sni.empty()) bySni_ = true;
+        if (route->settings.ownSourceLimit) ownSourceLimits = true;
+    }
+    sourceLimitByRoute_ = bySni_ && ownSourceLimits;
 }
 
 std::shared_ptr<const Route> ListenGroup::choose(std::string_view name) const {

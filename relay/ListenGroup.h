@@ -26,8 +26,15 @@ class ListenGroup {
     // The route counters and log lines name until a route is chosen: the first configured.
     const std::shared_ptr<const Route>& primary() const noexcept { return routes_.front(); }
 
-    // The ClientHello must be read before a route can be chosen.
+    // The ClientHello must be read before a route can be chosen. Then the per-route limits
+    // (max-connections, a route's own max-connections-per-source) are booked only on the
+    // route it chooses (relay/Preamble.h), not at accept.
     bool routesByServerName() const noexcept { return bySni_; }
+    // Which per-source limit counts a connection depends on the route it is given: some of the
+    // routes have their own (max-connections-per-source in the section) and the ClientHello
+    // chooses. Otherwise the limit is known when the client's address is (--max-connections-
+    // per-source, or the only route's own), and booked then.
+    bool sourceLimitDependsOnRoute() const noexcept { return sourceLimitByRoute_; }
     // Null: no route takes that name (and none is without `sni`). `name` is lower case, empty
     // for a ClientHello without one.
     std::shared_ptr<const Route> choose(std::string_view name) const;
@@ -44,6 +51,7 @@ class ListenGroup {
   private:
     std::vector<std::shared_ptr<const Route>> routes_;
     bool bySni_ = false;
+    bool sourceLimitByRoute_ = false;
 };
 
 // Groups a route table by listen address (first appearance order).

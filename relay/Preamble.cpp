@@ -145,9 +145,10 @@ PreambleStep Preamble::checkNotAHeader(Connection& c, std::size_t peeked, bool e
 }
 
 PreambleStep Preamble::nextAfterHeader(Connection& c, bool& again) {
-    // The per-source limit counts the client the header named (Acceptor left it unbooked).
-    if (!c.sourceBooked) {
-        if (!acceptor_.acquireSource(*c.admittedRoute, c.clientAddress)) {
+    // The per-source limit counts the client the header named (Acceptor left it unbooked),
+    // unless the route the ClientHello chooses decides which limit that is (routeTo books it).
+    if (!c.sourceBooked && !c.group->sourceLimitDependsOnRoute()) {
+        if (!acceptor_.acquireSource(*c.group->primary(), c.clientAddress)) {
             logWarnLimited("per-source refusals", "route ", c.route->config.name, ": refusing ",
                            c.clientAddress, " (via ", c.via,
                            "): at its max-connections-per-source");
@@ -193,15 +194,36 @@ PreambleStep Preamble::readClientHello(Connection& c, std::size_t peeked, bool e
 
 PreambleStep Preamble::routeTo(Connection& c, std::shared_ptr<const Route> route) {
     c.preambleStep = static_cast<std::uint8_t>(Step::Done);
+    c.route = std::move(route);
+    c.routeChosen = true;
+    if (auto refusal = bookChosenRoute(c)) return close(*refusal);
     if (c.receiveLowWater != 1) {  // the data path reads whatever arrives
         int one = 1;
         if (::setsockopt(c.io.client.get(), SOL_SOCKET, SO_RCVLOWAT, &one, sizeof one) != 0)
             return close(CloseReason::Error);
         c.receiveLowWater = 1;
     }
-    c.route = std::move(route);
     c.routed = true;
     return {PreambleStep::Action::Routed, CloseReason::Closed};
+}
+
+// What admission left for the route to be known (relay/Acceptor.h): that route's
+// max-connections and, where it depends on the route, the per-source limit.
+std::optional<CloseReason> Preamble::bookChosenRoute(Connection& c) {
+    if (!c.admittedRoute) {
+        if (!acceptor_.acquireRoute(*c.route)) return CloseReason::MaxConnections;
+        c.admittedRoute = c.route;
+    }
+    if (!c.sourceBooked) {
+        if (!acceptor_.acquireSource(*c.route, c.clientAddress)) {
+            logWarnLimited("per-source refusals", "route ", c.route->config.name, ": refusing ",
+                           c.clientAddress, ": at its max-connections-per-source (connection ",
+                           c.id(), ")");
+            return CloseReason::MaxConnectionsPerSource;
+        }
+        c.sourceBooked = true;
+    }
+    return std::nullopt;
 }
 
 PreambleStep Preamble::waitFor(Connection& c, std::size_t totalBytes) {

@@ -14,6 +14,7 @@
 // (WorkerOp::PreambleRead). Worker-thread only.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/RingOps.h"
@@ -54,6 +55,7 @@ class Preamble {
     PreambleStep readClientHello(Connection& c, std::size_t peeked, bool ended);
     PreambleStep nextAfterHeader(Connection& c, bool& again);
     PreambleStep routeTo(Connection& c, std::shared_ptr<const Route> route);
+    std::optional<CloseReason> bookChosenRoute(Connection& c);
     PreambleStep waitFor(Connection& c, std::size_t totalBytes);
     static PreambleStep close(CloseReason reason) noexcept {
         return {PreambleStep::Action::Close, reason};

@@ -490,9 +490,11 @@ TEST(AuditToolTest, ListJsonLinesIsOneObjectPerLineWithTheSharedFieldNames) {
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) lines.push_back(line);
     ASSERT_EQ(lines.size(), 3u) << result.out;
-    // The names splicegatectl --json uses, and the close reason.
-    const std::set<std::string> fields = {"id",     "route",     "client",    "upstream", "opened",
-                                          "closed", "c2u_bytes", "u2c_bytes", "state",    "reason"};
+    // The names splicegatectl --json uses (via and sni too: null in this log, which has none),
+    // and the close reason.
+    const std::set<std::string> fields = {"id",        "route",     "client", "via",
+                                          "sni",       "upstream",  "opened", "closed",
+                                          "c2u_bytes", "u2c_bytes", "state",  "reason"};
     std::map<std::uint64_t, boost::property_tree::ptree> byId;
     for (const auto& line : lines) {
         ASSERT_EQ(line.front(), '{') << line;

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "archive/SealedSegment.h"
+#include "audit/Records.h"
 #include "relay/ProxyProtocol.h"
 #include "tests/support/AuditSupport.h"
 #include "tests/support/ChildProcess.h"
@@ -461,6 +463,147 @@ TEST(SniProxyTest, AProxyHeaderThenAClientHelloIsRoutedByName) {
     auto line = grepLines(daemon.log(), "access route=a ").front();
     EXPECT_NE(line.find("client=192.0.2.7:40000 "), std::string::npos) << line;
     EXPECT_NE(line.find(" sni=a.example.com via=127.0.0.1:"), std::string::npos) << line;
+    EXPECT_TRUE(terminatesCleanly(daemon));
+}
+
+// The audit's Open record keeps the balancer (via) and the server name (sni): in
+// `splicegate-audit list --json` and in the connections object the archiver writes for a sealed
+// segment, read here from the daemon's own log. The PROXY header is in neither payload.
+TEST(SniProxyTest, TheAuditAndTheArchiveIndexNameTheBalancerAndTheServerName) {
+    TempDir dir;
+    auto boardA = std::make_shared<Received>(), boardB = std::make_shared<Received>();
+    TestServer a(recorder(boardA)), b(recorder(boardB));
+    uint16_t port = pickFreePort();
+    std::string proxy = "proxy-protocol-in = v2\nproxy-trusted = 127.0.0.1/32\n";
+    auto config = configFile(dir, section("a", port, a.address(), "sni = a.example.com\n" + proxy) +
+                                      section("b", port, b.address(), proxy));
+    std::string auditDir = dir.path() + "/audit";
+    Daemon daemon({"--config", config, "--workers", "2", "--audit-dir", auditDir});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    std::string helloA = clientHello("a.example.com"), helloB = clientHello("other.example.org");
+    UniqueFd balanced = clientFrom("127.0.0.1", port);
+    std::string via = "127.0.0.1:" + std::to_string(localPort(balanced.get()));
+    EXPECT_EQ(sendAndFinish(balanced.get(),
+                            v2Header("192.0.2.7:40000", "198.51.100.1:443") + helloA + "payload"),
+              PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardA, 0, a), helloA + "payload");
+    UniqueFd direct = clientFrom("127.0.0.3", port);  // outside proxy-trusted: no header
+    EXPECT_EQ(sendAndFinish(direct.get(), helloB), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardB, 0, b), helloB);
+    ASSERT_TRUE(terminatesCleanly(daemon));
+
+    auto listing = auditList(auditDir);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    ASSERT_EQ(listing.rows.size(), 2u) << listing.describe();
+    for (const auto& row : listing.rows) {
+        auto extracted = auditExtract(auditDir, row.id, "c2u", dir.file("c2u"));
+        ASSERT_TRUE(extracted.ok());
+        if (row.route == "a") {
+            EXPECT_EQ(row.client, "192.0.2.7:40000");
+            EXPECT_EQ(row.via, via);
+            EXPECT_EQ(row.sni, "a.example.com");
+            EXPECT_EQ(readFile(extracted.path), helloA + "payload");  // no PROXY header
+        } else {
+            EXPECT_EQ(row.route, "b");
+            EXPECT_TRUE(row.client.starts_with("127.0.0.3:")) << row.client;
+            EXPECT_EQ(row.via, "");  // null
+            EXPECT_EQ(row.sni, "other.example.org");
+            EXPECT_EQ(readFile(extracted.path), helloB);
+        }
+    }
+    EXPECT_TRUE(auditVerifies(auditDir));
+
+    // The archive's connections objects of the sealed segments, as the archiver makes them.
+    std::string objects;
+    for (const auto& files : audit::listSegments(auditDir)) {
+        if (!files.hasIndex) continue;
+        auto segment = archive::readSealedSegment(files);
+        if (segment) objects += archive::connectionsJsonLines(*segment);
+    }
+    EXPECT_EQ(grepLines(objects, "\"client\":\"192.0.2.7:40000\",\"via\":\"" + via +
+                                     "\",\"sni\":\"a.example.com\",")
+                  .size(),
+              1u)
+        << objects;
+    EXPECT_EQ(grepLines(objects, "\"via\":null,\"sni\":\"other.example.org\",").size(), 1u)
+        << objects;
+}
+
+// A listener whose routes SNI chooses admits each connection under the limits of the route its
+// ClientHello chose, not its first route's: a max-connections and a per-source limit of one
+// route refuse its connections only (reason max-connections / max-connections-per-source,
+// counted and logged on that route), and a refusal releases what it booked.
+TEST(SniProxyTest, EachSniRouteAdmitsUnderItsOwnLimits) {
+    TempDir dir;
+    auto boardA = std::make_shared<Received>(), boardB = std::make_shared<Received>(),
+         boardC = std::make_shared<Received>();
+    TestServer a(recorder(boardA)), b(recorder(boardB)), c(recorder(boardC));
+    uint16_t port = pickFreePort(), metricsPort = pickFreePort();
+    auto config = configFile(
+        dir, section("a", port, a.address(), "sni = a.example.com\nmax-connections = 1\n") +
+                 section("b", port, b.address(), "max-connections = 2\n") +
+                 section("c", port, c.address(),
+                         "sni = c.example.com\nmax-connections-per-source = 1\n"));
+    Daemon daemon(
+        {"--config", config, "--workers", "2", "--metrics-listen", loopback(metricsPort)});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    int error = 0;
+    auto hold = [&](const char* from, const std::string& name) {
+        UniqueFd fd = clientFrom(from, port);
+        std::string hello = clientHello(name);
+        EXPECT_TRUE(
+            sendAll(fd.get(), hello.data(), hello.size(), deadlineIn(milliseconds(2000)), error));
+        return fd;
+    };
+    auto refusedNow = [&](const char* from, const std::string& name) {
+        UniqueFd fd = hold(from, name);
+        EXPECT_NE(waitPeerClose(fd.get(), deadlineIn(milliseconds(5000))), PeerClose::Timeout);
+    };
+    UniqueFd a1 = hold("127.0.0.1", "a.example.com");
+    ASSERT_TRUE(a.waitAccepted(1, deadlineIn(milliseconds(5000))));
+    // Route a (the listener's first) is full; b has its own limit, two.
+    UniqueFd b1 = hold("127.0.0.1", "b.example.com"), b2 = hold("127.0.0.1", "b.example.com");
+    ASSERT_TRUE(b.waitAccepted(2, deadlineIn(milliseconds(5000)))) << daemon.logTail();
+    // c's per-source limit (one) counts 127.0.0.1 on c alone: its two b connections do not.
+    UniqueFd c1 = hold("127.0.0.1", "c.example.com");
+    ASSERT_TRUE(c.waitAccepted(1, deadlineIn(milliseconds(5000)))) << daemon.logTail();
+    refusedNow("127.0.0.1", "b.example.com");
+    refusedNow("127.0.0.1", "a.example.com");
+    refusedNow("127.0.0.1", "c.example.com");
+    UniqueFd c2 = hold("127.0.0.2", "c.example.com");  // another source
+    ASSERT_TRUE(c.waitAccepted(2, deadlineIn(milliseconds(5000)))) << daemon.logTail();
+    ASSERT_EQ(daemon.waitLogLines("reason=max-connections", 3, milliseconds(5000)), 3u)
+        << daemon.logTail();
+    auto log = daemon.log();
+    EXPECT_EQ(grepLines(log, "access route=b ").size(), 1u) << log;
+    EXPECT_NE(grepLines(log, "access route=b ").front().find("reason=max-connections "),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(grepLines(log, "access route=a ").size(), 1u) << log;
+    EXPECT_EQ(grepLines(log, "access route=c ").size(), 1u) << log;
+    EXPECT_NE(grepLines(log, "access route=c ").front().find("reason=max-connections-per-source"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(
+        grepLines(log, "route b: refusing connections: 2 connections open on the route").size(), 1u)
+        << log;
+    EXPECT_EQ(refused(metricsPort, "b", "max-connections"), 1);
+    EXPECT_EQ(refused(metricsPort, "a", "max-connections"), 1);
+    EXPECT_EQ(refused(metricsPort, "c", "max-connections-per-source"), 1);
+    EXPECT_EQ(refused(metricsPort, "a", "max-connections-per-source"), 0);
+
+    // What the connections booked is given back when they close: a and b take new ones.
+    for (UniqueFd* held : {&a1, &b1}) {
+        ::shutdown(held->get(), SHUT_WR);
+        EXPECT_EQ(waitPeerClose(held->get(), deadlineIn(milliseconds(5000))), PeerClose::Eof);
+    }
+    ASSERT_TRUE(a.waitFinished(1, deadlineIn(milliseconds(5000))));
+    ASSERT_TRUE(b.waitFinished(1, deadlineIn(milliseconds(5000))));
+    ASSERT_EQ(daemon.waitLogLines("reason=closed", 2, milliseconds(5000)), 2u) << daemon.logTail();
+    UniqueFd a2 = hold("127.0.0.1", "a.example.com"), b3 = hold("127.0.0.1", "b.example.com");
+    EXPECT_TRUE(a.waitAccepted(2, deadlineIn(milliseconds(5000)))) << daemon.logTail();
+    EXPECT_TRUE(b.waitAccepted(3, deadlineIn(milliseconds(5000)))) << daemon.logTail();
+    for (UniqueFd* held : {&a2, &b2, &b3, &c1, &c2}) ::shutdown(held->get(), SHUT_WR);
     EXPECT_TRUE(terminatesCleanly(daemon));
 }
 

@@ -244,6 +244,8 @@ AuditListing auditList(const std::string& dir) {
             row.route = text("route", false);
             row.client = text("client", false);
             row.upstream = text("upstream", false);
+            row.via = text("via", true);
+            row.sni = text("sni", true);
             text("opened", true);
             row.headDeleted = isNull;
             text("closed", true);

@@ -42,6 +42,8 @@ struct AuditRow {
     std::string route;
     std::string client;
     std::string upstream;
+    std::string via;  // empty when null
+    std::string sni;  // empty when null
     bool closed = false;  // "closed" is not null
     uint64_t c2u = 0;
     uint64_t u2c = 0;

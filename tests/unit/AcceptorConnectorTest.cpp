@@ -135,7 +135,7 @@ TEST_F(AcceptorTest, AnAcceptCompletionIsAdmittedAndTheAcceptArmedAgain) {
     EXPECT_EQ(rearmed[0].op, RingOp::Accept);
     EXPECT_EQ(rearmed[0].tag, first.tag);
 
-    acceptor->release(*admitted->route, admitted->peer, admitted->sourceBooked);
+    acceptor->release(admitted->route.get(), admitted->peer, admitted->sourceBooked);
     EXPECT_EQ(context->activeConnections.load(), 0u);
     EXPECT_EQ(context->workerLoads->load(0), 0);
 }

@@ -222,7 +222,7 @@ TEST(AuditIntegrityTest, KeyedChainNeedsTheRightKey) {
     EXPECT_FALSE(withoutKey.summary.heads[0].checked);
 }
 
-// Replaces the seal at the end of `path` (a version-3 one) with a version-2 seal: the older
+// Replaces the seal at the end of `path` (a chained one) with a version-2 seal: the older
 // format, which has no chain and so needs no key.
 void resealInOlderFormat(const std::string& path) {
     std::string index = readFile(path);
@@ -245,10 +245,13 @@ TEST(AuditIntegrityTest, OlderFormatSealsNeverPassAfterChainedOnes) {
         EXPECT_NE(keyed[i].find("older format"), std::string::npos) << keyed[i];
         EXPECT_NE(keyed[i].find("--key-file was given"), std::string::npos) << keyed[i];
     }
-    // Without the key, too: a version-3 segment is never sealed in the old format.
+    // Without the key, too: a chained (version 3 or later) segment is never sealed in the old
+    // format.
     auto unkeyed = verify(dir.path());
     ASSERT_EQ(unkeyed.size(), 2u) << joined(unkeyed);
-    EXPECT_NE(unkeyed[0].find("version-3 segment"), std::string::npos) << unkeyed[0];
+    EXPECT_NE(unkeyed[0].find("version-" + std::to_string(kFormatVersion) + " segment"),
+              std::string::npos)
+        << unkeyed[0];
 }
 
 TEST(AuditIntegrityTest, AnUnsealedOldSegmentIsAProblemWithTheKey) {

@@ -42,7 +42,7 @@ std::vector<std::string> sampleRecords() {
     std::vector<std::string> records(6);
     encodeSegmentStart(records[0], 3, 42, 1'700'000'000'123'456'789, 0x0102030405060708ull);
     encodeOpen(records[1], 7, 1'700'000'001'000'000'000, "web", "198.51.100.7:40000",
-               "[2001:db8::1]:443");
+               "[2001:db8::1]:443", "203.0.113.9:5000", "www.example.com");
     encodeChunk(records[2], 7, kDirectionU2C, 65536, 1ull << 33, 1'700'000'002'000'000'000);
     encodeClose(records[3], 7, 1'700'000'003'000'000'000, 123, 65536, "client closed");
     encodeTruncated(records[4], 8, -5);
@@ -94,13 +94,42 @@ TEST(AuditRecordsTest, HeaderLayoutIsLittleEndian) {
     EXPECT_EQ(static_cast<unsigned char>(record[23]), 0x01);
 }
 
+// An Open record of versions 1 to 3 ends after the upstream: it reads with no via and no sni.
+// One with a via but no sni is damage; a name longer than a DNS name is cut.
+TEST(AuditRecordsTest, OpenRecordsWithAndWithoutViaAndSni) {
+    std::string older = sampleRecords()[1];
+    older.resize(older.size() - (2 + 16 + 2 + 15));
+    older[6] = static_cast<char>(older.size());
+    fixCrc(older);
+    Record reused = decodeOk(sampleRecords()[1]);
+    std::size_t consumed = 0;
+    std::string problem;
+    ASSERT_EQ(decode(older, reused, consumed, problem), DecodeStatus::Ok) << problem;
+    EXPECT_EQ(reused.upstream, "[2001:db8::1]:443");
+    EXPECT_EQ(reused.via, "");  // not what the record before it said
+    EXPECT_EQ(reused.sni, "");
+
+    std::string viaOnly = sampleRecords()[1];
+    viaOnly.resize(viaOnly.size() - (2 + 15));
+    viaOnly[6] = static_cast<char>(viaOnly.size());
+    fixCrc(viaOnly);
+    EXPECT_EQ(decode(viaOnly, reused, consumed, problem), DecodeStatus::Corrupt);
+
+    std::string longName;
+    encodeOpen(longName, 1, 0, "r", "c", "u", "", std::string(300, 'a'));
+    auto open = decodeOk(longName);
+    EXPECT_EQ(open.sni, std::string(kMaxNameBytes, 'a'));
+    EXPECT_EQ(open.via, "");
+}
+
 TEST(AuditRecordsTest, FixedSizes) {
     auto records = sampleRecords();
     EXPECT_EQ(records[0].size(), kSegmentStartRecordSize);
     EXPECT_EQ(records[2].size(), kChunkRecordSize);
     EXPECT_EQ(records[4].size(), kTruncatedRecordSize);
     EXPECT_EQ(records[5].size(), kSegmentSealedRecordSize);
-    EXPECT_EQ(records[1].size(), kRecordHeaderSize + 8 + 8 + 2 + 3 + 2 + 18 + 2 + 17);
+    EXPECT_EQ(records[1].size(),
+              kRecordHeaderSize + 8 + 8 + 2 + 3 + 2 + 18 + 2 + 17 + 2 + 16 + 2 + 15);
 }
 
 TEST(AuditRecordsTest, RoundTripOfEveryType) {
@@ -120,6 +149,8 @@ TEST(AuditRecordsTest, RoundTripOfEveryType) {
     EXPECT_EQ(open.route, "web");
     EXPECT_EQ(open.client, "198.51.100.7:40000");
     EXPECT_EQ(open.upstream, "[2001:db8::1]:443");
+    EXPECT_EQ(open.via, "203.0.113.9:5000");
+    EXPECT_EQ(open.sni, "www.example.com");
 
     auto chunk = decodeOk(records[2]);
     EXPECT_EQ(chunk.type, RecordType::Chunk);
@@ -239,8 +270,8 @@ TEST(AuditRecordsTest, BadFieldsWithAGoodCrcAreCorrupt) {
     unknownType[4] = 9;
     expectCorrupt(unknownType, "unknown record type 9");
     std::string version = records[0];
-    version[16] = 4;
-    expectCorrupt(version, "unsupported format version 4");
+    version[16] = 5;
+    expectCorrupt(version, "unsupported format version 5");
     version[16] = 0;
     expectCorrupt(version, "unsupported format version 0");
     // The body's length must be the one of the record's version.

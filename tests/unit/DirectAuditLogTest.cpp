@@ -105,7 +105,7 @@ class DirectAuditLogTest : public ::testing::Test {
 };
 
 TEST_F(DirectAuditLogTest, ACommitWritesEachBufferAtItsOffsetThenSyncsDataThenIndex) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, kBuffer, 'a');  // fills buffer 0: written at once
     auto prepared = takePrepared();
     ASSERT_EQ(prepared.size(), 1u);
@@ -173,7 +173,7 @@ TEST_F(DirectAuditLogTest, ACommitWritesEachBufferAtItsOffsetThenSyncsDataThenIn
 }
 
 TEST_F(DirectAuditLogTest, AShortWriteIsWrittenAgainFromWhereItStopped) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, kBuffer, 'a');
     ASSERT_EQ(log_->startSync(kTapTag), 1);
     auto prepared = takePrepared();
@@ -195,8 +195,8 @@ TEST_F(DirectAuditLogTest, AShortWriteIsWrittenAgainFromWhereItStopped) {
 }
 
 TEST_F(DirectAuditLogTest, AFullDiskLosesTheChunksOfTheFileAndFailsTheSyncAsAWrite) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
-    ASSERT_EQ(log_->recordOpen(2, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
+    ASSERT_EQ(log_->recordOpen(2, "web", "client", "upstream", "", ""), 0);
     record(1, kBuffer, 'a');
     record(2, 2 * kBlock, 'b');
     ASSERT_EQ(log_->startSync(kTapTag), 1);
@@ -222,7 +222,7 @@ TEST_F(DirectAuditLogTest, AFullDiskLosesTheChunksOfTheFileAndFailsTheSyncAsAWri
     AuditSlot slot;
     ASSERT_EQ(log_->reserve(kBlock, slot), 0);
     EXPECT_EQ(log_->recordChunk(slot, 1, 0, kBlock, false), -EIO);
-    ASSERT_EQ(log_->recordOpen(3, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(3, "web", "client", "upstream", "", ""), 0);
     ring_.clearRecord();
     record(3, kBlock, 'c');
     ASSERT_EQ(log_->startSync(kTapTag), 1);
@@ -238,7 +238,7 @@ TEST_F(DirectAuditLogTest, AFullDiskLosesTheChunksOfTheFileAndFailsTheSyncAsAWri
 }
 
 TEST_F(DirectAuditLogTest, AFailedDataSyncLosesItsChunksAndIsNoWriteFailure) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, 2 * kBlock, 'a');
     ASSERT_EQ(log_->startSync(kTapTag), 1);
     auto prepared = takePrepared();
@@ -258,7 +258,7 @@ TEST_F(DirectAuditLogTest, AFailedDataSyncLosesItsChunksAndIsNoWriteFailure) {
 }
 
 TEST_F(DirectAuditLogTest, AFailedIndexSyncFailsTheSyncWithoutLosingBookedChunks) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, 2 * kBlock, 'a');
     ASSERT_EQ(log_->startSync(kTapTag), 1);
     std::optional<int> ended;

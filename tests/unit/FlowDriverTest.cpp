@@ -72,8 +72,8 @@ class RecordingLog final : public AuditLog {
         if (slot.reserved()) ++abandoned;
         slot = AuditSlot{};
     }
-    int recordOpen(std::uint64_t, std::string_view, std::string_view,
-                   std::string_view) noexcept override {
+    int recordOpen(std::uint64_t, std::string_view, std::string_view, std::string_view,
+                   std::string_view, std::string_view) noexcept override {
         return 0;
     }
     int recordClose(std::uint64_t, std::uint64_t, std::uint64_t,

@@ -71,7 +71,7 @@ class SpliceAuditLogTest : public ::testing::Test {
 };
 
 TEST_F(SpliceAuditLogTest, ASyncIsOneChainCarryingTheTapsTag) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, std::string(3000, 'p'));
     const auto target = log_->nextSyncSequence();
     auto steps = startSync();
@@ -102,7 +102,7 @@ TEST_F(SpliceAuditLogTest, ASyncIsOneChainCarryingTheTapsTag) {
 }
 
 TEST_F(SpliceAuditLogTest, AFailedIndexWriteFailsTheSyncAsAWrite) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, std::string(3000, 'p'));
     auto steps = startSync();
     ASSERT_EQ(steps.size(), 3u);
@@ -126,7 +126,7 @@ TEST_F(SpliceAuditLogTest, AFailedIndexWriteFailsTheSyncAsAWrite) {
 }
 
 TEST_F(SpliceAuditLogTest, AFailedDataSyncIsNoWriteFailure) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     record(1, std::string(3000, 'p'));
     auto steps = startSync();
     ASSERT_EQ(steps.size(), 3u);
@@ -138,7 +138,7 @@ TEST_F(SpliceAuditLogTest, AFailedDataSyncIsNoWriteFailure) {
 }
 
 TEST_F(SpliceAuditLogTest, CompletionsOfOtherTagsAreNotItsSyncs) {
-    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream"), 0);
+    ASSERT_EQ(log_->recordOpen(1, "web", "client", "upstream", "", ""), 0);
     auto steps = startSync();
     ASSERT_EQ(steps.size(), 3u);
     EXPECT_FALSE(

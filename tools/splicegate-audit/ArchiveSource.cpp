@@ -76,6 +76,8 @@ void mergeConnectionLine(const archive::ArchivedConnection& line,
         c.route = line.route();
         c.client = line.client();
         c.upstream = line.upstream();
+        c.via = line.via();
+        c.sni = line.sni();
         c.openedNs = line.opened_ns();
         // No Open in the oldest archived segment: its head is not in the bucket.
         c.headDeleted = !line.has_opened_ns();

@@ -37,7 +37,8 @@ const char* const kListAbout =
     "c2u_bytes, u2c_bytes, state (open, closed or truncated), reason. Byte counts are the\n"
     "Close record's, or the bytes recorded so far. A connection whose first segments retention\n"
     "deleted shows opened (deleted) (JSON: null), no route or addresses, and the bytes the log\n"
-    "still holds. The table is sorted by id; --json and --jsonl stream in log order: a\n"
+    "still holds. JSON adds via (the load balancer whose PROXY header named the client) and\n"
+    "sni (the TLS server name that chose the route), null when none. The table is sorted by id; --json and --jsonl stream in log order: a\n"
     "connection when it closes (worker by worker), those still open at the end of their\n"
     "worker's log after it. Filters combine (all must match);\n"
     "--since/--until keep the connections that overlap the interval. A --route, --client or\n"
@@ -193,6 +194,8 @@ void forEachConnection(const std::string& dir,
                     summary.route = record.route;
                     summary.client = record.client;
                     summary.upstream = record.upstream;
+                    summary.via = record.via;
+                    summary.sni = record.sni;
                     summary.openedNs = record.timeNs;
                     // A repeated Open of a live id is ignored, as `extract` follows the first.
                     live.emplace(record.id, std::move(summary));
@@ -298,7 +301,10 @@ void printTable(std::vector<Row> connections, bool withBox) {
 std::string jsonObject(const ConnectionSummary& c, const std::string* box) {
     return std::string(box ? "{\"box\": " + jsonString(*box) + ", " : "{") +
            "\"id\": " + std::to_string(c.id) + ", \"route\": " + jsonString(c.route) +
-           ", \"client\": " + jsonString(c.client) + ", \"upstream\": " + jsonString(c.upstream) +
+           ", \"client\": " + jsonString(c.client) +
+           ", \"via\": " + (c.via.empty() ? "null" : jsonString(c.via)) +
+           ", \"sni\": " + (c.sni.empty() ? "null" : jsonString(c.sni)) +
+           ", \"upstream\": " + jsonString(c.upstream) +
            ", \"opened\": " + (c.headDeleted ? "null" : jsonString(isoTime(c.openedNs))) +
            ", \"closed\": " + (c.closedNs ? jsonString(isoTime(*c.closedNs)) : "null") +
            ", \"c2u_bytes\": " + std::to_string(c.c2uBytes) +
