@@ -29,6 +29,7 @@ po::options_description describe(ArchiveOptions& o, const std::string& defaultPr
         ("s3-prefix", po::value(&o.archive.prefix)->default_value(defaultPrefix), "key prefix of this box (default: the host name)")
         ("s3-credentials-file", po::value(&o.credentialsFile), "AWS shared-credentials file ([default] aws_access_key_id, aws_secret_access_key; mode 0600 or 0400); without it AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         ("s3-ca-file", po::value(&o.client.caFile), "extension: PEM bundle the server's certificate is verified with (default: the system's)")
+        ("s3-payload-hash", po::value(&o.payloadHash)->default_value(o.payloadHash), "extension: crc32c (UNSIGNED-PAYLOAD; the signed x-amz-checksum-crc32c header carries the body's integrity) or sha256 (each body's SHA-256 signed: a second read of every byte, for plain http across a network you do not trust)")
         ("lock-days", po::value(&o.archive.lockDays)->default_value(o.archive.lockDays), "COMPLIANCE retention of every object, in days (1..36500)")
         ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments shipped at once (1..64)")
         ("max-rate-mbps", po::value(&o.client.maxRateMbps)->default_value(0, "0"), "cap on the upload rate, megabits per second; 0 = none")
@@ -54,6 +55,8 @@ void check(const ArchiveOptions& o) {
             "--s3-bucket '" + o.bucket + "': a bucket name has no '/' or space");
     auto problem = checkPrefix(o.archive.prefix);
     require(problem.empty(), "--s3-prefix '" + o.archive.prefix + "' " + problem);
+    require(o.payloadHash == "crc32c" || o.payloadHash == "sha256",
+            "--s3-payload-hash '" + o.payloadHash + "': must be crc32c or sha256");
     require(o.archive.lockDays >= 1 && o.archive.lockDays <= 36500,
             "--lock-days " + std::to_string(o.archive.lockDays) + ": must be 1..36500");
     require(o.parallel >= 1 && o.parallel <= 64,
@@ -94,7 +97,7 @@ ArchiveOptions parseArchiveOptions(const std::vector<std::string>& args,
          << all;
     o.helpText = text.str();
     if (!o.help && !o.version) check(o);
-    o.archive.unsignedPayload = o.client.endpoint.starts_with("https://");
+    o.archive.unsignedPayload = o.payloadHash == "crc32c";
     return o;
 }
 

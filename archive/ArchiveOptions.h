@@ -21,6 +21,7 @@ struct ArchiveOptions {
     unsigned parallel = 2;
     bool once = false;
     unsigned scanIntervalMs = 5000;
+    std::string payloadHash = "crc32c";  // --s3-payload-hash: crc32c or sha256
     std::string metricsListen;
     std::string logLevel = "info";
     bool help = false;

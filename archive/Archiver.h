@@ -33,7 +33,9 @@ struct ArchiveSettings {
     std::string prefix;                    // checked by checkPrefix
     std::string lockMode = "COMPLIANCE";
     unsigned lockDays = 365;
-    bool unsignedPayload = false;  // UNSIGNED-PAYLOAD instead of the body's SHA-256 (https only)
+    // UNSIGNED-PAYLOAD: the body's integrity rests on the signed x-amz-checksum-crc32c header (and
+    // TLS where used); false signs each body's SHA-256, a second pass over every byte.
+    bool unsignedPayload = true;
 };
 
 struct ShipOutcome {

@@ -8,24 +8,11 @@
 #include <stdexcept>
 
 #include "audit/AuditReader.h"
+#include "audit/Crc32c.h"
 #include "audit/TextFormat.h"
 
 namespace splicegate::archive {
 namespace {
-
-constexpr std::uint32_t kCastagnoliReflected = 0x82f63b78;
-
-// Multiplies the 32x32 GF(2) matrix `matrix` by the vector `vector`.
-std::uint32_t multiply(const std::uint32_t* matrix, std::uint32_t vector) noexcept {
-    std::uint32_t sum = 0;
-    for (int i = 0; vector != 0; ++i, vector >>= 1)
-        if (vector & 1) sum ^= matrix[i];
-    return sum;
-}
-
-void square(std::uint32_t* out, const std::uint32_t* matrix) noexcept {
-    for (int i = 0; i < 32; ++i) out[i] = multiply(matrix, matrix[i]);
-}
 
 std::string hex(const audit::Digest& digest) {
     std::string text;
@@ -67,7 +54,7 @@ class CrcTiler {
         std::uint64_t end = 0;
         for (const auto& piece : pieces_) {
             if (piece.offset != end) return std::nullopt;  // a gap or an overlap
-            crc = crc32cCombine(crc, piece.crc, piece.length);
+            crc = audit::crc32cCombine(crc, piece.crc, piece.length);
             end += piece.length;
         }
         if (end != dataBytes) return std::nullopt;
@@ -155,27 +142,6 @@ class SegmentScan {
 };
 
 }  // namespace
-
-std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB,
-                            std::uint64_t lengthB) noexcept {
-    if (lengthB == 0) return crcA;
-    std::uint32_t even[32], odd[32];
-    odd[0] = kCastagnoliReflected;  // the operator for one zero bit
-    for (int i = 1; i < 32; ++i) odd[i] = 1u << (i - 1);
-    square(even, odd);  // two zero bits
-    square(odd, even);  // four
-    // Applies len2 zero bytes to crcA, a power of two of them at a time.
-    do {
-        square(even, odd);
-        if (lengthB & 1) crcA = multiply(even, crcA);
-        lengthB >>= 1;
-        if (lengthB == 0) break;
-        square(odd, even);
-        if (lengthB & 1) crcA = multiply(odd, crcA);
-        lengthB >>= 1;
-    } while (lengthB != 0);
-    return crcA ^ crcB;
-}
 
 std::optional<SealedSegment> readSealedSegment(const audit::SegmentFiles& files) {
     if (!files.hasIndex) return std::nullopt;

@@ -48,10 +48,6 @@ struct SealedSegment {
 // one that cannot be read.
 std::optional<SealedSegment> readSealedSegment(const audit::SegmentFiles& files);
 
-// CRC-32C of A followed by B from crc(A), crc(B) and B's length (the GF(2) shift zlib's
-// crc32_combine does, for the Castagnoli polynomial).
-std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB, std::uint64_t lengthB) noexcept;
-
 // The connections object's content before compression: one JSON object per line.
 std::string connectionsJsonLines(const SealedSegment& segment);
 // gzip (RFC 1952) of `bytes`; throws std::runtime_error if zlib fails.

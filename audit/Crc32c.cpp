@@ -28,6 +28,32 @@ constexpr std::array<std::array<std::uint32_t, 256>, 8> makeTables() {
 
 constexpr auto kTables = makeTables();
 
+// Polynomials mod P in the reflected form: bit 31 is x^0, bit 0 is x^31.
+constexpr std::uint32_t kOne = 0x80000000u;
+
+// a * b mod P: b is multiplied by x once per bit of a, from a's x^0 term up.
+constexpr std::uint32_t multiplyModP(std::uint32_t a, std::uint32_t b) {
+    std::uint32_t product = 0;
+    for (std::uint32_t term = kOne; a != 0; term >>= 1) {
+        if (a & term) {
+            product ^= b;
+            a ^= term;
+        }
+        b = (b & 1) ? (b >> 1) ^ kPolynomial : b >> 1;
+    }
+    return product;
+}
+
+// kPowers[k] = x^(2^k) mod P, for every bit of a 64-bit bit count (byte counts times 8).
+constexpr std::array<std::uint32_t, 67> makePowers() {
+    std::array<std::uint32_t, 67> powers{};
+    powers[0] = kOne >> 1;  // x^1
+    for (std::size_t k = 1; k < powers.size(); ++k) powers[k] = multiplyModP(powers[k - 1], powers[k - 1]);
+    return powers;
+}
+
+constexpr auto kPowers = makePowers();
+
 #if defined(__x86_64__)
 bool detectHardware() noexcept {
     __builtin_cpu_init();
@@ -321,6 +347,14 @@ const Path& chosenPath() noexcept {
 
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t size) noexcept {
     return chosenPath().checksum(crc, data, size);
+}
+
+std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB, std::uint64_t lengthB) noexcept {
+    // Appending lengthB zero bytes multiplies crcA by x^(8 lengthB); the bytes of B then add crcB.
+    std::uint32_t shift = kOne;
+    for (std::size_t k = 3; lengthB != 0; lengthB >>= 1, ++k)
+        if (lengthB & 1) shift = multiplyModP(kPowers[k], shift);
+    return multiplyModP(shift, crcA) ^ crcB;
 }
 
 const char* crc32cPathName() noexcept {

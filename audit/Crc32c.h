@@ -19,6 +19,11 @@ namespace splicegate::audit {
 // concatenation: crc32c(crc32c(0, a), b) == crc32c(0, a + b).
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t size) noexcept;
 
+// CRC-32C of A followed by B from crc(A), crc(B) and B's length, in about 40 carry-less
+// multiplications modulo the polynomial whatever the length (the archive combines the index's
+// chunk CRCs into the data file's instead of reading the bytes again).
+std::uint32_t crc32cCombine(std::uint32_t crcA, std::uint32_t crcB, std::uint64_t lengthB) noexcept;
+
 // The implementations, for tests and benchmarks. crc32cHardware (the crc32 instruction) must only
 // be called when crc32cHardwareAvailable() is true, crc32cFolding (VPCLMULQDQ, the crc32
 // instruction below 256 bytes and for the last bytes) only when crc32cFoldingAvailable() is.

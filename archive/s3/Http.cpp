@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "archive/s3/FileRangeReader.h"
 #include "archive/s3/RateLimiter.h"
 
 namespace splicegate::s3 {
@@ -35,7 +36,7 @@ bool append(HeaderList& list, const std::string& line) {
 
 struct Upload {
     std::string_view memory;
-    std::optional<FileRange> file;
+    std::optional<FileRangeReader> file;
     std::uint64_t size = 0;
     std::uint64_t pos = 0;
     RateLimiter* limiter = nullptr;
@@ -52,13 +53,10 @@ std::size_t readBody(char* buffer, std::size_t size, std::size_t count, void* us
         up->pos += want;
         return want;
     }
-    ssize_t n;
-    do {
-        n = ::pread(up->file->fd, buffer, want, static_cast<off_t>(up->file->offset + up->pos));
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = up->file->read(buffer, want);
     // A file that ends early would make the body shorter than the Content-Length sent: abort.
     if (n <= 0) {
-        up->readErrno = n < 0 ? errno : ENODATA;
+        up->readErrno = n < 0 ? static_cast<int>(-n) : ENODATA;
         return CURL_READFUNC_ABORT;
     }
     up->pos += static_cast<std::uint64_t>(n);
@@ -72,6 +70,7 @@ int seekBody(void* user, curl_off_t offset, int origin) {
     if (origin != SEEK_SET || offset < 0 || static_cast<std::uint64_t>(offset) > up->size)
         return CURL_SEEKFUNC_CANTSEEK;
     up->pos = static_cast<std::uint64_t>(offset);
+    if (up->file) up->file->seek(up->pos);
     return CURL_SEEKFUNC_OK;
 }
 
@@ -131,6 +130,8 @@ bool setMethod(CURL* h, const HttpRequest& request, Upload& upload, std::string&
     } else if (request.method == "PUT") {
         code = ::curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.size));
+        // curl's largest upload buffer: a segment goes out in 2 MiB reads and sends, not 64 KiB.
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READFUNCTION, &readBody);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
@@ -167,8 +168,9 @@ HttpOutcome perform(const HttpRequest& request) {
         return out;
     }
 
-    Upload upload{request.body, request.file, request.file ? request.file->length : request.body.size(),
+    Upload upload{request.body, std::nullopt, request.file ? request.file->length : request.body.size(),
                   0, request.limiter, 0};
+    if (request.file) upload.file.emplace(*request.file);
     char errorBuffer[CURL_ERROR_SIZE] = {};
     std::string failure;
     if (!setCommon(h.get(), request, errorBuffer, failure) || !setMethod(h.get(), request, upload, failure)) {

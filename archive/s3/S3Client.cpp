@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "archive/s3/FileRangeReader.h"
 #include "archive/s3/Http.h"
 #include "archive/s3/RateLimiter.h"
 #include "archive/s3/Requests.h"
@@ -38,14 +39,13 @@ std::pair<std::string, std::string> hashFileRange(const FileRange& range) {
     std::unique_ptr<EVP_MD_CTX, MdDeleter> ctx(::EVP_MD_CTX_new());
     if (!ctx || ::EVP_DigestInit_ex(ctx.get(), ::EVP_sha256(), nullptr) != 1) return {{}, "OpenSSL SHA-256 failed"};
     std::string buffer(1 << 20, '\0');
-    for (std::uint64_t done = 0; done < range.length;) {
-        std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), range.length - done));
-        ssize_t n = ::pread(range.fd, buffer.data(), want, static_cast<off_t>(range.offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return {{}, std::string("reading the body to hash it: ") + std::strerror(errno)};
-        if (n == 0) return {{}, "reading the body to hash it: the file ends before the range does"};
+    FileRangeReader reader(range);
+    for (;;) {
+        ssize_t n = reader.read(buffer.data(), buffer.size());
+        if (n == 0) break;
+        if (n == -ENODATA) return {{}, "reading the body to hash it: the file ends before the range does"};
+        if (n < 0) return {{}, std::string("reading the body to hash it: ") + std::strerror(static_cast<int>(-n))};
         ::EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(n));
-        done += static_cast<std::uint64_t>(n);
     }
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int size = 0;

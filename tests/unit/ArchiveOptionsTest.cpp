@@ -41,6 +41,8 @@ TEST(ArchiveOptions, TakesTheDefaultsOfTheContract) {
     EXPECT_EQ(o.archive.lockMode, "COMPLIANCE");
     EXPECT_FALSE(o.once);
     EXPECT_EQ(o.stateDir, "/var/lib/splicegate-archive");
+    EXPECT_TRUE(o.archive.unsignedPayload);  // --s3-payload-hash crc32c
+    EXPECT_FALSE(parse(with({"--s3-payload-hash", "sha256"})).archive.unsignedPayload);
 }
 
 TEST(ArchiveOptions, EveryBadValueNamesItsOption) {
@@ -52,6 +54,8 @@ TEST(ArchiveOptions, EveryBadValueNamesItsOption) {
     EXPECT_EQ(usageError(with({"--scan-interval-ms", "5"})),
               "--scan-interval-ms 5: must be 100..3600000");
     EXPECT_NE(usageError(with({"--lock-days", "many"})).find("lock-days"), std::string::npos);
+    EXPECT_EQ(usageError(with({"--s3-payload-hash", "md5"})),
+              "--s3-payload-hash 'md5': must be crc32c or sha256");
     EXPECT_NE(usageError(with({"--colour", "red"})).find("colour"), std::string::npos);
     auto bucket = kRequired;
     bucket[5] = "a/b";

@@ -39,20 +39,6 @@ std::string gunzip(const std::string& compressed) {
     return out;
 }
 
-TEST(ArchiveCrc32cCombine, EqualsTheCrcOfTheWhole) {
-    std::mt19937 random(7);
-    std::string bytes(70000, '\0');
-    for (auto& c : bytes) c = static_cast<char>(random());
-    for (std::size_t split : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{65536},
-                              bytes.size()}) {
-        auto a = audit::crc32c(0, bytes.data(), split);
-        auto b = audit::crc32c(0, bytes.data() + split, bytes.size() - split);
-        EXPECT_EQ(crc32cCombine(a, b, bytes.size() - split),
-                  audit::crc32c(0, bytes.data(), bytes.size()))
-            << split;
-    }
-}
-
 TEST(ArchiveSealedSegment, ReadsIdentitySealCrcAndConnections) {
     TempDir dir;
     test::SegmentBuilder segment(dir.path(), 2, 5);

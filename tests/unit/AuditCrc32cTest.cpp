@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,30 @@ TEST(AuditCrc32cTest, ChainedCallsEqualOneCall) {
         auto firstPortable = crc32cPortable(0, text.data(), cut);
         EXPECT_EQ(crc32cPortable(firstPortable, text.data() + cut, text.size() - cut), whole);
     }
+}
+
+TEST(AuditCrc32cTest, CombiningTwoCrcsEqualsTheCrcOfTheWhole) {
+    std::mt19937 random(7);
+    std::string bytes(70000, '\0');
+    for (auto& c : bytes) c = static_cast<char>(random());
+    std::vector<std::size_t> splits{0, 1, 2, 3, 4, 7, 8, 255, 4095, 65536, bytes.size() - 1, bytes.size()};
+    for (int i = 0; i < 50; ++i) splits.push_back(random() % (bytes.size() + 1));
+    auto whole = crc32c(0, bytes.data(), bytes.size());
+    for (std::size_t split : splits) {
+        auto a = crc32c(0, bytes.data(), split);
+        auto b = crc32c(0, bytes.data() + split, bytes.size() - split);
+        EXPECT_EQ(crc32cCombine(a, b, bytes.size() - split), whole) << split;
+    }
+}
+
+TEST(AuditCrc32cTest, CombiningOverALongRunOfZerosEqualsTheCrcOfTheWhole) {
+    // B's length reaches far bits of the shift: 2^24 + 5 zero bytes, checked against the real CRC.
+    std::string zeros((std::size_t{1} << 24) + 5, '\0');
+    const char head[] = "head";
+    auto a = crc32c(0, head, 4);
+    auto b = crc32c(0, zeros.data(), zeros.size());
+    EXPECT_EQ(crc32cCombine(a, b, zeros.size()), crc32c(a, zeros.data(), zeros.size()));
+    EXPECT_EQ(crc32cCombine(a, 0, 0), a);
 }
 
 }  // namespace

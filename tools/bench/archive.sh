@@ -7,20 +7,21 @@
 #   2. `splicegate-archive --once` ships them to a fresh Object Lock bucket: wall time, MB/s,
 #      archiver CPU-s per GiB (utime + stime from its /proc stat), and radosgw's CPU meanwhile;
 #   3. repeated RUNS times with a new bucket and state each time; medians are the caller's.
-# radosgw's OSD here is a memstore (RAM): keep MIB small (default 256).
+# radosgw's OSD here is a memstore (RAM, sized here for RUNS × MIB): mind the machine's memory.
 #
-#   tools/bench/archive.sh [--mib N] [--runs N] [--parallel N]
+#   tools/bench/archive.sh [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/build/bin
-MIB=256 RUNS=3 PARALLEL=2
+MIB=256 RUNS=3 PARALLEL=2 PAYLOAD_HASH=crc32c
 while (($#)); do
     case $1 in
         --mib) MIB=${2:?}; shift 2 ;;
         --runs) RUNS=${2:?}; shift 2 ;;
         --parallel) PARALLEL=${2:?}; shift 2 ;;
-        *) echo "usage: $0 [--mib N] [--runs N] [--parallel N]" >&2; exit 2 ;;
+        --payload-hash) PAYLOAD_HASH=${2:?}; shift 2 ;;
+        *) echo "usage: $0 [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256]" >&2; exit 2 ;;
     esac
 done
 WORK=$(mktemp -d /var/tmp/splicegate-archive-bench.XXXXXX)
@@ -36,7 +37,9 @@ trap cleanup EXIT
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
-"$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
+# Every run's bucket stays in the OSD's RAM until the end: room for all of them.
+SPLICEGATE_RADOSGW_MEMSTORE_BYTES=$(( (RUNS + 1) * MIB * 5 / 4 * 1048576 )) \
+    "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
 ENDPOINT=$(head -n1 "$WORK/s3/endpoint")
 RGW_PID=$(cat "$WORK/s3"/radosgw.pid)
 OSD_PID=$(cat "$WORK/s3/osd.pid")
@@ -65,10 +68,10 @@ for run in $(seq "$RUNS"); do
         --bucket "$bucket"
     rgw0=$(cpu_ticks "$RGW_PID") osd0=$( [[ -n $OSD_PID ]] && cpu_ticks "$OSD_PID" || echo 0)
     start=$(date +%s.%N)
-    "$BIN/splicegate-archive" --config /dev/null --once --audit-dir "$WORK/audit" \
+    ${ARCHIVER_WRAPPER:-} "$BIN/splicegate-archive" --config /dev/null --once --audit-dir "$WORK/audit" \
         --state-dir "$WORK/state-$run" --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" \
         --s3-prefix bench --s3-credentials-file "$WORK/s3/credentials" --lock-days 1 \
-        --parallel "$PARALLEL" --log-level warn &
+        --parallel "$PARALLEL" --s3-payload-hash "$PAYLOAD_HASH" --log-level warn &
     archiver=$!
     # The archiver's own CPU, read just before it exits (it is a child: /proc stays until wait).
     ticks=0
