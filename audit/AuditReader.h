@@ -260,6 +260,10 @@ struct VerifyOptions {
     // record holds (`checked` as for the heads): what a copy kept elsewhere (the archive's
     // manifests) is compared with. Null: not reported.
     std::function<void(const WorkerHead&)> onSeal;
+    // Deletions known without a retention log, taken as its entries (their macs are not
+    // checked, and they are not counted in deletedByRetention): a copy of a log that starts
+    // after segments the box deleted before they were copied (the archive's oldest segments).
+    std::vector<RetentionLogEntry> knownDeletions;
 };
 
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"

@@ -126,7 +126,8 @@ class Verifier {
           beforeSegment_(options.beforeSegment),
           expectedHeads_(options.expectedHeads),
           onNote_(options.onNote),
-          onSeal_(options.onSeal) {}
+          onSeal_(options.onSeal),
+          knownDeletions_(options.knownDeletions) {}
 
     VerifySummary run() {
         UniqueFd dirFd = openDirectory(dir_);
@@ -251,7 +252,7 @@ class Verifier {
     // The retention log: which segments retention deleted, each entry chained to the previous.
     // Its problems are reported on the first reading only.
     void retentionLog(bool reportProblems) {
-        deleted_.clear();
+        deleted_ = knownDeletions_;
         retentionKeying_.reset();
         summary_.deletedByRetention = 0;
         std::string path = (dir_.back() == '/' ? dir_ : dir_ + "/") + kRetentionLogName;
@@ -753,6 +754,7 @@ class Verifier {
     const std::vector<Digest>& expectedHeads_;
     std::function<void(const std::string&)> onNote_;
     std::function<void(const WorkerHead&)> onSeal_;
+    std::vector<RetentionLogEntry> knownDeletions_;
     int dirFd_ = -1;
     bool daemonRunning_ = false;  // a daemon holds the directory's write lock
     std::set<std::string> liveNoted_;  // files named as live (passesAsLive)

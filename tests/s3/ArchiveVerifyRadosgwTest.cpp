@@ -362,6 +362,42 @@ TEST_F(ArchiveVerifyRadosgwTest, TheAnchorFindsALocalTailDeletedOrRewritten) {
     EXPECT_FALSE(has(afterRetention.out, " 0 deleted by retention since")) << afterRetention.out;
 }
 
+// The relay's retention deleted segments before the archiver first ran: each worker's archive
+// starts after them, which verify names and accepts.
+TEST_F(ArchiveVerifyRadosgwTest, AnArchiveStartingAfterTheBoxsRetentionVerifies) {
+    makeAuditLog(auditDir_, 3, 200'000, 2);
+    const std::uint16_t port = pickFreePort();
+    {
+        Daemon relay(relayArgs(port, {"127.0.0.1:9"},
+                               {"--audit-dir", auditDir_, "--audit-retention-bytes", "1"}));
+        ASSERT_TRUE(relay.waitReady(port)) << relay.why();
+        auto deadline = std::chrono::steady_clock::now() + milliseconds(20000);
+        while (!fs::exists(auditDir_ + "/retention.log") &&
+               std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(milliseconds(100));
+        ASSERT_TRUE(fs::exists(auditDir_ + "/retention.log"));
+        ASSERT_TRUE(relay.terminate(milliseconds(20000))) << relay.why();
+    }
+    bucket_ = lockedBucket(client_);
+    auto shipped = runProcess(archiveArgs(auditDir_, stateDir_, bucket_), milliseconds(120000));
+    ASSERT_TRUE(exited(shipped, 0)) << shipped.err;
+    auto segments = archivedSegments(client_, bucket_, "gw-test");
+    ASSERT_FALSE(segments.empty());
+    ASSERT_GT(segments.begin()->second.front(), 1u) << "retention deleted nothing of worker "
+                                                    << segments.begin()->first;
+    auto verify = audit({"verify", box("gw-test")});
+    ASSERT_TRUE(exited(verify, 0)) << verify.out << verify.err;
+    EXPECT_TRUE(has(verify.out, ": the archive of worker " +
+                                    std::to_string(segments.begin()->first) + " starts here"))
+        << verify.out;
+    EXPECT_TRUE(has(verify.out, box("gw-test") + ": consistent (")) << verify.out;
+    auto extra = s3Options();
+    std::vector<std::string> args = {"verify", auditDir_, "--archive", box("gw-test")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto anchor = audit(args);
+    EXPECT_TRUE(exited(anchor, 0)) << anchor.out << anchor.err;
+}
+
 TEST_F(ArchiveVerifyRadosgwTest, BadInputIsOneLine) {
     bucket_ = lockedBucket(client_);
     struct Case {

@@ -277,6 +277,19 @@ std::string toArchiveNames(std::string line, const std::string& workDir,
     return line;
 }
 
+// The predecessor digest the seal at the end of the index file `path` names; nullopt when it
+// ends otherwise (the verifier reports that).
+std::optional<audit::Digest> predecessorDigest(const std::string& path) {
+    audit::IndexReader reader(path);
+    audit::Record record;
+    std::optional<audit::Digest> predecessor;
+    while (reader.next(record) == audit::IndexReader::Status::Record)
+        predecessor = record.type == audit::RecordType::SegmentSealed && record.chained
+                          ? std::optional<audit::Digest>(record.prevDigest)
+                          : std::nullopt;
+    return predecessor;
+}
+
 std::string describeCopies(const std::string& bucket, const ArchivedSegment& segment) {
     std::string text;
     for (const auto& [createdNs, copy] : segment.copies) {
@@ -316,6 +329,8 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
         std::string indexName;  // the fetched index file's name
     };
     std::vector<Check> sealChecks;
+    // worker -> its oldest archived segment, when fetched: number, index file
+    std::map<unsigned, std::pair<std::uint64_t, std::string>> oldestFetched;
     std::optional<SegmentKey> previous;
     std::string previousKey;
     for (auto it = view.segments.begin(); it != view.segments.end(); ++it) {
@@ -325,6 +340,7 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
             where + ": worker " + std::to_string(worker) + " segment " + std::to_string(number);
         auto next = std::next(it);
         const bool newest = next == view.segments.end() || next->first.first != worker;
+        const bool oldest = !previous || previous->first != worker;
 
         // Gaps: a number missing between two the bucket holds.
         std::string firstKey = !segment.copies.empty() && !segment.copies.begin()->second.objects.empty()
@@ -415,6 +431,8 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
             fetched[kind] = *got;
             if (!name.empty()) names[name] = url(bucket, entry.key);
         }
+        if (oldest && fetched.count(ObjectKind::Index))
+            oldestFetched[worker] = {number, work.path() + "/" + base + ".index"};
         if (manifest) {
             checkManifestObjects(*manifest, manifestUrl, *copy, fetched, report);
             if (fetched.count(ObjectKind::Index))
@@ -423,8 +441,21 @@ ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& loca
     }
 
     if (names.empty()) return summary;  // nothing could be fetched: each object was reported
-    std::map<std::string, std::string> seals;  // index file name -> the seal it ends with
     audit::VerifyOptions local = options;
+    // A box whose retention ran before the archiver first shipped has an archive that starts
+    // later than its chain: the oldest archived segment of a worker names a predecessor the
+    // bucket never received (Object Lock keeps anything that was put, so nothing was removed).
+    for (const auto& [worker, first] : oldestFetched) {
+        auto predecessor = predecessorDigest(first.second);
+        if (!predecessor || *predecessor == audit::Digest{} || first.first == 0) continue;
+        local.knownDeletions.push_back({worker, 0, first.first - 1, *predecessor, 0});
+        note(names[audit::segmentBaseName(worker, first.first) + ".index"] +
+             ": the archive of worker " + std::to_string(worker) + " starts here: the segments "
+             "before it (the last sealed " +
+             audit::hexText(predecessor->data(), predecessor->size()) +
+             ") were never archived, deleted on the box before the archiver ran");
+    }
+    std::map<std::string, std::string> seals;  // index file name -> the seal it ends with
     local.onNote = [&](const std::string& line) { note(toArchiveNames(line, work.path(), names)); };
     local.onSeal = [&](const audit::WorkerHead& head) {
         seals[head.indexPath.substr(head.indexPath.rfind('/') + 1)] =
