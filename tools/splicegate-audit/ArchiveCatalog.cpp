@@ -1,9 +1,11 @@
 #include "tools/splicegate-audit/ArchiveCatalog.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -11,6 +13,8 @@ namespace splicegate::audittool {
 namespace {
 
 constexpr std::int64_t kNsPerSecond = 1'000'000'000;
+// Connections objects fetched and parsed at once (each GET has its own connection).
+constexpr std::size_t kParallelReads = 8;
 
 bool continuesFromEarlier(const archive::ArchivedConnection& line) { return !line.has_opened_ns(); }
 bool goesOnLater(const archive::ArchivedConnection& line) { return line.state() == "open"; }
@@ -90,37 +94,70 @@ std::vector<std::size_t> ArchiveCatalog::overlapping(std::optional<std::int64_t>
     return selected;
 }
 
+namespace {
+
+// One segment's connections object read: its lines, and what went wrong, in order.
+struct SegmentRead {
+    std::vector<archive::ArchivedConnection> lines;
+    std::vector<std::string> problems;
+};
+
+SegmentRead readSegmentLines(const ArchiveCatalog& catalog, std::size_t index) {
+    SegmentRead read;
+    const auto& segment = catalog.segments()[index];
+    if (segment.connectionsKey.empty()) {
+        read.problems.push_back(
+            catalog.url(segment.indexKey.empty() ? segment.dataKey : segment.indexKey) +
+            ": the segment has no connections object in the bucket");
+        return read;
+    }
+    const std::string origin = catalog.url(segment.connectionsKey);
+    auto object = catalog.client().get(catalog.location().bucket, segment.connectionsKey);
+    if (!object) {
+        read.problems.push_back(object.error.message);
+        return read;
+    }
+    try {
+        read.lines = parseConnectionLines(
+            gunzipObject(*object, origin), origin,
+            [&](const std::string& problem) { read.problems.push_back(problem); });
+    } catch (const std::runtime_error& error) {
+        read.problems.push_back(error.what());
+    }
+    return read;
+}
+
+// readSegmentLines of every index, kParallelReads at a time: a GET's round trip overlaps
+// another object's unzipping and parsing.
+std::vector<SegmentRead> readSegmentsLines(const ArchiveCatalog& catalog,
+                                           const std::vector<std::size_t>& indexes) {
+    std::vector<SegmentRead> reads(indexes.size());
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+        for (auto i = next++; i < indexes.size(); i = next++)
+            reads[i] = readSegmentLines(catalog, indexes[i]);
+    };
+    std::vector<std::thread> threads;
+    const auto count = std::min<std::size_t>(kParallelReads, indexes.size());
+    for (std::size_t t = 1; t < count; ++t) threads.emplace_back(work);
+    work();
+    for (auto& thread : threads) thread.join();
+    return reads;
+}
+
+}  // namespace
+
 ArchivedLines readArchivedLines(const ArchiveCatalog& catalog, std::optional<std::int64_t> sinceNs,
                                 std::optional<std::int64_t> untilNs, const ProblemSink& onProblem) {
     ArchivedLines lines;
+    auto take = [&](std::size_t index, SegmentRead read) {
+        for (const auto& problem : read.problems) onProblem(problem);
+        if (!read.problems.empty()) lines.unreadable.insert(index);
+        lines.bySegment[index] = std::move(read.lines);
+    };
     auto readSegment = [&](std::size_t index) -> const std::vector<archive::ArchivedConnection>& {
-        auto [it, added] = lines.bySegment.try_emplace(index);
-        if (!added) return it->second;  // read already
-        const auto& segment = catalog.segments()[index];
-        if (segment.connectionsKey.empty()) {
-            onProblem(catalog.url(segment.indexKey.empty() ? segment.dataKey : segment.indexKey) +
-                      ": the segment has no connections object in the bucket");
-            lines.unreadable.insert(index);
-            return it->second;
-        }
-        const std::string origin = catalog.url(segment.connectionsKey);
-        bool damaged = false;
-        ProblemSink noted = [&](const std::string& problem) {
-            damaged = true;
-            onProblem(problem);
-        };
-        auto object = catalog.client().get(catalog.location().bucket, segment.connectionsKey);
-        if (!object) {
-            noted(object.error.message);
-        } else {
-            try {
-                it->second = parseConnectionLines(gunzipObject(*object, origin), origin, noted);
-            } catch (const std::runtime_error& error) {
-                noted(error.what());
-            }
-        }
-        if (damaged) lines.unreadable.insert(index);
-        return it->second;
+        if (!lines.bySegment.count(index)) take(index, readSegmentLines(catalog, index));
+        return lines.bySegment[index];
     };
     // Follows connection `id` from segment `from` in direction `step` until a line of it shows
     // the end that segment's line left open (its Open going back, its close going on).
@@ -143,7 +180,11 @@ ArchivedLines readArchivedLines(const ArchiveCatalog& catalog, std::optional<std
             if (workers.insert(catalog.segments()[index].id.worker).second)
                 if (auto before = catalog.neighbour(index, -1)) window.push_back(*before);
     }
-    for (auto index : window) readSegment(index);
+    std::sort(window.begin(), window.end());
+    window.erase(std::unique(window.begin(), window.end()), window.end());
+    // In parallel; problems reported in key order all the same.
+    auto reads = readSegmentsLines(catalog, window);
+    for (std::size_t i = 0; i < window.size(); ++i) take(window[i], std::move(reads[i]));
     if (sinceNs || untilNs) {
         for (auto index : window) {
             // A copy: following reads more segments into lines.bySegment.

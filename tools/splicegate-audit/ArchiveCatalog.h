@@ -18,7 +18,9 @@
 // connection that recorded nothing from the segment before the window to the window's end.
 // The key listing itself is not pruned by --since: how far back a segment still open at
 // --since was created is only known from the worker's next key.
-// Thread affinity: none. Error contract: a listing that fails throws std::runtime_error naming
+// Thread affinity: none for the caller; readArchivedLines fetches and parses the window's
+// connections objects on up to 8 threads of its own (S3Client calls are thread-safe) and reports
+// problems on the caller's thread, in key order. Error contract: a listing that fails throws std::runtime_error naming
 // the bucket; an object that cannot be read, unzipped or parsed is a problem ("s3://…: what").
 #include <cstddef>
 #include <cstdint>
