@@ -13,12 +13,16 @@
 #      pruned read); an extract of one connection.
 # radosgw's OSD here is a memstore (RAM): the objects are small.
 #
+# --baseline BIN: the list of one box and --all-boxes timed with that splicegate-audit binary
+# too, on the same bucket (before/after a change; the churn's connection count varies by run).
+#
 #   tools/bench/archive-list.sh [--boxes N] [--hours N] [--churn SECONDS] [--runs N] [--repeat N]
+#                               [--baseline BIN]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/build/bin
-BOXES=20 HOURS=24 CHURN=0.2 RUNS=1 REPEAT=3
+BOXES=20 HOURS=24 CHURN=0.2 RUNS=1 REPEAT=3 BASELINE=
 while (($#)); do
     case $1 in
         --boxes) BOXES=${2:?}; shift 2 ;;
@@ -26,7 +30,8 @@ while (($#)); do
         --churn) CHURN=${2:?}; shift 2 ;;
         --runs) RUNS=${2:?}; shift 2 ;;
         --repeat) REPEAT=${2:?}; shift 2 ;;
-        *) echo "usage: $0 [--boxes N] [--hours N] [--churn SECONDS] [--runs N] [--repeat N]" >&2; exit 2 ;;
+        --baseline) BASELINE=${2:?}; shift 2 ;;
+        *) echo "usage: $0 [--boxes N] [--hours N] [--churn SECONDS] [--runs N] [--repeat N] [--baseline BIN]" >&2; exit 2 ;;
     esac
 done
 WORK=$(mktemp -d /var/tmp/splicegate-archive-list-bench.XXXXXX)
@@ -106,3 +111,8 @@ ID=$("$BIN/splicegate-audit" list "s3://$BUCKET/box01" "${S3[@]}" --jsonl \
     --since 2026-01-01T12:00:00Z --until 2026-01-01T12:59:59Z | sed -n '1s/{"id": \([0-9]*\),.*/\1/p')
 best_of "extract_one_connection(id=$ID)" "$BIN/splicegate-audit" extract "s3://$BUCKET/box01" \
     "${S3[@]}" --connection "$ID" --direction c2u
+if [[ -n $BASELINE ]]; then
+    best_of "baseline_list_one_box(${HOURS}h)" "$BASELINE" list "s3://$BUCKET/box01" "${S3[@]}" --jsonl
+    best_of "baseline_list_all_boxes(${BOXES}x${HOURS}h)" "$BASELINE" list "s3://$BUCKET" \
+        --all-boxes "${S3[@]}" --jsonl
+fi
