@@ -160,6 +160,17 @@ Endpoint Options::address(const std::string& name) const {
     return *parsed;
 }
 
+std::string Options::fileBytes(const std::string& name) const {
+    std::string path = str(name);
+    if (path.empty()) return {};
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof())
+        throw UsageError(command_ + ": --" + name + ": cannot read '" + path + "'");
+    if (bytes.empty()) throw UsageError(command_ + ": --" + name + ": '" + path + "' is empty");
+    return bytes;
+}
+
 // ---- results ----------------------------------------------------------------------------------
 ResultLine& ResultLine::addFixed(const std::string& key, double value, int decimals) {
     out_ << ' ' << key << '=' << std::fixed << std::setprecision(decimals) << value

@@ -93,6 +93,9 @@ class Options {
     long integer(const std::string& name, long min, long max) const;
     double number(const std::string& name, double min, double max) const;
     Endpoint address(const std::string& name) const;
+    // The whole content of the file the option names ("" when not given); an unreadable or
+    // empty file is a usage error naming it. For --first-bytes (a TLS ClientHello).
+    std::string fileBytes(const std::string& name) const;
 
   private:
     const OptionSpec& spec(const std::string& name) const;

@@ -2,7 +2,8 @@
 // counts the bytes the client actually received inside the measuring window. Direction "up"
 // writes to a `server --mode sink`, counts bytes sent inside the window, and afterwards
 // half-closes every stream and checks the sink's byte count against the total sent, so a relay
-// that loses bytes is reported as a failure.
+// that loses bytes is reported as a failure. With --first-bytes FILE (a TLS ClientHello) every
+// stream sends the file's bytes first, before the window: what a relay routing by SNI reads.
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -135,6 +136,8 @@ int runBulk(int argc, char** argv) {
                      {"direction", "DIR", "down", "down (server to client) or up"},
                      {"threads", "N", "0", "client threads; 0 = min(streams, 2)"},
                      {"chunk", "BYTES", "262144", "read/write size"},
+                     {"first-bytes", "FILE", "",
+                      "each stream sends this file's bytes (a TLS ClientHello) first"},
                      {"rate-mbps", "MBIT/S", "0",
                       "pace all streams together to this rate; 0 = as fast as possible"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
@@ -158,6 +161,7 @@ int runBulk(int argc, char** argv) {
         opts.number("rate-mbps", 0, 1e6) * 1e6 / 8 / static_cast<double>(threadCount);
     auto pid = static_cast<pid_t>(opts.integer("watch-pid", 0, 1 << 30));
     auto companion = static_cast<pid_t>(opts.integer("also-watch-pid", 0, 1 << 30));
+    const std::string firstBytes = opts.fileBytes("first-bytes");
 
     installSignalHandlers();
     requireFds(streamCount + 64, "bulk");
@@ -165,6 +169,14 @@ int runBulk(int argc, char** argv) {
     for (std::size_t i = 0; i < streamCount; ++i) {
         auto s = std::make_unique<Stream>();
         s->fd = connectWithTimeout(address, 10);
+        if (!firstBytes.empty()) {
+            // A fresh socket's send buffer takes a ClientHello whole (the socket is non-blocking).
+            ssize_t w = send(s->fd.get(), firstBytes.data(), firstBytes.size(), MSG_NOSIGNAL);
+            if (w != static_cast<ssize_t>(firstBytes.size()))
+                throw std::runtime_error("bulk: sending --first-bytes failed");
+            // Up: the sink counts them with the stream's bytes (before the window opens).
+            if (!down) s->bytes.fetch_add(firstBytes.size());
+        }
         streams.push_back(std::move(s));
     }
     std::vector<ThreadCounter> counters(threadCount);

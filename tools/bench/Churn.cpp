@@ -1,5 +1,7 @@
 // `churn`: new connections per second. Each of K slots loops: non-blocking connect, send SIZE
 // bytes, receive the SIZE-byte echo, close (the client closes first, as a typical client does).
+// With --first-bytes FILE (a TLS ClientHello), the file's bytes go first, in the same send, and
+// are echoed too: what a relay that routes by SNI must read before it can connect.
 // A slot stuck longer than --timeout-ms is aborted and counted as a timeout.
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -31,12 +33,13 @@ struct ChurnThreadResult {
     std::vector<std::uint32_t> latenciesNs;
 };
 
-void churnLoop(std::size_t slotCount, const Endpoint& address, std::size_t size,
-               Clock::time_point windowStart, Clock::time_point windowEnd, Clock::duration timeout,
-               ChurnThreadResult& result) {
+void churnLoop(std::size_t slotCount, const Endpoint& address, const std::string& firstBytes,
+               std::size_t payloadSize, Clock::time_point windowStart, Clock::time_point windowEnd,
+               Clock::duration timeout, ChurnThreadResult& result) {
     UniqueFd epoll(checkSys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     std::vector<Slot> slots(slotCount);
-    std::string payload(size, 'c');
+    const std::string payload = firstBytes + std::string(payloadSize, 'c');
+    const std::size_t size = payload.size();
     std::string buffer(std::max<std::size_t>(size, 4096), '\0');
     result.latenciesNs.reserve(1 << 18);
     const auto errorBackoff = std::chrono::milliseconds(10);
@@ -138,6 +141,9 @@ int runChurn(int argc, char** argv) {
                      {"connect", "ADDR:PORT", "", "relay or server address"},
                      {"concurrency", "N", "32", "connections in flight"},
                      {"size", "BYTES", "1024", "bytes sent and echoed per connection"},
+                     {"first-bytes", "FILE", "",
+                      "send this file's bytes (a TLS ClientHello) before the SIZE bytes; echoed "
+                      "too"},
                      {"threads", "N", "2", "client threads"},
                      {"duration", "SECONDS", "5", "measuring window"},
                      {"warmup", "SECONDS", "0.5", "churn before the window opens"},
@@ -150,6 +156,8 @@ int runChurn(int argc, char** argv) {
     auto address = opts.address("connect");
     auto concurrency = static_cast<std::size_t>(opts.integer("concurrency", 1, 4096));
     auto size = static_cast<std::size_t>(opts.integer("size", 1, 65536));
+    const std::string firstBytes = opts.fileBytes("first-bytes");
+    if (firstBytes.size() > 16384) throw UsageError("churn: --first-bytes: over 16 KiB");
     auto threadCount = static_cast<std::size_t>(opts.integer("threads", 1, 64));
     threadCount = std::min(threadCount, concurrency);
     double duration = opts.number("duration", 0.1, 3600);
@@ -169,7 +177,8 @@ int runChurn(int argc, char** argv) {
         std::size_t slots = concurrency / threadCount + (t < concurrency % threadCount ? 1 : 0);
         threads.emplace_back([&, t, slots] {
             try {
-                churnLoop(slots, address, size, windowStart, windowEnd, timeout, results[t]);
+                churnLoop(slots, address, firstBytes, size, windowStart, windowEnd, timeout,
+                          results[t]);
             } catch (const std::exception& e) {
                 std::cerr << "churn: " << e.what() << std::endl;
                 failures.fetch_add(1);
@@ -202,7 +211,9 @@ int runChurn(int argc, char** argv) {
     // A healthy relay makes no errors here; allow 1 % before calling the measurement failed.
     bool ok = failures.load() == 0 && sum.completed > 0 && errors * 100 <= sum.completed;
     ResultLine line("churn");
-    line.add("concurrency", concurrency).add("size", size).addFixed("seconds", seconds, 3);
+    line.add("concurrency", concurrency).add("size", size);
+    if (!firstBytes.empty()) line.add("first_bytes", firstBytes.size());
+    line.addFixed("seconds", seconds, 3);
     line.add("connections", sum.completed);
     line.addFixed("cps", static_cast<double>(sum.completed) / seconds, 0);
     line.addFixed("p50_us", percentile(all, 0.50) / 1000, 1);
