@@ -14,7 +14,7 @@
 # every party once (the order rotates from round to round); the report gives medians over the
 # rounds and the median of the per-round ratios sni/plain of each relay, so drift on a shared
 # machine hits both sides of a ratio alike.
-# usage: tools/bench/sni.sh [--runs N] [--duration S] [--out FILE]
+# usage: tools/bench/sni.sh [--runs N] [--duration S] [--out FILE] (FILE.raw: every figure)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,11 +76,13 @@ start_party() {  # PARTY UPSTREAM
     esac
     RELAY_PID=$!
     PIDS+=("$RELAY_PID")
-    "$BIN/splicegate-bench" waitport --connect "$RELAY_ADDR" --timeout 10
+    # 30 s: on a machine shared with builds a start can take long; one that never listens is a
+    # failed measurement, not the end of the run.
+    "$BIN/splicegate-bench" waitport --connect "$RELAY_ADDR" --timeout 30 2>>"$WORK/client.log"
 }
 stop_party() {
     [[ -n $RELAY_PID ]] || return 0
-    kill -TERM "$RELAY_PID"
+    kill -TERM "$RELAY_PID" 2>/dev/null || true
     wait "$RELAY_PID" 2>/dev/null || true
     RELAY_PID=""
 }
@@ -94,12 +96,16 @@ for run in $(seq "$RUNS"); do
     order=("${PARTIES[@]:$(((run - 1) % 5))}" "${PARTIES[@]:0:$(((run - 1) % 5))}")
     for party in "${order[@]}"; do
         for test in churn bulk1; do
+            upstream=$SOURCE args=(bulk --streams 1 --direction down --first-bytes "$HELLO")
             if [[ $test == churn ]]; then
-                start_party "$party" "$ECHO"
+                upstream=$ECHO
                 args=(churn --concurrency 32 --size 16 --first-bytes "$HELLO" --threads 2)
-            else
-                start_party "$party" "$SOURCE"
-                args=(bulk --streams 1 --direction down --first-bytes "$HELLO")
+            fi
+            if ! start_party "$party" "$upstream"; then
+                stop_party
+                echo "sni.sh: [$run/$RUNS] $party $test: the relay did not listen" >&2
+                echo "$run $party ${test}_failed 1" >>"$RAW"
+                continue
             fi
             args+=(--duration "$DURATION" --warmup "$WARMUP" --connect "$RELAY_ADDR")
             if [[ -n $RELAY_PID ]]; then args+=(--watch-pid "$RELAY_PID"); fi
@@ -168,4 +174,4 @@ ratio() {  # A B METRIC: median over the runs of A/B within each run
     fi
 } >"$WORK/report.md"
 cat "$WORK/report.md"
-[[ -z $OUT ]] || cp "$WORK/report.md" "$OUT"
+[[ -z $OUT ]] || { cp "$WORK/report.md" "$OUT"; cp "$RAW" "$OUT.raw"; }
