@@ -160,7 +160,8 @@ int writeFullyAt(int fd, std::string_view bytes, std::uint64_t offset,
     return 0;
 }
 
-AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t> group) {
+AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t> group,
+                                    UniqueFd handedLock) {
     if (path.empty())
         throw std::system_error(ENOENT, std::system_category(), "empty audit directory");
     makeParents(path);
@@ -184,6 +185,18 @@ AuditDirectory AuditDirectory::open(const std::string& path, std::optional<gid_t
 
     // Lock before anything is changed: a second daemon must leave the holder's files alone.
     dir.lock_ = openInDirectoryOrThrow(dir.fd(), path, kLockFileName, O_RDWR | O_CREAT, 0640);
+    struct stat ours {};
+    struct stat handed {};
+    if (handedLock && ::fstat(dir.lock_.get(), &ours) == 0 &&
+        ::fstat(handedLock.get(), &handed) == 0 && ours.st_dev == handed.st_dev &&
+        ours.st_ino == handed.st_ino && (::fcntl(handedLock.get(), F_GETFL) & O_ACCMODE) == O_RDWR) {
+        // The same file: the lock below is taken on the handed description, which holds it
+        // already (a lock is the description's, so asking again succeeds), or fails as any
+        // second daemon's would when it was not the holder's.
+        dir.lock_ = std::move(handedLock);
+        dir.lockHandedOver_ = true;
+    }
+    handedLock.reset();
     struct flock lock {};
     lock.l_type = F_WRLCK;
     lock.l_whence = SEEK_SET;

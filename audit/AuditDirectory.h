@@ -69,19 +69,29 @@ class AuditDirectory {
     // the directory's group is set to it, and files created by openInDirectory take the
     // directory's group. Throws AuditDirectoryHeld ("audit directory DIR is held by another splicegate
     // process (pid N)") when locked, std::system_error otherwise.
-    static AuditDirectory open(const std::string& path, std::optional<gid_t> group = std::nullopt);
+    // `handedLock`: an upgrade's running daemon's lock file fd (relay/Handoff.h); when it is this
+    // directory's lock file, its open file description already holds the lock, which is then
+    // held by both processes until the old one exits. Any other fd is closed and the directory
+    // locked as usual (so another directory's lock cannot pass for this one's).
+    static AuditDirectory open(const std::string& path, std::optional<gid_t> group = std::nullopt,
+                               UniqueFd handedLock = {});
 
     AuditDirectory(AuditDirectory&&) noexcept = default;
     AuditDirectory& operator=(AuditDirectory&&) noexcept = default;
 
     int fd() const noexcept { return dir_.get(); }
     const std::string& path() const noexcept { return path_; }
+    // The lock file, for an upgrade's hand-off.
+    int lockFd() const noexcept { return lock_.get(); }
+    // The lock came from the running daemon of an upgrade (open()'s `handedLock`).
+    bool lockHandedOver() const noexcept { return lockHandedOver_; }
 
   private:
     AuditDirectory() = default;
     std::string path_;
     UniqueFd dir_;
     UniqueFd lock_;  // holds the lock while open
+    bool lockHandedOver_ = false;
 };
 
 struct AuditDirectoryCheck {

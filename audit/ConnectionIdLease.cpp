@@ -72,6 +72,15 @@ std::uint64_t ConnectionIdLease::end() const noexcept {
 void ConnectionIdLease::coverSlow(std::uint64_t id) noexcept {
     std::unique_lock lock(mutex_);
     highest_ = std::max(highest_, id);
+    if (suspended_) {
+        // No renewal comes while the new process holds the file: waiting would stop the worker.
+        if (id >= end_ && !warnedPastEnd_) {
+            warnedPastEnd_ = true;
+            logError("audit: connection id ", id, " is past the lease handed over to the upgrade (",
+                     end_, "); the new process may hand it out too");
+        }
+        return;
+    }
     if (!wanted_) {
         wanted_ = true;
         wake_.notify_one();
@@ -82,9 +91,10 @@ void ConnectionIdLease::coverSlow(std::uint64_t id) noexcept {
 void ConnectionIdLease::renewLoop() noexcept {
     std::unique_lock lock(mutex_);
     for (;;) {
-        wake_.wait(lock, [&] { return wanted_ || stopping_; });
+        wake_.wait(lock, [&] { return (wanted_ && !suspended_) || stopping_; });
         if (stopping_) return;
         std::uint64_t target = std::max(end_, highest_ + 1) + block_;
+        writing_ = true;
         lock.unlock();
         bool written = true;
         try {
@@ -95,6 +105,7 @@ void ConnectionIdLease::renewLoop() noexcept {
                      "; ids go on past it (a crash now could let the next daemon reuse some)");
         }
         lock.lock();
+        writing_ = false;
         if (written) end_ = target;
         failing_ = !written;
         // After a failure the next try waits for another half block of ids.
@@ -105,6 +116,39 @@ void ConnectionIdLease::renewLoop() noexcept {
         wanted_ = written && highest_ >= renewAt_.load(std::memory_order_relaxed);
         renewed_.notify_all();
     }
+}
+
+std::uint64_t ConnectionIdLease::suspend(std::uint64_t next) {
+    std::unique_lock lock(mutex_);
+    suspended_ = true;
+    warnedPastEnd_ = false;
+    // A renewal being written finishes first: after this nothing of ours reaches the file.
+    renewed_.wait(lock, [&] { return !writing_; });
+    const std::uint64_t target = std::max(end_, next + block_);
+    if (target != end_) {
+        try {
+            write(target);  // the mutex held: workers past renewAt_ wait for it, as for a renewal
+        } catch (...) {
+            suspended_ = false;
+            throw;
+        }
+        end_ = target;
+    }
+    // Every id below the end passes cover() at once; past it coverSlow() only warns.
+    renewAt_.store(end_, std::memory_order_release);
+    return end_;
+}
+
+void ConnectionIdLease::resume(std::uint64_t atLeast) noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        suspended_ = false;
+        end_ = std::max(end_, atLeast);
+        renewAt_.store(end_ - block_ / 2, std::memory_order_release);
+        wanted_ = highest_ >= end_ - block_ / 2;
+    }
+    wake_.notify_one();
+    renewed_.notify_all();
 }
 
 void ConnectionIdLease::release(std::uint64_t next) noexcept {

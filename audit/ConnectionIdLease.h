@@ -47,6 +47,16 @@ class ConnectionIdLease {
     }
     // Clean stop: no id at or past `next` was handed out. The lease shrinks to it.
     void release(std::uint64_t next) noexcept;
+    // An upgrade: the new process leases past this one's end and writes the file from then on,
+    // so this one writes it no more (a renewal would shrink the new one's lease). First the lease
+    // is extended to a whole block past `next` (the next id this process hands out), so that
+    // the ids it hands out until it stops accepting stay below the end returned; an id past it
+    // (a million accepts during the hand-off) is logged as one the new process may hand out too.
+    // Throws std::system_error naming the file when that extension cannot be written.
+    std::uint64_t suspend(std::uint64_t next);
+    // The upgrade failed: renewals go on, the lease at least `atLeast` (the end the failed new
+    // process wrote; the caller moves the next id past it too).
+    void resume(std::uint64_t atLeast) noexcept;
     std::uint64_t end() const noexcept;
 
   private:
@@ -67,6 +77,9 @@ class ConnectionIdLease {
     bool wanted_ = false;
     bool failing_ = false;  // the last renewal failed: ids go on uncovered, renewals go on
     bool stopping_ = false;
+    bool suspended_ = false;  // handed to an upgrade's new process: nothing is written
+    bool writing_ = false;    // the renewer writes the file (the mutex is not held then)
+    bool warnedPastEnd_ = false;
     std::thread renewer_;
 };
 

@@ -120,8 +120,9 @@ struct HeadsLeft {
 
 class Recovery {
   public:
-    Recovery(int dirFd, const std::string& dir, const ChainKey* key)
-        : dirFd_(dirFd), dir_(dir), key_(key), now_(nowNs()) {}
+    Recovery(int dirFd, const std::string& dir, const ChainKey* key,
+             const std::set<unsigned>& liveChains = {})
+        : dirFd_(dirFd), dir_(dir), key_(key), liveChains_(liveChains), now_(nowNs()) {}
 
     RecoveryReport run() {
         auto segments = listSegments(dirFd_, dir_);
@@ -137,7 +138,12 @@ class Recovery {
         for (std::size_t begin = 0; begin < segments.size();) {
             std::size_t end = begin;
             while (end < segments.size() && segments[end].worker == segments[begin].worker) ++end;
-            worker(segments, begin, end);
+            if (liveChains_.count(segments[begin].worker) != 0) {
+                // Written now by the live process that holds it: its state is its writer's.
+                report_.lastSegment[segments[begin].worker] = segments[end - 1].segment;
+            } else {
+                worker(segments, begin, end);
+            }
             begin = end;
         }
         if (dirChanged_) syncDirectory();
@@ -505,6 +511,7 @@ class Recovery {
     int dirFd_;
     std::string dir_;
     const ChainKey* key_;
+    std::set<unsigned> liveChains_;
     RetentionLogRepair retention_;
     Digest prevDigest_{};  // the chain digest of the worker's previous segment
     // Where the worker's chain breaks (an unsealed old segment, or a seal that does not hold),
@@ -517,8 +524,9 @@ class Recovery {
 
 }  // namespace
 
-RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key) {
-    return Recovery(dir.fd(), dir.path(), key).run();
+RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key,
+                                     const std::set<unsigned>& liveChains) {
+    return Recovery(dir.fd(), dir.path(), key, liveChains).run();
 }
 
 RecoveryReport recoverAuditDirectory(const std::string& dir, const ChainKey* key) {

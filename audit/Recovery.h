@@ -9,6 +9,7 @@
 // opened, truncated, written or synced.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,11 @@ class AuditDirectory;
 // The daemon's form: `dir` is held (locked) by this process. `key`: --audit-hmac-key-file, used
 // for the seals recovery writes (null: unkeyed chain). A file with a segment's name that is not
 // a regular file (a symlink) makes it throw std::system_error (ELOOP) naming the file: it is
-// never followed nor changed.
-RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key);
+// never followed nor changed. `liveChains`: worker numbers whose segments another live process
+// writes (an upgrade's old process, draining): not read, repaired or sealed; only their segment
+// numbers are in lastSegment.
+RecoveryReport recoverAuditDirectory(const AuditDirectory& dir, const ChainKey* key,
+                                     const std::set<unsigned>& liveChains = {});
 // For tools and tests: opens (and creates, with missing parents, mode 0750) `dir` itself,
 // without the lock.
 RecoveryReport recoverAuditDirectory(const std::string& dir, const ChainKey* key = nullptr);

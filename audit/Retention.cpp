@@ -645,10 +645,10 @@ std::optional<RetentionPlanner::LogTail> RetentionPlanner::compactRetentionLog(
 }
 
 std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
-                                              unsigned fromWorker) {
+                                              const std::set<unsigned>& keep) {
     std::vector<std::string> removed;
     forEachSpareDataFile(dirFd, dir, [&](const char* name, unsigned worker, unsigned slot) {
-        if ((worker >= fromWorker || slot >= kSpareSlots) && ::unlinkat(dirFd, name, 0) == 0)
+        if ((keep.count(worker) == 0 || slot >= kSpareSlots) && ::unlinkat(dirFd, name, 0) == 0)
             removed.emplace_back(name);
     });
     return removed;

@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,12 +120,13 @@ struct RetentionResult {
     std::vector<std::string> problems;
 };
 
-// Removes the spare data files (spareDataName) that no writer will take: those of workers
-// `fromWorker` and up (a smaller worker count, or a writer that does not recycle: pass 0), and
+// Removes the spare data files (spareDataName) that no writer will take: those of workers not
+// in `keep` (the chains this daemon's workers write when its writer recycles, and those an
+// upgrade's live old process writes; a writer that does not recycle keeps only the latter), and
 // slots past kSpareSlots. Returns the names removed; throws std::system_error naming the
 // directory when it cannot be read.
 std::vector<std::string> removeSpareDataFiles(int dirFd, const std::string& dir,
-                                              unsigned fromWorker);
+                                              const std::set<unsigned>& keep);
 
 class RetentionPlanner {
   public:

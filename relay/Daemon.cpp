@@ -30,6 +30,8 @@
 #include "datapath/Failpoints.h"
 #include "metrics/HttpServer.h"
 #include "metrics/MetricsExposer.h"
+#include "relay/AuditHandover.h"
+#include "relay/AuditHolders.h"
 #include "relay/Capabilities.h"
 #include "relay/Config.h"
 #include "relay/ConfigCheck.h"
@@ -127,20 +129,35 @@ std::optional<gid_t> auditGroup(const Config& config) {
     return group->gid;
 }
 
+// The worker numbers (chains) of `workers` workers: the smallest that no process still writing
+// the directory holds. Without an upgrade that is 0..workers-1; an upgrade's new process takes the
+// next free ones, and the upgrade after it the first ones again, each chain continuing after its
+// last seal as a restart continues it.
+std::vector<unsigned> chooseChains(unsigned workers, const std::set<unsigned>& held) {
+    std::vector<unsigned> chains;
+    for (unsigned chain = 0; chains.size() < workers; ++chain)
+        if (held.count(chain) == 0) chains.push_back(chain);
+    return chains;
+}
+
 // Recovers the audit directory (FORMAT.md) and says where each worker's log continues.
-// `held`: the directory, locked by this process (null when audit is off).
+// `held`: the directory, locked by this process (null when audit is off). `holders`: the
+// processes of an upgrade that still write chains in it; `handedLeaseEnd`: their lease's end.
 AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& firstConnectionId,
                         const audit::AuditDirectory* held,
-                        std::optional<audit::ConnectionIdLease>& idLease) {
+                        std::optional<audit::ConnectionIdLease>& idLease,
+                        const AuditHolders& holders, std::uint64_t handedLeaseEnd) {
     AuditStart start;
     start.firstSegment.assign(workers, 1);
+    start.chains = chooseChains(workers, {});
     firstConnectionId = 1;
     if (held == nullptr) return start;
+    start.chains = chooseChains(workers, holders.handedChains());
     // Loaded once: recovery, every writer and retention seal with the same key.
     if (!config.audit.hmacKeyFile.empty())
         start.chainKey =
             audit::ChainKey::fromFile(config.audit.hmacKeyFile, audit::KeyFileUse::Daemon);
-    auto report = audit::recoverAuditDirectory(*held, start.chainKey.get());
+    auto report = audit::recoverAuditDirectory(*held, start.chainKey.get(), holders.handedChains());
     for (const auto& action : report.actions) logWarn("audit recovery: ", action);
     start.unsealedSegmentsLeft = report.leftUnsealed.size();
     if (!report.leftUnsealed.empty())
@@ -151,17 +168,28 @@ AuditStart recoverAudit(const Config& config, unsigned workers, std::uint64_t& f
     if (report.truncatedConnections > 0)
         logWarn("audit recovery: ", report.truncatedConnections,
                 " connections were open at the last stop and are marked truncated");
-    // Spares no worker will take: of workers beyond today's count, or all of them when the
-    // writer does not recycle.
-    auto keepSparesBelow = recyclesSpareDataFiles(config.audit.writer) ? workers : 0;
-    for (const auto& name : audit::removeSpareDataFiles(held->fd(), held->path(), keepSparesBelow))
+    // Spares no worker will take: of chains no worker writes now, or all of them when the
+    // writer does not recycle; those of the chains an upgrade's old process writes are its own.
+    std::set<unsigned> keepSpares = holders.handedChains();
+    if (recyclesSpareDataFiles(config.audit.writer))
+        keepSpares.insert(start.chains.begin(), start.chains.end());
+    for (const auto& name : audit::removeSpareDataFiles(held->fd(), held->path(), keepSpares))
         logInfo("audit: removed ", config.audit.dir, "/", name, ", a spare no worker will take");
-    for (const auto& [worker, last] : report.lastSegment) {
+    for (unsigned worker = 0; worker < workers; ++worker) {
         // Segments of every worker number seen are skipped, whatever the worker count is now.
-        if (worker < workers) start.firstSegment[worker] = last + 1;
+        auto last = report.lastSegment.find(start.chains[worker]);
+        if (last != report.lastSegment.end()) start.firstSegment[worker] = last->second + 1;
+    }
+    if (!holders.handedChains().empty()) {
+        std::string names;
+        for (auto chain : start.chains) names += (names.empty() ? "w" : ", w") + std::to_string(chain);
+        logInfo("audit: the previous process still writes its chains; this one writes ", names);
     }
     // The floor covers ids whose segments retention has deleted since they were handed out.
-    firstConnectionId = std::max({report.maxConnectionId + 1, report.maxIdFloor, std::uint64_t{1}});
+    // An upgrade's old process hands out ids below the lease end it handed over (its chains were
+    // not read: the lease covers their ids).
+    firstConnectionId = std::max(
+        {report.maxConnectionId + 1, report.maxIdFloor, handedLeaseEnd, std::uint64_t{1}});
     firstConnectionId = firstIdPastLease(*held, firstConnectionId);
     idLease.emplace(held->fd(), held->path(), firstConnectionId);
     start.idLease = &*idLease;
@@ -183,7 +211,7 @@ void rollRecycledSegments(Relay& relay, const std::vector<unsigned>& workers) {
     std::set<unsigned> due(workers.begin(), workers.end());
     bool answered = relay.onEveryWorker(
         [due](Worker& worker) {  // a copy: a late worker may run it after the timeout
-            if (!due.count(worker.index())) return;
+            if (!due.count(worker.auditChain())) return;
             if (int rc = worker.rotateAudit(); rc < 0)
                 logWarn("audit retention: worker ", worker.index(),
                         " could not roll its recycled segment: ", errnoText(-rc));
@@ -201,7 +229,8 @@ void rollRecycledSegments(Relay& relay, const std::vector<unsigned>& workers) {
 // alone: the service goes on in the new one, so systemd is told nothing.
 void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
                   ServiceNotifier& notifier, MetricsExposer* metrics, AdminServer* admin,
-                  const Upgrader* upgrader, std::shared_ptr<const audit::ChainKey> chainKey) {
+                  const Upgrader* upgrader, std::shared_ptr<const audit::ChainKey> chainKey,
+                  AuditHandover* auditHandover, const AuditHolders& auditHolders) {
     auto signals = controlSignals();
     RetentionJob retention(startConfig, std::move(chainKey), metrics);
     auto drainTimeout = std::chrono::milliseconds(startConfig.relay.drainTimeoutMs);
@@ -210,7 +239,14 @@ void serveSignals(Relay& relay, const Config& startConfig, Reloader& reloader,
         timespec poll{1, 0};
         int sig = ::sigtimedwait(&signals, &info, &poll);
         if (sig < 0) {  // about once a second
-            rollRecycledSegments(relay, retention.tick());
+            // retention.log has one writer: none while an upgrade's new process starts (the lock
+            // is held then) or after it took over, none while an old process still writes.
+            std::unique_lock<std::mutex> maintenance;
+            if (auditHandover) maintenance = std::unique_lock(auditHandover->maintenance(), std::try_to_lock);
+            const bool mine = (!auditHandover || maintenance.owns_lock()) &&
+                              !(upgrader != nullptr && upgrader->handedOver()) &&
+                              !auditHolders.alive();
+            if (mine) rollRecycledSegments(relay, retention.tick());
             flushSuppressedWarnings();
         }
         if (sig == SIGHUP) {
@@ -266,18 +302,6 @@ int checkConfigAndExit(const Config& config) {
     if (!report.problems.empty()) return 2;
     std::cout << "splicegate: configuration OK (" << config.routes.size() << " routes)\n";
     return 0;
-}
-
-// What an upgrade's new process cannot hand over yet; empty: it can.
-std::string upgradeRefusal(const Config& config) {
-    if (!config.audit.dir.empty())
-        return "the audit log is on (--audit-dir " + config.audit.dir +
-               "): two processes cannot share one audit directory; restart instead";
-    if (!config.xdp.interface.empty())
-        return "the XDP edge filter is attached to " + config.xdp.interface +
-               " (--xdp-interface): a second process cannot attach it while this one holds it; "
-               "restart instead";
-    return {};
 }
 
 // What an upgrade hands over: every listener of the relay, the admin socket, the metrics
@@ -383,14 +407,29 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
         std::uint64_t firstConnectionId = 1;
         // Locked before recovery and held until exit: a second daemon changes nothing here.
         std::optional<audit::AuditDirectory> auditDirectory;
+        // An upgrade: the old process (and any before it still draining) writes on in the same
+        // directory, whose lock it handed over.
+        AuditHolders auditHolders;
+        std::uint64_t handedLeaseEnd = 0;
+        auto handedAudit = inherited ? inherited->takeAudit() : std::nullopt;
         if (!config.audit.dir.empty()) {
-            auditDirectory.emplace(
-                audit::AuditDirectory::open(config.audit.dir, auditGroup(config)));
+            auditDirectory.emplace(audit::AuditDirectory::open(
+                config.audit.dir, auditGroup(config),
+                handedAudit ? std::move(handedAudit->lock) : UniqueFd()));
+            if (auditDirectory->lockHandedOver()) {
+                auditHolders = AuditHolders(handedAudit->described);
+                handedLeaseEnd = handedAudit->described.connection_id_lease_end();
+                logInfo("upgrade: took over the audit directory ", config.audit.dir,
+                        " from the running daemon");
+            }
             notifier.status("recovering the audit log");
         }
         std::optional<audit::ConnectionIdLease> idLease;  // outlives the relay's workers
-        auto auditStart = recoverAudit(config, workers, firstConnectionId,
-                                       auditDirectory ? &*auditDirectory : nullptr, idLease);
+        auto auditStart =
+            recoverAudit(config, workers, firstConnectionId,
+                         auditDirectory ? &*auditDirectory : nullptr, idLease, auditHolders,
+                         handedLeaseEnd);
+        const auto auditChains = auditStart.chains;
         auto chainKey = auditStart.chainKey;
         if (metrics && auditDirectory) {
             metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
@@ -407,18 +446,25 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
                 toString(settings.datapath.engine()), " engine, pipe size ",
                 settings.datapath.pipeSize, " B, pipe budget ",
                 budget == 0 ? std::string("unlimited") : std::to_string(budget) + " B");
-        EdgeControl edge(config);
+        std::optional<EdgeControl::Handed> handedEdge;
+        if (auto xdp = inherited ? inherited->takeXdp() : std::nullopt)
+            handedEdge = EdgeControl::Handed{std::move(xdp->described), std::move(xdp->link)};
+        EdgeControl edge(config, std::move(handedEdge));
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
         std::unique_ptr<Upgrader> upgrader;
+        std::optional<AuditHandover> auditHandover;
+        if (auditDirectory && idLease)
+            auditHandover.emplace(*auditDirectory, *idLease, auditChains, auditHolders, relay);
         if (!config.admin.socket.empty()) {
             upgrader = std::make_unique<Upgrader>(
                 args,
                 [&relay, &config, &admin, &metrics] {
                     return socketsToHandOver(relay, config, admin.get(), metrics.get());
                 },
-                upgradeRefusal(config), kUpgradeReadyTimeout);
+                std::string(), kUpgradeReadyTimeout, auditHandover ? &*auditHandover : nullptr,
+                &edge);
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config, upgrader.get());
             AdminServerOptions adminOptions;
             adminOptions.socketPath = config.admin.socket;
@@ -455,12 +501,14 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
             notifier.ready(serving);
         }
         serveSignals(relay, config, reloader, notifier, metrics.get(), admin.get(),
-                     upgrader.get(), std::move(chainKey));
+                     upgrader.get(), std::move(chainKey), auditHandover ? &*auditHandover : nullptr,
+                     auditHolders);
         // An upgrade: the peer that asked has its answer before the admin server goes.
         if (admin && upgrader && upgrader->handedOver())
             admin->waitForPeersToLeave(std::chrono::milliseconds(2000));
-        // The workers are gone: no id at or past the next was handed out.
-        if (idLease) idLease->release(relay.nextConnectionId());
+        // The workers are gone: no id at or past the next was handed out. After an upgrade the
+        // lease file is the new process's.
+        if (idLease && !(upgrader && upgrader->handedOver())) idLease->release(relay.nextConnectionId());
         metricsSource.reset();  // before the relay and the admin server its scrapes read
         admin.reset();
         logInfo("stopped");

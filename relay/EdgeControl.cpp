@@ -40,7 +40,7 @@ std::vector<Cidr> parseAll(const std::vector<std::string>& texts) {
 
 }  // namespace
 
-EdgeControl::EdgeControl(const Config& config) {
+EdgeControl::EdgeControl(const Config& config, std::optional<Handed> handed) {
     if (config.xdp.interface.empty()) return;
     EdgeFilterOptions options;
     options.interface = config.xdp.interface;
@@ -49,7 +49,16 @@ EdgeControl::EdgeControl(const Config& config) {
     options.synLimit = synLimit(config);
     options.deny = parseAll(config.xdp.deny);
     options.allow = parseAll(config.xdp.allow);
-    filter_ = std::make_unique<EdgeFilter>(options);
+    UniqueFd link;
+    XdpAttachMode handedMode = XdpAttachMode::Auto;
+    if (handed && handed->described.interface() == config.xdp.interface) {
+        link = std::move(handed->link);
+        handedMode = parseXdpAttachMode(handed->described.mode()).value_or(XdpAttachMode::Auto);
+        // What the running daemon's admin denied goes on being denied.
+        for (const auto& text : handed->described.admin_deny())
+            if (auto cidr = Cidr::parse(text)) options.deny.push_back(*cidr);
+    }
+    filter_ = std::make_unique<EdgeFilter>(options, std::move(link), handedMode);
     configDeny_.insert(config.xdp.deny.begin(), config.xdp.deny.end());
     configAllow_.insert(config.xdp.allow.begin(), config.xdp.allow.end());
     logInfo("xdp: edge filter attached to ", config.xdp.interface, " (", filter_->attachedMode(),
@@ -112,6 +121,46 @@ std::vector<std::pair<std::string, std::string>> EdgeControl::rules() const {
     for (const auto& [cidr, allow] : filter_->rules())
         out.emplace_back(cidr.text(), allow ? "allow" : "deny");
     return out;
+}
+
+std::optional<handoff::Message> EdgeControl::handoffMessage() const {
+    std::lock_guard lock(mutex_);
+    if (!filter_ || handedOver_) return std::nullopt;
+    handoff::Message message;
+    auto& xdp = *message.mutable_xdp();
+    xdp.set_interface(filter_->interface());
+    xdp.set_mode(filter_->attachedMode());
+    xdp.set_program_id(filter_->programId());
+    std::set<std::string> fromConfig;
+    for (const auto& text : configDeny_)
+        if (auto cidr = Cidr::parse(text)) fromConfig.insert(cidr->text());
+    for (const auto& [cidr, allow] : filter_->rules())
+        if (!allow && fromConfig.count(cidr.text()) == 0) xdp.add_admin_deny(cidr.text());
+    return message;
+}
+
+int EdgeControl::linkFd() const {
+    std::lock_guard lock(mutex_);
+    return filter_ ? filter_->linkFd() : -1;
+}
+
+void EdgeControl::upgradeFailed() noexcept {
+    std::lock_guard lock(mutex_);
+    if (!filter_ || handedOver_) return;
+    // The failed process may have put its program on the link before it failed; its maps go
+    // with it, so this process's own program (and rules) must run again.
+    if (int rc = filter_->restoreProgram(); rc < 0)
+        logError("xdp: putting this process's program back on ", filter_->interface(),
+                 "'s link after the failed upgrade: ", errnoText(rc));
+}
+
+void EdgeControl::handedOver() noexcept {
+    std::lock_guard lock(mutex_);
+    if (!filter_ || handedOver_) return;
+    handedOver_ = true;
+    filter_->releaseLink();
+    logInfo("xdp: the edge filter's link on ", filter_->interface(),
+            " is the new process's now; its program and counters are");
 }
 
 std::map<std::pair<std::string, std::string>, std::uint64_t> EdgeControl::packetCounts() const {

@@ -3,6 +3,7 @@
 // configured rules (and their difference on reload) and the admin's xdp list/add/del.
 // Thread-safe: the main thread (reload), the admin thread and metrics scrapes all call it.
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "relay/Config.h"
 #include "relay/EdgeRulePlan.h"
+#include "splicegate/handoff.pb.h"
 #include "xdp/EdgeFilter.h"
 #include "xdp/edge_filter_shared.h"
 
@@ -18,8 +20,16 @@ namespace splicegate {
 
 class EdgeControl {
 public:
+    // An upgrade's running daemon's filter (relay/Handoff.h): its link and the rules its admin
+    // added.
+    struct Handed {
+        handoff::Xdp described;
+        UniqueFd link;
+    };
     // Attaches when config.xdpInterface is set; throws std::system_error naming the interface.
-    explicit EdgeControl(const Config& config);
+    // With `handed` on the same interface, the rules of the config and those the running
+    // daemon's admin added are loaded, then this program replaces the running one on its link.
+    explicit EdgeControl(const Config& config, std::optional<Handed> handed = std::nullopt);
     bool enabled() const noexcept { return filter_ != nullptr; }
 
     // Throws UsageError, with nothing changed, when applyConfig(config) could not complete:
@@ -35,12 +45,21 @@ public:
     std::vector<std::pair<std::string, std::string>> rules() const;  // {cidr, "deny"|"allow"}
     std::map<std::pair<std::string, std::string>, std::uint64_t> packetCounts() const;
 
+    // The running side of an upgrade. The Xdp message (nullopt without a filter) and the link
+    // to attach to it; after a failed upgrade, this program back on the link; after a
+    // successful one, the link left to the new process (closed, not detached: the filter stays).
+    std::optional<handoff::Message> handoffMessage() const;
+    int linkFd() const;
+    void upgradeFailed() noexcept;
+    void handedOver() noexcept;
+
 private:
     static constexpr std::size_t kRulesPerSet = SG_MAX_RULES_PER_TRIE;
     EdgeRulePlan planLocked(const Config& config) const;
 
     mutable std::mutex mutex_;
     std::unique_ptr<EdgeFilter> filter_;
+    bool handedOver_ = false;
     std::set<std::string> configDeny_;
     std::set<std::string> configAllow_;
 };

@@ -122,6 +122,14 @@ std::unique_ptr<InheritedSockets> InheritedSockets::fromEnvironment() {
         if (!next)
             throw std::runtime_error("upgrade: receiving the running daemon's sockets: " + problem);
         if (next->message.has_end()) break;
+        if (next->message.has_audit() && next->attached) {
+            inherited->audit_ = Audit{next->message.audit(), std::move(next->attached)};
+            continue;
+        }
+        if (next->message.has_xdp() && next->attached) {
+            inherited->xdp_ = Xdp{next->message.xdp(), std::move(next->attached)};
+            continue;
+        }
         if (!next->message.has_socket() || !next->attached) continue;
         const auto& socket = next->message.socket();
         inherited->sockets_.emplace(std::make_pair(static_cast<int>(socket.kind()), socket.address()),

@@ -3,7 +3,9 @@
 // with one end of a SOCK_SEQPACKET socket pair, named by $SPLICEGATE_UPGRADE_FD. Over it the old
 // process sends every listening socket it holds (the routes' listeners, the admin socket, the
 // metrics listener), each as one Socket message with the fd attached (SCM_RIGHTS), then
-// SocketsEnd; the new process adopts what its configuration still uses instead of binding, and
+// SocketsEnd (before it, with the audit log on, one Audit message with the directory's lock file
+// attached: relay/AuditHandover.h); the new process adopts what its configuration still uses
+// instead of binding, and
 // answers Ready once it serves, or Failed with the reason when its start fails
 // (proto/splicegate/handoff.proto).
 //
@@ -17,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/SocketAddress.h"
@@ -61,6 +64,19 @@ class InheritedSockets {
     UniqueFd takeAdmin(const std::string& path);
     UniqueFd takeMetrics(const std::string& address);
 
+    // The running daemon's audit directory hand-off (none: its audit log is off).
+    struct Audit {
+        handoff::Audit described;
+        UniqueFd lock;  // its lock file, the lock held
+    };
+    std::optional<Audit> takeAudit() { return std::exchange(audit_, std::nullopt); }
+    // The running daemon's edge filter link (none: no --xdp-interface).
+    struct Xdp {
+        handoff::Xdp described;
+        UniqueFd link;
+    };
+    std::optional<Xdp> takeXdp() { return std::exchange(xdp_, std::nullopt); }
+
     // Tells the old process it may stop accepting and drain.
     void ready();
     // Tells it why this start failed (it keeps serving); once, the first reason wins.
@@ -72,6 +88,8 @@ class InheritedSockets {
 
     HandoffChannel channel_;
     std::multimap<std::pair<int, std::string>, UniqueFd> sockets_;
+    std::optional<Audit> audit_;
+    std::optional<Xdp> xdp_;
     bool answered_ = false;
 };
 

@@ -42,6 +42,15 @@ class Relay {
         return context_->nextConnectionId.load(std::memory_order_acquire);
     }
     unsigned workerCount() const noexcept { return static_cast<unsigned>(workers_.size()); }
+    // Any thread: connection ids go on at `next` or past it (an upgrade that failed after its
+    // new process had leased ids: none of those is handed out here).
+    void skipConnectionIdsTo(std::uint64_t next) noexcept {
+        auto current = context_->nextConnectionId.load(std::memory_order_acquire);
+        while (current < next &&
+               !context_->nextConnectionId.compare_exchange_weak(current, next,
+                                                                 std::memory_order_acq_rel)) {
+        }
+    }
 
     // Any thread: the data path's counters summed over the workers (for a scrape or status).
     StatsSnapshot snapshot() const;

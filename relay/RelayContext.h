@@ -47,7 +47,10 @@ inline std::unique_ptr<Mover> makeMover(SpliceEngine engine, Ring& ring) {
 
 // Where each worker's audit log continues after recovery.
 struct AuditStart {
-    std::vector<std::uint64_t> firstSegment;  // per worker
+    // Per worker: the worker number of its segment files (its chain; the worker's index unless an
+    // upgrade's old process still writes that chain: relay/AuditHolders.h), and where it goes on.
+    std::vector<unsigned> chains;
+    std::vector<std::uint64_t> firstSegment;
     // Covers every connection id handed out (null when audit is off); it outlives the relay.
     audit::ConnectionIdLease* idLease = nullptr;
     // --audit-hmac-key-file, loaded once at start (null: unkeyed chain): every writer's seals.

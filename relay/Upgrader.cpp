@@ -12,6 +12,8 @@
 #include "common/Error.h"
 #include "common/Log.h"
 #include "common/UniqueFd.h"
+#include "relay/AuditHandover.h"
+#include "relay/EdgeControl.h"
 #include "relay/Handoff.h"
 
 extern char** environ;
@@ -92,12 +94,15 @@ std::string currentExecutable() {
 
 Upgrader::Upgrader(std::vector<std::string> arguments,
                    std::function<std::vector<HandoffSocket>()> sockets, std::string refusal,
-                   std::chrono::milliseconds readyTimeout)
+                   std::chrono::milliseconds readyTimeout, AuditHandover* audit,
+                   EdgeControl* edge)
     : executable_(currentExecutable()),
       arguments_(std::move(arguments)),
       sockets_(std::move(sockets)),
       refusal_(std::move(refusal)),
-      readyTimeout_(readyTimeout) {}
+      readyTimeout_(readyTimeout),
+      audit_(audit),
+      edge_(edge) {}
 
 UpgradeOutcome Upgrader::upgrade() {
     if (!refusal_.empty()) return {false, 0, "upgrade not possible: " + refusal_};
@@ -107,7 +112,19 @@ UpgradeOutcome Upgrader::upgrade() {
                     " already and is draining"};
     std::unique_lock lock(running_, std::try_to_lock);
     if (!lock.owns_lock()) return {false, 0, "an upgrade is in progress already"};
+    // No retention run of this process while the new one recovers the directory, nor after it
+    // took over (the new one runs retention once this one is gone): the lock stays held until
+    // handedOver() says so.
+    std::unique_lock<std::mutex> maintenance;
+    if (audit_) maintenance = std::unique_lock(audit_->maintenance());
     auto outcome = run();
+    // Every failure reaped the new process first: what it leased is final, and it no longer
+    // runs its program on the edge filter's link.
+    if (!outcome.ready && audit_) audit_->abandon();
+    if (edge_) {
+        if (outcome.ready) edge_->handedOver();
+        else edge_->upgradeFailed();
+    }
     if (outcome.ready)
         logInfo("upgrade: PID ", outcome.pid,
                 " serves now; this process stops accepting and drains");
@@ -137,6 +154,16 @@ UpgradeOutcome Upgrader::run() {
     for (auto& entry : envText) envp.push_back(entry.data());
     envp.push_back(nullptr);
 
+    // Before the new process exists: the lease it starts past must not move any more.
+    handoff::Message auditMessage;
+    if (audit_) {
+        try {
+            auditMessage = audit_->prepare();
+        } catch (const std::exception& error) {
+            return {false, 0, std::string("audit: ") + error.what()};
+        }
+    }
+
     pid_t pid = 0;
     {
         SpawnSetup setup(theirs.get());
@@ -158,6 +185,20 @@ UpgradeOutcome Upgrader::run() {
             return {false, pid,
                     "handing over " + socket.address + " to PID " + std::to_string(pid) + ": " +
                         errnoText(-rc) + " (the new process: " + how + ")"};
+        }
+    }
+    if (audit_) {
+        if (int rc = channel.send(auditMessage, audit_->lockFd()); rc < 0) {
+            auto how = reap(pid, kExitWait);
+            return {false, pid, "handing the audit directory over to PID " + std::to_string(pid) +
+                                    ": " + errnoText(-rc) + " (the new process: " + how + ")"};
+        }
+    }
+    if (auto xdp = edge_ ? edge_->handoffMessage() : std::nullopt) {
+        if (int rc = channel.send(*xdp, edge_->linkFd()); rc < 0) {
+            auto how = reap(pid, kExitWait);
+            return {false, pid, "handing the XDP edge filter over to PID " + std::to_string(pid) +
+                                    ": " + errnoText(-rc) + " (the new process: " + how + ")"};
         }
     }
     handoff::Message end;

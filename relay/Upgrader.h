@@ -21,6 +21,9 @@
 
 namespace splicegate {
 
+class AuditHandover;
+class EdgeControl;
+
 struct HandoffSocket {
     handoff::SocketKind kind;
     std::string address;
@@ -37,9 +40,12 @@ class Upgrader {
   public:
     // `arguments`: the daemon's argv without argv[0]. `sockets` lists what to hand over at the
     // time of the upgrade. `refusal`: non-empty when this process's configuration cannot be
-    // handed over (the reason).
+    // handed over (the reason). `audit`: the audit log's hand-off (null: audit off); `edge`:
+    // the XDP edge filter, whose link goes to the new process (null or disabled: none). Both
+    // outlive this.
     Upgrader(std::vector<std::string> arguments, std::function<std::vector<HandoffSocket>()> sockets,
-             std::string refusal, std::chrono::milliseconds readyTimeout);
+             std::string refusal, std::chrono::milliseconds readyTimeout,
+             AuditHandover* audit = nullptr, EdgeControl* edge = nullptr);
 
     UpgradeOutcome upgrade();
     // A new process is ready: this one stops accepting and drains.
@@ -55,6 +61,8 @@ class Upgrader {
     std::function<std::vector<HandoffSocket>()> sockets_;
     std::string refusal_;
     std::chrono::milliseconds readyTimeout_;
+    AuditHandover* audit_;
+    EdgeControl* edge_;
     std::mutex running_;
     std::atomic<bool> handedOver_{false};
     std::atomic<pid_t> successor_{0};

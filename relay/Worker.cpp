@@ -92,7 +92,7 @@ void Worker::makeDataPath() {
                          ? context_.auditStart.firstSegment[index_]
                          : 1;
         auto writer = std::make_unique<audit::SegmentStore>(
-            settings.audit.dir, index_, first, settings.audit.segmentBytes,
+            settings.audit.dir, auditChain(), first, settings.audit.segmentBytes,
             &context_.nextConnectionId, context_.auditStart.chainKey, &context_.sealHeads);
         auto chosen =
             makeAuditLog(settings.audit, std::move(writer), *ring_, ring_->registration());

@@ -57,6 +57,11 @@ class Worker {
     bool killConnection(std::uint64_t id);
     int rotateAudit() noexcept;
     unsigned index() const noexcept { return index_; }
+    // The worker number of its audit segment files (AuditStart::chains).
+    unsigned auditChain() const noexcept {
+        const auto& chains = context_.auditStart.chains;
+        return index_ < chains.size() ? chains[index_] : index_;
+    }
 
     // Any thread: counters written by this worker only.
     const WorkerStats& stats() const noexcept { return *stats_; }

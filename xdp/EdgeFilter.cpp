@@ -2,7 +2,8 @@
 
 namespace splicegate {
 
-EdgeFilter::EdgeFilter(const EdgeFilterOptions& options) {
+EdgeFilter::EdgeFilter(const EdgeFilterOptions& options, UniqueFd handedLink,
+                       XdpAttachMode handedMode) {
     // The interface first: a typo in the config is the likeliest failure and the clearest message.
     XdpAttachment::interfaceIndex(options.interface);
     program_ = std::make_unique<EdgeFilterProgram>();
@@ -11,7 +12,12 @@ EdgeFilter::EdgeFilter(const EdgeFilterOptions& options) {
     program_->setListenPorts(options.listenPorts);
     for (const Cidr& cidr : options.deny) program_->addDeny(cidr);
     for (const Cidr& cidr : options.allow) program_->addAllow(cidr);
-    attachment_ = XdpAttachment(options.interface, program_->programFd(), options.mode);
+    // The rules are in before the program runs, attached anew or swapped onto the handed link.
+    if (handedLink)
+        attachment_ = XdpAttachment::adopt(options.interface, std::move(handedLink),
+                                           program_->programFd(), handedMode);
+    else
+        attachment_ = XdpAttachment(options.interface, program_->programFd(), options.mode);
 }
 
 EdgeFilter::~EdgeFilter() = default;

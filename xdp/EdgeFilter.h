@@ -46,7 +46,11 @@ struct EdgeFilterOptions {
 
 class EdgeFilter {
   public:
-    explicit EdgeFilter(const EdgeFilterOptions& options);
+    // `handedLink`: an upgrade's running daemon's link on options.interface (made in
+    // `handedMode`): this filter's program replaces the one on it instead of attaching anew
+    // (XdpAttachment::adopt).
+    explicit EdgeFilter(const EdgeFilterOptions& options, UniqueFd handedLink = {},
+                        XdpAttachMode handedMode = XdpAttachMode::Auto);
     EdgeFilter(EdgeFilter&&) noexcept = default;
     EdgeFilter& operator=(EdgeFilter&&) noexcept = default;
     ~EdgeFilter();
@@ -73,6 +77,12 @@ class EdgeFilter {
     const std::string& interface() const noexcept { return attachment_.interface(); }
     unsigned ifindex() const noexcept { return attachment_.ifindex(); }
     std::uint32_t programId() const { return program_->programId(); }
+
+    // An upgrade's hand-off (XdpAttachment): the link, the program put back after a failed
+    // one, the link given up after a successful one.
+    int linkFd() const noexcept { return attachment_.linkFd(); }
+    int restoreProgram() noexcept { return attachment_.restoreProgram(); }
+    void releaseLink() noexcept { attachment_.release(); }
 
   private:
     // Declared first, destroyed last: the attachment goes before the program's maps.

@@ -162,6 +162,45 @@ XdpAttachment::XdpAttachment(const std::string& interface, int programFd, XdpAtt
         concat(prefix(interface), ": cannot attach in ", xdpAttachModeName(mode), " mode"));
 }
 
+XdpAttachment XdpAttachment::adopt(const std::string& interface, UniqueFd link, int programFd,
+                                    XdpAttachMode mode) {
+    const unsigned ifindex = interfaceIndex(interface);
+    bpf_link_info info{};
+    __u32 length = sizeof(info);
+    if (int err = bpf_obj_get_info_by_fd(link.get(), &info, &length); err < 0)
+        throwErrno(-err, prefix(interface) + ": the running daemon's link");
+    if (info.type != BPF_LINK_TYPE_XDP || info.xdp.ifindex != ifindex)
+        throw std::system_error(EINVAL, std::system_category(),
+                                prefix(interface) + ": the running daemon's link is not an XDP "
+                                                    "link on this interface");
+    XdpAttachment attachment;
+    attachment.program_.reset(
+        checkSys(fcntl(programFd, F_DUPFD_CLOEXEC, 3), "xdp: dup of the program fd"));
+    // Replaces whatever program the link runs (no BPF_F_REPLACE: the old process's program fd
+    // is not ours to name); the swap is one pointer in the kernel.
+    if (int err = bpf_link_update(link.get(), attachment.program_.get(), nullptr); err < 0)
+        throwErrno(-err, prefix(interface) + ": replacing the running daemon's program on its link");
+    attachment.interface_ = interface;
+    attachment.ifindex_ = ifindex;
+    attachment.mode_ = mode;
+    attachment.link_ = std::move(link);
+    logInfo(prefix(interface), ": took over the edge filter's link from the running daemon (",
+            xdpAttachModeName(mode), " mode, link id ", info.id, "); this process's program runs "
+            "on it now");
+    return attachment;
+}
+
+int XdpAttachment::restoreProgram() noexcept {
+    if (ifindex_ == 0) return -ENOLINK;
+    return bpf_link_update(link_.get(), program_.get(), nullptr);
+}
+
+void XdpAttachment::release() noexcept {
+    ifindex_ = 0;
+    link_.reset();
+    program_.reset();
+}
+
 XdpAttachment::XdpAttachment(XdpAttachment&& other) noexcept
     : interface_(std::move(other.interface_)),
       ifindex_(std::exchange(other.ifindex_, 0)),

@@ -38,6 +38,21 @@ class XdpAttachment {
     XdpAttachment& operator=(const XdpAttachment&) = delete;
     ~XdpAttachment();
 
+    // An upgrade (relay/Handoff.h): takes over the running daemon's link on `interface` (the fd
+    // it handed over) and replaces the program on it with `programFd` at once
+    // (bpf_link_update: the interface is never without a filter, nor with two). `mode`: the
+    // mode the link was made in. Throws std::system_error naming the interface when `link` is
+    // not an XDP link on it or the update fails (the old program then stays).
+    static XdpAttachment adopt(const std::string& interface, UniqueFd link, int programFd,
+                               XdpAttachMode mode);
+    // The link, for an upgrade's hand-off.
+    int linkFd() const noexcept { return link_.get(); }
+    // Puts this attachment's own program back on its link (an upgrade's new process had
+    // replaced it, then failed). 0 or -errno.
+    int restoreProgram() noexcept;
+    // The link is another process's now (an upgrade's new one): closed without being detached.
+    void release() noexcept;
+
     // The interface's index; throws std::system_error "xdp-interface NAME: no such interface".
     static unsigned interfaceIndex(const std::string& interface);
 

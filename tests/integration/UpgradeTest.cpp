@@ -3,9 +3,10 @@
 // connections/s through the upgrade sees no refused or reset connection and every byte echoed;
 // a connection opened before keeps flowing until the old process's drain timeout ends it; the
 // service manager is told the new main PID; a new process that fails (an invalid config file)
-// leaves the old one serving and the command exits 1 with the reason.
+// leaves the old one serving and the command exits 1 with the reason. With the audit log on:
+// AuditUpgradeTest.cpp; with the XDP edge filter: XdpUpgradeTest.cpp.
 // The test process is a child subreaper: the new daemon, orphaned when the old one exits, is
-// reparented here and reaped by the test (killed by PID if a check fails).
+// reparented here and reaped by the test (tests/support/Upgrade.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -29,114 +30,12 @@
 #include "tests/support/Sockets.h"
 #include "tests/support/TestServer.h"
 #include "tests/support/Traffic.h"
+#include "tests/support/Upgrade.h"
 
 namespace splicegate::test {
 namespace {
 
 using std::chrono::steady_clock;
-
-// The process an upgrade started: reparented to this test (subreaper), reaped by PID.
-class Successor {
-  public:
-    explicit Successor(pid_t pid) : pid_(pid) {}
-    ~Successor() {
-        if (pid_ <= 0 || reaped_) return;
-        ::kill(pid_, SIGKILL);
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-    }
-    Successor(const Successor&) = delete;
-    Successor& operator=(const Successor&) = delete;
-    bool running() const { return pid_ > 0 && !reaped_ && ::kill(pid_, 0) == 0; }
-    // SIGTERM and the exit status within `timeout` (nullopt: it did not exit; still reaped).
-    std::optional<int> terminate(milliseconds timeout) {
-        ::kill(pid_, SIGTERM);
-        auto deadline = deadlineIn(timeout);
-        int status = 0;
-        while (Clock::now() < deadline) {
-            pid_t done = ::waitpid(pid_, &status, WNOHANG);
-            if (done == pid_) {
-                reaped_ = true;
-                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            }
-            // Reparenting happens when the old process exits: until then waitpid says ECHILD.
-            std::this_thread::sleep_for(milliseconds(20));
-        }
-        return std::nullopt;
-    }
-
-  private:
-    pid_t pid_;
-    bool reaped_ = false;
-};
-
-// "upgraded: PID N serves; ..." -> N.
-pid_t newPidOf(const std::string& out) {
-    const std::string marker = "upgraded: PID ";
-    auto at = out.find(marker);
-    if (at == std::string::npos) return -1;
-    return static_cast<pid_t>(std::stol(out.substr(at + marker.size())));
-}
-
-// What the load client saw.
-struct LoadCounts {
-    std::atomic<std::uint64_t> done{0};
-    std::atomic<std::uint64_t> refused{0};
-    std::atomic<std::uint64_t> reset{0};
-    std::atomic<std::uint64_t> otherFailures{0};
-    std::atomic<std::uint64_t> mismatched{0};
-    std::string firstProblem;
-    std::mutex mutex;
-    void problem(const std::string& text) {
-        std::lock_guard lock(mutex);
-        if (firstProblem.empty()) firstProblem = text;
-    }
-};
-
-// One short connection: connect, 1 KiB each way through the echo upstream, close.
-void oneConnection(uint16_t port, std::uint64_t id, LoadCounts& counts) {
-    int error = 0;
-    UniqueFd fd = connectTcp(port, error, milliseconds(3000));
-    if (!fd) {
-        (error == ECONNREFUSED ? counts.refused : counts.otherFailures).fetch_add(1);
-        counts.problem("connection " + std::to_string(id) + ": connect: " + std::strerror(error));
-        return;
-    }
-    std::vector<std::uint8_t> sent(1024), echoed(1024);
-    for (std::size_t i = 0; i < sent.size(); ++i)
-        sent[i] = static_cast<std::uint8_t>((id * 131 + i * 7) & 0xff);
-    auto deadline = deadlineIn(milliseconds(5000));
-    if (!sendAll(fd.get(), sent.data(), sent.size(), deadline, error) ||
-        !recvExact(fd.get(), echoed.data(), echoed.size(), deadline, error)) {
-        (error == ECONNRESET || error == EPIPE ? counts.reset : counts.otherFailures).fetch_add(1);
-        counts.problem("connection " + std::to_string(id) + ": " + std::strerror(error));
-        return;
-    }
-    if (echoed != sent) {
-        counts.mismatched.fetch_add(1);
-        counts.problem("connection " + std::to_string(id) + ": echoed bytes differ");
-        return;
-    }
-    counts.done.fetch_add(1);
-}
-
-// `rate` connections per second for `duration`, spread over a few threads each on its own
-// schedule (a slow connection does not hold the others back).
-void runLoad(uint16_t port, unsigned rate, milliseconds duration, LoadCounts& counts) {
-    constexpr unsigned kThreads = 6;
-    const auto start = steady_clock::now();
-    const std::uint64_t total = rate * static_cast<std::uint64_t>(duration.count()) / 1000;
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            for (std::uint64_t i = t; i < total; i += kThreads) {
-                std::this_thread::sleep_until(start + std::chrono::microseconds(i * 1'000'000 / rate));
-                oneConnection(port, i, counts);
-            }
-        });
-    }
-    for (auto& thread : threads) thread.join();
-}
 
 class UpgradeTest : public ::testing::Test {
   protected:
@@ -297,22 +196,6 @@ TEST_F(UpgradeTest, FailedNewProcessLeavesTheOldOneServing) {
     EXPECT_TRUE(echoRoundTrip(next.get(), 4, 4096, milliseconds(5000)));
     next.reset();
     EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
-}
-
-TEST_F(UpgradeTest, RefusedWhileTheAuditLogIsOn) {
-    TempDir audit;
-    auto args = daemonArgs();
-    args.back() = audit.path();  // --audit-dir
-    Daemon daemon(args);
-    ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
-    auto upgrade = runCtl(adminSocket(), {"upgrade"});
-    ASSERT_TRUE(upgrade.status);
-    EXPECT_TRUE(upgrade.status->isExit(1)) << upgrade.out;
-    EXPECT_NE(upgrade.err.find("audit log is on"), std::string::npos) << upgrade.err;
-    int error = 0;
-    UniqueFd fd = connectTcp(port_, error);
-    ASSERT_TRUE(fd) << std::strerror(error);
-    EXPECT_TRUE(echoRoundTrip(fd.get(), 5, 4096, milliseconds(5000)));
 }
 
 }  // namespace

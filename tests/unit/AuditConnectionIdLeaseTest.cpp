@@ -1,5 +1,6 @@
 // The connection id lease (audit/ConnectionIdLease.h): its file, renewal ahead of the ids, the
-// wait when ids outrun it, the shrink at a clean stop, and a renewal that fails.
+// wait when ids outrun it, the shrink at a clean stop, a renewal that fails, and an upgrade's
+// hand-off (suspend: a whole block ahead, then nothing written; resume after a failed one).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "audit/AuditDirectory.h"
 #include "audit/ConnectionIdLease.h"
 #include "common/UniqueFd.h"
 #include "tests/support/Daemon.h"
@@ -125,6 +127,26 @@ TEST_F(ConnectionIdLeaseTest, ACleanStopShrinksTheLeaseToTheIdsUsed) {
     lease.release(42);
     EXPECT_EQ(leasedEnd(), 42u);
     EXPECT_EQ(lease.end(), 42u);
+}
+
+TEST_F(ConnectionIdLeaseTest, ASuspendedLeaseIsABlockAheadAndWritesNothingUntilResumed) {
+    ConnectionIdLease lease(dirFd_.get(), dir_.path(), 1, 100);
+    for (std::uint64_t id = 1; id < 40; ++id) lease.cover(id);
+    EXPECT_EQ(lease.suspend(40), 140u) << "a whole block past the next id";
+    EXPECT_EQ(leasedEnd(), 140u);
+    // The new process owns the file now: it writes its own lease past 140.
+    replaceFileDurably(dirFd_.get(), dir_.path(), "connection-ids.new", "connection-ids",
+                       encodeConnectionIdLease(1000));
+    // Past the half, and even past the end: no renewal, no wait.
+    for (std::uint64_t id = 40; id < 150; ++id) lease.cover(id);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(leasedEnd(), 1000u) << "a suspended lease wrote the file";
+
+    // The upgrade failed: renewals go on past what the failed process leased.
+    lease.resume(1000);
+    EXPECT_EQ(lease.end(), 1000u);
+    lease.cover(960);
+    EXPECT_TRUE(leaseReaches(1100)) << "no renewal after resume";
 }
 
 TEST_F(ConnectionIdLeaseTest, ARenewalThatFailsLetsIdsGoOnAndIsTriedAgain) {

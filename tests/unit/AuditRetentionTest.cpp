@@ -354,7 +354,7 @@ TEST(AuditRetentionTest, DeletedDataFilesFillTheWorkersSpareSlots) {
     EXPECT_EQ(stillThere, heldBytes);
     expectConsistent(dir.path(), before);
 
-    auto removed = removeSpareDataFiles(dirFd.get(), dir.path(), 1);
+    auto removed = removeSpareDataFiles(dirFd.get(), dir.path(), {0});
     EXPECT_EQ(asSet(removed), (std::set<std::string>{spareDataName(1, 0), spareDataName(1, 1)}));
     EXPECT_TRUE(exists(sparePath(0, 0)));
     EXPECT_FALSE(exists(sparePath(1, 0)));
