@@ -140,8 +140,12 @@ void HttpServer::stopAccepting() noexcept {
 }
 
 HttpServer::~HttpServer() {
-    // Closes the listener and every connection and joins the pool's threads: after this the
-    // handler never runs again.
+    // The listener first, by a close of our descriptor only: MHD_stop_daemon would shut the
+    // socket down, which stops it listening in every process that holds it (an upgrade's new
+    // process that fails after it adopted the socket would take it from the old one).
+    stopAccepting();
+    // Closes every connection and joins the pool's threads: after this the handler never runs
+    // again.
     MHD_stop_daemon(daemon_);
 }
 

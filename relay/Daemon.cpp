@@ -435,6 +435,13 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
             metrics->setAuditUnsealedSegments(auditStart.unsealedSegmentsLeft);
             metrics->setAuditRetentionLimit(config.audit.retentionBytes);
         }
+        // The edge filter before the listeners: no connection is accepted unfiltered. After an
+        // upgrade this process's program replaces the running one's on its link here; should this
+        // start fail later, the old process puts its own back.
+        std::optional<EdgeControl::Handed> handedEdge;
+        if (auto xdp = inherited ? inherited->takeXdp() : std::nullopt)
+            handedEdge = EdgeControl::Handed{std::move(xdp->described), std::move(xdp->link)};
+        EdgeControl edge(config, std::move(handedEdge));
         InheritedListeners adoptListeners;
         if (inherited)
             adoptListeners = [&inherited](const SocketAddress& address) {
@@ -446,10 +453,6 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
                 toString(settings.datapath.engine()), " engine, pipe size ",
                 settings.datapath.pipeSize, " B, pipe budget ",
                 budget == 0 ? std::string("unlimited") : std::to_string(budget) + " B");
-        std::optional<EdgeControl::Handed> handedEdge;
-        if (auto xdp = inherited ? inherited->takeXdp() : std::nullopt)
-            handedEdge = EdgeControl::Handed{std::move(xdp->described), std::move(xdp->link)};
-        EdgeControl edge(config, std::move(handedEdge));
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;

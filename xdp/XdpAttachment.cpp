@@ -184,6 +184,7 @@ XdpAttachment XdpAttachment::adopt(const std::string& interface, UniqueFd link, 
     attachment.ifindex_ = ifindex;
     attachment.mode_ = mode;
     attachment.link_ = std::move(link);
+    attachment.adopted_ = true;
     logInfo(prefix(interface), ": took over the edge filter's link from the running daemon (",
             xdpAttachModeName(mode), " mode, link id ", info.id, "); this process's program runs "
             "on it now");
@@ -206,7 +207,8 @@ XdpAttachment::XdpAttachment(XdpAttachment&& other) noexcept
       ifindex_(std::exchange(other.ifindex_, 0)),
       mode_(other.mode_),
       program_(std::move(other.program_)),
-      link_(std::move(other.link_)) {}
+      link_(std::move(other.link_)),
+      adopted_(other.adopted_) {}
 
 XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
     if (this != &other) {
@@ -216,6 +218,7 @@ XdpAttachment& XdpAttachment::operator=(XdpAttachment&& other) noexcept {
         mode_ = other.mode_;
         program_ = std::move(other.program_);
         link_ = std::move(other.link_);
+        adopted_ = other.adopted_;
     }
     return *this;
 }
@@ -226,6 +229,13 @@ XdpAttachment::~XdpAttachment() {
 
 void XdpAttachment::detach() noexcept {
     if (ifindex_ == 0) return;
+    if (adopted_) {
+        // Maybe still the running daemon's link (this start failed): only our reference goes.
+        logInfo(prefix(interface_), ": closed the edge filter's link taken over at the upgrade "
+                                    "(it detaches with its last holder)");
+        release();
+        return;
+    }
     // Detaching the link (rather than only closing our fd) also covers a copy of the fd that a
     // child process might hold. ENOLINK: the interface went away and took the link with it.
     int err = bpf_link_detach(link_.get());

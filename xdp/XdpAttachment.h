@@ -42,7 +42,10 @@ class XdpAttachment {
     // it handed over) and replaces the program on it with `programFd` at once
     // (bpf_link_update: the interface is never without a filter, nor with two). `mode`: the
     // mode the link was made in. Throws std::system_error naming the interface when `link` is
-    // not an XDP link on it or the update fails (the old program then stays).
+    // not an XDP link on it or the update fails (the old program then stays). An adopted link is
+    // never detached, only closed: while the old process lives (this start failed) it is its
+    // link, which it puts its own program back on; once the old one is gone this process holds
+    // the last reference, whose close detaches it.
     static XdpAttachment adopt(const std::string& interface, UniqueFd link, int programFd,
                                XdpAttachMode mode);
     // The link, for an upgrade's hand-off.
@@ -69,6 +72,7 @@ class XdpAttachment {
     XdpAttachMode mode_ = XdpAttachMode::Auto;
     UniqueFd program_;
     UniqueFd link_;
+    bool adopted_ = false;
 };
 
 }  // namespace splicegate
