@@ -186,6 +186,8 @@ HttpOutcome perform(const HttpRequest& request) {
     CURLcode code = ::curl_easy_perform(h.get());
     if (code != CURLE_OK) {
         out.transportError = errorBuffer[0] != '\0' ? errorBuffer : ::curl_easy_strerror(code);
+        out.tlsRefused = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
+                         code == CURLE_SSL_CERTPROBLEM;
         if (upload.readErrno != 0)
             out.transportError += std::string(" (reading the body: ") + std::strerror(upload.readErrno) + ")";
         return out;

@@ -31,6 +31,9 @@ struct HttpRequest {
 struct HttpOutcome {
     Response response;
     std::string transportError;   // empty when a reply came
+    // The server's certificate failed verification (or the CA file is unusable): a retry would
+    // fail the same way.
+    bool tlsRefused = false;
 };
 
 // libcurl's global set-up, once per process (curl_global_init is not thread-safe).

@@ -97,6 +97,7 @@ Result<Response> S3Client::send(const Operation& op) {
             error = httpError(op, options_.endpoint, outcome.response);
         } else {
             error = transportError(op, options_.endpoint, outcome.transportError);
+            if (outcome.tlsRefused) error.code = "tls";
         }
         error.attempts = attempt + 1;
         if (!retryable(error) || attempt >= options_.retries) {

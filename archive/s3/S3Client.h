@@ -44,7 +44,7 @@ struct ClientOptions {
 
 struct Error {
     long httpStatus = 0;        // 0 for a transport error
-    std::string code;           // S3's <Code>, "transport", or the status's name for a bodiless reply
+    std::string code;           // S3's <Code>, "transport", "tls" (certificate refused), or the status's name for a bodiless reply
     std::string serverMessage;  // S3's <Message>, or curl's words for a transport error
     std::string message;        // one line: method, bucket/key, endpoint, status, code, words
     unsigned attempts = 0;      // how many requests were sent

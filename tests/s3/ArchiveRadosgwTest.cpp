@@ -298,6 +298,42 @@ TEST_F(ArchiveRadosgwTest, FailOpenRetentionDeletesUnarchivedSegmentsAndCountsTh
     ASSERT_TRUE(relay.terminate(milliseconds(20000))) << relay.why();
 }
 
+// TLS as in production: the server's certificate verified (against --s3-ca-file here, a CA the
+// fixture made), the payload UNSIGNED with the CRC header signed, and an unknown CA refused.
+TEST_F(ArchiveRadosgwTest, ShipsOverTlsVerifyingTheServerAndRefusesAnUnknownCa) {
+    makeAuditLog(auditDir_, 2, 300'000, 1);
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto refused = runProcess(archiveArgs(auditDir_, stateDir_, bucket, {{"--s3-endpoint", s3HttpsEndpoint()}}),
+                              milliseconds(60000));
+    ASSERT_TRUE(refused.status);
+    EXPECT_TRUE(refused.status->isExit(1)) << refused.err;
+    EXPECT_NE(refused.err.find(s3HttpsEndpoint()), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("certificate"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.err.find("attempts"), std::string::npos) << "not retried: " << refused.err;
+    auto nothing = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(nothing) << nothing.error.message;
+    EXPECT_TRUE(nothing->empty());
+
+    auto shipped = runProcess(archiveArgs(auditDir_, stateDir_, bucket,
+                                          {{"--s3-endpoint", s3HttpsEndpoint()}, {"--s3-ca-file", s3CaFile()}}),
+                              milliseconds(60000));
+    ASSERT_TRUE(shipped.status && shipped.status->isExit(0)) << shipped.err;
+    archive::UploadStateStore states(stateDir_);
+    for (const auto& files : sealedSegments(auditDir_)) {
+        auto state = states.load(files.worker, files.segment);
+        ASSERT_TRUE(state) << files.indexPath;
+        EXPECT_EQ(state->phase, archive::UploadPhase::Verified) << files.indexPath << state->problem;
+    }
+    const std::string audit = std::string(SPLICEGATE_BIN_DIR) + "/splicegate-audit";
+    auto local = runProcess({audit, "list", auditDir_}, milliseconds(30000));
+    auto remote = runProcess({audit, "list", "s3://" + bucket + "/gw-test", "--s3-endpoint", s3HttpsEndpoint(),
+                              "--s3-ca-file", s3CaFile(), "--s3-credentials-file", s3CredentialsFile()},
+                             milliseconds(30000));
+    ASSERT_TRUE(remote.status && remote.status->isExit(0)) << remote.err;
+    EXPECT_EQ(remote.out, local.out);
+}
+
 TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
     TempDir other;
     auto loose = other.write("credentials", "[default]\naws_access_key_id = a\naws_secret_access_key = b\n");

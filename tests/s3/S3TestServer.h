@@ -14,12 +14,18 @@ inline std::string s3ServerDir() {
     return dir != nullptr ? dir : "";
 }
 
-inline std::string s3Endpoint() {
-    std::ifstream in(s3ServerDir() + "/endpoint");
+inline std::string firstLineOf(const std::string& path) {
+    std::ifstream in(path);
     std::string line;
     std::getline(in, line);
     return line;
 }
+
+inline std::string s3Endpoint() { return firstLineOf(s3ServerDir() + "/endpoint"); }
+
+// The same gateway over TLS, with a certificate for 127.0.0.1 signed by s3CaFile().
+inline std::string s3HttpsEndpoint() { return firstLineOf(s3ServerDir() + "/https-endpoint"); }
+inline std::string s3CaFile() { return s3ServerDir() + "/ca.pem"; }
 
 inline std::string s3CredentialsFile() { return s3ServerDir() + "/credentials"; }
 

@@ -1,7 +1,10 @@
 #!/bin/sh
 # A one-node Ceph cluster with an S3 gateway for the S3 tests, on 127.0.0.1 only:
 #   tests/s3/radosgw.sh start DIR   -> DIR/endpoint (http://127.0.0.1:PORT), DIR/credentials
-#                                      (AWS shared-credentials format, mode 0600), DIR/*.pid
+#                                      (AWS shared-credentials format, mode 0600), DIR/*.pid,
+#                                      DIR/https-endpoint (https://127.0.0.1:PORT, the same
+#                                      gateway over TLS) and DIR/ca.pem (the CA its certificate,
+#                                      made here for 127.0.0.1, is signed by)
 #   tests/s3/radosgw.sh stop DIR    -> ends the daemons by their pid files, removes what start made
 # One monitor, one memstore OSD (RAM that grows with the data: keep test data small) and radosgw.
 # Authentication is off (a throwaway cluster); then ms_*_mode must be crc as well, or the gateway
@@ -45,7 +48,8 @@ stop() {
     stop_one osd
     stop_one mon
     rm -rf "$DIR/mon" "$DIR/osd" "$DIR/rgw" "$DIR/run" "$DIR/log" "$DIR/monmap" "$DIR/ceph.conf" \
-        "$DIR/endpoint" "$DIR/credentials" "$DIR/radosgw.out" "$DIR/mon.out" "$DIR/osd.out"
+        "$DIR/endpoint" "$DIR/credentials" "$DIR/radosgw.out" "$DIR/mon.out" "$DIR/osd.out" \
+        "$DIR/https-endpoint" "$DIR/ca.pem" "$DIR/tls"
     rmdir "$DIR" 2>/dev/null || true
 }
 
@@ -95,14 +99,30 @@ osd_crush_chooseleaf_type = 0
 mon_warn_on_pool_no_redundancy = false
 mgr_initial_modules =
 [client.rgw.test]
-rgw_frontends = beast endpoint=127.0.0.1:$3
+rgw_frontends = beast endpoint=127.0.0.1:$3 ssl_endpoint=127.0.0.1:$4 ssl_certificate=$DIR/tls/server.pem ssl_private_key=$DIR/tls/server.key
 rgw_data = $DIR/rgw
 rgw_enable_usage_log = false
 CONF
 }
 
+# A throwaway CA and a certificate for 127.0.0.1 signed by it: the clients verify TLS as they do
+# in production, with --s3-ca-file DIR/ca.pem.
+make_certificates() {
+    mkdir -p "$DIR/tls"
+    (
+        cd "$DIR/tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=splicegate test CA" \
+            -keyout ca.key -out ca.pem
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout server.key -out server.csr
+        printf 'subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n' > server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile server.ext -out server.pem
+    ) > "$DIR/tls/openssl.out" 2>&1 || fail "openssl could not make the test certificates: $(tail -n 3 "$DIR/tls/openssl.out")"
+    cp "$DIR/tls/ca.pem" "$DIR/ca.pem"
+}
+
 start() {
-    for tool in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph python3 curl; do
+    for tool in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph python3 curl openssl; do
         command -v "$tool" > /dev/null || { echo "radosgw.sh: $tool is missing (tools/install-deps.sh installs it)" >&2; exit 1; }
     done
     # A run that died before its stop left a cluster (or its files) here: end it first.
@@ -112,7 +132,10 @@ start() {
     mon_port=$(free_port)
     rgw_port=$(free_port)
     while [ "$rgw_port" = "$mon_port" ]; do rgw_port=$(free_port); done
-    write_conf "$fsid" "$mon_port" "$rgw_port"
+    tls_port=$(free_port)
+    while [ "$tls_port" = "$mon_port" ] || [ "$tls_port" = "$rgw_port" ]; do tls_port=$(free_port); done
+    make_certificates
+    write_conf "$fsid" "$mon_port" "$rgw_port" "$tls_port"
 
     monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$DIR/monmap" > /dev/null ||
         fail "monmaptool failed"
@@ -145,8 +168,12 @@ start() {
     (umask 077 && printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
         "$ACCESS_KEY" "$SECRET_KEY" > "$DIR/credentials")
     chmod 0600 "$DIR/credentials"
+    tls_endpoint=https://127.0.0.1:$tls_port
+    curl -s -o /dev/null -m 5 --cacert "$DIR/ca.pem" "$tls_endpoint/" ||
+        fail "no TLS S3 endpoint at $tls_endpoint verified with $DIR/ca.pem"
     echo "$endpoint" > "$DIR/endpoint"
-    echo "radosgw.sh: S3 endpoint $endpoint, credentials in $DIR/credentials"
+    echo "$tls_endpoint" > "$DIR/https-endpoint"
+    echo "radosgw.sh: S3 endpoint $endpoint ($tls_endpoint over TLS, CA $DIR/ca.pem), credentials in $DIR/credentials"
 }
 
 case "$ACTION" in

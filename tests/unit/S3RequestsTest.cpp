@@ -214,6 +214,7 @@ TEST(S3RequestsTest, OnlyServerSideAndTransportErrorsAreRetried) {
     EXPECT_TRUE(retryable(error(503, "SlowDown")));
     EXPECT_TRUE(retryable(error(429, "TooManyRequests")));
     EXPECT_TRUE(retryable(error(400, "SlowDown")));
+    EXPECT_FALSE(retryable(error(0, "tls")));  // a refused certificate fails the same way again
     EXPECT_FALSE(retryable(error(403, "AccessDenied")));
     EXPECT_FALSE(retryable(error(404, "NoSuchKey")));
     EXPECT_FALSE(retryable(error(409, "BucketNotEmpty")));
