@@ -80,18 +80,19 @@ start=$(date +%s.%N)
 echo "archive-list.sh: filled in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s" >&2
 
 S3=(--s3-endpoint "$ENDPOINT" --s3-credentials-file "$CREDS")
-# best_of NAME COMMAND...: the best wall time of REPEAT runs, and the rows of the last one.
+# best_of NAME COMMAND...: the best wall time of REPEAT runs, and the output lines of the last
+# one (its bytes with COUNT=bytes).
 best_of() {
-    local name=$1 best='' start end secs rows
+    local name=$1 best='' start end secs rows unit=${COUNT:-lines}
     shift
     for _ in $(seq "$REPEAT"); do
         start=$(date +%s.%N)
-        rows=$("$@" | wc -l)
+        if [[ $unit == bytes ]]; then rows=$("$@" | wc -c); else rows=$("$@" | wc -l); fi
         end=$(date +%s.%N)
         secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
         if [[ -z $best ]] || awk -v a="$secs" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$secs; fi
     done
-    echo "$name seconds=$best lines=$rows"
+    echo "$name seconds=$best $unit=$rows"
 }
 list_each_box() {
     local box
@@ -107,9 +108,10 @@ if "$BIN/splicegate-audit" list --help | grep -q -- --all-boxes; then
 fi
 best_of "list_one_box_one_hour_window" "$BIN/splicegate-audit" list "s3://$BUCKET/box01" "${S3[@]}" \
     --jsonl --since 2026-01-01T12:00:00Z --until 2026-01-01T12:59:59Z
+# From hour 0: its copies keep the seed's ids, which their (copied) index objects hold.
 ID=$("$BIN/splicegate-audit" list "s3://$BUCKET/box01" "${S3[@]}" --jsonl \
-    --since 2026-01-01T12:00:00Z --until 2026-01-01T12:59:59Z | sed -n '1s/{"id": \([0-9]*\),.*/\1/p')
-best_of "extract_one_connection(id=$ID)" "$BIN/splicegate-audit" extract "s3://$BUCKET/box01" \
+    --since 2026-01-01T00:00:00Z --until 2026-01-01T00:59:59Z | sed -n '1s/{"id": \([0-9]*\),.*/\1/p')
+COUNT=bytes best_of "extract_one_connection(id=$ID)" "$BIN/splicegate-audit" extract "s3://$BUCKET/box01" \
     "${S3[@]}" --connection "$ID" --direction c2u
 if [[ -n $BASELINE ]]; then
     best_of "baseline_list_one_box(${HOURS}h)" "$BASELINE" list "s3://$BUCKET/box01" "${S3[@]}" --jsonl
