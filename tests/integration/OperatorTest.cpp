@@ -395,15 +395,42 @@ TEST(OperatorUpstreamTest, ActiveChecksFindADownUpstreamWithoutClients) {
                                                "\nupstream = " + loopback(refusing) +
                                                "\nupstream = " + echo.address() +
                                                "\nhealth-check-interval-ms = 100\n");
-    Daemon daemon({"--config", config, "--workers", "1"});
+    uint16_t metricsPort = pickFreePort();
+    Daemon daemon({"--config", config, "--workers", "1", "--metrics-listen",
+                   loopback(metricsPort)});
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
     EXPECT_TRUE(waitLogged(daemon, "upstream " + loopback(refusing) + " is down")) << daemon.why();
+    // Failed checks are counted apart from client connections' failed connects (of which there
+    // were none): one label set per name, so a dashboard's sum by (route) counts each once.
+    const std::map<std::string, std::string> down = {{"route", "checked"},
+                                                     {"upstream", loopback(refusing)}};
+    auto samples = parseMetrics(httpGet(metricsPort, "/metrics").body);
+    EXPECT_GE(sampleValue(samples, "splicegate_upstream_health_check_failures_total", down)
+                  .value_or(0),
+              1.0);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_connect_failures_total", down),
+              std::optional<double>(0.0));
+    for (const auto& sample : findSamples(samples, "splicegate_upstream_connect_failures_total"))
+        EXPECT_EQ(sample.labels.size(), 2u) << sample.line;
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_state",
+                          {{"route", "checked"}, {"upstream", loopback(refusing)}, {"state", "down"}}),
+              std::optional<double>(1.0));
+    auto changedTo = [&](const char* state) {
+        auto labels = down;
+        labels["to"] = state;
+        return sampleValue(parseMetrics(httpGet(metricsPort, "/metrics").body),
+                           "splicegate_upstream_state_changes_total", labels)
+            .value_or(0);
+    };
+    EXPECT_EQ(changedTo("down"), 1.0);
+    EXPECT_EQ(changedTo("up"), 0.0);
     uint16_t back = refusing;
     UniqueFd revived = listenTcp(back);
     ASSERT_EQ(back, refusing);
     EXPECT_TRUE(waitLogged(daemon, "upstream " + loopback(refusing) + " is up again", 1,
                            milliseconds(15000)))
         << daemon.why();
+    EXPECT_EQ(changedTo("up"), 1.0);
     EXPECT_TRUE(grepLines(daemon.log(), "access route=").empty())
         << "no client connected, yet a connection was relayed";
 }

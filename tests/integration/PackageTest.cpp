@@ -959,7 +959,7 @@ TEST_F(PackageTest, InstallRunUpgradeRemovePurge) {
         }
         EXPECT_TRUE(std::regex_search(listing, closed)) << listing;
 
-        // ExecReload= (SIGHUP) keeps it running. (Signals go to the daemon's pid: the Daemon
+        // SIGHUP (splicegatectl reload; the unit's ExecReload= is an upgrade) keeps it running. (Signals go to the daemon's pid: the Daemon
         // object's pid is strace's.)
         // (The reload is awaited by its log line: under strace and a loaded machine it can take
         // longer than any fixed pause.)

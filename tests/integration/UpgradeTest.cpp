@@ -3,7 +3,8 @@
 // connections/s through the upgrade sees no refused or reset connection and every byte echoed;
 // a connection opened before keeps flowing until the old process's drain timeout ends it; the
 // service manager is told the new main PID; a new process that fails (an invalid config file)
-// leaves the old one serving and the command exits 1 with the reason. With the audit log on:
+// leaves the old one serving and the command exits 1 with the reason; a setting a reload only
+// names (workers) applies through an upgrade. With the audit log on:
 // AuditUpgradeTest.cpp; with the XDP edge filter: XdpUpgradeTest.cpp.
 // The test process is a child subreaper: the new daemon, orphaned when the old one exits, is
 // reparented here and reaped by the test (tests/support/Upgrade.h).
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,9 +43,10 @@ class UpgradeTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() { ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0); }
 
-    std::string writeConfig(const std::string& extra = "") {
+    std::string writeConfig(const std::string& extra = "", unsigned workers = 2) {
         return dir_.write("splicegate.conf", "listen = " + loopback(port_) + "\nupstream = " +
-                                                 upstream_.address() + "\nworkers = 2\n" + extra);
+                                                 upstream_.address() + "\nworkers = " +
+                                                 std::to_string(workers) + "\n" + extra);
     }
     std::vector<std::string> daemonArgs(std::vector<std::string> extra = {}) {
         std::vector<std::string> args = {"--config",        writeConfig(),
@@ -194,6 +197,48 @@ TEST_F(UpgradeTest, FailedNewProcessLeavesTheOldOneServing) {
     UniqueFd next = connectTcp(port_, error);
     ASSERT_TRUE(next) << std::strerror(error);
     EXPECT_TRUE(echoRoundTrip(next.get(), 4, 4096, milliseconds(5000)));
+    next.reset();
+    EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
+}
+
+// A setting a reload only names ("takes effect at the next start": workers) applies through an
+// upgrade, which reads the file again in a new process; an open connection goes on meanwhile.
+TEST_F(UpgradeTest, RestartOnlySettingAppliesThroughUpgrade) {
+    Daemon daemon(daemonArgs({"--drain-timeout-ms", "2000"}));
+    ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+    static const std::regex twoWorkers("\nworkers +2\n"), threeWorkers("\nworkers +3\n");
+    auto before = runCtl(adminSocket(), {"status"});
+    ASSERT_TRUE(before.status && before.status->isExit(0)) << before.err;
+    EXPECT_TRUE(std::regex_search("\n" + before.out, twoWorkers)) << before.out;
+    int error = 0;
+    UniqueFd open = connectTcp(port_, error);
+    ASSERT_TRUE(open) << std::strerror(error);
+    ASSERT_TRUE(echoRoundTrip(open.get(), 1, 4096, milliseconds(5000)));
+
+    writeConfig("", 3);
+    auto reload = runCtl(adminSocket(), {"reload"});
+    ASSERT_TRUE(reload.status && reload.status->isExit(0)) << reload.out << reload.err;
+    EXPECT_NE(reload.out.find("takes effect at the next start: workers"), std::string::npos)
+        << reload.out;
+    auto still = runCtl(adminSocket(), {"status"});
+    EXPECT_TRUE(std::regex_search("\n" + still.out, twoWorkers)) << still.out;
+
+    auto upgrade = runCtl(adminSocket(), {"upgrade"}, milliseconds(70000));
+    Successor successor(newPidOf(upgrade.out));
+    ASSERT_TRUE(upgrade.status && upgrade.status->isExit(0))
+        << upgrade.out << upgrade.err << daemon.why();
+    auto after = runCtl(adminSocket(), {"status"});
+    ASSERT_TRUE(after.status && after.status->isExit(0)) << after.err;
+    EXPECT_TRUE(std::regex_search("\n" + after.out, threeWorkers)) << after.out;
+    // The connection opened before is the old process's: it flows while that one drains.
+    EXPECT_TRUE(echoRoundTrip(open.get(), 2, 4096, milliseconds(5000)));
+    open.reset();
+    auto oldExit = daemon.waitExit(milliseconds(10000));
+    ASSERT_TRUE(oldExit) << daemon.why();
+    EXPECT_TRUE(oldExit->isExit(0)) << oldExit->describe();
+    UniqueFd next = connectTcp(port_, error);
+    ASSERT_TRUE(next) << std::strerror(error);
+    EXPECT_TRUE(echoRoundTrip(next.get(), 3, 4096, milliseconds(5000)));
     next.reset();
     EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
 }

@@ -3,7 +3,8 @@
 //   daemon really has;
 // - every [route.NAME] key the parser accepts is in docs/configuration.md and splicegate.conf(5);
 // - the options of `splicegate --help`, the tables of docs/configuration.md and the options of
-//   splicegate(8) are the same set, both ways; so are splicegate-audit's and its man page's;
+//   splicegate(8) are the same set, both ways; so are splicegate-audit's, splicegatectl's and
+//   splicegate-archive's and their man pages';
 // - a commented "#key = value" of the packaged config file shows --help's default;
 // - every metric name the exposer's sources define is in docs/metrics.md;
 // - README.md, docs/ and packaging/README.md link only files that exist in the repository and
@@ -166,6 +167,22 @@ TEST(DocsLintTest, AuditToolOptionsAreTheSameInHelpAndManPageBothWays) {
                       "splicegate-audit(1)");
 }
 
+// splicegatectl's and splicegate-archive's global options against their man pages, both ways.
+TEST(DocsLintTest, CtlAndArchiveOptionsAreTheSameInHelpAndManPageBothWays) {
+    const std::pair<const char*, const char*> tools[] = {
+        {"splicegatectl", "packaging/man/splicegatectl.1"},
+        {"splicegate-archive", "packaging/man/splicegate-archive.8"},
+    };
+    for (const auto& [tool, page] : tools) {
+        auto result = test::runProcess({std::string(SPLICEGATE_BIN_DIR) + "/" + tool, "--help"},
+                                       milliseconds(10000));
+        ASSERT_TRUE(result.status && result.status->isExit(0)) << tool << result.err;
+        auto help = helpOptions(result.out);
+        ASSERT_GE(help.size(), 4u) << tool << " --help:\n" << result.out;
+        expectSameOptions(help, std::string(tool) + " --help", manOptions(kSource / page), page);
+    }
+}
+
 TEST(DocsLintTest, RouteKeysAreInTheConfigFileManPage) {
     auto page = read(kSource / "packaging/man/splicegate.conf.5");
     for (const auto& key : matches(read(kSource / "relay/Config.cpp"),
@@ -209,6 +226,22 @@ TEST(DocsLintTest, PackagedUnitLetsEveryAccessLineThroughJournald) {
     auto unit = read(kSource / "packaging/systemd/splicegate.service");
     EXPECT_NE(unit.find("\nLogRateLimitIntervalSec=0\n"), std::string::npos)
         << "packaging/systemd/splicegate.service sets no LogRateLimitIntervalSec=0";
+}
+
+// systemctl reload and the package's upgrade go through `splicegatectl upgrade` (the new process
+// says MAINPID=, which systemd takes from a process other than the main one only with
+// NotifyAccess=all); the package neither stops nor restarts the daemon around the unpacking.
+TEST(DocsLintTest, PackagedUnitAndPostinstUpgradeWithoutRefusingConnections) {
+    auto unit = read(kSource / "packaging/systemd/splicegate.service");
+    EXPECT_NE(unit.find("\nExecReload=/usr/bin/splicegatectl upgrade\n"), std::string::npos);
+    EXPECT_NE(unit.find("\nNotifyAccess=all\n"), std::string::npos);
+    EXPECT_NE(unit.find("\nType=notify\n"), std::string::npos);
+    auto postinst = read(kSource / "packaging/debian/splicegate.postinst");
+    EXPECT_NE(postinst.find("$(/usr/bin/splicegatectl upgrade 2>&1)"), std::string::npos);
+    EXPECT_NE(read(kSource / "packaging/debian/rules")
+                  .find("dh_installsystemd --no-stop-on-upgrade --no-restart-after-upgrade "
+                        "splicegate.service"),
+              std::string::npos);
 }
 
 TEST(DocsLintTest, EveryMetricIsDocumented) {
