@@ -16,6 +16,7 @@
 
 #include "tests/support/Daemon.h"
 #include "tests/support/PatternStream.h"
+#include "tests/support/SilentUpstream.h"
 #include "tests/support/Sockets.h"
 #include "tests/support/TestServer.h"
 #include "tests/support/Traffic.h"
@@ -35,31 +36,6 @@ constexpr uint64_t kMiB = 1024 * 1024;
     }
     return echoRoundTrip(fd.get(), seed, 1 * kMiB, milliseconds(10000));
 }
-
-// An upstream that never answers a SYN, on loopback: a listener whose accept queue is full (the
-// kernel then drops new SYNs). `silent` is false where this kernel answers anyway.
-struct SilentUpstream {
-    uint16_t port = 0;
-    UniqueFd listener;
-    std::vector<UniqueFd> fillers;
-    bool silent = false;
-    std::string why;
-
-    SilentUpstream() : listener(listenTcp(port, false, /*backlog=*/0)) {
-        for (int i = 0; i < 4; ++i) {
-            int error = 0;
-            UniqueFd fd = connectTcp(port, error, milliseconds(200));
-            if (fd) fillers.push_back(std::move(fd));
-        }
-        int error = 0;
-        UniqueFd probe = connectTcp(port, error, milliseconds(300));
-        silent = !probe && error == ETIMEDOUT;
-        if (!silent)
-            why = std::string("this kernel does not drop SYNs to a full accept queue (connect: ") +
-                  (probe ? "succeeded" : std::strerror(error)) +
-                  "); cannot make a silent upstream on loopback";
-    }
-};
 
 // IPv4 sockets in TCP state `state` (TcpTableRow) whose local (or remote) port is `port`.
 std::size_t tcpSockets(uint16_t port, int state, bool local) {

@@ -10,7 +10,8 @@
 // - PROXY v1 and v2 headers from a trusted balancer give the client's address to the access
 //   line, the audit and the per-source limit, with the balancer's as via; the header is neither
 //   relayed nor audited; a missing header, or one from an untrusted source, is refused
-//   (proxy-protocol); LOCAL keeps the real address;
+//   (proxy-protocol), as is a v2 TLV that runs past the header; TCP4 and TCP6 in v1 and v2, TLVs
+//   skipped; LOCAL keeps the real address;
 // - proxy-protocol-out v1 and v2 put a header naming the client before its first byte.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -342,6 +343,23 @@ std::string v2Header(const char* source, const char* destination) {
     return encodeProxyHeader(ProxyVersion::V2, numericAddress(source), numericAddress(destination));
 }
 
+// A v2 header as balancers send it, with TLVs after the addresses (ALPN, an authority, a NOOP
+// of padding, a vendor type): the relay skips them; the header's length field covers them.
+std::string v2HeaderWithTlvs(const char* source, const char* destination) {
+    std::string header = v2Header(source, destination);
+    auto tlv = [](unsigned char type, const std::string& value) {
+        return std::string(1, static_cast<char>(type)) +
+               static_cast<char>((value.size() >> 8) & 0xff) +
+               static_cast<char>(value.size() & 0xff) + value;
+    };
+    std::string tlvs = tlv(0x01, "h2") + tlv(0x02, "www.example.com") +
+                       tlv(0x04, std::string(300, '\0')) + tlv(0xE0, "vendor");
+    std::size_t length = header.size() - 16 + tlvs.size();
+    header[14] = static_cast<char>((length >> 8) & 0xff);
+    header[15] = static_cast<char>(length & 0xff);
+    return header + tlvs;
+}
+
 TEST(SniProxyTest, ProxyHeadersFromTheTrustedBalancerNameTheClient) {
     TempDir dir;
     auto board = std::make_shared<Received>();
@@ -368,29 +386,40 @@ TEST(SniProxyTest, ProxyHeadersFromTheTrustedBalancerNameTheClient) {
               "two");
     EXPECT_EQ(relayed("127.0.0.1", v2Header("[2001:db8::9]:5000", "[2001:db8::1]:443"), "six"),
               "six");
+    EXPECT_EQ(relayed("127.0.0.1", "PROXY TCP6 2001:db8::10 2001:db8::1 5001 443\r\n", "v1six"),
+              "v1six");
+    EXPECT_EQ(relayed("127.0.0.1", v2HeaderWithTlvs("192.0.2.11:40011", "198.51.100.1:443"),
+                      "tlvs"),
+              "tlvs");
     std::string local = encodeProxyHeader(ProxyVersion::V2, {}, {});
     EXPECT_EQ(relayed("127.0.0.1", local, "local"), "local");
     // Outside proxy-trusted and without a header: relayed as it is.
     EXPECT_EQ(relayed("127.0.0.3", "", "direct"), "direct");
-    ASSERT_EQ(daemon.waitLogLines("access route=lb", 5, milliseconds(5000)), 5u)
+    ASSERT_EQ(daemon.waitLogLines("access route=lb", 7, milliseconds(5000)), 7u)
         << daemon.logTail();
     auto log = daemon.log();
     EXPECT_EQ(grepLines(log, "client=192.0.2.7:40000 ").size(), 1u) << log;
     EXPECT_EQ(grepLines(log, "client=[2001:db8::9]:5000 ").size(), 1u) << log;
-    EXPECT_EQ(grepLines(log, " via=127.0.0.1:").size(), 3u) << log;
+    EXPECT_EQ(grepLines(log, "client=[2001:db8::10]:5001 ").size(), 1u) << log;
+    EXPECT_EQ(grepLines(log, "client=192.0.2.11:40011 ").size(), 1u) << log;
+    EXPECT_EQ(grepLines(log, " via=127.0.0.1:").size(), 5u) << log;
     EXPECT_EQ(grepLines(log, "client=127.0.0.3:").size(), 1u) << log;
 
-    // Refused: the trusted balancer without a header, an untrusted source with one.
+    // Refused: the trusted balancer without a header or with a TLV that runs past the header's
+    // end, an untrusted source with one.
+    std::string badTlv = v2Header("192.0.2.12:1", "198.51.100.1:443") + std::string("\x01\x00\x10" "ab", 5);
+    badTlv[15] = static_cast<char>(badTlv[15] + 5);
     for (auto [from, bytes] : {std::pair{"127.0.0.1", std::string("GET / HTTP/1.0\r\n\r\n")},
+                               std::pair{"127.0.0.1", badTlv},
                                std::pair{"127.0.0.3", v2Header("192.0.2.1:1", "192.0.2.2:2")},
                                std::pair{"127.0.0.3", std::string("PROXY TCP4 192.0.2.1 "
                                                                   "192.0.2.2 1 2\r\n")}}) {
         UniqueFd fd = clientFrom(from, port);
         sendAndFinish(fd.get(), bytes + "payload");
     }
-    ASSERT_EQ(daemon.waitLogLines("reason=proxy-protocol", 3, milliseconds(5000)), 3u)
+    ASSERT_EQ(daemon.waitLogLines("reason=proxy-protocol", 4, milliseconds(5000)), 4u)
         << daemon.logTail();
-    EXPECT_EQ(refused(metricsPort, "lb", "proxy-protocol"), 3);
+    EXPECT_EQ(refused(metricsPort, "lb", "proxy-protocol"), 4);
 
     // The per-source limit (1) counts the client the header names, not the balancer.
     UniqueFd first = clientFrom("127.0.0.1", port);

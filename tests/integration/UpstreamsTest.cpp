@@ -1,5 +1,6 @@
-// Upstreams through the real daemon: weighted round robin and backups, per-route settings, and
-// maintenance with splicegatectl upstream disable|enable and upstreams.
+// Upstreams through the real daemon: weighted round robin and backups, per-route settings (idle,
+// connect and half-closed timeouts, connection limits, lane) and reloads that apply them all or
+// none, and maintenance with splicegatectl upstream disable|enable and upstreams.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "tests/support/ControlPlaneDaemon.h"
+#include "tests/support/SilentUpstream.h"
 #include "tests/support/TestServer.h"
 #include "tests/support/Traffic.h"
 
@@ -200,6 +202,93 @@ TEST(UpstreamsTest, PerRouteIdleTimeoutAndAReloadWithOneBadValueChangesNothing) 
     ASSERT_TRUE(kept);
     ASSERT_TRUE(echoRoundTrip(kept.get(), 5, 64, 5000ms));
     EXPECT_FALSE(closedWithin(kept.get(), 2500ms)) << "idle-timeout-ms 0 after the reload";
+}
+
+// Two routes with their own timeouts over global ones of a minute: `dial` (connect-timeout-ms,
+// its upstream never answers a SYN) and `stall` (half-closed-timeout-ms, its upstream never
+// reads a client that sent more than it takes and left). A reload that changes both routes and
+// the dial route's upstream but has one bad value elsewhere applies none of it; a good one
+// applies all of it.
+std::string timeoutRoutes(uint16_t dialPort, uint16_t stallPort, const std::string& dialUpstream,
+                          const std::string& connectTimeout, const std::string& stallUpstream,
+                          const std::string& halfClosedTimeout, const std::string& extra = {}) {
+    return "[route.dial]\nlisten = " + loopback(dialPort) + "\nupstream = " + dialUpstream +
+           "\nconnect-timeout-ms = " + connectTimeout + "\n\n[route.stall]\nlisten = " +
+           loopback(stallPort) + "\nupstream = " + stallUpstream +
+           "\nhalf-closed-timeout-ms = " + halfClosedTimeout + "\n" + extra;
+}
+
+// A client of `port` that sent more than the never-reading upstream takes, then its FIN.
+UniqueFd uploadAndLeave(uint16_t port) {
+    int error = 0;
+    auto fd = connectTcp(port, error);
+    if (!fd) return fd;
+    std::vector<char> request(12 * 1024, 'q');
+    if (!sendAll(fd.get(), request.data(), request.size(), deadlineIn(2000ms), error))
+        return UniqueFd();
+    ::shutdown(fd.get(), SHUT_WR);
+    return fd;
+}
+
+TEST(UpstreamsTest, ARouteOwnTimeoutsApplyAndAReloadChangesThemAllOrNone) {
+    SilentUpstream silentA, silentB;  // each counts its own failed connects
+    if (!silentA.silent) GTEST_SKIP() << silentA.why;
+    TestServer neverReads(nullptr), echo(echoUpstream(20000ms));
+    neverReads.setReceiveBuffer(4096);
+    const std::string dialA = loopback(silentA.port), dialB = loopback(silentB.port);
+    uint16_t dialPort = pickFreePort(), stallPort = pickFreePort(), newPort = pickFreePort();
+    ControlPlaneOptions options{
+        {echo.address()},
+        2,
+        timeoutRoutes(dialPort, stallPort, dialA, "300", neverReads.address(), "500"),
+        {"--connect-timeout-ms", "60000", "--half-closed-timeout-ms", "60000",
+         "--idle-timeout-ms", "60000"}};
+    ControlPlaneDaemon d(options);
+    ASSERT_TRUE(d.start()) << d.why();
+    ASSERT_TRUE(waitListening(stallPort, true, deadlineIn(5s)));
+    int error = 0;
+    // The running values: closed after 300 ms and 500 ms, not after a minute.
+    auto expectRunningValues = [&](const char* when) {
+        auto dial = connectTcp(dialPort, error);
+        auto stall = uploadAndLeave(stallPort);
+        ASSERT_TRUE(dial && stall) << when;
+        auto start = std::chrono::steady_clock::now();
+        EXPECT_TRUE(closedWithin(dial.get(), 3000ms)) << when << ": connect-timeout-ms 300";
+        EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms) << when;
+        EXPECT_TRUE(closedWithin(stall.get(), 3000ms)) << when << ": half-closed-timeout-ms 500";
+    };
+    expectRunningValues("at start");
+    EXPECT_FALSE(grepLines(d.daemon().log(), std::to_string(silentA.port)).empty())
+        << "the log does not name the upstream that timed out" << d.why();
+    EXPECT_EQ(d.daemon().waitLogLines("reason=idle-timeout", 1, 2000ms), 1u) << d.why();
+
+    // Longer timeouts, another upstream, a new route, and one bad value: none of it applies.
+    d.writeConfig(timeoutRoutes(dialPort, stallPort, dialB, "3000", neverReads.address(), "5000",
+                                "\n[route.extra]\nlisten = " + loopback(newPort) +
+                                    "\nupstream = " + echo.address() +
+                                    "\nmax-connections = lots\n"));
+    auto bad = d.ctl({"reload"});
+    ASSERT_TRUE(bad.status);
+    EXPECT_TRUE(bad.status->isExit(1)) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find("max-connections"), std::string::npos) << bad.err;
+    EXPECT_FALSE(isListening(newPort));
+    expectRunningValues("after the bad reload");
+
+    // The same without the bad value: all of it applies.
+    d.writeConfig(timeoutRoutes(dialPort, stallPort, dialB, "3000", neverReads.address(), "5000"));
+    auto good = d.ctl({"reload"});
+    ASSERT_TRUE(good.status && good.status->isExit(0)) << good.out << good.err;
+    auto dial = connectTcp(dialPort, error);
+    auto stall = uploadAndLeave(stallPort);
+    ASSERT_TRUE(dial && stall);
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(closedWithin(dial.get(), 1500ms)) << "connect-timeout-ms 3000 after the reload";
+    EXPECT_FALSE(closedWithin(stall.get(), 200ms)) << "half-closed-timeout-ms 5000 after it";
+    EXPECT_TRUE(closedWithin(dial.get(), 4000ms)) << "but not the global minute either";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5000ms);
+    EXPECT_EQ(d.daemon().waitLogLines("reason=upstream-unreachable", 3, 2000ms), 3u) << d.why();
+    EXPECT_FALSE(grepLines(d.daemon().log(), std::to_string(silentB.port)).empty())
+        << "the new upstream of route dial was not the one tried" << d.why();
 }
 
 TEST(UpstreamsTest, ARouteOwnConnectionLimitsRefuseBeyondThem) {
