@@ -74,7 +74,16 @@ class TlsUpstream {
     std::unique_ptr<ChildProcess> server_;
 };
 
-// Which upstream's certificate a real client saw ("" when the handshake failed).
+// "New, TLSv1.3," for "-tls1_3", "TLSv1_3" or true: the line both openssl ends write of the
+// session they negotiated.
+std::string negotiated(const std::string& version) {
+    return std::string("New, TLSv1.") + (version.ends_with('3') ? "3" : "2") + ",";
+}
+
+// Which upstream's certificate a real client saw ("" when the handshake failed or negotiated
+// another version than asked for). curl and python also send a request and read s_server's
+// -www page, which the server writes only after its side of the handshake completed: it names
+// the session it negotiated.
 std::string viaOpensslClient(uint16_t port, const std::string& name, const char* version) {
     std::vector<std::string> argv{kOpenssl, "s_client", "-connect", loopback(port), version};
     if (!name.empty()) argv.insert(argv.end(), {"-servername", name});
@@ -82,19 +91,23 @@ std::string viaOpensslClient(uint16_t port, const std::string& name, const char*
     auto result = runProcess(argv, milliseconds(15000));
     std::smatch match;
     static const std::regex subject("subject=CN ?= ?([a-z-]+)");
+    if (result.out.find(negotiated(version)) == std::string::npos) return "";
     return std::regex_search(result.out, match, subject) ? match[1].str() : "";
 }
 
 std::string viaCurl(uint16_t port, const std::string& name, bool tls13) {
     std::string hostPort = name + ":" + std::to_string(port);
     std::vector<std::string> argv{kCurl, "-sk", "-v", "--max-time", "10", "--resolve",
-                                  hostPort + ":127.0.0.1", "-o", "/dev/null"};
+                                  hostPort + ":127.0.0.1"};
     if (tls13) argv.insert(argv.end(), {"--tlsv1.3"});
     else argv.insert(argv.end(), {"--tlsv1.2", "--tls-max", "1.2"});
     argv.push_back("https://" + hostPort + "/");
     auto result = runProcess(argv, milliseconds(15000));
     std::smatch match;
     static const std::regex subject("subject: CN=([a-z-]+)");
+    if (!result.status || !result.status->isExit(0) ||
+        result.out.find(negotiated(tls13 ? "3" : "2")) == std::string::npos)
+        return "";
     return std::regex_search(result.err, match, subject) ? match[1].str() : "";
 }
 
@@ -113,13 +126,20 @@ std::string viaPython(uint16_t port, const std::string& name, const char* versio
         "with socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10) as s:\n"
         "    with ctx.wrap_socket(s, server_hostname=name) as t:\n"
         "        der = t.getpeercert(binary_form=True)\n"
+        "        t.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+        "        page = b''\n"
+        "        try:\n"
+        "            while chunk := t.recv(65536): page += chunk\n"
+        "        except (ssl.SSLError, OSError): pass  # s_server closes without close_notify\n"
+        "        print(page.decode(errors='replace'))\n"
         "        for c in sys.argv[3:]:\n"
         "            if c.encode() in der: print('CN=' + c, t.version())\n";
     std::vector<std::string> argv{kPython, "-c", script, std::to_string(port), name};
     argv.insert(argv.end(), candidates.begin(), candidates.end());
     auto result = runProcess(argv, milliseconds(15000));
     std::smatch match;
-    static const std::regex subject("CN=([a-z-]+)");
+    static const std::regex subject("\nCN=([a-z-]+)");
+    if (result.out.find(negotiated(version)) == std::string::npos) return "";
     return std::regex_search(result.out, match, subject) ? match[1].str() : "";
 }
 

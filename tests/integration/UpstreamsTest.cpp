@@ -130,6 +130,18 @@ TEST(UpstreamsTest, DisableStopsNewConnectionsWhileAnEstablishedOneFlows) {
     ASSERT_TRUE(json.status && json.status->isExit(0)) << json.err;
     EXPECT_NE(json.out.find("\"state\": \"disabled\""), std::string::npos) << json.out;
     EXPECT_NE(json.out.find("\"active\": 1"), std::string::npos) << json.out;
+    // On /metrics: the disabled state, its health kept apart, and the connection it still has.
+    auto samples = parseMetrics(httpGet(d.metricsPort(), "/metrics").body);
+    std::map<std::string, std::string> aLabels{{"route", "default"}, {"upstream", a.address()}};
+    auto inState = [&](const char* state) {
+        auto labels = aLabels;
+        labels["state"] = state;
+        return sampleValue(samples, "splicegate_upstream_state", labels);
+    };
+    EXPECT_EQ(inState("disabled"), 1);
+    EXPECT_EQ(inState("up"), 0);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_up", aLabels), 1);
+    EXPECT_EQ(sampleValue(samples, "splicegate_upstream_connections_active", aLabels), 1);
 
     for (const auto& bad : std::vector<std::vector<std::string>>{
              {"upstream", "disable", "nosuch", a.address()},
