@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "relay/SocketOptions.h"
@@ -357,18 +358,25 @@ TEST_P(RelayDelayedAckTest, BothSocketsOfAConnectionFollowTheOption) {
 // allowed list; a new machine allows only `reno` and its default), so a host where someone set
 // a congestion control by hand passes the same way as a new one. The refused case is
 // OperatorStartCheckTest's.
-TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
-    const std::string systemDefault = sysctlValue(kDefaultCongestion);
+// The algorithms other than the system's default this machine lets the daemon set (`widened`
+// adds cubic to the allowed list on a host that allows nothing else: reno is always allowed).
+std::vector<std::string> congestionChoices(const std::string& systemDefault,
+                                           std::optional<SysctlOverride>& widened) {
     std::vector<std::string> choices;
     for (const auto& allowed : sysctlWords(kAllowedCongestion))
         if (allowed != systemDefault) choices.push_back(allowed);
-    // reno is always allowed; only a host whose default is reno has nothing else to offer.
-    std::optional<SysctlOverride> widened;
     if (choices.empty()) {
         widened.emplace(kAllowedCongestion, "reno cubic");
-        ASSERT_TRUE(widened->ok()) << widened->why();
-        choices = {"cubic"};
+        if (widened->ok()) choices = {"cubic"};
     }
+    return choices;
+}
+
+TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
+    const std::string systemDefault = sysctlValue(kDefaultCongestion);
+    std::optional<SysctlOverride> widened;
+    auto choices = congestionChoices(systemDefault, widened);
+    ASSERT_FALSE(choices.empty()) << (widened ? widened->why() : std::string());
     const std::string clientChoice = choices.front();
     const std::string upstreamChoice = choices.back();
     for (bool configured : {true, false}) {
@@ -390,6 +398,39 @@ TEST(RelayCongestionControlTest, EachSocketOfAConnectionRunsItsOption) {
         EXPECT_EQ(congestionControlOf(clientSide.get()), configured ? clientChoice : systemDefault);
         EXPECT_EQ(congestionControlOf(upstreamSide.get()),
                   configured ? upstreamChoice : systemDefault);
+    }
+}
+
+// The route key upstream-tcp-congestion: a route's upstream sockets run its own algorithm, over
+// --upstream-tcp-congestion's; the route without the key runs the global one.
+TEST(RelayCongestionControlTest, ARouteOwnUpstreamCongestionControlOverridesTheOption) {
+    const std::string systemDefault = sysctlValue(kDefaultCongestion);
+    std::optional<SysctlOverride> widened;
+    auto choices = congestionChoices(systemDefault, widened);
+    ASSERT_FALSE(choices.empty()) << (widened ? widened->why() : std::string());
+    const std::string routeChoice = choices.front();
+    const std::string globalChoice = "reno" == routeChoice ? systemDefault : "reno";
+    auto globalPort = std::make_shared<std::atomic<int>>(0),
+         routePort = std::make_shared<std::atomic<int>>(0);
+    TestServer globalUpstream = portNotingUpstream(globalPort),
+               routeUpstream = portNotingUpstream(routePort);
+    uint16_t port = pickFreePort(), ownPort = pickFreePort();
+    TempDir dir;
+    std::string config = dir.write(
+        "splicegate.conf", routeSection("own", loopback(ownPort), {routeUpstream.address()}) +
+                               "upstream-tcp-congestion = " + routeChoice + "\n");
+    Daemon daemon(relayArgs(port, {globalUpstream.address()},
+                            {"--upstream-tcp-congestion", globalChoice, "--config", config}));
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(ownPort)) << daemon.why();
+    for (auto [listen, upstream, relayPort, expected] :
+         {std::tuple{port, &globalUpstream, globalPort, globalChoice},
+          std::tuple{ownPort, &routeUpstream, routePort, routeChoice}}) {
+        UniqueFd client;
+        ASSERT_TRUE(connectToRelay(listen, daemon, client));
+        UniqueFd upstreamSide = borrowUpstreamSide(daemon, client, *upstream, *relayPort);
+        ASSERT_TRUE(upstreamSide) << std::strerror(errno) << daemon.why();
+        EXPECT_EQ(congestionControlOf(upstreamSide.get()), expected) << "listener " << listen;
     }
 }
 
