@@ -10,7 +10,8 @@
 // - PROXY v1 and v2 headers from a trusted balancer give the client's address to the access
 //   line, the audit and the per-source limit, with the balancer's as via; the header is neither
 //   relayed nor audited; a missing header, or one from an untrusted source, is refused
-//   (proxy-protocol), as is a v2 TLV that runs past the header; TCP4 and TCP6 in v1 and v2, TLVs
+//   (proxy-protocol), as are a v2 TLV that runs past the header and a version the route does
+//   not take; TCP4 and TCP6 in v1 and v2, TLVs
 //   skipped; LOCAL keeps the real address;
 // - proxy-protocol-out v1 and v2 put a header naming the client before its first byte.
 #include <arpa/inet.h>
@@ -512,6 +513,12 @@ TEST(SniProxyTest, AProxyHeaderThenAClientHelloIsRoutedByName) {
     auto line = grepLines(daemon.log(), "access route=a ").front();
     EXPECT_NE(line.find("client=192.0.2.7:40000 "), std::string::npos) << line;
     EXPECT_NE(line.find(" sni=a.example.com via=127.0.0.1:"), std::string::npos) << line;
+    // proxy-protocol-in = v1: a v2 header from the trusted balancer is refused.
+    UniqueFd v2 = clientFrom("127.0.0.1", port);
+    sendAndFinish(v2.get(), v2Header("192.0.2.8:40001", "198.51.100.1:443") + hello);
+    EXPECT_EQ(daemon.waitLogLines("reason=proxy-protocol", 1, milliseconds(5000)), 1u)
+        << daemon.logTail();
+    EXPECT_EQ(a.acceptedCount(), 1u);
     EXPECT_TRUE(terminatesCleanly(daemon));
 }
 
