@@ -11,8 +11,7 @@
 //   line, the audit and the per-source limit, with the balancer's as via; the header is neither
 //   relayed nor audited; a missing header, or one from an untrusted source, is refused
 //   (proxy-protocol), as are a v2 TLV that runs past the header and a version the route does
-//   not take; TCP4 and TCP6 in v1 and v2, TLVs
-//   skipped; LOCAL keeps the real address;
+//   not take; TCP4 and TCP6 in v1 and v2, TLVs skipped; LOCAL keeps the real address;
 // - proxy-protocol-out v1 and v2 put a header naming the client before its first byte.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

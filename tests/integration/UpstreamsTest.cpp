@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/ControlPlaneDaemon.h"
@@ -93,6 +95,15 @@ TEST(UpstreamsTest, TheBackupTakesOverOnlyWhileThePrimariesAreDown) {
     EXPECT_NE(grepLines(listing.out, deadA).at(0).find("down"), std::string::npos) << listing.out;
     EXPECT_NE(grepLines(listing.out, spare.address()).at(0).find("up"), std::string::npos)
         << listing.out;
+    // The CONNECT_FAILURES column: the primaries' failed connects, none of the backup's.
+    auto connectFailures = [&](const std::string& upstream) {
+        std::istringstream row(grepLines(listing.out, upstream).at(0));
+        std::vector<std::string> cells{std::istream_iterator<std::string>(row), {}};
+        return cells.size() == 8 ? std::stoi(cells[6]) : -1;
+    };
+    EXPECT_GE(connectFailures(deadA), 3) << listing.out;
+    EXPECT_GE(connectFailures(deadB), 3) << listing.out;
+    EXPECT_EQ(connectFailures(spare.address()), 0) << listing.out;
 }
 
 TEST(UpstreamsTest, DisableStopsNewConnectionsWhileAnEstablishedOneFlows) {
