@@ -6,7 +6,8 @@
 // - a ClientHello cut into tiny segments is routed and reaches the upstream byte for byte (and
 //   the audit has it as the client's first bytes); one of 16 KiB is routed, one over it, or no
 //   TLS at all, is refused (bad-client-hello), and a client that sends nothing within
-//   --sni-peek-timeout-ms is closed (peek-timeout);
+//   --sni-peek-timeout-ms is closed (peek-timeout), as is a balancer whose PROXY header is not
+//   complete in that time;
 // - PROXY v1 and v2 headers from a trusted balancer give the client's address to the access
 //   line, the audit and the per-source limit, with the balancer's as via; the header is neither
 //   relayed nor audited; a missing header, or one from an untrusted source, is refused
@@ -221,6 +222,11 @@ std::string section(const std::string& name, uint16_t port, const std::string& u
            "\n" + extra;
 }
 
+// A PROXY protocol v2 header from a source to a destination ("HOST:PORT" each).
+std::string v2Header(const char* source, const char* destination) {
+    return encodeProxyHeader(ProxyVersion::V2, numericAddress(source), numericAddress(destination));
+}
+
 // ---- SNI with real TLS clients and servers ---------------------------------------------------
 
 TEST(SniProxyTest, RealTlsClientsReachTheUpstreamTheirServerNameChooses) {
@@ -337,31 +343,39 @@ TEST(SniProxyTest, AClientThatSendsNothingIsClosedAtThePeekTimeout) {
     auto board = std::make_shared<Received>();
     TestServer a(recorder(board));
     uint16_t port = pickFreePort(), metricsPort = pickFreePort();
-    auto config = configFile(dir, section("a", port, a.address(), "sni = a.example.com\n"));
+    // A route without sni behind a balancer: its PROXY header has the same time.
+    uint16_t proxiedPort = pickFreePort();
+    auto config = configFile(dir, section("a", port, a.address(), "sni = a.example.com\n") +
+                                      section("lb", proxiedPort, a.address(),
+                                              "proxy-protocol-in = any\n"
+                                              "proxy-trusted = 127.0.0.1/32\n"));
     Daemon daemon({"--config", config, "--workers", "1", "--sni-peek-timeout-ms", "300",
                    "--metrics-listen", loopback(metricsPort)});
     ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    ASSERT_TRUE(daemon.waitReady(proxiedPort)) << daemon.why();
     UniqueFd silent = clientFrom("127.0.0.1", port);
     UniqueFd half = clientFrom("127.0.0.1", port);
+    UniqueFd halfHeader = clientFrom("127.0.0.1", proxiedPort);
     std::string hello = clientHello("a.example.com");
+    std::string header = v2Header("192.0.2.7:40000", "198.51.100.1:443");
     int error = 0;
     ASSERT_TRUE(sendAll(half.get(), hello.data(), 20, deadlineIn(milliseconds(1000)), error));
+    ASSERT_TRUE(sendAll(halfHeader.get(), header.data(), 20, deadlineIn(milliseconds(1000)),
+                        error));
     auto start = Clock::now();
     EXPECT_EQ(waitPeerClose(silent.get(), deadlineIn(milliseconds(5000))), PeerClose::Eof);
     EXPECT_EQ(waitPeerClose(half.get(), deadlineIn(milliseconds(5000))), PeerClose::Eof);
+    EXPECT_EQ(waitPeerClose(halfHeader.get(), deadlineIn(milliseconds(5000))), PeerClose::Eof);
     EXPECT_LT(Clock::now() - start, milliseconds(2000));
-    ASSERT_EQ(daemon.waitLogLines("reason=peek-timeout", 2, milliseconds(3000)), 2u)
+    ASSERT_EQ(daemon.waitLogLines("reason=peek-timeout", 3, milliseconds(3000)), 3u)
         << daemon.logTail();
     EXPECT_EQ(refused(metricsPort, "a", "peek-timeout"), 2);
+    EXPECT_EQ(refused(metricsPort, "lb", "peek-timeout"), 1);
     EXPECT_EQ(a.acceptedCount(), 0u);
     EXPECT_TRUE(terminatesCleanly(daemon));
 }
 
 // ---- PROXY protocol in ----------------------------------------------------------------------
-
-std::string v2Header(const char* source, const char* destination) {
-    return encodeProxyHeader(ProxyVersion::V2, numericAddress(source), numericAddress(destination));
-}
 
 // A v2 header as balancers send it, with TLVs after the addresses (ALPN, an authority, a NOOP
 // of padding, a vendor type): the relay skips them; the header's length field covers them.
