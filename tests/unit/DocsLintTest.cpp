@@ -8,7 +8,7 @@
 // - a commented "#key = value" of the packaged config file shows --help's default;
 // - every metric name the exposer's sources define is in docs/metrics.md;
 // - README.md, docs/ and packaging/README.md link only files that exist in the repository and
-//   cite nothing outside it;
+//   cite nothing outside it; a packaged path they name is one the package installs;
 // - every "docs/kernel-notes.md §N" cited anywhere in the sources names a section that exists.
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,47 @@ TEST(DocsLintTest, PackagedUnitAndPostinstUpgradeWithoutRefusingConnections) {
                   .find("dh_installsystemd --no-stop-on-upgrade --no-restart-after-upgrade "
                         "splicegate.service"),
               std::string::npos);
+}
+
+// A packaged path the documentation names is one the package installs: the rules and dashboard
+// under /usr/share/splicegate/ (packaging/install.cmake), the documents and examples under
+// /usr/share/doc/splicegate/ (debian/splicegate.docs, uncompressed; install.cmake's examples).
+TEST(DocsLintTest, InstalledPathsTheDocumentationNamesAreInstalled) {
+    const auto install = read(kSource / "packaging/install.cmake");
+    std::set<std::string> documents = {"changelog", "copyright"};
+    std::istringstream docs(read(kSource / "packaging/debian/splicegate.docs"));
+    for (std::string line; std::getline(docs, line);)
+        if (!line.empty()) documents.insert(fs::path(line).filename().string());
+    EXPECT_NE(read(kSource / "packaging/debian/rules").find("dh_compress -X.md"), std::string::npos)
+        << "the documents are named uncompressed";
+    std::vector<fs::path> pages = {kSource / "README.md", kSource / "packaging/README.md",
+                                   kSource / "packaging/splicegate.conf",
+                                   kSource / "packaging/archive.conf"};
+    for (const char* folder : {"docs", "packaging/man", "packaging/systemd"})
+        for (const auto& entry : fs::recursive_directory_iterator(kSource / folder))
+            if (entry.is_regular_file()) pages.push_back(entry.path());
+    static const std::regex named(R"(/usr/share/(doc/)?splicegate/((?:examples/)?[A-Za-z0-9._\\-]*[A-Za-z0-9]))");
+    unsigned checked = 0;
+    for (const auto& page : pages) {
+        const auto text = read(page);
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), named);
+             it != std::sregex_iterator(); ++it) {
+            std::string name;
+            for (char c : (*it)[2].str())
+                if (c != '\\') name += c;  // roff's "\-"
+            if (name == "examples") continue;
+            ++checked;
+            const std::string where = page.lexically_relative(kSource).string();
+            if ((*it)[1].matched && name.rfind("examples/", 0) != 0)
+                EXPECT_TRUE(documents.count(name))
+                    << where << " names /usr/share/doc/splicegate/" << name
+                    << ", which debian/splicegate.docs does not install";
+            else
+                EXPECT_NE(install.find("/" + fs::path(name).filename().string()), std::string::npos)
+                    << where << " names " << (*it).str() << ", which install.cmake does not install";
+        }
+    }
+    EXPECT_GE(checked, 8u);
 }
 
 TEST(DocsLintTest, EveryMetricIsDocumented) {
