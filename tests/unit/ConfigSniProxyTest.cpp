@@ -1,9 +1,11 @@
 // The route keys sni, proxy-protocol-in, proxy-trusted, proxy-protocol-out and the option
 // --sni-peek-timeout-ms (docs/configuration.md): values, the listen address routes may share,
 // and one error line naming file, route and key for each bad value; and how a ListenGroup
-// (relay/ListenGroup.h) chooses among the routes of one address.
+// (relay/ListenGroup.h) chooses among the routes of one address; and the gateway example of the
+// docs, the manual page and the packaged config parses as what it says.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,63 @@ TEST(ConfigSniProxyTest, RoutesShareAnAddressByServerName) {
     EXPECT_EQ(config.routes[1].proxyOut, ProxyProtocolMode::V2);
     EXPECT_EQ(config.routes[2].proxyOut, ProxyProtocolMode::V1);
     EXPECT_EQ(config.relay.sniPeekTimeoutMs, 5000u);
+}
+
+// The gateway the docs show (docs/configuration.md, splicegate.conf(5), the packaged example
+// config, where it is commented out): it parses, and is one port with three routes by server
+// name, two of them with names and one for the rest, all behind a PROXY-speaking balancer, one
+// telling its upstream the client in turn.
+std::string between(const std::string& text, const std::string& from, const std::string& to) {
+    auto start = text.find(from);
+    if (start == std::string::npos) return {};
+    auto end = text.find(to, start);
+    return end == std::string::npos ? std::string() : text.substr(start, end - start);
+}
+
+// `text` from the first `marker` on ("" without one).
+std::string from(const std::string& text, const std::string& marker) {
+    auto start = text.find(marker);
+    return start == std::string::npos ? std::string() : text.substr(start);
+}
+
+std::string readSource(const std::string& relative) {
+    return test::readFile(std::string(SPLICEGATE_SOURCE_DIR) + "/" + relative);
+}
+
+TEST(ConfigSniProxyTest, TheDocumentedGatewayParsesAsOnePortWithThreeRoutes) {
+    auto markdown = from(between(readSource("docs/configuration.md"), "A gateway on one port",
+                                 "```\n"),
+                         "[route.www]");
+    auto manual = std::regex_replace(from(between(readSource("packaging/man/splicegate.conf.5"),
+                                                  "# One port, three services", "\n.fi"),
+                                          "[route.www]") +
+                                         "\n",
+                                     std::regex("\\\\-"), "-");
+    auto commented = between(readSource("packaging/splicegate.conf"), "#[route.www]", "\n#\n");
+    commented = std::regex_replace(commented + "\n", std::regex("(^|\n)#"), "$1");
+    for (const auto& [where, text] : {std::pair{"docs/configuration.md", markdown},
+                                      std::pair{"splicegate.conf(5)", manual},
+                                      std::pair{"packaging/splicegate.conf", commented}}) {
+        SCOPED_TRACE(where);
+        ASSERT_NE(text.find("[route.www]"), std::string::npos) << "no gateway example found";
+        Config config;
+        try {
+            config = parseFile(text);
+        } catch (const UsageError& error) {
+            FAIL() << error.what() << "\n" << text;
+        }
+        ASSERT_EQ(config.routes.size(), 3u) << text;
+        std::size_t named = 0, proxiedOut = 0;
+        for (const auto& route : config.routes) {
+            EXPECT_EQ(route.listen, config.routes[0].listen) << route.name;
+            EXPECT_NE(route.proxyIn, ProxyProtocolMode::Off) << route.name;
+            EXPECT_FALSE(route.proxyTrusted.empty()) << route.name;
+            named += route.sni.empty() ? 0 : 1;
+            proxiedOut += route.proxyOut == ProxyProtocolMode::Off ? 0 : 1;
+        }
+        EXPECT_EQ(named, 2u);
+        EXPECT_EQ(proxiedOut, 1u);
+    }
 }
 
 TEST(ConfigSniProxyTest, BadValuesNameTheRouteAndKey) {
