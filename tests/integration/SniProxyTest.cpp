@@ -13,6 +13,7 @@
 //   relayed nor audited; a missing header, or one from an untrusted source, is refused
 //   (proxy-protocol), as are a v2 TLV that runs past the header and a version the route does
 //   not take; TCP4 and TCP6 in v1 and v2, TLVs skipped; LOCAL keeps the real address;
+// - a reload moves names and turns the header on all at once, or changes nothing;
 // - proxy-protocol-out v1 and v2 put a header naming the client before its first byte.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -532,6 +533,56 @@ TEST(SniProxyTest, AProxyHeaderThenAClientHelloIsRoutedByName) {
     EXPECT_EQ(daemon.waitLogLines("reason=proxy-protocol", 1, milliseconds(5000)), 1u)
         << daemon.logTail();
     EXPECT_EQ(a.acceptedCount(), 1u);
+    EXPECT_TRUE(terminatesCleanly(daemon));
+}
+
+// A reload moves server names between the routes of an address and turns the PROXY header on
+// for them, all at once; one whose routes of an address disagree on proxy-protocol-in changes
+// neither the names nor the header.
+TEST(SniProxyTest, AReloadChangesNamesAndTheProxyHeaderAllOrNothing) {
+    TempDir dir;
+    auto boardA = std::make_shared<Received>(), boardB = std::make_shared<Received>();
+    TestServer a(recorder(boardA)), b(recorder(boardB));
+    uint16_t port = pickFreePort();
+    std::string proxy = "proxy-protocol-in = v1\nproxy-trusted = 127.0.0.1\n";
+    auto config = configFile(dir, section("a", port, a.address(), "sni = a.example.com\n") +
+                                      section("b", port, b.address(), ""));
+    std::string adminSocket = dir.file("admin.sock");
+    Daemon daemon({"--config", config, "--workers", "2", "--admin-socket", adminSocket,
+                   "--admin-group", "root"});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    auto reload = [&](const std::string& text) {
+        configFile(dir, text);
+        return runProcess({std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl", "--socket",
+                           adminSocket, "reload"});
+    };
+    const std::string header = "PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n";
+    auto send = [&](const std::string& name, const std::string& prefix) {
+        UniqueFd fd = clientFrom("127.0.0.1", port);
+        return sendAndFinish(fd.get(), prefix + clientHello(name));
+    };
+    EXPECT_EQ(send("a.example.com", ""), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardA, 0, a), clientHello("a.example.com"));
+
+    auto good = reload(section("a", port, a.address(), "sni = x.example.com\n" + proxy) +
+                       section("b", port, b.address(), proxy));
+    ASSERT_TRUE(good.status && good.status->isExit(0)) << good.out << good.err;
+    EXPECT_EQ(send("a.example.com", header), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardB, 0, b), clientHello("a.example.com")) << "name a moved to b";
+    EXPECT_EQ(send("x.example.com", header), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardA, 1, a), clientHello("x.example.com")) << "name x is a's";
+
+    auto bad = reload(section("a", port, a.address(), "sni = a.example.com\n" + proxy) +
+                      section("b", port, b.address(), ""));
+    ASSERT_TRUE(bad.status);
+    EXPECT_TRUE(bad.status->isExit(1)) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find("proxy-protocol-in"), std::string::npos) << bad.err;
+    EXPECT_EQ(send("x.example.com", header), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardA, 2, a), clientHello("x.example.com")) << "x is still a's";
+    EXPECT_EQ(send("a.example.com", header), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(boardB, 1, b), clientHello("a.example.com")) << "a is still b's";
+    ASSERT_EQ(daemon.waitLogLines("client=192.0.2.7:40000 ", 4, milliseconds(5000)), 4u)
+        << daemon.logTail();
     EXPECT_TRUE(terminatesCleanly(daemon));
 }
 
