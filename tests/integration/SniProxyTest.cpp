@@ -14,7 +14,8 @@
 //   (proxy-protocol), as are a v2 TLV that runs past the header and a version the route does
 //   not take; TCP4 and TCP6 in v1 and v2, TLVs skipped; LOCAL keeps the real address;
 // - a reload moves names and turns the header on all at once, or changes nothing;
-// - proxy-protocol-out v1 and v2 put a header naming the client before its first byte.
+// - proxy-protocol-out v1 and v2 put a header naming the client (IPv4 or IPv6) before its first
+//   byte.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
@@ -731,13 +732,17 @@ TEST(SniProxyTest, EachSniRouteAdmitsUnderItsOwnLimits) {
 
 TEST(SniProxyTest, ProxyProtocolOutPutsTheClientBeforeItsFirstByte) {
     TempDir dir;
-    auto board1 = std::make_shared<Received>(), board2 = std::make_shared<Received>();
-    TestServer v1(recorder(board1)), v2(recorder(board2));
-    uint16_t port1 = pickFreePort(), port2 = pickFreePort();
+    auto board1 = std::make_shared<Received>(), board2 = std::make_shared<Received>(),
+         board3 = std::make_shared<Received>();
+    TestServer v1(recorder(board1)), v2(recorder(board2)), six(recorder(board3));
+    uint16_t port1 = pickFreePort(), port2 = pickFreePort(), port3 = pickFreePort();
     auto config = configFile(
         dir, section("one", port1, v1.address(), "proxy-protocol-out = v1\n") +
                  section("two", port2, v2.address(),
                          "proxy-protocol-out = v2\nproxy-protocol-in = v2\n"
+                         "proxy-trusted = 127.0.0.1/32\n") +
+                 section("three", port3, six.address(),
+                         "proxy-protocol-out = v1\nproxy-protocol-in = any\n"
                          "proxy-trusted = 127.0.0.1/32\n"));
     std::string auditDir = dir.path() + "/audit";
     Daemon daemon({"--config", config, "--workers", "2", "--audit-dir", auditDir});
@@ -755,14 +760,31 @@ TEST(SniProxyTest, ProxyProtocolOutPutsTheClientBeforeItsFirstByte) {
               PeerClose::Eof);
     auto got = receivedBy(board2, 0, v2);
     EXPECT_EQ(got, v2Header("192.0.2.7:40000", "198.51.100.1:443") + "payload two");
+    // An IPv6 client: TCP6 in v2 and in v1, whichever the header in was.
+    UniqueFd sixIn = clientFrom("127.0.0.1", port2);
+    EXPECT_EQ(sendAndFinish(sixIn.get(),
+                            v2Header("[2001:db8::9]:5000", "[2001:db8::1]:443") + "payload six"),
+              PeerClose::Eof);
+    EXPECT_EQ(receivedBy(board2, 1, v2),
+              v2Header("[2001:db8::9]:5000", "[2001:db8::1]:443") + "payload six");
+    ASSERT_TRUE(daemon.waitReady(port3)) << daemon.why();
+    UniqueFd sixOut = clientFrom("127.0.0.1", port3);
+    EXPECT_EQ(sendAndFinish(sixOut.get(),
+                            v2Header("[2001:db8::9]:5000", "[2001:db8::1]:443") + "payload v1"),
+              PeerClose::Eof);
+    EXPECT_EQ(receivedBy(board3, 0, six),
+              "PROXY TCP6 2001:db8::9 2001:db8::1 5000 443\r\npayload v1");
     ASSERT_TRUE(terminatesCleanly(daemon));
     auto listing = auditList(auditDir);
     ASSERT_TRUE(listing.ok()) << listing.describe();
-    ASSERT_EQ(listing.rows.size(), 2u);
+    ASSERT_EQ(listing.rows.size(), 4u);
     for (const auto& row : listing.rows) {
         auto extracted = auditExtract(auditDir, row.id, "c2u", dir.file("c2u"));
         ASSERT_TRUE(extracted.ok());
-        EXPECT_EQ(readFile(extracted.path), row.route == "one" ? "payload one" : "payload two");
+        auto payload = readFile(extracted.path);
+        if (row.route == "one") EXPECT_EQ(payload, "payload one");
+        else if (row.route == "three") EXPECT_EQ(payload, "payload v1");
+        else EXPECT_TRUE(payload == "payload two" || payload == "payload six") << payload;
     }
 }
 
