@@ -104,6 +104,25 @@ TEST(UpstreamsTest, TheBackupTakesOverOnlyWhileThePrimariesAreDown) {
     EXPECT_GE(connectFailures(deadA), 3) << listing.out;
     EXPECT_GE(connectFailures(deadB), 3) << listing.out;
     EXPECT_EQ(connectFailures(spare.address()), 0) << listing.out;
+    // The same on /metrics: state, health and the failed connects of each upstream.
+    auto samples = parseMetrics(httpGet(d.metricsPort(), "/metrics").body);
+    for (const auto& [upstream, down] : {std::pair{deadA, true}, std::pair{deadB, true},
+                                         std::pair{spare.address(), false}}) {
+        std::map<std::string, std::string> labels{{"route", "default"}, {"upstream", upstream}};
+        auto inState = labels;
+        inState["state"] = "down";
+        EXPECT_EQ(sampleValue(samples, "splicegate_upstream_state", inState), down ? 1 : 0)
+            << upstream;
+        inState["state"] = "up";
+        EXPECT_EQ(sampleValue(samples, "splicegate_upstream_state", inState), down ? 0 : 1)
+            << upstream;
+        EXPECT_EQ(sampleValue(samples, "splicegate_upstream_up", labels), down ? 0 : 1)
+            << upstream;
+        EXPECT_EQ(sampleValue(samples, "splicegate_upstream_connect_failures_total", labels)
+                          .value_or(-1) >= 3,
+                  down)
+            << upstream;
+    }
 }
 
 TEST(UpstreamsTest, DisableStopsNewConnectionsWhileAnEstablishedOneFlows) {
