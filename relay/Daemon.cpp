@@ -304,6 +304,37 @@ int checkConfigAndExit(const Config& config) {
     return 0;
 }
 
+// The upstreams an operator took out (splicegatectl upstream disable): an upgrade hands them
+// over, so that a systemctl reload (an upgrade) does not put them back in the rotation.
+handoff::Maintenance upstreamsInMaintenance(const Relay& relay) {
+    handoff::Maintenance maintenance;
+    for (const auto& route : *relay.context().routes())
+        for (const auto& upstream : route->pool->snapshot())
+            if (upstream.disabled) {
+                auto& entry = *maintenance.add_disabled();
+                entry.set_route(upstream.route);
+                entry.set_upstream(upstream.upstream);
+            }
+    return maintenance;
+}
+
+// The new process's side: each stays disabled where its configuration still has that route and
+// upstream; the others are named in the log (a maintenance the new file ended).
+void keepMaintenance(const Relay& relay, const handoff::Maintenance& maintenance) {
+    for (const auto& disabled : maintenance.disabled()) {
+        bool kept = false;
+        for (const auto& route : *relay.context().routes())
+            if (route->config.name == disabled.route())
+                kept = route->pool->setDisabled(disabled.upstream(), true);
+        if (kept)
+            logInfo("upgrade: upstream ", disabled.upstream(), " of route ", disabled.route(),
+                    " stays disabled");
+        else
+            logInfo("upgrade: upstream ", disabled.upstream(), " of route ", disabled.route(),
+                    " was disabled; the configuration no longer has it");
+    }
+}
+
 // What an upgrade hands over: every listener of the relay, the admin socket, the metrics
 // listener (duplicates, so that a reload meanwhile closes nothing being sent).
 std::vector<HandoffSocket> socketsToHandOver(const Relay& relay, const Config& config,
@@ -453,6 +484,7 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
                 toString(settings.datapath.engine()), " engine, pipe size ",
                 settings.datapath.pipeSize, " B, pipe budget ",
                 budget == 0 ? std::string("unlimited") : std::to_string(budget) + " B");
+        if (inherited) keepMaintenance(relay, inherited->takeMaintenance());
         Reloader reloader(relay, edge, args, config, metrics.get());
         std::unique_ptr<AdminServer> admin;
         std::unique_ptr<DaemonControl> control;
@@ -467,7 +499,7 @@ int serveDaemon(int argc, const char* const* argv, std::unique_ptr<InheritedSock
                     return socketsToHandOver(relay, config, admin.get(), metrics.get());
                 },
                 std::string(), kUpgradeReadyTimeout, auditHandover ? &*auditHandover : nullptr,
-                &edge);
+                &edge, [&relay] { return upstreamsInMaintenance(relay); });
             control = std::make_unique<DaemonControl>(relay, reloader, edge, config, upgrader.get());
             AdminServerOptions adminOptions;
             adminOptions.socketPath = config.admin.socket;

@@ -126,6 +126,10 @@ std::unique_ptr<InheritedSockets> InheritedSockets::fromEnvironment() {
             inherited->audit_ = Audit{next->message.audit(), std::move(next->attached)};
             continue;
         }
+        if (next->message.has_maintenance()) {
+            inherited->maintenance_ = next->message.maintenance();
+            continue;
+        }
         if (next->message.has_xdp() && next->attached) {
             inherited->xdp_ = Xdp{next->message.xdp(), std::move(next->attached)};
             continue;

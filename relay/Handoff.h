@@ -4,7 +4,8 @@
 // process sends every listening socket it holds (the routes' listeners, the admin socket, the
 // metrics listener), each as one Socket message with the fd attached (SCM_RIGHTS), then
 // SocketsEnd (before it, with the audit log on, one Audit message with the directory's lock file
-// attached: relay/AuditHandover.h); the new process adopts what its configuration still uses
+// attached: relay/AuditHandover.h; with an upstream in maintenance, one Maintenance message);
+// the new process adopts what its configuration still uses
 // instead of binding, and
 // answers Ready once it serves, or Failed with the reason when its start fails
 // (proto/splicegate/handoff.proto).
@@ -76,6 +77,8 @@ class InheritedSockets {
         UniqueFd link;
     };
     std::optional<Xdp> takeXdp() { return std::exchange(xdp_, std::nullopt); }
+    // The upstreams the running daemon had in maintenance (none: empty).
+    handoff::Maintenance takeMaintenance() { return std::exchange(maintenance_, {}); }
 
     // Tells the old process it may stop accepting and drain.
     void ready();
@@ -90,6 +93,7 @@ class InheritedSockets {
     std::multimap<std::pair<int, std::string>, UniqueFd> sockets_;
     std::optional<Audit> audit_;
     std::optional<Xdp> xdp_;
+    handoff::Maintenance maintenance_;
     bool answered_ = false;
 };
 

@@ -95,14 +95,15 @@ std::string currentExecutable() {
 Upgrader::Upgrader(std::vector<std::string> arguments,
                    std::function<std::vector<HandoffSocket>()> sockets, std::string refusal,
                    std::chrono::milliseconds readyTimeout, AuditHandover* audit,
-                   EdgeControl* edge)
+                   EdgeControl* edge, std::function<handoff::Maintenance()> maintenance)
     : executable_(currentExecutable()),
       arguments_(std::move(arguments)),
       sockets_(std::move(sockets)),
       refusal_(std::move(refusal)),
       readyTimeout_(readyTimeout),
       audit_(audit),
-      edge_(edge) {}
+      edge_(edge),
+      maintenance_(std::move(maintenance)) {}
 
 UpgradeOutcome Upgrader::upgrade() {
     if (!refusal_.empty()) return {false, 0, "upgrade not possible: " + refusal_};
@@ -199,6 +200,18 @@ UpgradeOutcome Upgrader::run() {
             auto how = reap(pid, kExitWait);
             return {false, pid, "handing the XDP edge filter over to PID " + std::to_string(pid) +
                                     ": " + errnoText(-rc) + " (the new process: " + how + ")"};
+        }
+    }
+    if (maintenance_) {
+        handoff::Message message;
+        *message.mutable_maintenance() = maintenance_();
+        if (message.maintenance().disabled_size() > 0) {
+            if (int rc = channel.send(message); rc < 0) {
+                auto how = reap(pid, kExitWait);
+                return {false, pid, "handing the upstreams in maintenance over to PID " +
+                                        std::to_string(pid) + ": " + errnoText(-rc) +
+                                        " (the new process: " + how + ")"};
+            }
         }
     }
     handoff::Message end;

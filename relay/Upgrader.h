@@ -42,10 +42,12 @@ class Upgrader {
     // time of the upgrade. `refusal`: non-empty when this process's configuration cannot be
     // handed over (the reason). `audit`: the audit log's hand-off (null: audit off); `edge`:
     // the XDP edge filter, whose link goes to the new process (null or disabled: none). Both
-    // outlive this.
+    // outlive this. `maintenance`: the upstreams in maintenance at the time of the upgrade,
+    // which the new process keeps disabled (empty function: none).
     Upgrader(std::vector<std::string> arguments, std::function<std::vector<HandoffSocket>()> sockets,
              std::string refusal, std::chrono::milliseconds readyTimeout,
-             AuditHandover* audit = nullptr, EdgeControl* edge = nullptr);
+             AuditHandover* audit = nullptr, EdgeControl* edge = nullptr,
+             std::function<handoff::Maintenance()> maintenance = {});
 
     UpgradeOutcome upgrade();
     // A new process is ready: this one stops accepting and drains.
@@ -63,6 +65,7 @@ class Upgrader {
     std::chrono::milliseconds readyTimeout_;
     AuditHandover* audit_;
     EdgeControl* edge_;
+    std::function<handoff::Maintenance()> maintenance_;
     std::mutex running_;
     std::atomic<bool> handedOver_{false};
     std::atomic<pid_t> successor_{0};

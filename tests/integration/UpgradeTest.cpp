@@ -4,8 +4,8 @@
 // a connection opened before keeps flowing until the old process's drain timeout ends it; the
 // service manager is told the new main PID; a new process that fails (an invalid config file)
 // leaves the old one serving and the command exits 1 with the reason; a setting a reload only
-// names (workers) applies through an upgrade. With the audit log on:
-// AuditUpgradeTest.cpp; with the XDP edge filter: XdpUpgradeTest.cpp.
+// names (workers) applies through an upgrade, an upstream in maintenance stays disabled. With
+// the audit log on: AuditUpgradeTest.cpp; with the XDP edge filter: XdpUpgradeTest.cpp.
 // The test process is a child subreaper: the new daemon, orphaned when the old one exits, is
 // reparented here and reaped by the test (tests/support/Upgrade.h).
 #include <gtest/gtest.h>
@@ -240,6 +240,43 @@ TEST_F(UpgradeTest, RestartOnlySettingAppliesThroughUpgrade) {
     ASSERT_TRUE(next) << std::strerror(error);
     EXPECT_TRUE(echoRoundTrip(next.get(), 3, 4096, milliseconds(5000)));
     next.reset();
+    EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
+}
+
+// An upstream in maintenance (splicegatectl upstream disable) stays disabled in the new process:
+// the packaged unit's systemctl reload is an upgrade and must not put it back in the rotation.
+TEST_F(UpgradeTest, UpstreamInMaintenanceStaysDisabled) {
+    TestServer other(echoUpstream(milliseconds(20000)));
+    auto args = daemonArgs();
+    dir_.write("splicegate.conf", "listen = " + loopback(port_) + "\nupstream = " +
+                                      upstream_.address() + "\nupstream = " + other.address() +
+                                      "\nworkers = 2\n");
+    Daemon daemon(args);
+    ASSERT_TRUE(daemon.waitReady(port_)) << daemon.why();
+    auto disable = runCtl(adminSocket(), {"upstream", "disable", "default", upstream_.address()});
+    ASSERT_TRUE(disable.status && disable.status->isExit(0)) << disable.err;
+
+    auto upgrade = runCtl(adminSocket(), {"upgrade"}, milliseconds(70000));
+    Successor successor(newPidOf(upgrade.out));
+    ASSERT_TRUE(upgrade.status && upgrade.status->isExit(0))
+        << upgrade.out << upgrade.err << daemon.why();
+    auto oldExit = daemon.waitExit(milliseconds(10000));
+    ASSERT_TRUE(oldExit) << daemon.why();
+
+    auto upstreams = runCtl(adminSocket(), {"upstreams"});
+    ASSERT_TRUE(upstreams.status && upstreams.status->isExit(0)) << upstreams.err;
+    auto row = grepLines(upstreams.out, upstream_.address());
+    ASSERT_EQ(row.size(), 1u) << upstreams.out;
+    EXPECT_NE(row[0].find("disabled"), std::string::npos) << upstreams.out;
+    const auto before = upstream_.acceptedCount();
+    int error = 0;
+    for (int i = 0; i < 4; ++i) {
+        UniqueFd client = connectTcp(port_, error);
+        ASSERT_TRUE(client) << std::strerror(error);
+        EXPECT_TRUE(echoRoundTrip(client.get(), 20 + i, 1024, milliseconds(5000)));
+    }
+    EXPECT_EQ(upstream_.acceptedCount(), before) << "a disabled upstream got connections";
+    EXPECT_GE(other.acceptedCount(), 4u);
     EXPECT_EQ(successor.terminate(milliseconds(10000)), std::optional<int>(0));
 }
 

@@ -94,8 +94,8 @@ const std::vector<CommandHelp>& commandHelp() {
          "  upstream disable ROUTE ADDR   no new connection goes to ADDR (as configured, see\n"
          "                                'upstreams'); its established connections go on\n"
          "  upstream enable ROUTE ADDR    back in the rotation\n"
-         "A reload keeps the disable while the route keeps that upstream; a restart or an upgrade\n"
-         "(the packaged unit's systemctl reload) forgets it.\n"
+         "A reload or an upgrade (the packaged unit's systemctl reload) keeps the disable while the\n"
+         "route keeps that upstream; a restart forgets it.\n"
          "Exit 1 when the route or the upstream does not exist.\n"},
         {"version", "version", "versions of splicegatectl and the daemon",
          "Prints this program's version and the daemon's, each with its admin protocol version.\n"},
