@@ -1,8 +1,10 @@
 // SNI routing with passthrough and the PROXY protocol, end to end through the real daemon:
 // - TLS 1.2 and 1.3 ClientHellos of real clients (openssl s_client, curl, python's ssl) reach
 //   the openssl s_server upstream their server name chooses (told apart by the certificate each
-//   upstream presents), a name of no route reaches the address's route without sni, and with no
-//   such route the connection is refused (no-route), named in the access line and the metrics;
+//   upstream presents) and complete the handshake of the version they asked for; a name of no
+//   route reaches the address's route without sni, and with no such route the connection is
+//   refused (no-route), named in the access line and the metrics; python's ClientHello with a
+//   long ALPN list is routed at 10 KiB and refused at 18 KiB (bad-client-hello);
 // - a ClientHello cut into tiny segments is routed and reaches the upstream byte for byte (and
 //   the audit has it as the client's first bytes); one of 16 KiB is routed, one over it, or no
 //   TLS at all, is refused (bad-client-hello), and a client that sends nothing within
@@ -114,9 +116,10 @@ std::string viaCurl(uint16_t port, const std::string& name, bool tls13) {
     return std::regex_search(result.err, match, subject) ? match[1].str() : "";
 }
 
-// Python's ssl module; the upstream is known by its name in the DER certificate.
+// Python's ssl module; the upstream is known by its name in the DER certificate. `alpnNames`
+// ALPN protocols of 9 bytes each make its ClientHello about 10 bytes per name larger.
 std::string viaPython(uint16_t port, const std::string& name, const char* version,
-                      const std::vector<std::string>& candidates) {
+                      const std::vector<std::string>& candidates, int alpnNames = 0) {
     std::string script =
         "import socket, ssl, sys\n"
         "ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
@@ -126,6 +129,9 @@ std::string viaPython(uint16_t port, const std::string& name, const char* versio
         std::string(version) +
         "\n"
         "name = sys.argv[2] or None\n"
+        "if " + std::to_string(alpnNames) + ":\n"
+        "    ctx.set_alpn_protocols(['p%08d' % i for i in range(" + std::to_string(alpnNames) +
+        ")])\n"
         "with socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10) as s:\n"
         "    with ctx.wrap_socket(s, server_hostname=name) as t:\n"
         "        der = t.getpeercert(binary_form=True)\n"
@@ -261,8 +267,14 @@ TEST(SniProxyTest, RealTlsClientsReachTheUpstreamTheirServerNameChooses) {
     // No server name at all: the route without sni.
     EXPECT_EQ(viaOpensslClient(port, "", "-tls1_3"), "upstream-other");
     EXPECT_EQ(viaPython(port, "", "TLSv1_2", names), "upstream-other");
+    // A real client's ClientHello of about 10 KiB (a long ALPN list) is routed and completes;
+    // one of about 18 KiB (over the 16 KiB limit, so in two records) is refused.
+    EXPECT_EQ(viaPython(port, "www.example.com", "TLSv1_3", names, 1000), "upstream-web");
+    EXPECT_EQ(viaPython(port, "www.example.com", "TLSv1_3", names, 1800), "");
+    EXPECT_EQ(daemon.waitLogLines("reason=bad-client-hello", 1, milliseconds(5000)), 1u)
+        << daemon.logTail();
     // The name is in the access line of the route it chose.
-    EXPECT_GE(daemon.waitLogLines("route=web", 6, milliseconds(5000)), 6u) << daemon.logTail();
+    EXPECT_GE(daemon.waitLogLines("route=web", 7, milliseconds(5000)), 7u) << daemon.logTail();
     auto lines = grepLines(daemon.log(), "access route=api");
     ASSERT_FALSE(lines.empty());
     EXPECT_NE(lines.front().find(" sni=v1.api.example.com"), std::string::npos) << lines.front();
