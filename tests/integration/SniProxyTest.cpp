@@ -746,8 +746,11 @@ TEST(SniProxyTest, ProxyProtocolOutPutsTheClientBeforeItsFirstByte) {
     TempDir dir;
     auto board1 = std::make_shared<Received>(), board2 = std::make_shared<Received>(),
          board3 = std::make_shared<Received>();
-    TestServer v1(recorder(board1)), v2(recorder(board2)), six(recorder(board3));
-    uint16_t port1 = pickFreePort(), port2 = pickFreePort(), port3 = pickFreePort();
+    auto board4 = std::make_shared<Received>();
+    TestServer v1(recorder(board1)), v2(recorder(board2)), six(recorder(board3)),
+        quiet(recorder(board4));
+    uint16_t port1 = pickFreePort(), port2 = pickFreePort(), port3 = pickFreePort(),
+             port4 = pickFreePort();
     auto config = configFile(
         dir, section("one", port1, v1.address(), "proxy-protocol-out = v1\n") +
                  section("two", port2, v2.address(),
@@ -755,7 +758,8 @@ TEST(SniProxyTest, ProxyProtocolOutPutsTheClientBeforeItsFirstByte) {
                          "proxy-trusted = 127.0.0.1/32\n") +
                  section("three", port3, six.address(),
                          "proxy-protocol-out = v1\nproxy-protocol-in = any\n"
-                         "proxy-trusted = 127.0.0.1/32\n"));
+                         "proxy-trusted = 127.0.0.1/32\n") +
+                 section("quiet", port4, quiet.address(), "audit = false\n"));
     std::string auditDir = dir.path() + "/audit";
     Daemon daemon({"--config", config, "--workers", "2", "--audit-dir", auditDir});
     ASSERT_TRUE(daemon.waitReady(port1)) << daemon.why();
@@ -786,10 +790,15 @@ TEST(SniProxyTest, ProxyProtocolOutPutsTheClientBeforeItsFirstByte) {
               PeerClose::Eof);
     EXPECT_EQ(receivedBy(board3, 0, six),
               "PROXY TCP6 2001:db8::9 2001:db8::1 5000 443\r\npayload v1");
+    // A route with audit = false relays and is not in the audit.
+    ASSERT_TRUE(daemon.waitReady(port4)) << daemon.why();
+    UniqueFd unaudited = clientFrom("127.0.0.3", port4);
+    EXPECT_EQ(sendAndFinish(unaudited.get(), "payload quiet"), PeerClose::Eof);
+    EXPECT_EQ(receivedBy(board4, 0, quiet), "payload quiet");
     ASSERT_TRUE(terminatesCleanly(daemon));
     auto listing = auditList(auditDir);
     ASSERT_TRUE(listing.ok()) << listing.describe();
-    ASSERT_EQ(listing.rows.size(), 4u);
+    ASSERT_EQ(listing.rows.size(), 4u) << listing.describe();  // none of route quiet
     for (const auto& row : listing.rows) {
         auto extracted = auditExtract(auditDir, row.id, "c2u", dir.file("c2u"));
         ASSERT_TRUE(extracted.ok());
