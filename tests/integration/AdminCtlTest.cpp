@@ -2,6 +2,7 @@
 // with a fake handler: every command in human and --json form, exit codes (0 ok, 1 the daemon
 // answered with an error, 2 usage, 3 unreachable), help, and an unprivileged peer run through
 // `setpriv` (refused by file mode, then by SO_PEERCRED) while a good client keeps being served.
+// AdminCtlDaemonTest: the read-only group through the real daemon in the packaged layout.
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
@@ -413,6 +414,50 @@ TEST_F(AdminCtlTest, ReadonlyGroupReachesTheSocketInAPrivateRuntimeDirectory) {
     struct stat st {};
     ASSERT_EQ(::stat(runtimeDir.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07, 0u) << "others gained access to the directory";
+}
+
+// The same through the real daemon, laid out as the packaged unit has it: the admin socket in a
+// 0750 runtime directory of the admin group (RuntimeDirectoryMode=0750, Group=splicegate). The
+// read-only group's member gets status and is refused drain and upgrade (which would restart
+// the daemon); someone in neither group cannot connect (exit 3); the daemon serves on.
+TEST(AdminCtlDaemonTest, ReadonlyGroupReachesTheDaemonsSocketInThePackagedRuntimeDirectory) {
+    TemporaryAccount admins("sgtag");
+    TemporaryAccount viewer("sgtrv");
+    TemporaryAccount outsider("sgtno");
+    TempDir dir;
+    ::chmod(dir.path().c_str(), 0755);  // as /run is
+    const std::string runtimeDir = dir.path() + "/splicegate";
+    ASSERT_EQ(::mkdir(runtimeDir.c_str(), 0750), 0);
+    ASSERT_EQ(::chown(runtimeDir.c_str(), 0, admins.gid()), 0) << std::strerror(errno);
+    const std::string socketPath = runtimeDir + "/admin.sock";
+    uint16_t port = pickFreePort();
+    Daemon daemon({"--listen", loopback(port), "--upstream", "127.0.0.1:9", "--admin-socket",
+                   socketPath, "--admin-group", admins.name(), "--admin-readonly-group",
+                   viewer.name()});
+    ASSERT_TRUE(daemon.waitReady(port)) << daemon.why();
+    const std::vector<std::string> ctl = {ctlBinary(), "--socket", socketPath};
+    auto with = [&](std::vector<std::string> args) {
+        auto argv = ctl;
+        argv.insert(argv.end(), args.begin(), args.end());
+        return argv;
+    };
+    auto status = runProcess(viewer.as(with({"status"})), milliseconds(15000));
+    ASSERT_TRUE(status.status && status.status->isExit(0)) << status.err;
+    EXPECT_NE(status.out.find("workers"), std::string::npos) << status.out;
+    for (const char* action : {"drain", "upgrade"}) {
+        auto denied = runProcess(viewer.as(with({action})), milliseconds(15000));
+        ASSERT_TRUE(denied.status && denied.status->isExit(1)) << action << ": " << denied.err;
+        EXPECT_NE(denied.err.find("permission denied"), std::string::npos) << denied.err;
+    }
+    auto admin = runProcess(admins.as(with({"status"})), milliseconds(15000));
+    EXPECT_TRUE(admin.status && admin.status->isExit(0)) << admin.err;
+    auto refused = runProcess(outsider.as(with({"status"})), milliseconds(15000));
+    ASSERT_TRUE(refused.status && refused.status->isExit(3)) << refused.err;
+    EXPECT_NE(refused.err.find("Permission denied"), std::string::npos) << refused.err;
+    auto listing = runProcess(viewer.as({"/bin/ls", runtimeDir}), milliseconds(15000));
+    EXPECT_FALSE(listing.status && listing.status->isExit(0)) << "the directory became readable";
+    EXPECT_TRUE(daemon.running()) << daemon.why();
+    EXPECT_TRUE(isListening(port));
 }
 
 // A hostile "daemon" announcing and streaming a 200 MiB response: splicegatectl refuses it from
