@@ -5,6 +5,8 @@
 // - the options of `splicegate --help`, the tables of docs/configuration.md and the options of
 //   splicegate(8) are the same set, both ways; so are splicegate-audit's, splicegatectl's and
 //   splicegate-archive's and their man pages';
+// - the connection states the daemon names are those splicegatectl connections --help and
+//   splicegatectl(1) list;
 // - a commented "#key = value" of the packaged config file shows --help's default;
 // - every metric name the exposer's sources define is in docs/metrics.md;
 // - README.md, docs/ and packaging/README.md link only files that exist in the repository and
@@ -227,6 +229,35 @@ TEST(DocsLintTest, PackagedUnitLetsEveryAccessLineThroughJournald) {
     auto unit = read(kSource / "packaging/systemd/splicegate.service");
     EXPECT_NE(unit.find("\nLogRateLimitIntervalSec=0\n"), std::string::npos)
         << "packaging/systemd/splicegate.service sets no LogRateLimitIntervalSec=0";
+}
+
+// The connection states: those the daemon's table names (relay/ConnectionTable.cpp, "relaying"
+// shown as "open" by relay/Control.cpp) are what `splicegatectl connections --help` and
+// splicegatectl(1) list, and neither names another.
+TEST(DocsLintTest, ConnectionStatesAreTheSameInTheDaemonHelpAndManPage) {
+    std::set<std::string> daemon;
+    for (const auto& name : matches(read(kSource / "relay/ConnectionTable.cpp"),
+                                    std::regex(R"re(return "([a-z]+)";)re")))
+        daemon.insert(name == "relaying" ? "open" : name);
+    ASSERT_EQ(daemon.size(), 4u);
+    EXPECT_NE(read(kSource / "relay/Control.cpp").find(R"(workerState == "relaying" ? "open")"),
+              std::string::npos);
+    auto help = test::runProcess(
+        {std::string(SPLICEGATE_BIN_DIR) + "/splicegatectl", "connections", "--help"},
+        milliseconds(10000));
+    ASSERT_TRUE(help.status && help.status->isExit(0)) << help.err;
+    auto listed = matches(help.out, std::regex(R"(STATE \(([a-z|]+)\))"));
+    ASSERT_EQ(listed.size(), 1u) << help.out;
+    std::set<std::string> inHelp;
+    for (const auto& name : matches(listed[0] + "|", std::regex("([a-z]+)\\|"))) inHelp.insert(name);
+    EXPECT_EQ(inHelp, daemon) << help.out;
+    auto page = read(kSource / "packaging/man/splicegatectl.1");
+    auto item = page.substr(page.find("\n.B connections\n"));
+    item = item.substr(0, item.find("\n.TP", 1));
+    for (const auto& name : daemon)
+        EXPECT_TRUE(std::regex_search(item, std::regex("\\b" + name + "\\b")))
+            << "splicegatectl(1) connections does not name the state " << name;
+    EXPECT_EQ(item.find("relaying"), std::string::npos) << "splicegatectl(1) names 'relaying'";
 }
 
 // systemctl reload and the package's upgrade go through `splicegatectl upgrade` (the new process

@@ -57,7 +57,9 @@ const std::vector<CommandHelp>& commandHelp() {
          "connection and byte counts, one row per route, the pipe pool and the audit state.\n"},
         {"connections", "connections", "open connections, one row each",
          "One row per open connection: ID, ROUTE, CLIENT, UPSTREAM, AGE, C2U_BYTES (client to\n"
-         "upstream), U2C_BYTES (upstream to client), STATE (connecting|open|closing), WORKER.\n"
+         "upstream), U2C_BYTES (upstream to client), STATE (preamble|connecting|open|closing),\n"
+         "WORKER, SNI (the TLS ClientHello's server name), VIA (the load balancer whose PROXY\n"
+         "header named CLIENT).\n"
          "With --json the fields are those of 'splicegate-audit list --json' (id, route, client,\n"
          "upstream, opened, c2u_bytes, u2c_bytes, state) plus worker and age_ms.\n"},
         {"kill", "kill ID", "close connection ID (the audit records the reason)",
