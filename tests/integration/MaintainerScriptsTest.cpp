@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/Daemon.h"
+#include "tests/support/StandInCommands.h"
 
 namespace splicegate::test {
 namespace {
@@ -34,15 +35,11 @@ struct Scenario {
 class Stand {
   public:
     Stand() {
-        add("systemctl", "exit \"$FAKE_ACTIVE\"");
-        add("splicegatectl", "echo \"$FAKE_ANSWER\"; exit \"$FAKE_CTL_STATUS\"");
-        add("deb-systemd-invoke", "exit 0");
+        commands_.add("systemctl", "exit \"$FAKE_ACTIVE\"");
+        commands_.add("splicegatectl", "echo \"$FAKE_ANSWER\"; exit \"$FAKE_CTL_STATUS\"");
+        commands_.add("deb-systemd-invoke", "exit 0");
     }
-    std::string log(const std::string& name) const {
-        std::error_code ignored;
-        if (!std::filesystem::exists(dir_.path() + "/" + name + ".log", ignored)) return "";
-        return readFile(dir_.path() + "/" + name + ".log");
-    }
+    std::string log(const std::string& name) const { return commands_.log(name); }
     ProcessResult run(const Scenario& s) const {
         // The function as packaged; only the absolute path of splicegatectl is made the stand-in's.
         const std::string script =
@@ -51,7 +48,7 @@ class Stand {
             "' | sed 's|/usr/bin/splicegatectl|splicegatectl|')\"\n"
             "type upgrade_running_daemon >/dev/null\n"
             "upgrade_running_daemon\n";
-        return runProcess({"/usr/bin/env", "PATH=" + dir_.path() + ":/usr/bin:/bin",
+        return runProcess({"/usr/bin/env", "PATH=" + commands_.path() + ":/usr/bin:/bin",
                            "FAKE_ACTIVE=" + std::to_string(s.active),
                            "FAKE_CTL_STATUS=" + std::to_string(s.ctlStatus),
                            std::string("FAKE_ANSWER=") + s.ctlAnswer, "/bin/sh", "-c", script},
@@ -59,12 +56,7 @@ class Stand {
     }
 
   private:
-    void add(const std::string& name, const std::string& body) {
-        auto path = dir_.write(name, "#!/bin/sh\necho \"$*\" >> '" + dir_.path() + "/" + name +
-                                         ".log'\n" + body + "\n");
-        ::chmod(path.c_str(), 0755);
-    }
-    TempDir dir_;
+    StandInCommands commands_;
 };
 
 TEST(MaintainerScriptsTest, PostinstUpgradesTheRunningDaemonAndRestartsOnlyWhereItCannot) {

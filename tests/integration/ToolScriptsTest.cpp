@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/support/Daemon.h"
+#include "tests/support/StandInCommands.h"
 #include "tests/support/Sockets.h"
 
 namespace splicegate::test {
@@ -18,34 +19,25 @@ namespace {
 
 const std::string kSource = SPLICEGATE_SOURCE_DIR;
 
-// A directory of stand-in commands; each appends its arguments to LOG/<name>.log.
+// apt-get, cmake and dpkg-query stood in for; dpkg-query answers FAKE_DPKG_STATUS.
 class FakeCommands {
   public:
     FakeCommands() {
-        for (const char* name : {"apt-get", "cmake"}) add(name, "exit 0");
-        add("dpkg-query", "printf '%s' \"$FAKE_DPKG_STATUS\"");
+        for (const char* name : {"apt-get", "cmake"}) commands_.add(name, "exit 0");
+        commands_.add("dpkg-query", "printf '%s' \"$FAKE_DPKG_STATUS\"");
     }
-    std::string log(const std::string& name) const {
-        std::error_code ignored;
-        if (!std::filesystem::exists(dir_.path() + "/" + name + ".log", ignored)) return "";
-        return readFile(dir_.path() + "/" + name + ".log");
-    }
+    std::string log(const std::string& name) const { return commands_.log(name); }
     // argv run with the stand-ins first on PATH and `status` as every package's dpkg status.
     std::vector<std::string> run(const std::string& status, std::vector<std::string> argv) const {
         std::vector<std::string> full = {"/usr/bin/env",
-                                         "PATH=" + dir_.path() + ":" + std::getenv("PATH"),
+                                         "PATH=" + commands_.path() + ":" + std::getenv("PATH"),
                                          "FAKE_DPKG_STATUS=" + status};
         full.insert(full.end(), argv.begin(), argv.end());
         return full;
     }
 
   private:
-    void add(const std::string& name, const std::string& body) {
-        auto path = dir_.write(name, "#!/bin/sh\necho \"$*\" >> '" + dir_.path() + "/" + name +
-                                         ".log'\n" + body + "\n");
-        ::chmod(path.c_str(), 0755);
-    }
-    TempDir dir_;
+    StandInCommands commands_;
 };
 
 TEST(ToolScriptsTest, InstallDepsCountsPendingTriggersAsInstalled) {
