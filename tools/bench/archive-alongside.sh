@@ -1,0 +1,126 @@
+#!/bin/bash
+# archive-alongside.sh: the relay's throughput and rr tail with and without splicegate-archive
+# shipping its audit log at the same time, how fast the archive keeps up with the audit, and the
+# time from a segment's seal to its verified objects. One box: radosgw (tests/s3/radosgw.sh, one
+# memstore OSD) runs on the same CPUs as the relay, so its own 3-4 CPU-s per GiB count against
+# the relay here; a real deployment's object store is elsewhere.
+# Per run, one relay with the audit on (two routes: bulk to a sink, rr to an echo server):
+#   phase off: a paced upload of RATE Mbit/s and 64 rr connections for DURATION s, no archiver;
+#   phase on:  the same load for DURATION s while `splicegate-archive` (scan every second) ships
+#              every segment sealed so far, phase off's included;
+#   then the relay stops (sealing the rest) and the archiver ships what is left.
+# Segments roll at 1 GiB per worker. Seal time: the index file's mtime (its seal is the last
+# write); verified time: the state file's mtime (its last move is to verified).
+#
+#   tools/bench/archive-alongside.sh [--rate-mbps N] [--duration S] [--runs N]
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=$ROOT/build/bin
+RATE=800 DURATION=40 RUNS=3
+while (($#)); do
+    case $1 in
+        --rate-mbps) RATE=${2:?}; shift 2 ;;
+        --duration) DURATION=${2:?}; shift 2 ;;
+        --runs) RUNS=${2:?}; shift 2 ;;
+        *) echo "usage: $0 [--rate-mbps N] [--duration S] [--runs N]" >&2; exit 2 ;;
+    esac
+done
+WORK=$(mktemp -d /var/tmp/splicegate-archive-alongside.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    "$ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Two phases of audit per run stay in the OSD's RAM until the end (plus a quarter).
+PER_RUN_BYTES=$(( RATE * DURATION * 2 / 8 * 1000000 ))
+SPLICEGATE_RADOSGW_MEMSTORE_BYTES=$(( (RUNS * PER_RUN_BYTES + (1 << 30)) * 5 / 4 )) \
+    "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
+ENDPOINT=$(head -n1 "$WORK/s3/endpoint")
+
+"$BIN/splicegate-bench" server --mode sink --listen 127.0.0.1:17202 --duration 3600 >/dev/null 2>&1 &
+PIDS+=($!)
+"$BIN/splicegate-bench" server --mode echo --listen 127.0.0.1:17203 --duration 3600 >/dev/null 2>&1 &
+PIDS+=($!)
+"$BIN/splicegate-bench" waitport --connect 127.0.0.1:17202 --timeout 10
+"$BIN/splicegate-bench" waitport --connect 127.0.0.1:17203 --timeout 10
+cat >"$WORK/relay.conf" <<CONF
+[route.bulk]
+listen = 127.0.0.1:17201
+upstream = 127.0.0.1:17202
+[route.rr]
+listen = 127.0.0.1:17204
+upstream = 127.0.0.1:17203
+CONF
+
+value() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+
+# One phase: the paced upload and the rr probe together; prints "gbps p99_us".
+load() {
+    local bulk rr
+    "$BIN/splicegate-bench" bulk --connect 127.0.0.1:17201 --direction up --streams 2 \
+        --rate-mbps "$RATE" --duration "$DURATION" --warmup 1 >"$WORK/bulk.out" &
+    bulk=$!
+    "$BIN/splicegate-bench" rr --connect 127.0.0.1:17204 --conns 64 --threads 1 \
+        --duration "$DURATION" --warmup 1 >"$WORK/rr.out"
+    wait "$bulk"
+    echo "$(value "$(cat "$WORK/bulk.out")" gbps) $(value "$(cat "$WORK/rr.out")" p99_us)"
+}
+
+for run in $(seq "$RUNS"); do
+    audit=$WORK/audit-$run state=$WORK/state-$run bucket=alongside-$run-$$
+    "$BIN/splicegate-bench-s3-bucket" --endpoint "$ENDPOINT" --credentials "$WORK/s3/credentials" \
+        --bucket "$bucket"
+    "$BIN/splicegate" --config "$WORK/relay.conf" --admin-socket '' --metrics-listen '' \
+        --audit-dir "$audit" >"$WORK/relay-$run.log" 2>&1 &
+    relay=$!
+    PIDS+=($relay)
+    "$BIN/splicegate-bench" waitport --connect 127.0.0.1:17201 --timeout 10
+    read -r off_gbps off_p99 < <(load)
+    audit_before=$(du -sb "$audit" | awk '{ print $1 }')
+    "$BIN/splicegate-archive" --config /dev/null --audit-dir "$audit" --state-dir "$state" \
+        --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" --s3-prefix alongside \
+        --s3-credentials-file "$WORK/s3/credentials" --lock-days 1 --scan-interval-ms 1000 \
+        --log-level warn >"$WORK/archive-$run.log" 2>&1 &
+    archiver=$!
+    PIDS+=($archiver)
+    on_start=$(date +%s.%N)
+    read -r on_gbps on_p99 < <(load)
+    on_end=$(date +%s.%N)
+    audit_after=$(du -sb "$audit" | awk '{ print $1 }')
+    kill -TERM "$relay"; wait "$relay" || true
+    kill -TERM "$archiver"; wait "$archiver" || true
+    "$BIN/splicegate-archive" --config /dev/null --once --audit-dir "$audit" --state-dir "$state" \
+        --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" --s3-prefix alongside \
+        --s3-credentials-file "$WORK/s3/credentials" --lock-days 1 --log-level warn \
+        >>"$WORK/archive-$run.log" 2>&1 || echo "archive-alongside.sh: run $run: the final --once pass failed" >&2
+    python3 - "$audit" "$state" "$run" "$off_gbps" "$off_p99" "$on_gbps" "$on_p99" \
+        "$audit_before" "$audit_after" "$DURATION" "$on_start" "$on_end" <<'PY'
+import os, sys
+audit, state, run, off_g, off_p, on_g, on_p, before, after, duration, start, end = sys.argv[1:]
+lat = []
+shipped = 0  # data bytes whose objects were verified while the load ran
+for name in sorted(os.listdir(state)):
+    if not name.endswith(".upload"): continue
+    index = os.path.join(audit, name[:-len(".upload")] + ".index")
+    if not os.path.exists(index): continue
+    verified = os.stat(os.path.join(state, name)).st_mtime
+    lat.append(verified - os.stat(index).st_mtime)
+    data = index[:-len(".index")] + ".data"
+    if float(start) <= verified <= float(end) and os.path.exists(data):
+        shipped += os.path.getsize(data)
+lat.sort()
+pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
+audited = (int(after) - int(before)) / float(duration) / 1e6
+print(f"run={run} off_gbps={off_g} on_gbps={on_g} on_over_off={float(on_g)/float(off_g):.3f} "
+      f"off_rr_p99_us={off_p} on_rr_p99_us={on_p} p99_on_over_off={float(on_p)/float(off_p):.3f} "
+      f"audit_mb_per_s={audited:.1f} archived_mb_per_s={shipped / (float(end) - float(start)) / 1e6:.1f} segments={len(lat)} seal_to_verified_p50_s={pick(0.5):.1f} "
+      f"p95_s={pick(0.95):.1f} max_s={lat[-1] if lat else float('nan'):.1f}")
+PY
+    grep -h "warn\|error" "$WORK/archive-$run.log" | head -3 >&2 || true
+done
