@@ -17,7 +17,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/build/bin
-RATE=800 DURATION=40 RUNS=3
+RATE=600 DURATION=30 RUNS=3
 while (($#)); do
     case $1 in
         --rate-mbps) RATE=${2:?}; shift 2 ;;
@@ -37,11 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Two phases of audit per run stay in the OSD's RAM until the end (plus a quarter).
+# A fresh radosgw per run: its memstore OSD keeps every locked object in RAM (the lock forbids
+# deleting them), two phases of audit a run, plus a quarter.
 PER_RUN_BYTES=$(( RATE * DURATION * 2 / 8 * 1000000 ))
-SPLICEGATE_RADOSGW_MEMSTORE_BYTES=$(( (RUNS * PER_RUN_BYTES + (1 << 30)) * 5 / 4 )) \
-    "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
-ENDPOINT=$(head -n1 "$WORK/s3/endpoint")
 
 "$BIN/splicegate-bench" server --mode sink --listen 127.0.0.1:17202 --duration 3600 >/dev/null 2>&1 &
 PIDS+=($!)
@@ -73,6 +71,9 @@ load() {
 }
 
 for run in $(seq "$RUNS"); do
+    SPLICEGATE_RADOSGW_MEMSTORE_BYTES=$(( (PER_RUN_BYTES + (1 << 30)) * 5 / 4 )) \
+        "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
+    ENDPOINT=$(head -n1 "$WORK/s3/endpoint")
     audit=$WORK/audit-$run state=$WORK/state-$run bucket=alongside-$run-$$
     "$BIN/splicegate-bench-s3-bucket" --endpoint "$ENDPOINT" --credentials "$WORK/s3/credentials" \
         --bucket "$bucket"
@@ -123,4 +124,6 @@ print(f"run={run} off_gbps={off_g} on_gbps={on_g} on_over_off={float(on_g)/float
       f"p95_s={pick(0.95):.1f} max_s={lat[-1] if lat else float('nan'):.1f}")
 PY
     grep -h "warn\|error" "$WORK/archive-$run.log" | head -3 >&2 || true
+    "$ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null
+    rm -rf "$audit" "$state"
 done
