@@ -9,6 +9,7 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "archive/Gzip.h"
 #include "archive/ObjectKeys.h"
 #include "audit/Crc32c.h"
 #include "audit/TextFormat.h"

@@ -1,6 +1,5 @@
 #include "archive/SealedSegment.h"
 
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -206,23 +205,6 @@ std::string connectionsJsonLines(const SealedSegment& segment) {
         out += ",\"first_record\":" + std::to_string(c.firstRecord) +
                ",\"last_record\":" + std::to_string(c.lastRecord) + "}\n";
     }
-    return out;
-}
-
-std::string gzip(const std::string& bytes) {
-    z_stream stream{};
-    // 15 window bits + 16: a gzip header and trailer instead of zlib's.
-    if (deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        throw std::runtime_error("gzip: deflateInit2 failed");
-    std::string out(deflateBound(&stream, static_cast<uLong>(bytes.size())), '\0');
-    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-    stream.avail_in = static_cast<uInt>(bytes.size());
-    stream.next_out = reinterpret_cast<Bytef*>(out.data());
-    stream.avail_out = static_cast<uInt>(out.size());
-    int rc = deflate(&stream, Z_FINISH);
-    out.resize(stream.total_out);
-    deflateEnd(&stream);
-    if (rc != Z_STREAM_END) throw std::runtime_error("gzip: deflate did not finish");
     return out;
 }
 

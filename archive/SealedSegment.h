@@ -50,7 +50,5 @@ std::optional<SealedSegment> readSealedSegment(const audit::SegmentFiles& files)
 
 // The connections object's content before compression: one JSON object per line.
 std::string connectionsJsonLines(const SealedSegment& segment);
-// gzip (RFC 1952) of `bytes`; throws std::runtime_error if zlib fails.
-std::string gzip(const std::string& bytes);
 
 }  // namespace splicegate::archive

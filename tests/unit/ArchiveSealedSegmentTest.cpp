@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "archive/Gzip.h"
 #include "audit/Crc32c.h"
 #include "tests/support/AuditSegmentBuilder.h"
 

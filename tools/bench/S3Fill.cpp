@@ -13,20 +13,20 @@
 // Exit status: 0 filled, 1 the server refused or an object did not parse, 2 usage error.
 #include <google/protobuf/util/json_util.h>
 #include <time.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "archive/Gzip.h"
 #include "archive/ObjectKeys.h"
-#include "archive/SealedSegment.h"
 #include "archive/s3/S3Client.h"
 #include "splicegate/archive_index.pb.h"
 
@@ -43,26 +43,6 @@ struct SourceSegment {
     std::string data, index, connectionsText;  // connectionsText gunzipped
     std::string manifest;
 };
-
-// A connections object's bytes unzipped (the archiver's own objects: no size guard needed).
-std::string gunzip(const std::string& bytes, const std::string& key) {
-    z_stream stream{};
-    if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("zlib");
-    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-    stream.avail_in = static_cast<uInt>(bytes.size());
-    std::string out;
-    char buffer[65536];
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-        stream.next_out = reinterpret_cast<Bytef*>(buffer);
-        stream.avail_out = sizeof buffer;
-        rc = inflate(&stream, Z_NO_FLUSH);
-        out.append(buffer, sizeof buffer - stream.avail_out);
-    }
-    inflateEnd(&stream);
-    if (rc != Z_STREAM_END) throw std::runtime_error(key + ": not a gzip stream");
-    return out;
-}
 
 // The connections lines with ids and times moved as the header says.
 std::string shiftedLines(const std::string& text, std::uint64_t idShift, std::int64_t timeShift,
@@ -142,7 +122,9 @@ int main(int argc, char** argv) {
             if (parsed->kind == archive::ObjectKind::Data) segment.data = fetch(entry.key);
             if (parsed->kind == archive::ObjectKind::Index) segment.index = fetch(entry.key);
             if (parsed->kind == archive::ObjectKind::Connections)
-                segment.connectionsText = gunzip(fetch(entry.key), entry.key);
+                // The archiver's own objects: no size bound needed.
+                segment.connectionsText =
+                    archive::gunzip(fetch(entry.key), entry.key, std::numeric_limits<std::size_t>::max());
         }
         if (segments.empty()) throw std::runtime_error("no segment under " + from + "/segments/");
         for (auto& [name, segment] : segments)

@@ -1,12 +1,12 @@
 #include "tools/splicegate-audit/ArchiveSource.h"
 
 #include <google/protobuf/util/json_util.h>
-#include <zlib.h>
 
 #include <stdexcept>
 #include <string_view>
 #include <utility>
 
+#include "archive/Gzip.h"
 #include "archive/s3/S3Client.h"
 #include "common/Error.h"
 #include "tools/splicegate-audit/ArchiveCatalog.h"
@@ -28,26 +28,7 @@ std::string text(const po::variables_map& values, const char* name) {
 }  // namespace
 
 std::string gunzipObject(const std::string& bytes, const std::string& origin) {
-    z_stream stream{};
-    if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
-        throw std::runtime_error(origin + ": cannot start zlib");
-    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-    stream.avail_in = static_cast<uInt>(bytes.size());
-    std::string out;
-    char buffer[65536];
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-        stream.next_out = reinterpret_cast<Bytef*>(buffer);
-        stream.avail_out = sizeof buffer;
-        rc = inflate(&stream, Z_NO_FLUSH);
-        out.append(buffer, sizeof buffer - stream.avail_out);
-        if (out.size() > kMaxConnectionsText) rc = Z_MEM_ERROR;
-    }
-    inflateEnd(&stream);
-    if (rc != Z_STREAM_END)
-        throw std::runtime_error(origin + ": not a complete gzip stream (zlib " +
-                                 std::to_string(rc) + ")");
-    return out;
+    return archive::gunzip(bytes, origin, kMaxConnectionsText);
 }
 
 namespace {
