@@ -73,5 +73,23 @@ TEST(ToolScriptsTest, DemoBuildsWhatItRunsAndStopsWhenPort8080IsTaken) {
         << fakes.log("cmake");
 }
 
+// The benchmark scripts run the churn and bulk clients without --first-bytes (only sni.sh gives
+// it): leaving it out must not be a usage error (exit 2). A closed port: churn counts the
+// refusals in its result line, bulk fails to connect; both exit 1 for that.
+TEST(ToolScriptsTest, BenchClientsRunWithoutTheOptionalFirstBytes) {
+    const std::string bench = std::string(SPLICEGATE_BIN_DIR) + "/splicegate-bench";
+    const std::string closed = "127.0.0.1:" + std::to_string(pickFreePort());
+    auto churn = runProcess({bench, "churn", "--connect", closed, "--duration", "0.2"}, milliseconds(10000));
+    ASSERT_TRUE(churn.status);
+    EXPECT_TRUE(churn.status->isExit(1)) << churn.status->describe() << churn.err;
+    EXPECT_NE(churn.out.find("result=churn"), std::string::npos) << churn.out << churn.err;
+    EXPECT_NE(churn.out.find(" connect_errors="), std::string::npos) << churn.out;
+    auto bulk = runProcess({bench, "bulk", "--connect", closed, "--duration", "0.2", "--warmup", "0"},
+                           milliseconds(10000));
+    ASSERT_TRUE(bulk.status);
+    EXPECT_TRUE(bulk.status->isExit(1)) << bulk.status->describe() << bulk.err;
+    EXPECT_NE(bulk.err.find("Connection refused"), std::string::npos) << bulk.err;
+}
+
 }  // namespace
 }  // namespace splicegate::test

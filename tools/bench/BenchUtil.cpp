@@ -77,10 +77,10 @@ po::options_description describe(const std::vector<OptionSpec>& specs) {
     auto add = described.add_options();
     for (const auto& s : specs) {
         auto* value = po::value<std::string>()->value_name(s.valueName);
-        if (s.defaultValue.empty())
-            value->required();
-        else
+        if (!s.defaultValue.empty())
             value->default_value(s.defaultValue);
+        else if (!s.optional)
+            value->required();
         add(s.name.c_str(), value, s.help.c_str());
     }
     add("help,h", "this text");

@@ -68,8 +68,9 @@ inline Clock::duration secondsToDuration(double seconds) {
 struct OptionSpec {
     std::string name;          // without the leading "--"
     std::string valueName;     // shown in the usage: "--name VALUE"
-    std::string defaultValue;  // empty with a value name: required
+    std::string defaultValue;  // empty with a value name: required, unless `optional`
     std::string help;
+    bool optional = false;     // no default, and may be left out (str() gives "")
 };
 
 // `--help` anywhere on a command's line: main() prints the usage on stdout and exits 0.

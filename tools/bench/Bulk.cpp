@@ -137,7 +137,7 @@ int runBulk(int argc, char** argv) {
                      {"threads", "N", "0", "client threads; 0 = min(streams, 2)"},
                      {"chunk", "BYTES", "262144", "read/write size"},
                      {"first-bytes", "FILE", "",
-                      "each stream sends this file's bytes (a TLS ClientHello) first"},
+                      "each stream sends this file's bytes (a TLS ClientHello) first", true},
                      {"rate-mbps", "MBIT/S", "0",
                       "pace all streams together to this rate; 0 = as fast as possible"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},

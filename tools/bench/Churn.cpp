@@ -143,7 +143,7 @@ int runChurn(int argc, char** argv) {
                      {"size", "BYTES", "1024", "bytes sent and echoed per connection"},
                      {"first-bytes", "FILE", "",
                       "send this file's bytes (a TLS ClientHello) before the SIZE bytes; echoed "
-                      "too"},
+                      "too", true},
                      {"threads", "N", "2", "client threads"},
                      {"duration", "SECONDS", "5", "measuring window"},
                      {"warmup", "SECONDS", "0.5", "churn before the window opens"},
