@@ -16,7 +16,6 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BIN=$ROOT/build/bin
 RATE=600 DURATION=30 RUNS=3
 while (($#)); do
     case $1 in
@@ -26,16 +25,10 @@ while (($#)); do
         *) echo "usage: $0 [--rate-mbps N] [--duration S] [--runs N]" >&2; exit 2 ;;
     esac
 done
-WORK=$(mktemp -d /var/tmp/splicegate-archive-alongside.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
+# Under /var/tmp, not /tmp: the relay's audit files want a disk file system (O_DIRECT).
+BENCH_WORK_BASE=/var/tmp bench_setup archive-alongside splicegate splicegate-archive splicegate-bench splicegate-bench-s3-bucket
 
 # A fresh radosgw per run: its memstore OSD keeps every locked object in RAM (the lock forbids
 # deleting them), two phases of audit a run, plus a quarter.

@@ -21,7 +21,6 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BIN=$ROOT/build/bin
 BOXES=20 HOURS=24 CHURN=0.2 RUNS=1 REPEAT=3 BASELINE=
 while (($#)); do
     case $1 in
@@ -34,16 +33,10 @@ while (($#)); do
         *) echo "usage: $0 [--boxes N] [--hours N] [--churn SECONDS] [--runs N] [--repeat N] [--baseline BIN]" >&2; exit 2 ;;
     esac
 done
-WORK=$(mktemp -d /var/tmp/splicegate-archive-list-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
+# Under /var/tmp, not /tmp: the relay's audit files want a disk file system (O_DIRECT).
+BENCH_WORK_BASE=/var/tmp bench_setup archive-list-bench splicegate splicegate-archive splicegate-audit splicegate-bench splicegate-bench-s3-bucket splicegate-bench-s3-fill
 
 "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
 ENDPOINT=$(head -n1 "$WORK/s3/endpoint")

@@ -13,7 +13,6 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BIN=$ROOT/build/bin
 MIB=256 RUNS=3 PARALLEL=2 PAYLOAD_HASH=crc32c
 while (($#)); do
     case $1 in
@@ -24,16 +23,10 @@ while (($#)); do
         *) echo "usage: $0 [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256]" >&2; exit 2 ;;
     esac
 done
-WORK=$(mktemp -d /var/tmp/splicegate-archive-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=tools/bench/common.sh
+source "$HERE/common.sh"
+# Under /var/tmp, not /tmp: the relay's audit files want a disk file system (O_DIRECT).
+BENCH_WORK_BASE=/var/tmp bench_setup archive-bench splicegate splicegate-archive splicegate-bench splicegate-bench-s3-bucket
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 

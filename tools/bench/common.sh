@@ -2,9 +2,11 @@
 # not run. Each script parses its own options, then:
 #   bench_enter_netns NAME "${ORIGINAL_ARGS[@]}"   re-runs the script in a private network
 #                                                  namespace (loopback up, wide port range)
-#   bench_setup NAME TOOL...                       checks build/bin, makes $WORK, and stops
-#                                                  every PID in PIDS (by PID) and removes $WORK
-#                                                  and $AUDIT on any exit
+#   bench_setup NAME TOOL...                       checks build/bin, makes $WORK (under
+#                                                  $BENCH_WORK_BASE, default /tmp), and stops
+#                                                  every PID in PIDS (by PID), a radosgw started
+#                                                  in $WORK/s3, and removes $WORK and $AUDIT on
+#                                                  any exit
 #   bench_start_sink ADDR                          `splicegate-bench server --mode sink`
 #   bench_measure_disk ROOT SIZE                   the disk's O_DIRECT write Gbit/s (fio) in DISK
 #   bench_archive_sealed DIR PID                   while PID runs, empties the data files of
@@ -31,6 +33,9 @@ bench_cleanup() {
     local pid
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [[ -n $WORK && -d $WORK/s3 ]]; then
+        "$BENCH_ROOT/tests/s3/radosgw.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
+    fi
     [[ -z $AUDIT ]] || rm -rf "$AUDIT"
     [[ -z $WORK ]] || rm -rf "$WORK"
 }
@@ -41,7 +46,7 @@ bench_setup() {
     for tool in "$@"; do
         [[ -x $BIN/$tool ]] || { echo "$name: $BIN/$tool missing: build first" >&2; exit 1; }
     done
-    WORK=$(mktemp -d "/tmp/splicegate-$name.XXXXXX")
+    WORK=$(mktemp -d "${BENCH_WORK_BASE:-/tmp}/splicegate-$name.XXXXXX")
     trap bench_cleanup EXIT
 }
 
