@@ -148,6 +148,13 @@ TEST(AuditToolTest, HelpAndVersion) {
     for (const char* word : {"list", "export", "extract", "verify", "--json", "--jsonl", "--pcap",
                              "--connection", "--direction"})
         EXPECT_NE(help.out.find(word), std::string::npos) << word;
+    // Every command names the archive address in the main usage, not only in its own help.
+    for (const char* command : {"list", "export", "extract", "verify"})
+        EXPECT_NE(help.out.find(std::string("  ") + command + " DIR|s3://BUCKET/PREFIX"),
+                  std::string::npos)
+            << command << "\n" << help.out;
+    for (const char* word : {"s3://BUCKET --all-boxes", "--s3-endpoint", "--s3-credentials-file"})
+        EXPECT_NE(help.out.find(word), std::string::npos) << word << "\n" << help.out;
     auto version = runTool({"--version"});
     ASSERT_TRUE(version.status && version.status->isExit(0)) << describe(version);
     EXPECT_EQ(version.out, std::string("splicegate-audit ") + SPLICEGATE_VERSION + "\n");

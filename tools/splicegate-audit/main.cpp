@@ -3,7 +3,7 @@
 //   splicegate-audit list DIR [--json | --jsonl] [filters]      (ListCommand.h)
 //   splicegate-audit export DIR --pcap FILE [--connection ID]  (PcapExport.h)
 //   splicegate-audit extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]
-//   (DIR may be s3://BUCKET/PREFIX for list, export and extract: ArchiveSource.h, ArchiveExtract.h)
+//   (DIR may be s3://BUCKET/PREFIX for every command: ArchiveSource.h, ArchiveExtract.h)
 //   splicegate-audit verify DIR|s3://BUCKET/PREFIX [--key-file FILE] [--expect-head DIGEST]...
 //                           [--archive s3://BUCKET/PREFIX] | s3://BUCKET --all-boxes (VerifyCommand.h)
 // Exit status: 0 success, 1 runtime failure (verify: problems found), 2 usage error. Errors are
@@ -41,23 +41,28 @@ namespace {
 constexpr const char* kProgram = "splicegate-audit";
 
 constexpr const char* kMainHelp =
-    "usage: splicegate-audit COMMAND DIR [OPTIONS]\n"
+    "usage: splicegate-audit COMMAND DIR|s3://BUCKET/PREFIX [OPTIONS]\n"
     "Offline reader and verifier of splicegate audit logs (DIR is the daemon's --audit-dir).\n"
+    "Every command also reads the archive splicegate-archive wrote: s3://BUCKET/PREFIX (the\n"
+    "box's --s3-prefix) in place of DIR, with --s3-endpoint URL and --s3-credentials-file FILE;\n"
+    "list and verify take s3://BUCKET --all-boxes for every box of the bucket.\n"
     "\n"
     "Commands:\n"
-    "  list DIR [--json | --jsonl] [--since TIME] [--until TIME] [--route NAME]\n"
-    "           [--client ADDR] [--connection ID]\n"
+    "  list DIR|s3://BUCKET/PREFIX [--json | --jsonl] [--since TIME] [--until TIME]\n"
+    "           [--route NAME] [--client ADDR] [--connection ID]\n"
+    "           (s3://BUCKET --all-boxes: every box, a first column BOX)\n"
     "                            one row per connection: id, route, client, upstream, opened,\n"
     "                            closed, c2u_bytes, u2c_bytes, state (open|closed|truncated),\n"
     "                            reason; --json a JSON array, --jsonl one object per line\n"
-    "  export DIR --pcap FILE [--since TIME] [--until TIME] [--route NAME]\n"
-    "             [--client ADDR] [--connection ID]\n"
+    "  export DIR|s3://BUCKET/PREFIX --pcap FILE [--since TIME] [--until TIME]\n"
+    "             [--route NAME] [--client ADDR] [--connection ID]\n"
     "                            the connections as a pcap of synthesized TCP/IP packets\n"
     "                            (tcpdump, Wireshark)\n"
-    "  extract DIR --connection ID --direction c2u|u2c [-o FILE] [--force]\n"
+    "  extract DIR|s3://BUCKET/PREFIX --connection ID --direction c2u|u2c [-o FILE]\n"
+    "          [--force] [--since TIME] [--until TIME]\n"
     "                            the exact bytes of one direction of a connection (stdout by\n"
     "                            default); a chunk failing its payload CRC is refused unless\n"
-    "                            --force\n"
+    "                            --force; on s3:// --since/--until limit the segments searched\n"
     "  verify DIR|s3://BUCKET/PREFIX [--key-file FILE] [--expect-head DIGEST]...\n"
     "         [--archive s3://BUCKET/PREFIX]   (s3://BUCKET --all-boxes: every box)\n"
     "                            check every record, payload CRC and the hash chain; exit 1\n"
@@ -67,6 +72,8 @@ constexpr const char* kMainHelp =
     "Options:\n"
     "  -h [ --help ]             print this help (or a command's: COMMAND --help) and exit\n"
     "  --version                 print the version and exit\n"
+    "  --s3-endpoint URL, --s3-credentials-file FILE, --s3-region R, --s3-ca-file FILE\n"
+    "                            with s3://: the S3 server and its credentials (COMMAND --help)\n"
     "\n"
     "Exit status: 0 success, 1 runtime failure or problems found, 2 usage error.\n";
 
