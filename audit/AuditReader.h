@@ -264,6 +264,15 @@ struct VerifyOptions {
     // checked, and they are not counted in deletedByRetention): a copy of a log that starts
     // after segments the box deleted before they were copied (the archive's oldest segments).
     std::vector<RetentionLogEntry> knownDeletions;
+    // Where the segments come from. Null: the directory's listing, read at the start. Otherwise
+    // called for one segment at a time, in (worker, segment) order, until it returns nullopt:
+    // the files it names must be in the directory when it returns and may be removed when it is
+    // called again, because all the chain needs of a segment (its seal, the connections still
+    // open) is carried to the next. A source that fetches segments (verify of the archive) so
+    // needs room for one segment, not the whole log. It may add to `learnt` deletions it found
+    // (taken as knownDeletions), before the first segment of their worker.
+    std::function<std::optional<SegmentFiles>(std::vector<RetentionLogEntry>& learnt)>
+        nextSegment;
 };
 
 // Checks everything FORMAT.md "verify" lists and calls `onProblem` with one "FILE:OFFSET: what"

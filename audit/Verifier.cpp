@@ -127,14 +127,15 @@ class Verifier {
           expectedHeads_(options.expectedHeads),
           onNote_(options.onNote),
           onSeal_(options.onSeal),
-          knownDeletions_(options.knownDeletions) {}
+          knownDeletions_(options.knownDeletions),
+          nextSegment_(options.nextSegment) {}
 
     VerifySummary run() {
         UniqueFd dirFd = openDirectory(dir_);
         dirFd_ = dirFd.get();
         // The listing first, then the retention log: retention records a deletion before it
         // deletes, so the log read now names every segment missing from the listing.
-        auto segments = listSegments(dirFd_, dir_);
+        auto segments = nextSegment_ ? std::vector<SegmentFiles>{} : listSegments(dirFd_, dir_);
         // Only the daemon can hold the lock that makes the newest segments live (a write lock,
         // AuditDirectory.h): a reader of the log cannot make verify look away from them.
         summary_.daemonPid = checkAuditDirectory(dir_).holderPid;
@@ -148,36 +149,14 @@ class Verifier {
             for (const auto& files : segments)
                 liveSegment_[files.worker] = std::max(liveSegment_[files.worker], files.segment);
         std::size_t indexed = 0;
-        for (const auto& files : segments) {
-            if (beforeSegment_) beforeSegment_(files.worker, files.segment);
-            ++summary_.segments;
-            if (files.unsafe)
-                report(files.indexPath, 0,
-                       "a file with this segment's name is not a regular file (a symlink?); it "
-                       "is not followed");
-            if (!files.hasIndex) {
-                if (files.hasData && dataAloneExpected(files))
-                    --summary_.segments;  // being created or deleted: not a segment yet or still
-                else if (files.hasData)
-                    report(files.dataPath, 0, "data file without an index file");
-                continue;
+        if (nextSegment_) {
+            std::vector<RetentionLogEntry> learnt;
+            while (auto files = nextSegment_(learnt)) {
+                learnDeletions(learnt);
+                visit(*files, indexed);
             }
-            ++indexed;
-            try {
-                segment(files);
-            } catch (const std::system_error& error) {
-                if (error.code().value() == ENOENT && deletedMeanwhile(files)) {
-                    --summary_.segments;
-                    continue;
-                }
-                // An unreadable file is one problem; the other segments are still checked.
-                report(files.indexPath, 0, error.what());
-                auto& chain = chains_[files.worker];
-                chain.seen = true;
-                chain.known = false;
-                chain.segment = files.segment;
-                chain.indexPath = files.indexPath;
-            }
+        } else {
+            for (const auto& files : segments) visit(files, indexed);
         }
         if (indexed == 0) report(dir_, 0, "no audit log here (no segment index file)");
         if (key_ == nullptr) keyingAcrossChains();
@@ -194,6 +173,50 @@ class Verifier {
     }
 
   private:
+    // One segment, listed or supplied, in (worker, segment) order.
+    void visit(const SegmentFiles& files, std::size_t& indexed) {
+        if (beforeSegment_) beforeSegment_(files.worker, files.segment);
+        ++summary_.segments;
+        if (files.unsafe)
+            report(files.indexPath, 0,
+                   "a file with this segment's name is not a regular file (a symlink?); it "
+                   "is not followed");
+        if (!files.hasIndex) {
+            if (files.hasData && dataAloneExpected(files))
+                --summary_.segments;  // being created or deleted: not a segment yet or still
+            else if (files.hasData)
+                report(files.dataPath, 0, "data file without an index file");
+            return;
+        }
+        ++indexed;
+        try {
+            segment(files);
+        } catch (const std::system_error& error) {
+            if (error.code().value() == ENOENT && deletedMeanwhile(files)) {
+                --summary_.segments;
+                return;
+            }
+            // An unreadable file is one problem; the other segments are still checked.
+            report(files.indexPath, 0, error.what());
+            auto& chain = chains_[files.worker];
+            chain.seen = true;
+            chain.known = false;
+            chain.segment = files.segment;
+            chain.indexPath = files.indexPath;
+        }
+    }
+
+    // Deletions a segment source learnt (VerifyOptions::nextSegment), before the first segment
+    // of their worker: known from now on, as the retention log's are.
+    void learnDeletions(std::vector<RetentionLogEntry>& learnt) {
+        for (const auto& entry : learnt) {
+            knownDeletions_.push_back(entry);
+            deleted_.push_back(entry);
+            heads_.restartWorker(entry.worker, deleted_);
+        }
+        learnt.clear();
+    }
+
     void report(const std::string& file, std::uint64_t offset, const std::string& what) {
         ++summary_.problems;
         onProblem_(placeText(file, offset, what));
@@ -755,6 +778,7 @@ class Verifier {
     std::function<void(const std::string&)> onNote_;
     std::function<void(const WorkerHead&)> onSeal_;
     std::vector<RetentionLogEntry> knownDeletions_;
+    std::function<std::optional<SegmentFiles>(std::vector<RetentionLogEntry>&)> nextSegment_;
     int dirFd_ = -1;
     bool daemonRunning_ = false;  // a daemon holds the directory's write lock
     std::set<std::string> liveNoted_;  // files named as live (passesAsLive)

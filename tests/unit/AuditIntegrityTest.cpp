@@ -8,10 +8,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -431,6 +433,137 @@ TEST(AuditIntegrityTest, RetentionDeletionsVerifyButNotWithoutTheirRecord) {
                                                                        "sealed with another key"))
         << joined(problems);
     EXPECT_TRUE(anyContains(problems, "hash chain broken")) << joined(problems);
+}
+
+// ---- segments supplied one at a time (VerifyOptions::nextSegment, the archive's verify)
+
+// Supplies `from`'s segments `numbers` (of worker 0) one at a time, each copied into `staging`
+// and removed when the next is asked for, recording the most files staging ever held.
+struct OneAtATime {
+    OneAtATime(std::string fromDir, std::string stagingDir, std::vector<std::uint64_t> segments,
+               std::vector<RetentionLogEntry> learnt = {})
+        : from(std::move(fromDir)),
+          staging(std::move(stagingDir)),
+          numbers(std::move(segments)),
+          deletions(std::move(learnt)) {}
+
+    std::string from;
+    std::string staging;
+    std::vector<std::uint64_t> numbers;
+    std::vector<RetentionLogEntry> deletions;  // handed over with the first segment
+    std::size_t at = 0;
+    std::size_t mostFiles = 0;
+    std::vector<std::string> staged;
+
+    std::optional<SegmentFiles> operator()(std::vector<RetentionLogEntry>& learnt) {
+        for (const auto& path : staged) std::filesystem::remove(path);
+        staged.clear();
+        if (at == numbers.size()) return std::nullopt;
+        if (at == 0) learnt = deletions;
+        SegmentFiles files;
+        files.worker = 0;
+        files.segment = numbers[at++];
+        files.dataName = segmentBaseName(0, files.segment) + ".data";
+        files.indexName = segmentBaseName(0, files.segment) + ".index";
+        files.dataPath = staging + "/" + files.dataName;
+        files.indexPath = staging + "/" + files.indexName;
+        for (const auto& name : {files.dataName, files.indexName}) {
+            std::filesystem::copy_file(from + "/" + name, staging + "/" + name);
+            staged.push_back(staging + "/" + name);
+        }
+        files.hasData = files.hasIndex = true;
+        std::size_t count = 0;
+        for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(staging))
+            ++count;
+        mostFiles = std::max(mostFiles, count);
+        return files;
+    }
+};
+
+VerifyResult verifySupplied(OneAtATime& source) {
+    VerifyResult result;
+    VerifyOptions options;
+    options.onNote = [&](const std::string& line) { result.notes.push_back(line); };
+    options.nextSegment = [&](std::vector<RetentionLogEntry>& learnt) { return source(learnt); };
+    result.summary = verifyDirectory(
+        source.staging, [&](const std::string& line) { result.problems.push_back(line); },
+        options);
+    return result;
+}
+
+// Three sealed segments of worker 0; connection 1 spans all three, 2 lives in the second.
+void writeSpanningSegments(const std::string& dir) {
+    for (std::uint64_t n = 1; n <= 3; ++n) {
+        SegmentBuilder segment(dir, 0, n, n);  // id floor n: ids below n came earlier
+        if (n == 1) segment.open(1);
+        segment.chunk(1, kDirectionC2U, "part " + std::to_string(n));
+        if (n == 2) {
+            segment.open(2);
+            segment.chunk(2, kDirectionU2C, "short");
+            segment.close(2, 0, 5);
+        }
+        if (n == 3) segment.close(1, 18, 0);
+        segment.seal();
+        segment.write();
+    }
+}
+
+TEST(AuditIntegrityTest, SegmentsSuppliedOneAtATimeVerifyAsTheDirectoryDoes) {
+    TempDir from, staging;
+    writeSpanningSegments(from.path());
+    auto whole = verifyAll(from.path());
+    ASSERT_TRUE(whole.problems.empty()) << joined(whole.problems);
+    OneAtATime source(from.path(), staging.path(), {1, 2, 3});
+    auto supplied = verifySupplied(source);
+    EXPECT_TRUE(supplied.problems.empty()) << joined(supplied.problems);
+    // The staging directory held one segment (its data and index) at a time, and is empty
+    // once the source said there was no more.
+    EXPECT_EQ(source.mostFiles, 2u);
+    EXPECT_TRUE(std::filesystem::is_empty(staging.path()));
+    EXPECT_EQ(supplied.summary.segments, 3u);
+    EXPECT_EQ(supplied.summary.sealedSegments, whole.summary.sealedSegments);
+    EXPECT_EQ(supplied.summary.connections, whole.summary.connections);
+    EXPECT_EQ(supplied.summary.records, whole.summary.records);
+    EXPECT_EQ(supplied.summary.checkedPayloadBytes, whole.summary.checkedPayloadBytes);
+    ASSERT_EQ(supplied.summary.heads.size(), 1u);
+    EXPECT_EQ(supplied.summary.heads[0].digest, whole.summary.heads[0].digest);
+    EXPECT_EQ(supplied.summary.heads[0].segment, 3u);
+
+    // The previous seal is carried after its files are gone: a segment left out breaks the
+    // chain at the next, as a segment missing from a directory does.
+    TempDir staging2;
+    OneAtATime gap(from.path(), staging2.path(), {1, 3});
+    auto broken = verifySupplied(gap);
+    EXPECT_TRUE(anyContains(broken.problems, staging2.path() + "/w00-0000000003.index:"))
+        << joined(broken.problems);
+    EXPECT_TRUE(anyContains(broken.problems, "hash chain broken")) << joined(broken.problems);
+}
+
+TEST(AuditIntegrityTest, ASegmentSourceMayLearnDeletionsBeforeAWorkersFirstSegment) {
+    TempDir from;
+    writeSpanningSegments(from.path());
+    // Segment 1 never supplied: segment 2 names its seal as predecessor, and connection 1's
+    // records in segments 2 and 3 have no Open before them.
+    auto seal1 = [&] {
+        IndexReader reader(from.path() + "/w00-0000000001.index");
+        Record record;
+        Digest digest{};
+        while (reader.next(record) == IndexReader::Status::Record)
+            if (record.type == RecordType::SegmentSealed) digest = record.digest;
+        return digest;
+    }();
+    TempDir unknown;
+    OneAtATime without(from.path(), unknown.path(), {2, 3});
+    auto broken = verifySupplied(without);
+    EXPECT_TRUE(anyContains(broken.problems, "hash chain broken")) << joined(broken.problems);
+    EXPECT_TRUE(anyContains(broken.problems, "without an earlier Open record"))
+        << joined(broken.problems);
+
+    TempDir known;
+    OneAtATime with(from.path(), known.path(), {2, 3}, {{0, 0, 1, seal1, 0}});
+    auto accepted = verifySupplied(with);
+    EXPECT_TRUE(accepted.problems.empty()) << joined(accepted.problems);
+    EXPECT_EQ(accepted.summary.headsDeleted, 1u);
 }
 
 TEST(AuditIntegrityTest, ADirectoryWithoutAuditLogDoesNotVerify) {

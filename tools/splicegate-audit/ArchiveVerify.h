@@ -1,12 +1,13 @@
 #pragma once
 // `splicegate-audit verify` against the archive splicegate-archive wrote (docs/archive.md):
 // - verifyArchive: `verify s3://BUCKET/PREFIX`, the chain as the bucket holds it. The bucket's
-//   layout is checked from one ListObjectVersions (a key with a second version or a delete marker,
-//   a segment number missing between two present ones, two copies or two manifests of one
-//   segment, an object or a manifest missing); then every segment's data and index objects are
-//   fetched (ranged GETs, bounded memory) into a temporary directory that the local verifier
-//   (verifyDirectory) checks as it checks an audit directory, and each manifest must name the
-//   versions, sizes and CRC-32C of the objects fetched and the seal their index ends with.
+//   layout is checked from one ListObjectVersions (a key with a second version of other bytes or
+//   a delete marker, a segment number missing between two present ones, two copies or two
+//   manifests of one segment, an object or a manifest missing; versions of the same bytes are a
+//   note); then the local verifier (verifyDirectory) checks the chain as it checks an audit
+//   directory, with the segments fetched (ranged GETs, bounded memory) one at a time into a
+//   temporary directory, each removed before the next is fetched, and each manifest must name
+//   the versions, sizes and CRC-32C of the objects fetched and the seal their index ends with.
 // - checkAgainstArchive: `verify DIR --archive s3://BUCKET/PREFIX`, the off-box anchor. The
 //   manifests carry each segment's seal as it shipped; every segment they name must still be in
 //   DIR with that seal, or recorded as deleted by retention in DIR's retention.log.
@@ -38,12 +39,16 @@ struct ArchiveVerifySummary {
     std::uint64_t problems = 0;       // chain.problems and the bucket's own
     std::uint64_t objects = 0;        // objects listed (current versions)
     std::uint64_t bytesFetched = 0;
+    // The most the temporary directory held at once (measured after each segment's fetch):
+    // one segment's data and index, however many segments the archive holds.
+    std::uint64_t stagedPeakBytes = 0;
     // Each worker's newest seal, `indexPath` naming the index object (s3://BUCKET/KEY).
     std::vector<audit::WorkerHead> heads;
 };
 
 // `options.key`, `expectedHeads` and `onNote` as for a directory; onSeal is the caller's too.
-// Fetched objects go to a temporary directory under $TMPDIR (or /tmp), removed at the end.
+// Fetched objects go to a temporary directory under $TMPDIR (or /tmp), one segment at a time,
+// removed at the end.
 ArchiveVerifySummary verifyArchive(s3::S3Client& s3, const ArchiveLocation& location,
                                    const audit::VerifyOptions& options, const LineSink& onProblem);
 
@@ -64,7 +69,7 @@ struct AnchorSummary {
 // was rewritten. Throws std::runtime_error when the prefix holds no manifest.
 AnchorSummary checkAgainstArchive(const std::string& dir, const LocalSeals& local,
                                   s3::S3Client& s3, const ArchiveLocation& location,
-                                  const LineSink& onProblem);
+                                  const LineSink& onProblem, const LineSink& onNote);
 
 // Every box prefix in `bucket` (a prefix P with P/segments/… or P/manifests/… objects in the
 // archive's key layout), sorted. Throws std::runtime_error when the bucket cannot be listed.

@@ -133,7 +133,7 @@ int verifyLocal(const std::string& dir, VerifyOptions options,
     std::uint64_t problems = summary.problems;
     std::optional<AnchorSummary> anchor;
     if (archive) {
-        anchor = checkAgainstArchive(dir, seals, *s3, *archive, printLine);
+        anchor = checkAgainstArchive(dir, seals, *s3, *archive, printLine, printLine);
         problems += anchor->problems;
     }
     if (problems > 0) return problemsFound(dir, problems);
