@@ -274,6 +274,62 @@ TEST_F(SpanningLogTest, SinceAndUntilReadOnlyTheSegmentsThatCanMatchAndGiveTheSa
     EXPECT_NE(whole.err.find("w00-0000000004.connections.jsonl.gz"), std::string::npos) << whole.err;
 }
 
+// extract's --since/--until: the connections objects read are pruned as list's are, so those of
+// segments 1 and 4 (nothing of them can be open between 10:10 and 10:40) damaged do not matter;
+// the bytes are the local extract's, also of worker 1's connection 6 whose Open is two segments
+// before the window; a connection not open in the window is not found.
+TEST_F(SpanningLogTest, ExtractWithSinceAndUntilReadsOnlyTheSegmentsThatCanHoldIt) {
+    overwrite("-w00-0000000001.connections.jsonl.gz", "not gzip");
+    overwrite("-w00-0000000004.connections.jsonl.gz", "not gzip");
+    const std::vector<std::string> window = {"--since", "2026-01-01T10:10:00Z", "--until",
+                                             "2026-01-01T10:40:00Z"};
+    auto hinted = [&](std::vector<std::string> args, const std::vector<std::string>& times) {
+        args.insert(args.end(), times.begin(), times.end());
+        return audit("extract", url_, args);
+    };
+    for (const char* direction : {"c2u", "u2c"}) {
+        const std::vector<std::string> args = {"--connection", "1", "--direction", direction};
+        auto local = audit("extract", auditDir_, args);
+        ASSERT_TRUE(local.status && local.status->isExit(0)) << local.err;
+        auto pruned = hinted(args, window);
+        ASSERT_TRUE(pruned.status && pruned.status->isExit(0)) << pruned.err;
+        EXPECT_TRUE(pruned.out == local.out) << direction;
+        EXPECT_TRUE(pruned.err.empty()) << pruned.err;
+    }
+    const std::vector<std::string> six = {"--connection", "6", "--direction", "c2u"};
+    auto local6 = audit("extract", auditDir_, six);
+    ASSERT_TRUE(local6.status && local6.status->isExit(0)) << local6.err;
+    auto pruned6 = hinted(six, {"--since", "2026-01-01T10:10:00Z"});
+    ASSERT_TRUE(pruned6.status && pruned6.status->isExit(0)) << pruned6.err;
+    EXPECT_TRUE(pruned6.out == local6.out);
+
+    // Unpruned, a search for a connection that is nowhere reads the damaged objects and names
+    // one; pruned, they are not read.
+    const std::vector<std::string> unknown = {"--connection", "999999", "--direction", "c2u"};
+    auto everywhere = audit("extract", url_, unknown);
+    ASSERT_TRUE(everywhere.status && everywhere.status->isExit(1)) << everywhere.err;
+    EXPECT_NE(everywhere.err.find(".connections.jsonl.gz"), std::string::npos) << everywhere.err;
+    auto inWindow = hinted(unknown, window);
+    ASSERT_TRUE(inWindow.status && inWindow.status->isExit(1)) << inWindow.err;
+    EXPECT_NE(inWindow.err.find("no connection 999999 in " + url_ + " open between --since and --until"),
+              std::string::npos)
+        << inWindow.err;
+    EXPECT_EQ(inWindow.err.find(".connections.jsonl.gz"), std::string::npos) << inWindow.err;
+    // Connection 4 (11:00) was not open in the window.
+    auto outside = hinted({"--connection", "4", "--direction", "c2u"}, window);
+    ASSERT_TRUE(outside.status && outside.status->isExit(1)) << outside.err;
+    EXPECT_NE(outside.err.find("no connection 4 in "), std::string::npos) << outside.err;
+    EXPECT_TRUE(outside.out.empty());
+    // The hint is the archive's: with a directory, or reversed, a usage error.
+    auto onDir = audit("extract", auditDir_, {"--connection", "1", "--direction", "c2u", "--since",
+                                              "2026-01-01T10:10:00Z"});
+    ASSERT_TRUE(onDir.status && onDir.status->isExit(2)) << onDir.err;
+    EXPECT_NE(onDir.err.find("--since/--until"), std::string::npos) << onDir.err;
+    auto reversed = hinted({"--connection", "1", "--direction", "c2u"},
+                           {"--since", "2026-01-01T11:00:00Z", "--until", "2026-01-01T10:00:00Z"});
+    ASSERT_TRUE(reversed.status && reversed.status->isExit(2)) << reversed.err;
+}
+
 TEST_F(SpanningLogTest, ADamagedOrMissingObjectIsExitOneNamingItsKey) {
     // A byte of connection 1's first chunk changed in the bucket: its payload CRC fails.
     std::string data = c2u_.substr(0, 70000);

@@ -183,12 +183,26 @@ audit::ExtractResult extractArchivedConnection(const ArchiveLocation& location,
                                                std::uint8_t direction,
                                                const std::function<int()>& openOutput,
                                                const audit::ExtractOptions& options) {
+    // --since/--until: only the time filter, which prunes the connections objects read.
+    ConnectionFilter window;
+    {
+        auto filter = ConnectionFilter::fromOptions(values);
+        window.sinceNs = filter.sinceNs;
+        window.untilNs = filter.untilNs;
+    }
     auto s3 = openArchive(values);
     ArchiveCatalog catalog(*s3, location);
     std::vector<std::string> problems;
-    auto lines = readArchivedLines(catalog, std::nullopt, std::nullopt,
+    auto lines = readArchivedLines(catalog, window.sinceNs, window.untilNs,
                                    [&](const std::string& problem) { problems.push_back(problem); });
-    const auto segments = segmentsOf(catalog, lines, id);
+    auto segments = segmentsOf(catalog, lines, id);
+    // The pruned read also has connections outside the window (neighbours of ones in it): the
+    // one wanted must overlap it, so that the hint gives the same answer however it prunes.
+    if (!segments.empty() && (window.sinceNs || window.untilNs)) {
+        auto merged = mergeArchivedLines(lines);
+        auto found = merged.find(id);
+        if (found == merged.end() || !window.matches(found->second)) segments.clear();
+    }
     if (segments.empty()) {
         if (!problems.empty())
             throw std::runtime_error("no connection " + std::to_string(id) +

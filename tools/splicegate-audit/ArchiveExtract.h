@@ -1,7 +1,7 @@
 #pragma once
 // `extract` and `export` on s3://BUCKET/PREFIX (docs/archive.md, "Searching the bucket"): the
 // connections objects say which segments hold the connection (ArchiveCatalog.h, pruned by
-// --since/--until for export); those segments are staged in a private temporary directory
+// --since/--until: export's filter, extract's time hint); those segments are staged in a private temporary directory
 // (StagedSegments: each index object whole, each data object as a sparse file of its size into
 // which only the chunks needed are fetched, by ranged GETs) and the local reader runs on it, so
 // the output is byte for byte a local extract's or export's, payload CRC-32C checks included.
@@ -55,7 +55,9 @@ class StagedSegments {
     std::uint64_t fetchedBytes_ = 0;
 };
 
-// extractConnection() (audit/AuditReader.h) over the archive; `values` has the --s3-* options.
+// extractConnection() (audit/AuditReader.h) over the archive; `values` has the --s3-* options
+// and --since/--until, with which only the connections objects that pruning picks are read and
+// a connection not overlapping the interval is not found.
 audit::ExtractResult extractArchivedConnection(const ArchiveLocation& location,
                                                const boost::program_options::variables_map& values,
                                                std::uint64_t id, std::uint8_t direction,

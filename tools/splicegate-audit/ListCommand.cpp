@@ -54,13 +54,20 @@ void addListOptions(po::options_description& options) {
     addArchiveOptions(options);
 }
 
-void ConnectionFilter::addOptions(po::options_description& options) {
+void ConnectionFilter::addTimeOptions(po::options_description& options) {
     // clang-format off
     options.add_options()
         ("since", po::value<std::string>()->value_name("TIME"),
          "connections open at or after TIME (RFC 3339, e.g. 2024-05-01T12:00:00Z)")
         ("until", po::value<std::string>()->value_name("TIME"),
-         "connections opened at or before TIME (RFC 3339)")
+         "connections opened at or before TIME (RFC 3339)");
+    // clang-format on
+}
+
+void ConnectionFilter::addOptions(po::options_description& options) {
+    addTimeOptions(options);
+    // clang-format off
+    options.add_options()
         ("route", po::value<std::string>()->value_name("NAME"), "connections of route NAME")
         ("client", po::value<std::string>()->value_name("ADDR"),
          "connections from ADDR: an IPv4 or IPv6 address, with a port to match it too "

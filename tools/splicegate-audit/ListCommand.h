@@ -34,6 +34,8 @@ struct ConnectionFilter {
     // The options fromOptions() reads (--since, --until, --route, --client, --connection), for
     // every command that filters connections.
     static void addOptions(boost::program_options::options_description& options);
+    // --since and --until alone: extract's time hint on s3://.
+    static void addTimeOptions(boost::program_options::options_description& options);
 };
 
 // Calls `emit` once per connection of `dir` in the order described above; damage goes to

@@ -99,12 +99,18 @@ Command makeCommand(const std::string& name) {
         addExportOptions(command.options);
     } else if (name == "extract") {
         command.usage = "usage: splicegate-audit extract DIR|s3://BUCKET/PREFIX --connection ID "
-                        "--direction c2u|u2c [-o FILE] [--force] [--s3-endpoint URL ...]";
+                        "--direction c2u|u2c [-o FILE] [--force]\n"
+                        "                                [--since TIME] [--until TIME] "
+                        "[--s3-endpoint URL ...]";
         command.about =
             "Writes the exact bytes of one direction of a connection, in order. A chunk whose\n"
             "payload fails its CRC-32C is refused (exit 1, naming it) unless --force. From\n"
             "s3://BUCKET/PREFIX only the connection's segments' index objects and the byte\n"
-            "ranges of its chunks are read (ranged GETs).";
+            "ranges of its chunks are read (ranged GETs); the connections objects say which\n"
+            "segments those are, all of them read unless --since/--until (s3:// only) give a\n"
+            "time the connection was open at: then only those of the segments that can hold\n"
+            "it, pruned as list prunes, and a connection that does not overlap the interval is\n"
+            "not found.";
         command.options.add_options()
             ("connection", po::value<std::string>()->value_name("ID"), "connection id (required)")
             ("direction", po::value<std::string>()->value_name("c2u|u2c"),
@@ -112,6 +118,7 @@ Command makeCommand(const std::string& name) {
             ("output,o", po::value<std::string>()->value_name("FILE"),
              "write to FILE instead of stdout ('-' = stdout)")
             ("force", "extract chunks whose payload CRC fails too (each one named on stderr)");
+        ConnectionFilter::addTimeOptions(command.options);
         addArchiveOptions(command.options);
     } else if (name == "verify") {
         command.usage = kVerifyUsage;
@@ -156,7 +163,9 @@ int runExtract(const std::string& dir, const po::variables_map& values, std::uin
         auto result = archive ? extractArchivedConnection(*archive, values, id, direction, open, options)
                               : extractConnection(dir, id, direction, open, options);
         if (!result.found) {
-            std::cerr << kProgram << ": no connection " << id << " in " << dir << "\n";
+            const bool hinted = values.count("since") || values.count("until");
+            std::cerr << kProgram << ": no connection " << id << " in " << dir
+                      << (hinted ? " open between --since and --until" : "") << "\n";
             return 1;
         }
         if (result.headDeleted)
@@ -228,6 +237,10 @@ int run(const std::vector<std::string>& args) {
     if (name == "verify") return runVerify(dir, values);
     if (!values.count("connection")) throw UsageError("missing --connection ID" + hint);
     if (!values.count("direction")) throw UsageError("missing --direction c2u|u2c" + hint);
+    if ((values.count("since") || values.count("until")) && !ArchiveLocation::parse(dir))
+        throw UsageError("--since/--until prune the archive's segments: only with "
+                         "s3://BUCKET/PREFIX (a directory's extract reads only the connection's "
+                         "records anyway)" + hint);
     auto id = parseConnectionId(values["connection"].as<std::string>());
     auto direction = parseDirection(values["direction"].as<std::string>());
     std::string output = values.count("output") ? values["output"].as<std::string>() : "";
