@@ -360,6 +360,9 @@ TEST_F(ArchiveVerifyRadosgwTest, TheTemporaryDirectoryHoldsOneSegmentAtATime) {
         largest = std::max(largest, size);
         total += size;
     }
+    RecordProperty("staged_peak_bytes", std::to_string(peak));
+    RecordProperty("largest_segment_bytes", std::to_string(largest));
+    RecordProperty("archive_segment_bytes", std::to_string(total));
     EXPECT_GT(peak, 0u) << probed.err;
     EXPECT_LE(peak, largest) << probed.err;
     EXPECT_LT(peak, total) << probed.err;
