@@ -30,6 +30,7 @@ po::options_description describe(ArchiveOptions& o, const std::string& defaultPr
         ("s3-credentials-file", po::value(&o.credentialsFile), "AWS shared-credentials file ([default] aws_access_key_id, aws_secret_access_key; mode 0600 or 0400); without it AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         ("s3-ca-file", po::value(&o.client.caFile), "extension: PEM bundle the server's certificate is verified with (default: the system's)")
         ("s3-payload-hash", po::value(&o.payloadHash)->default_value(o.payloadHash), "extension: crc32c (UNSIGNED-PAYLOAD; the signed x-amz-checksum-crc32c header carries the body's integrity) or sha256 (each body's SHA-256 signed: a second read of every byte, for plain http across a network you do not trust)")
+        ("s3-part-mb", po::value(&o.partMb)->default_value(o.partMb), "extension: objects larger than this many MiB go up as a multipart upload in parts of this size (5..5120, S3's part limits); 0 = always one PUT")
         ("lock-days", po::value(&o.archive.lockDays)->default_value(o.archive.lockDays), "COMPLIANCE retention of every object, in days (1..36500)")
         ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments shipped at once (1..64)")
         ("max-rate-mbps", po::value(&o.client.maxRateMbps)->default_value(0, "0"), "cap on the upload rate, megabits per second; 0 = none")
@@ -59,6 +60,9 @@ void check(const ArchiveOptions& o) {
             "--s3-payload-hash '" + o.payloadHash + "': must be crc32c or sha256");
     require(o.archive.lockDays >= 1 && o.archive.lockDays <= 36500,
             "--lock-days " + std::to_string(o.archive.lockDays) + ": must be 1..36500");
+    require(o.partMb == 0 || (o.partMb >= 5 && o.partMb <= 5120),
+            "--s3-part-mb " + std::to_string(o.partMb) +
+                ": must be 0 (one PUT per object) or 5..5120 (S3's parts are 5 MiB to 5 GiB)");
     require(o.parallel >= 1 && o.parallel <= 64,
             "--parallel " + std::to_string(o.parallel) + ": must be 1..64");
     require(o.client.maxRateMbps >= 0, "--max-rate-mbps: must not be negative");
@@ -98,6 +102,7 @@ ArchiveOptions parseArchiveOptions(const std::vector<std::string>& args,
     o.helpText = text.str();
     if (!o.help && !o.version) check(o);
     o.archive.unsignedPayload = o.payloadHash == "crc32c";
+    o.archive.partBytes = std::uint64_t{o.partMb} << 20;
     return o;
 }
 

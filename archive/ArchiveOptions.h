@@ -19,6 +19,7 @@ struct ArchiveOptions {
     s3::ClientOptions client;
     ArchiveSettings archive;
     unsigned parallel = 2;
+    unsigned partMb = 64;  // --s3-part-mb
     bool once = false;
     unsigned scanIntervalMs = 5000;
     std::string payloadHash = "crc32c";  // --s3-payload-hash: crc32c or sha256

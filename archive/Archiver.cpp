@@ -11,6 +11,8 @@
 
 #include "archive/Gzip.h"
 #include "archive/ObjectKeys.h"
+#include "archive/Parts.h"
+#include "archive/s3/FileRangeReader.h"
 #include "audit/Crc32c.h"
 #include "audit/TextFormat.h"
 #include "common/Error.h"
@@ -44,6 +46,27 @@ std::uint32_t fileCrc32c(const std::string& path, std::uint64_t length) {
         done += static_cast<std::uint64_t>(n);
     }
     return crc;
+}
+
+// Each part's CRC-32C, the file read once front to back (O_DIRECT where it can: FileRangeReader).
+void fileCrc32cs(const std::string& path, std::vector<s3::PartRange>& parts) {
+    auto fd = openReadOnly(path);
+    s3::FileRangeReader reader({fd.get(), 0, parts.back().offset + parts.back().length});
+    std::vector<char> buffer(1 << 20);
+    for (auto& part : parts) {
+        part.crc32c = 0;
+        for (std::uint64_t left = part.length; left > 0;) {
+            auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), left));
+            ssize_t n = reader.read(buffer.data(), want);
+            if (n == 0 || n == -ENODATA)
+                throw std::runtime_error(path + " is shorter than its seal says");
+            if (n < 0)
+                throw std::runtime_error("cannot read " + path + ": " +
+                                         errnoText(static_cast<int>(-n)));
+            part.crc32c = audit::crc32c(part.crc32c, buffer.data(), static_cast<std::size_t>(n));
+            left -= static_cast<std::uint64_t>(n);
+        }
+    }
 }
 
 std::string quoted(const std::string& text) { return audittool::jsonString(text); }
@@ -89,6 +112,7 @@ struct Archiver::Body {
     std::string path;  // empty: `bytes`
     std::uint64_t length = 0;
     std::string_view bytes;
+    const std::vector<CrcPiece>* pieces = nullptr;  // the data file's, when its chunks tile it
 };
 
 Archiver::Archiver(ObjectStore& bucket, UploadStateStore& states, ArchiveSettings settings)
@@ -135,26 +159,58 @@ SegmentUpload Archiver::begin(const SealedSegment& sealed, const audit::SegmentF
 }
 
 Archiver::Body Archiver::bodyOf(const ObjectRecord& object, const audit::SegmentFiles& files,
-                                std::string_view built) {
+                                const SealedSegment& sealed, std::string_view built) {
     switch (object.kind) {
         case ObjectKind::Data:
-            return {files.dataPath, object.size, {}};
+            return {files.dataPath, object.size, {},
+                    sealed.dataCrc32c && *sealed.dataCrc32c == object.crc32c ? &sealed.dataPieces
+                                                                             : nullptr};
         case ObjectKind::Index:
-            return {files.indexPath, object.size, {}};
+            return {files.indexPath, object.size, {}, nullptr};
         case ObjectKind::Connections:
         case ObjectKind::Manifest:
-            return {{}, 0, built};
+            return {{}, 0, built, nullptr};
     }
     return {};
 }
 
+std::vector<s3::PartRange> Archiver::partsOf(const ObjectRecord& object, const Body& body) const {
+    auto partBytes = partBytesFor(object.size, settings_.partBytes);
+    std::vector<s3::PartRange> parts;
+    if (body.pieces) parts = partsFromPieces(*body.pieces, partBytes);
+    if (parts.empty()) {
+        parts = equalParts(object.size, partBytes);
+        if (!body.path.empty()) {
+            fileCrc32cs(body.path, parts);
+        } else {
+            for (auto& part : parts)
+                part.crc32c = audit::crc32c(0, body.bytes.data() + part.offset, part.length);
+        }
+    }
+    if (combinedCrc32c(parts) != object.crc32c)
+        throw std::runtime_error(
+            (body.path.empty() ? object.key : body.path) +
+            ": its parts' CRC-32C differs from the one taken when the segment was first shipped "
+            "(the file changed)");
+    return parts;
+}
+
 std::string Archiver::sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
-                                bool& identical) {
+                                const Body& body, bool& identical) {
     identical = false;
     auto verdict = compareExisting(local, {true, remote.size, remote.crc32c});
     if (verdict == ExistingObject::Identical || remote.size != local.size) {
         identical = verdict == ExistingObject::Identical;
         return {};
+    }
+    // Put in parts: S3's checksum is the composite of the parts' CRCs, comparable when the
+    // parts were cut as this archiver cuts them now (the same count, from the same part size).
+    if (auto count = compositePartCount(remote.checksumCrc32c); count && multipart(local)) {
+        auto parts = partsOf(local, body);
+        if (parts.size() == *count) {
+            identical = compositeCrc32c(parts) == remote.checksumCrc32c;
+            return {};
+        }
     }
     // The server keeps no checksum (or another one): read the object back and compute it.
     std::uint32_t crc = 0;
@@ -183,7 +239,7 @@ std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const B
     auto existing = bucket_.head(object.key);
     if (existing) {
         bool identical = false;
-        if (auto problem = sameBytes(object, *existing, identical); !problem.empty())
+        if (auto problem = sameBytes(object, *existing, body, identical); !problem.empty())
             return problem;
         if (!identical) {
             isConflict = true;
@@ -226,7 +282,8 @@ std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const B
     } else {
         request.contentType = "application/octet-stream";
     }
-    auto put = bucket_.put(std::move(request));
+    auto put = multipart(object) ? bucket_.putMultipart(std::move(request), partsOf(object, body))
+                                 : bucket_.put(std::move(request));
     if (!put) return put.error.message;
     if (put->versionId.empty())
         return bucket_.describe() + "/" + object.key +
@@ -236,7 +293,8 @@ std::string Archiver::upload(SegmentUpload& state, ObjectRecord& object, const B
     return {};
 }
 
-std::string Archiver::verify(const SegmentUpload& state, const ObjectRecord& object) {
+std::string Archiver::verify(const SegmentUpload& state, const ObjectRecord& object,
+                             const Body& body) {
     auto where = bucket_.describe() + "/" + object.key + " version " + object.versionId;
     auto head = bucket_.head(object.key, object.versionId);
     if (!head) return head.error.message;
@@ -244,6 +302,13 @@ std::string Archiver::verify(const SegmentUpload& state, const ObjectRecord& obj
         return where + ": size " + std::to_string(head->size) + ", expected " +
                std::to_string(object.size);
     if (head->crc32c && *head->crc32c != object.crc32c) return where + ": CRC-32C differs";
+    // An object put in parts: the composite of its parts' CRCs, where they are cut as now.
+    if (auto count = compositePartCount(head->checksumCrc32c); count && multipart(object)) {
+        auto parts = partsOf(object, body);
+        if (parts.size() == *count && compositeCrc32c(parts) != head->checksumCrc32c)
+            return where + ": composite CRC-32C " + head->checksumCrc32c + ", expected " +
+                   compositeCrc32c(parts);
+    }
     auto lock = *head;
     if (lock.lockMode.empty() || lock.retainUntil.empty()) {
         auto retention = bucket_.getRetention(object.key, object.versionId);
@@ -266,6 +331,27 @@ std::string Archiver::verify(const SegmentUpload& state, const ObjectRecord& obj
                retention->retainUntil + "', expected " + settings_.lockMode + " until " +
                state.retainUntil;
     return {};
+}
+
+s3::Result<unsigned> Archiver::abortUploads(const std::string& prefix,
+                                           const std::function<bool(const std::string&)>& ours) {
+    auto uploads = bucket_.listUploads(prefix);
+    if (!uploads) return s3::Result<unsigned>::failure(uploads.error);
+    unsigned aborted = 0;
+    for (const auto& upload : *uploads) {
+        if (!ours(upload.key)) continue;
+        auto done = bucket_.abortUpload(upload.key, upload.uploadId);
+        if (!done) return s3::Result<unsigned>::failure(done.error);
+        ++aborted;
+    }
+    return s3::Result<unsigned>::success(aborted);
+}
+
+s3::Result<unsigned> Archiver::abortStaleUploads() {
+    const auto& prefix = settings_.prefix;
+    return abortUploads(prefix + "/", [&](const std::string& key) {
+        return parseObjectKey(prefix, key).has_value() || parseManifestKey(prefix, key).has_value();
+    });
 }
 
 ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs) {
@@ -304,11 +390,25 @@ ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs)
             state = begin(*sealed, files, nowNs, connectionsObject());
             save(state, "uploading");
         }
+        // Resumed: a run killed during a multipart upload left its parts behind (the startup
+        // sweep finds them too; this covers a segment retried while the process runs).
+        if (stored && stored->phase == UploadPhase::Uploading)
+            for (const auto& object : state.objects) {
+                if (!object.versionId.empty()) continue;
+                auto aborted = abortUploads(object.key, [&](const std::string& key) {
+                    return key == object.key;
+                });
+                if (!aborted)
+                    return {ShipOutcome::Kind::Failed,
+                            name + ": aborting the unfinished uploads of " + object.key + ": " +
+                                aborted.error.message,
+                            0};
+            }
         std::uint64_t bytesPut = 0;
         auto step = [&](ObjectRecord& object) -> std::optional<ShipOutcome> {
             if (!object.versionId.empty()) return std::nullopt;
             bool isConflict = false;
-            auto problem = upload(state, object, bodyOf(object, files, built(object.kind)),
+            auto problem = upload(state, object, bodyOf(object, files, *sealed, built(object.kind)),
                                   isConflict, bytesPut);
             if (isConflict) return conflict(state, name + ": " + problem);
             if (!problem.empty())
@@ -324,7 +424,9 @@ ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs)
             save(state, "uploaded");
         }
         for (const auto& object : state.objects)
-            if (auto problem = verify(state, object); !problem.empty())
+            if (auto problem =
+                    verify(state, object, bodyOf(object, files, *sealed, built(object.kind)));
+                !problem.empty())
                 return {ShipOutcome::Kind::Failed, name + ": not verified: " + problem, bytesPut};
         auto manifest = std::find_if(state.objects.begin(), state.objects.end(), [](auto& o) {
             return o.kind == ObjectKind::Manifest;
@@ -339,7 +441,9 @@ ShipOutcome Archiver::ship(const audit::SegmentFiles& files, std::int64_t nowNs)
             manifest = std::prev(state.objects.end());
         }
         if (auto stop = step(*manifest)) return *stop;
-        if (auto problem = verify(state, *manifest); !problem.empty())
+        if (auto problem = verify(state, *manifest,
+                                  bodyOf(*manifest, files, *sealed, built(ObjectKind::Manifest)));
+            !problem.empty())
             return {ShipOutcome::Kind::Failed, name + ": manifest not verified: " + problem,
                     bytesPut};
         state.phase = UploadPhase::Verified;

@@ -12,6 +12,9 @@
 //   4. the manifest (the objects with their versions, the seal, the times) goes last, the same
 //      way, and the segment is Verified: only then may its local copy be deleted.
 //
+// An object larger than --s3-part-mb goes up as a multipart upload (Parts.h) with the same
+// checksum and lock headers; a failed one is aborted, and a segment resumed in Uploading first
+// aborts what a killed run left on its keys.
 // A segment whose seal changed since it was first shipped (its files were rewritten locally) is
 // a Conflict too: the bucket keeps the first version, the alarm names both digests.
 // Thread affinity: ship() may run on several threads at once for different segments; one
@@ -36,6 +39,9 @@ struct ArchiveSettings {
     // UNSIGNED-PAYLOAD: the body's integrity rests on the signed x-amz-checksum-crc32c header (and
     // TLS where used); false signs each body's SHA-256, a second pass over every byte.
     bool unsignedPayload = true;
+    // --s3-part-mb in bytes: an object larger than this goes up as a multipart upload of parts
+    // of (about) this size; 0 = every object in one PUT.
+    std::uint64_t partBytes = 64u << 20;
 };
 
 struct ShipOutcome {
@@ -55,6 +61,11 @@ class Archiver {
 
     ShipOutcome ship(const audit::SegmentFiles& files, std::int64_t nowNs);
     void setHook(ArchiveHook hook) { hook_ = std::move(hook); }
+    // Aborts the multipart uploads a killed run left unfinished on this archiver's own keys
+    // (those under its prefix that parse as its objects' or manifests'): at startup, before any
+    // upload of this process begins. Returns how many it aborted, or the listing's or an abort's
+    // error.
+    s3::Result<unsigned> abortStaleUploads();
 
   private:
     struct Body;  // where an object's bytes come from
@@ -68,12 +79,24 @@ class Archiver {
     // segment's; unchanged when the server tells none.
     void adoptRetainUntil(SegmentUpload& state, const ObjectRecord& object,
                           const s3::ObjectInfo& existing);
-    std::string verify(const SegmentUpload& state, const ObjectRecord& object);
+    std::string verify(const SegmentUpload& state, const ObjectRecord& object, const Body& body);
+    // Whether `remote` holds `local`'s bytes: its size, then its checksum where the server gives
+    // one that can be compared (the whole object's CRC-32C, or the composite of parts cut as
+    // this archiver cuts them), else its CRC-32C read back by ranged GETs.
     std::string sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
-                          bool& identical);
+                          const Body& body, bool& identical);
+    bool multipart(const ObjectRecord& object) const {
+        return settings_.partBytes > 0 && object.size > settings_.partBytes;
+    }
+    // The parts `object` goes up in, with their CRCs (Parts.h); throws std::runtime_error when
+    // they do not combine to the object's CRC (its file changed since the CRC was taken).
+    std::vector<s3::PartRange> partsOf(const ObjectRecord& object, const Body& body) const;
+    // Aborts the unfinished uploads under `prefix` for which `ours` holds.
+    s3::Result<unsigned> abortUploads(const std::string& prefix,
+                                      const std::function<bool(const std::string&)>& ours);
     // `built`: the bytes of an object made in memory (connections, manifest).
     static Body bodyOf(const ObjectRecord& object, const audit::SegmentFiles& files,
-                       std::string_view built);
+                       const SealedSegment& sealed, std::string_view built);
     void save(const SegmentUpload& state, const std::string& point);
     ShipOutcome conflict(SegmentUpload& state, const std::string& problem);
 

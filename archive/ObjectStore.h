@@ -1,10 +1,11 @@
 #pragma once
-// The bucket as the archiver uses it: the five calls it makes, on one bucket. The service runs
+// The bucket as the archiver uses it: the calls it makes, on one bucket. The service runs
 // it over s3::S3Client (S3ObjectStore); the archiver's unit tests run it over a map, so that
 // every crash point between two of its calls can be tried, and its integration tests over a
 // real server (radosgw).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "archive/s3/S3Client.h"
 
@@ -17,6 +18,11 @@ class ObjectStore {
                                             const std::string& versionId = {}) = 0;
     // `request.bucket` is filled in by the store.
     virtual s3::Result<s3::ObjectInfo> put(s3::PutRequest request) = 0;
+    // A multipart upload of `parts` of the request's body; aborted when it fails.
+    virtual s3::Result<s3::ObjectInfo> putMultipart(s3::PutRequest request,
+                                                    const std::vector<s3::PartRange>& parts) = 0;
+    virtual s3::Result<std::vector<s3::UploadEntry>> listUploads(const std::string& prefix) = 0;
+    virtual s3::Result<bool> abortUpload(const std::string& key, const std::string& uploadId) = 0;
     virtual s3::Result<std::string> get(const std::string& key, std::uint64_t first,
                                         std::uint64_t last) = 0;
     virtual s3::Result<s3::ObjectInfo> getRetention(const std::string& key,
@@ -38,6 +44,17 @@ class S3ObjectStore final : public ObjectStore {
     s3::Result<s3::ObjectInfo> put(s3::PutRequest request) override {
         request.bucket = bucket_;
         return client_.put(request);
+    }
+    s3::Result<s3::ObjectInfo> putMultipart(s3::PutRequest request,
+                                            const std::vector<s3::PartRange>& parts) override {
+        request.bucket = bucket_;
+        return client_.putMultipart(request, parts);
+    }
+    s3::Result<std::vector<s3::UploadEntry>> listUploads(const std::string& prefix) override {
+        return client_.listMultipartUploads(bucket_, prefix);
+    }
+    s3::Result<bool> abortUpload(const std::string& key, const std::string& uploadId) override {
+        return client_.abortMultipartUpload(bucket_, key, uploadId);
     }
     s3::Result<std::string> get(const std::string& key, std::uint64_t first,
                                 std::uint64_t last) override {

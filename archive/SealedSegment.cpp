@@ -45,18 +45,33 @@ class CrcTiler {
         }
         pieces_.push_back({chunk.offset, chunk.length, chunk.crc});
     }
-    std::optional<std::uint32_t> result(std::uint64_t dataBytes) {
+    // The whole file's CRC, and in `spans` the chunks merged into spans of at least
+    // `spanBytes` (a segment of small chunks would otherwise keep one entry per chunk).
+    std::optional<std::uint32_t> result(std::uint64_t dataBytes, std::uint64_t spanBytes,
+                                        std::vector<CrcPiece>& spans) {
+        spans.clear();
         if (broken_) return std::nullopt;
         std::sort(pieces_.begin(), pieces_.end(),
                   [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
         std::uint32_t crc = 0;
         std::uint64_t end = 0;
         for (const auto& piece : pieces_) {
-            if (piece.offset != end) return std::nullopt;  // a gap or an overlap
+            if (piece.offset != end) {  // a gap or an overlap
+                spans.clear();
+                return std::nullopt;
+            }
             crc = audit::crc32cCombine(crc, piece.crc, piece.length);
+            if (spans.empty() || spans.back().length >= spanBytes)
+                spans.push_back({piece.offset, 0, 0});
+            auto& span = spans.back();
+            span.crc32c = audit::crc32cCombine(span.crc32c, piece.crc, piece.length);
+            span.length += piece.length;
             end += piece.length;
         }
-        if (end != dataBytes) return std::nullopt;
+        if (end != dataBytes) {
+            spans.clear();
+            return std::nullopt;
+        }
         return crc;
     }
 
@@ -118,7 +133,7 @@ class SegmentScan {
         out_.failed = seal.status != 0;
         out_.keyed = seal.chainKind == audit::kChainHmacSha256;
         out_.sealDigest = hex(seal.digest);
-        out_.dataCrc32c = tiler_.result(seal.dataBytes);
+        out_.dataCrc32c = tiler_.result(seal.dataBytes, SealedSegment::kPieceBytes, out_.dataPieces);
     }
 
   private:

@@ -26,6 +26,15 @@ struct SegmentConnection {
     std::uint64_t firstRecord = 0, lastRecord = 0;  // offsets in the index file
 };
 
+// A span of the data file and its CRC-32C.
+struct CrcPiece {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::uint32_t crc32c = 0;
+
+    bool operator==(const CrcPiece&) const = default;
+};
+
 struct SealedSegment {
     unsigned worker = 0;
     std::uint64_t segment = 0;
@@ -39,6 +48,11 @@ struct SealedSegment {
     // The data file's CRC-32C from its chunks, when they cover [0, dataBytes) back to back,
     // each with a CRC; otherwise nullopt and the file must be read.
     std::optional<std::uint32_t> dataCrc32c;
+    // With dataCrc32c: the chunks' CRCs combined into spans of at least kPieceBytes (but the
+    // last), tiling [0, dataBytes) in order, so that a multipart upload's parts can be cut where
+    // they end and get their CRCs without a read (archive/Parts.h).
+    std::vector<CrcPiece> dataPieces;
+    static constexpr std::uint64_t kPieceBytes = 64u << 10;
     std::vector<SegmentConnection> connections;  // in order of first appearance
 };
 

@@ -60,6 +60,13 @@ int run(const ArchiveOptions& options) {
     S3ObjectStore bucket(client, options.bucket);
     UploadStateStore states(options.stateDir);
     Archiver archiver(bucket, states, options.archive);
+    // Before any upload of this process: what a run killed during a multipart upload left.
+    if (auto stale = archiver.abortStaleUploads(); !stale)
+        logWarn("archive: unfinished multipart uploads not cleaned up: ", stale.error.message,
+                " (each resumed segment aborts its own before it is shipped again)");
+    else if (*stale > 0)
+        logInfo("archive: aborted ", *stale,
+                " unfinished multipart uploads a previous run left on this prefix");
     ArchiveMetrics metrics;
     std::unique_ptr<HttpServer> metricsServer;
     if (!options.metricsListen.empty()) {

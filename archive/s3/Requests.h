@@ -49,6 +49,33 @@ Endpoint parseEndpoint(const std::string& endpoint);
 
 Operation headOp(const std::string& bucket, const std::string& key, const std::string& versionId);
 Operation putOp(const PutRequest& request, std::string payloadHash);
+// Multipart: the body of an UploadPart is set by the caller (a span of the object's).
+Operation createMultipartOp(const PutRequest& request);
+Operation uploadPartOp(const std::string& bucket, const std::string& key,
+                       const std::string& uploadId, unsigned partNumber, std::uint32_t crc32c,
+                       std::string payloadHash);
+struct CompletedPart {
+    unsigned number = 0;
+    std::string etag;  // without the quotes
+    std::uint32_t crc32c = 0;
+};
+std::string completeMultipartXml(const std::vector<CompletedPart>& parts);
+Operation completeMultipartOp(const std::string& bucket, const std::string& key,
+                              const std::string& uploadId, const std::vector<CompletedPart>& parts);
+Operation abortMultipartOp(const std::string& bucket, const std::string& key,
+                           const std::string& uploadId);
+Operation listMultipartUploadsOp(const std::string& bucket, const std::string& prefix,
+                                 const std::string& keyMarker, const std::string& uploadIdMarker);
+// InitiateMultipartUploadResult's UploadId ("" when there is none).
+std::string parseUploadId(std::string_view xmlBody);
+struct UploadPage {
+    std::vector<UploadEntry> entries;
+    bool truncated = false;
+    std::string nextKeyMarker;
+    std::string nextUploadIdMarker;
+};
+UploadPage parseListMultipartUploads(std::string_view xmlBody);
+
 Operation getOp(const std::string& bucket, const std::string& key,
                 std::optional<std::pair<std::uint64_t, std::uint64_t>> range);
 Operation listOp(const std::string& bucket, const std::string& prefix, unsigned maxKeys,

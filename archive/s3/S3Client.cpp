@@ -14,6 +14,7 @@
 #include "archive/s3/Http.h"
 #include "archive/s3/RateLimiter.h"
 #include "archive/s3/Requests.h"
+#include "archive/s3/Xml.h"
 
 namespace splicegate::s3 {
 namespace {
@@ -143,6 +144,113 @@ Result<ObjectInfo> S3Client::put(const PutRequest& request) {
     if (info.lockMode.empty()) info.lockMode = request.lockMode;
     if (info.retainUntil.empty()) info.retainUntil = request.retainUntil;
     return Result<ObjectInfo>::success(std::move(info));
+}
+
+namespace {
+
+// The payload hash of a body as put() takes it: UNSIGNED-PAYLOAD, or the SHA-256 of its bytes;
+// the problem in words when the file could not be read.
+std::pair<std::string, std::string> payloadHashOf(bool unsignedPayload,
+                                                  const std::optional<FileRange>& file,
+                                                  std::string_view body) {
+    if (unsignedPayload) return {std::string(kUnsignedPayload), {}};
+    if (file) return hashFileRange(*file);
+    return {sha256Hex(body), {}};
+}
+
+}  // namespace
+
+Result<ObjectInfo> S3Client::putMultipart(const PutRequest& request,
+                                          const std::vector<PartRange>& parts) {
+    auto created = send(createMultipartOp(request));
+    if (!created) return failed<ObjectInfo>(created);
+    std::string uploadId = parseUploadId(created->body);
+    if (uploadId.empty()) {
+        Error e = httpError(createMultipartOp(request), options_.endpoint, *created);
+        e.code = "BadReply";
+        e.message += ": no UploadId in the reply";
+        return Result<ObjectInfo>::failure(std::move(e));
+    }
+    // Whatever fails after this point leaves no parts behind: the upload is aborted, and an
+    // abort that fails too is named in the message (the next start lists and aborts it).
+    auto abandon = [&](Error error) {
+        auto aborted = abortMultipartUpload(request.bucket, request.key, uploadId);
+        if (!aborted) error.message += "; then aborting upload " + uploadId + ": " + aborted.error.message;
+        return Result<ObjectInfo>::failure(std::move(error));
+    };
+    std::vector<CompletedPart> done;
+    std::uint64_t total = 0;
+    for (const auto& part : parts) {
+        std::optional<FileRange> file;
+        std::string_view body;
+        if (request.file) file = FileRange{request.file->fd, request.file->offset + part.offset, part.length};
+        else body = request.body.substr(part.offset, part.length);
+        auto number = static_cast<unsigned>(done.size() + 1);
+        auto [hash, problem] = payloadHashOf(request.unsignedPayload, file, body);
+        Operation op = uploadPartOp(request.bucket, request.key, uploadId, number, part.crc32c, hash);
+        if (!problem.empty()) {
+            Error e = transportError(op, options_.endpoint, problem);
+            e.code = "io";
+            return abandon(std::move(e));
+        }
+        op.file = file;
+        op.borrowedBody = body;
+        auto sent = send(op);
+        if (!sent) return abandon(sent.error);
+        done.push_back({number, objectInfoFromHeaders(sent->headers).etag, part.crc32c});
+        total += part.length;
+    }
+    Operation complete = completeMultipartOp(request.bucket, request.key, uploadId, done);
+    auto completed = send(complete);
+    if (!completed) return abandon(completed.error);
+    // S3 may answer 200 and put the failure in the body (the reply is sent before it is known).
+    if (completed->body.find("<Error>") != std::string::npos) {
+        Error e = httpError(complete, options_.endpoint, *completed);
+        e.message = complete.method + " s3://" + complete.target() + " at " + options_.endpoint +
+                    ": " + e.code + (e.serverMessage.empty() ? "" : ": " + e.serverMessage);
+        return abandon(std::move(e));
+    }
+    ObjectInfo info = objectInfoFromHeaders(completed->headers);
+    info.size = total;
+    if (info.etag.empty()) {
+        if (auto etag = xml::text(completed->body, "ETag")) info.etag = *etag;
+        if (info.etag.size() >= 2 && info.etag.front() == '"') info.etag = info.etag.substr(1, info.etag.size() - 2);
+    }
+    if (info.lockMode.empty()) info.lockMode = request.lockMode;
+    if (info.retainUntil.empty()) info.retainUntil = request.retainUntil;
+    return Result<ObjectInfo>::success(std::move(info));
+}
+
+Result<std::vector<UploadEntry>> S3Client::listMultipartUploads(const std::string& bucket,
+                                                                const std::string& prefix) {
+    std::vector<UploadEntry> all;
+    std::string keyMarker, uploadMarker;
+    for (;;) {
+        Operation op = listMultipartUploadsOp(bucket, prefix, keyMarker, uploadMarker);
+        auto r = send(op);
+        if (!r) return failed<std::vector<UploadEntry>>(r);
+        UploadPage page = parseListMultipartUploads(r->body);
+        all.insert(all.end(), page.entries.begin(), page.entries.end());
+        if (!page.truncated) break;
+        if (page.nextKeyMarker.empty() ||
+            (page.nextKeyMarker == keyMarker && page.nextUploadIdMarker == uploadMarker)) {
+            Error e = httpError(op, options_.endpoint, *r);
+            e.code = "BadListing";
+            e.message = op.method + " s3://" + bucket + "?uploads at " + options_.endpoint +
+                        ": truncated upload listing without new markers";
+            return Result<std::vector<UploadEntry>>::failure(std::move(e));
+        }
+        keyMarker = page.nextKeyMarker;
+        uploadMarker = page.nextUploadIdMarker;
+    }
+    return Result<std::vector<UploadEntry>>::success(std::move(all));
+}
+
+Result<bool> S3Client::abortMultipartUpload(const std::string& bucket, const std::string& key,
+                                            const std::string& uploadId) {
+    auto r = send(abortMultipartOp(bucket, key, uploadId));
+    if (!r && r.error.httpStatus != 404) return Result<bool>::failure(r.error);
+    return Result<bool>::success(true);
 }
 
 Result<std::string> S3Client::get(const std::string& bucket, const std::string& key,

@@ -69,7 +69,10 @@ struct ObjectInfo {
     std::uint64_t size = 0;
     std::string versionId;
     std::string etag;                    // without the quotes
-    std::optional<std::uint32_t> crc32c; // when the server returns x-amz-checksum-crc32c
+    std::optional<std::uint32_t> crc32c; // when the server returns a whole-object x-amz-checksum-crc32c
+    // x-amz-checksum-crc32c as the server gave it: "BASE64" (a whole object's CRC) or, for an
+    // object put in parts, "BASE64-N" (the CRC of the N part CRCs, compositeCrc32c); "" for none.
+    std::string checksumCrc32c;
     std::string lockMode;                // "COMPLIANCE", "GOVERNANCE" or ""
     std::string retainUntil;             // RFC 3339 as the server gave it
     std::string lastModified;            // as the server gave it
@@ -97,6 +100,28 @@ struct PutRequest {
     // empty = computed here. unsignedPayload sends UNSIGNED-PAYLOAD instead (TLS carries integrity).
     std::string payloadSha256;
     bool unsignedPayload = false;
+};
+
+// One part of a multipart upload: a span of the request's body (of its file range, or of its
+// bytes) and that span's CRC-32C, sent as the part's x-amz-checksum-crc32c.
+struct PartRange {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::uint32_t crc32c = 0;
+
+    bool operator==(const PartRange&) const = default;
+};
+
+// S3's limits on a multipart upload: every part but the last at least 5 MiB, at most 5 GiB,
+// at most 10000 parts.
+inline constexpr std::uint64_t kMinPartBytes = 5ull << 20;
+inline constexpr std::uint64_t kMaxPartBytes = 5ull << 30;
+inline constexpr unsigned kMaxParts = 10000;
+
+struct UploadEntry {  // a multipart upload begun and neither completed nor aborted
+    std::string key;
+    std::string uploadId;
+    std::string initiated;
 };
 
 struct ListEntry {
@@ -129,6 +154,18 @@ public:
                             const std::string& versionId = {});
     // size, versionId and etag from the reply; crc32c, lockMode and retainUntil as requested.
     Result<ObjectInfo> put(const PutRequest& request);
+    // CreateMultipartUpload (the request's lock, content headers and checksum algorithm CRC32C),
+    // UploadPart for each of `parts` in order (numbered from 1, each with its CRC), then
+    // CompleteMultipartUpload. Every request is paced and retried as put's is; a failure aborts
+    // the upload (AbortMultipartUpload), so no parts are left behind, and comes back as the
+    // failing request's error. size, versionId and etag as put's.
+    Result<ObjectInfo> putMultipart(const PutRequest& request, const std::vector<PartRange>& parts);
+    // ListMultipartUploads under `prefix`, following the key/upload-id markers.
+    Result<std::vector<UploadEntry>> listMultipartUploads(const std::string& bucket,
+                                                          const std::string& prefix);
+    // A 404 (NoSuchUpload: completed or aborted meanwhile) counts as done.
+    Result<bool> abortMultipartUpload(const std::string& bucket, const std::string& key,
+                                      const std::string& uploadId);
     // range = {first, last} inclusive: "Range: bytes=first-last".
     Result<std::string> get(const std::string& bucket, const std::string& key,
                             std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {});

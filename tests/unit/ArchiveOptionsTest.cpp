@@ -43,6 +43,23 @@ TEST(ArchiveOptions, TakesTheDefaultsOfTheContract) {
     EXPECT_EQ(o.stateDir, "/var/lib/splicegate-archive");
     EXPECT_TRUE(o.archive.unsignedPayload);  // --s3-payload-hash crc32c
     EXPECT_FALSE(parse(with({"--s3-payload-hash", "sha256"})).archive.unsignedPayload);
+    EXPECT_EQ(o.archive.partBytes, 64u << 20);  // --s3-part-mb 64
+}
+
+TEST(ArchiveOptions, PartSizeIsZeroOrWithinS3sPartLimits) {
+    EXPECT_EQ(parse(with({"--s3-part-mb", "0"})).archive.partBytes, 0u);
+    EXPECT_EQ(parse(with({"--s3-part-mb", "5"})).archive.partBytes, 5u << 20);
+    EXPECT_EQ(parse(with({"--s3-part-mb", "5120"})).archive.partBytes, 5ull << 30);
+    const std::string limits =
+        ": must be 0 (one PUT per object) or 5..5120 (S3's parts are 5 MiB to 5 GiB)";
+    EXPECT_EQ(usageError(with({"--s3-part-mb", "4"})), "--s3-part-mb 4" + limits);
+    EXPECT_EQ(usageError(with({"--s3-part-mb", "1"})), "--s3-part-mb 1" + limits);
+    EXPECT_EQ(usageError(with({"--s3-part-mb", "5121"})), "--s3-part-mb 5121" + limits);
+    for (const char* bad : {"-1", "64MB", "", "lots"}) {
+        auto error = usageError(with({"--s3-part-mb", bad}));
+        EXPECT_NE(error.find("s3-part-mb"), std::string::npos) << bad << ": " << error;
+        EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    }
 }
 
 TEST(ArchiveOptions, EveryBadValueNamesItsOption) {

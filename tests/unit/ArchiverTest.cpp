@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "archive/ObjectKeys.h"
+#include "archive/Parts.h"
 #include "audit/Crc32c.h"
 #include "tests/support/AuditSegmentBuilder.h"
 
@@ -31,11 +32,18 @@ class MemoryBucket : public ObjectStore {
     struct Version {
         std::string id, bytes, lockMode, retainUntil;
         std::optional<std::uint32_t> crc32c;
+        std::string composite;  // put in parts: S3's "BASE64-N" instead of crc32c
     };
     bool keepsChecksums = true;
     bool honoursLockHeaders = true;
     std::map<std::string, std::vector<Version>> objects;
-    unsigned puts = 0;
+    unsigned puts = 0;  // objects put, in one PUT or in parts
+    unsigned multipartPuts = 0;
+    unsigned gets = 0;
+    std::vector<std::vector<s3::PartRange>> partsPut;  // each multipart upload's parts
+    std::map<std::string, std::vector<std::string>> uploads;  // unfinished: key -> upload ids
+    std::vector<std::string> aborted;                         // upload ids
+    unsigned failPart = 0;  // a part number whose upload fails once (500), 0 = none
 
     s3::Result<s3::ObjectInfo> head(const std::string& key, const std::string& versionId) override {
         auto* version = find(key, versionId);
@@ -43,7 +51,10 @@ class MemoryBucket : public ObjectStore {
         s3::ObjectInfo info;
         info.size = version->bytes.size();
         info.versionId = version->id;
-        if (keepsChecksums) info.crc32c = version->crc32c;
+        if (keepsChecksums) {
+            info.crc32c = version->crc32c;
+            info.checksumCrc32c = version->composite;
+        }
         if (honoursLockHeaders) {
             info.lockMode = version->lockMode;
             info.retainUntil = version->retainUntil;
@@ -54,14 +65,8 @@ class MemoryBucket : public ObjectStore {
         ++puts;
         Version version;
         version.id = "v" + std::to_string(++nextVersion_);
-        if (request.file) {
-            version.bytes.resize(request.file->length);
-            EXPECT_EQ(::pread(request.file->fd, version.bytes.data(), version.bytes.size(),
-                              static_cast<off_t>(request.file->offset)),
-                      static_cast<ssize_t>(version.bytes.size()));
-        } else {
-            version.bytes = std::string(request.body);
-        }
+        version.bytes = bodyOf(request);
+        lastKey_ = request.key;
         version.crc32c = request.crc32c;
         if (honoursLockHeaders) {
             version.lockMode = request.lockMode;
@@ -73,8 +78,55 @@ class MemoryBucket : public ObjectStore {
         info.size = version.bytes.size();
         return s3::Result<s3::ObjectInfo>::success(info);
     }
+    s3::Result<s3::ObjectInfo> putMultipart(s3::PutRequest request,
+                                            const std::vector<s3::PartRange>& parts) override {
+        auto id = "u" + std::to_string(++nextUpload_);
+        uploads[request.key].push_back(id);
+        std::string body = bodyOf(request);
+        std::uint64_t end = 0;
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+            EXPECT_EQ(parts[i].offset, end) << "part " << i + 1;
+            EXPECT_EQ(parts[i].crc32c, audit::crc32c(0, body.data() + parts[i].offset,
+                                                     parts[i].length))
+                << "part " << i + 1;
+            end += parts[i].length;
+            if (failPart == i + 1) {
+                failPart = 0;
+                abortUpload(request.key, id);
+                s3::Error error;
+                error.httpStatus = 500;
+                error.code = "InternalError";
+                error.message = "PUT s3://memory/" + request.key + "?partNumber=" +
+                                std::to_string(i + 1) + ": HTTP 500 InternalError";
+                return s3::Result<s3::ObjectInfo>::failure(error);
+            }
+        }
+        EXPECT_EQ(end, body.size());
+        std::erase(uploads[request.key], id);
+        ++multipartPuts;
+        partsPut.push_back(parts);
+        auto composite = compositeCrc32c(parts);
+        auto result = put(std::move(request));
+        auto& version = objects.at(lastKey_).back();
+        version.crc32c.reset();
+        version.composite = composite;
+        return result;
+    }
+    s3::Result<std::vector<s3::UploadEntry>> listUploads(const std::string& prefix) override {
+        std::vector<s3::UploadEntry> out;
+        for (const auto& [key, ids] : uploads)
+            if (key.starts_with(prefix))
+                for (const auto& id : ids) out.push_back({key, id, ""});
+        return s3::Result<std::vector<s3::UploadEntry>>::success(out);
+    }
+    s3::Result<bool> abortUpload(const std::string& key, const std::string& uploadId) override {
+        std::erase(uploads[key], uploadId);
+        aborted.push_back(uploadId);
+        return s3::Result<bool>::success(true);
+    }
     s3::Result<std::string> get(const std::string& key, std::uint64_t first,
                                 std::uint64_t last) override {
+        ++gets;
         auto* version = find(key, {});
         if (!version) return s3::Result<std::string>::failure(notFound(key).error);
         return s3::Result<std::string>::success(version->bytes.substr(first, last - first + 1));
@@ -104,6 +156,14 @@ class MemoryBucket : public ObjectStore {
     }
 
   private:
+    static std::string bodyOf(const s3::PutRequest& request) {
+        if (!request.file) return std::string(request.body);
+        std::string bytes(request.file->length, '\0');
+        EXPECT_EQ(::pread(request.file->fd, bytes.data(), bytes.size(),
+                          static_cast<off_t>(request.file->offset)),
+                  static_cast<ssize_t>(bytes.size()));
+        return bytes;
+    }
     Version* find(const std::string& key, const std::string& versionId) {
         auto at = objects.find(key);
         if (at == objects.end() || at->second.empty()) return nullptr;
@@ -120,6 +180,8 @@ class MemoryBucket : public ObjectStore {
         return s3::Result<s3::ObjectInfo>::failure(error);
     }
     unsigned nextVersion_ = 0;
+    unsigned nextUpload_ = 0;
+    std::string lastKey_;
 };
 
 struct Killed {};  // not a std::exception: passes through ship() as a kill -9 would
@@ -210,16 +272,21 @@ TEST_F(ArchiverTest, AKillAtAnyPointResumesWithNothingLostOrPutTwice) {
         ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
     }
     ASSERT_GE(points.size(), 12u);
+    // 1000-byte parts: the data file one part from its chunks, the index several, read.
+    for (std::uint64_t partBytes : {std::uint64_t{64} << 20, std::uint64_t{1000}})
     for (bool radosgw : {false, true}) {
         for (std::size_t stopAt = 0; stopAt < points.size(); ++stopAt) {
-            SCOPED_TRACE(points[stopAt] + (radosgw ? " (radosgw-like)" : ""));
+            SCOPED_TRACE(points[stopAt] + (radosgw ? " (radosgw-like)" : "") + " parts of " +
+                         std::to_string(partBytes));
             MemoryBucket bucket;
             bucket.keepsChecksums = bucket.honoursLockHeaders = !radosgw;
             auto stateDir = dir_.path() + "/state-" + std::to_string(radosgw) + "-" +
-                            std::to_string(stopAt);
+                            std::to_string(stopAt) + "-" + std::to_string(partBytes);
+            auto parted = settings();
+            parted.partBytes = partBytes;
             {
                 UploadStateStore states(stateDir);
-                Archiver archiver(bucket, states, settings());
+                Archiver archiver(bucket, states, parted);
                 std::size_t seen = 0;
                 archiver.setHook([&](const std::string&) {
                     if (seen++ == stopAt) throw Killed{};
@@ -227,7 +294,7 @@ TEST_F(ArchiverTest, AKillAtAnyPointResumesWithNothingLostOrPutTwice) {
                 EXPECT_THROW(archiver.ship(files_, kNow), Killed);
             }
             UploadStateStore states(stateDir);  // a new process
-            Archiver archiver(bucket, states, settings());
+            Archiver archiver(bucket, states, parted);
             auto outcome = archiver.ship(files_, kNow);
             EXPECT_TRUE(outcome.kind == ShipOutcome::Kind::Shipped ||
                         outcome.kind == ShipOutcome::Kind::AlreadyVerified)
@@ -242,7 +309,7 @@ TEST_F(ArchiverTest, DifferentBytesUnderTheKeyAreAnAlarmNotAnOverwrite) {
         SCOPED_TRACE(foreign.size());
         MemoryBucket bucket;
         bucket.objects[dataKey()].push_back({"v0", foreign, "COMPLIANCE", "2030-01-01T00:00:00Z",
-                                             audit::crc32c(0, foreign.data(), foreign.size())});
+                                             audit::crc32c(0, foreign.data(), foreign.size()), ""});
         UploadStateStore states(dir_.path() + "/state-" + std::to_string(foreign.size()));
         Archiver archiver(bucket, states, settings());
         auto outcome = archiver.ship(files_, kNow);
@@ -259,7 +326,7 @@ TEST_F(ArchiverTest, DifferentBytesUnderTheKeyAreAnAlarmNotAnOverwrite) {
 TEST_F(ArchiverTest, AnIdenticalObjectAlreadyThereIsAdopted) {
     MemoryBucket bucket;
     bucket.keepsChecksums = false;  // adoption has to read it back
-    bucket.objects[dataKey()].push_back({"v0", data_, "", "", std::nullopt});
+    bucket.objects[dataKey()].push_back({"v0", data_, "", "", std::nullopt, ""});
     UploadStateStore states(dir_.path() + "/state");
     Archiver archiver(bucket, states, settings());
     auto outcome = archiver.ship(files_, kNow);
@@ -355,6 +422,184 @@ TEST(ArchiverSettings, ABadPrefixIsRefused) {
     ArchiveSettings settings;
     settings.prefix = "a//b";
     EXPECT_THROW(Archiver(bucket, states, settings), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace splicegate::archive
+
+namespace splicegate::archive {
+namespace {
+
+// A data file of six 100 kB chunks, shipped in parts of 150 kB: three parts of two chunks each.
+class ArchiverMultipartTest : public ArchiverTest {
+  protected:
+    void SetUp() override {
+        ArchiverTest::SetUp();
+        test::SegmentBuilder segment(audit_, 1, 7);
+        segment.open(1);
+        for (int i = 0; i < 6; ++i)
+            segment.chunk(1, static_cast<std::uint8_t>(i % 2),
+                          std::string(100000, static_cast<char>('a' + i)));
+        segment.close(1, 300000, 300000);
+        segment.seal();
+        segment.write();
+        data_ = segment.data();
+        ASSERT_EQ(data_.size(), 600000u);
+    }
+    ArchiveSettings parted(std::uint64_t partBytes = 150000) const {
+        auto s = settings();
+        s.partBytes = partBytes;
+        return s;
+    }
+};
+
+TEST_F(ArchiverMultipartTest, TheDataObjectGoesUpInPartsCutAtItsChunksAndIsVerified) {
+    MemoryBucket bucket;
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    expectArchived(bucket, states);
+    EXPECT_EQ(bucket.puts, 4u);
+    ASSERT_EQ(bucket.multipartPuts, 1u);  // the index and the small objects in one PUT each
+    ASSERT_EQ(bucket.partsPut[0].size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(bucket.partsPut[0][i].offset, 200000u * i);
+        EXPECT_EQ(bucket.partsPut[0][i].length, 200000u);
+    }
+    EXPECT_EQ(bucket.objects.at(dataKey()).back().composite, compositeCrc32c(bucket.partsPut[0]));
+    EXPECT_EQ(bucket.gets, 0u);  // the composite checksum verified it, no read back
+    EXPECT_TRUE(bucket.uploads[dataKey()].empty());
+}
+
+// radosgw: no checksum on HEAD, lock headers of a multipart upload ignored.
+TEST_F(ArchiverMultipartTest, AServerIgnoringTheLockOfAMultipartUploadGetsTheRetentionSet) {
+    MemoryBucket bucket;
+    bucket.keepsChecksums = false;
+    bucket.honoursLockHeaders = false;
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    EXPECT_EQ(bucket.multipartPuts, 1u);
+    expectArchived(bucket, states);
+}
+
+TEST_F(ArchiverMultipartTest, ACompositeChecksumThatDiffersFailsTheVerification) {
+    struct Damaged final : MemoryBucket {
+        s3::Result<s3::ObjectInfo> head(const std::string& key, const std::string& versionId) override {
+            auto info = MemoryBucket::head(key, versionId);
+            if (info && !versionId.empty() && !info->checksumCrc32c.empty())
+                info->checksumCrc32c = "AAAAAA==-3";
+            return info;
+        }
+    } bucket;
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Failed);
+    EXPECT_NE(outcome.message.find("composite CRC-32C AAAAAA==-3, expected "), std::string::npos)
+        << outcome.message;
+    EXPECT_NE(states.load(1, 7)->phase, UploadPhase::Verified);
+}
+
+TEST_F(ArchiverMultipartTest, AFailedPartAbortsTheUploadAndTheNextPassShips) {
+    MemoryBucket bucket;
+    bucket.failPart = 2;
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Failed);
+    EXPECT_NE(outcome.message.find("partNumber=2"), std::string::npos) << outcome.message;
+    EXPECT_EQ(bucket.aborted.size(), 1u);
+    EXPECT_TRUE(bucket.uploads[dataKey()].empty());
+    EXPECT_EQ(bucket.versionsOf(dataKey()), 0u);
+    outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    expectArchived(bucket, states);
+}
+
+// A lost state: the multipart object is adopted by its composite checksum where the parts are
+// cut as now, read back where they are not (another part size) or the server keeps none.
+TEST_F(ArchiverMultipartTest, AMultipartObjectAlreadyThereIsAdopted) {
+    for (auto [partBytes, keepsChecksums, readsBack] :
+         {std::tuple{std::uint64_t{150000}, true, false}, std::tuple{std::uint64_t{250000}, true, true},
+          std::tuple{std::uint64_t{150000}, false, true}}) {
+        SCOPED_TRACE(std::to_string(partBytes) + (keepsChecksums ? "" : " no checksums"));
+        MemoryBucket bucket;
+        bucket.keepsChecksums = keepsChecksums;
+        auto stateDir = dir_.path() + "/state-" + std::to_string(partBytes) +
+                        std::to_string(keepsChecksums);
+        {
+            UploadStateStore states(stateDir);
+            Archiver archiver(bucket, states, parted());
+            ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
+        }
+        std::filesystem::remove_all(stateDir);
+        bucket.gets = 0;
+        UploadStateStore states(stateDir);
+        Archiver archiver(bucket, states, parted(partBytes));
+        auto outcome = archiver.ship(files_, kNow);
+        EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+        EXPECT_EQ(bucket.puts, 4u);
+        EXPECT_EQ(bucket.gets > 0, readsBack);
+        expectArchived(bucket, states);
+    }
+}
+
+// The same object with one byte changed, put in parts: not adopted, an alarm.
+TEST_F(ArchiverMultipartTest, AMultipartObjectWithOtherBytesIsAnAlarm) {
+    MemoryBucket bucket;
+    auto forged = data_;
+    forged[400000] ^= 1;
+    auto parts = equalParts(forged.size(), 200000);
+    for (auto& part : parts) part.crc32c = audit::crc32c(0, forged.data() + part.offset, part.length);
+    bucket.objects[dataKey()].push_back({"v0", forged, "COMPLIANCE", "2030-01-01T00:00:00Z",
+                                         std::nullopt, compositeCrc32c(parts)});
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Conflict) << outcome.message;
+    EXPECT_EQ(bucket.gets, 0u);
+    EXPECT_EQ(bucket.versionsOf(dataKey()), 1u);
+}
+
+// kill -9 during a multipart upload: the segment's state says Uploading, its parts are on the
+// server; the next run aborts them before it ships the object again.
+TEST_F(ArchiverMultipartTest, AResumedSegmentAbortsWhatAKilledUploadLeft) {
+    MemoryBucket bucket;
+    UploadStateStore states(dir_.path() + "/state");
+    {
+        Archiver archiver(bucket, states, parted());
+        archiver.setHook([](const std::string& point) {
+            if (point == "uploading") throw Killed{};
+        });
+        EXPECT_THROW(archiver.ship(files_, kNow), Killed);
+    }
+    bucket.uploads[dataKey()] = {"stale"};
+    bucket.uploads[dataKey() + ".other"] = {"not-ours"};
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    EXPECT_EQ(bucket.aborted, std::vector<std::string>{"stale"});
+    EXPECT_EQ(bucket.uploads[dataKey() + ".other"], std::vector<std::string>{"not-ours"});
+    expectArchived(bucket, states);
+}
+
+TEST_F(ArchiverMultipartTest, TheStartupSweepAbortsOnlyThisArchiversOwnKeys) {
+    MemoryBucket bucket;
+    SegmentId id{1, 7, test::kCraftedLogStartNs};
+    bucket.uploads[objectKey("gw1", id, ObjectKind::Data)] = {"a", "b"};
+    bucket.uploads[manifestKey("gw1", id)] = {"c"};
+    bucket.uploads["gw1/notes.txt"] = {"foreign"};
+    bucket.uploads[objectKey("gw10", id, ObjectKind::Data)] = {"other-box"};
+    bucket.uploads[objectKey("gw1/b", id, ObjectKind::Data)] = {"nested-box"};
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto aborted = archiver.abortStaleUploads();
+    ASSERT_TRUE(aborted) << aborted.error.message;
+    EXPECT_EQ(*aborted, 3u);
+    EXPECT_EQ(bucket.aborted, (std::vector<std::string>{"c", "a", "b"}));  // key order
 }
 
 }  // namespace

@@ -117,6 +117,87 @@ TEST(S3RequestsTest, BucketAndRetentionCalls) {
     EXPECT_TRUE(del.signature.canonicalRequest.starts_with("DELETE\n/b/k\nversionId=v1\n"));
 }
 
+TEST(S3RequestsTest, CreateMultipartCarriesTheLockAndContentHeadersOfAPut) {
+    PutRequest put;
+    put.bucket = "b";
+    put.key = "seg/k.data";
+    put.crc32c = 0x9A71BB4C;  // the whole object's: not sent, each part carries its own
+    put.lockMode = "COMPLIANCE";
+    put.retainUntil = "2030-01-01T00:00:00Z";
+    put.contentType = "application/x-ndjson";
+    put.contentEncoding = "gzip";
+    SignedRequest r = signedOf(createMultipartOp(put));
+    EXPECT_EQ(r.signature.canonicalRequest,
+              "POST\n/b/seg/k.data\nuploads=\ncontent-encoding:gzip\n"
+              "content-type:application/x-ndjson\nhost:127.0.0.1:7480\n"
+              "x-amz-checksum-algorithm:CRC32C\nx-amz-content-sha256:" + kEmpty + "\n"
+              "x-amz-date:" + kDate + "\nx-amz-object-lock-mode:COMPLIANCE\n"
+              "x-amz-object-lock-retain-until-date:2030-01-01T00:00:00Z\n\n"
+              "content-encoding;content-type;host;x-amz-checksum-algorithm;x-amz-content-sha256;"
+              "x-amz-date;x-amz-object-lock-mode;x-amz-object-lock-retain-until-date\n" + kEmpty);
+    EXPECT_EQ(r.url, "http://127.0.0.1:7480/b/seg/k.data?uploads=");
+}
+
+TEST(S3RequestsTest, UploadPartIsNumberedAndCarriesItsOwnChecksum) {
+    SignedRequest r = signedOf(uploadPartOp("b", "k", "2~a/b+c", 3, 0x9A71BB4C,
+                                            std::string(kUnsignedPayload)));
+    EXPECT_EQ(r.signature.canonicalRequest,
+              "PUT\n/b/k\npartNumber=3&uploadId=2~a%2Fb%2Bc\nhost:127.0.0.1:7480\n"
+              "x-amz-checksum-crc32c:mnG7TA==\nx-amz-content-sha256:UNSIGNED-PAYLOAD\n"
+              "x-amz-date:" + std::string(kDate) + "\n\n"
+              "host;x-amz-checksum-crc32c;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD");
+    EXPECT_EQ(r.url, "http://127.0.0.1:7480/b/k?partNumber=3&uploadId=2~a%2Fb%2Bc");
+}
+
+TEST(S3RequestsTest, CompleteMultipartListsThePartsInOrderWithETagsAndChecksums) {
+    std::vector<CompletedPart> parts = {{1, "0123abcd", 0x9A71BB4C}, {2, "ffff-2", 0}};
+    EXPECT_EQ(completeMultipartXml(parts),
+              "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+              "<Part><PartNumber>1</PartNumber><ETag>\"0123abcd\"</ETag>"
+              "<ChecksumCRC32C>mnG7TA==</ChecksumCRC32C></Part>"
+              "<Part><PartNumber>2</PartNumber><ETag>\"ffff-2\"</ETag>"
+              "<ChecksumCRC32C>AAAAAA==</ChecksumCRC32C></Part></CompleteMultipartUpload>");
+    Operation complete = completeMultipartOp("b", "k", "u1", parts);
+    EXPECT_EQ(std::string(complete.body()), completeMultipartXml(parts));
+    EXPECT_EQ(complete.payloadHash, sha256Hex(complete.body()));
+    SignedRequest c = signedOf(complete);
+    EXPECT_TRUE(c.signature.canonicalRequest.starts_with(
+        "POST\n/b/k\nuploadId=u1\ncontent-type:application/xml\n"))
+        << c.signature.canonicalRequest;
+    SignedRequest abort = signedOf(abortMultipartOp("b", "k", "u1"));
+    EXPECT_TRUE(abort.signature.canonicalRequest.starts_with("DELETE\n/b/k\nuploadId=u1\n"));
+    SignedRequest list = signedOf(listMultipartUploadsOp("b", "gw1/", "gw1/k", "u1"));
+    EXPECT_EQ(list.url,
+              "http://127.0.0.1:7480/b?key-marker=gw1%2Fk&prefix=gw1%2F&upload-id-marker=u1&uploads=");
+}
+
+TEST(S3RequestsTest, MultipartReplies) {
+    EXPECT_EQ(parseUploadId("<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
+                            "<Key>k</Key><UploadId>2~xY&amp;z</UploadId></InitiateMultipartUploadResult>"),
+              "2~xY&z");
+    EXPECT_EQ(parseUploadId("<Error><Code>x</Code></Error>"), "");
+    UploadPage page = parseListMultipartUploads(
+        "<ListMultipartUploadsResult><Bucket>b</Bucket><KeyMarker></KeyMarker>"
+        "<NextKeyMarker>gw1/b</NextKeyMarker><NextUploadIdMarker>u2</NextUploadIdMarker>"
+        "<IsTruncated>true</IsTruncated>"
+        "<Upload><Key>gw1/a</Key><UploadId>u1</UploadId><Initiator><ID>x</ID></Initiator>"
+        "<Initiated>2026-12-07T10:00:00.000Z</Initiated></Upload>"
+        "<Upload><Key>gw1/b</Key><UploadId>u2</UploadId></Upload></ListMultipartUploadsResult>");
+    ASSERT_EQ(page.entries.size(), 2u);
+    EXPECT_EQ(page.entries[0].key, "gw1/a");
+    EXPECT_EQ(page.entries[0].uploadId, "u1");
+    EXPECT_EQ(page.entries[0].initiated, "2026-12-07T10:00:00.000Z");
+    EXPECT_EQ(page.entries[1].uploadId, "u2");
+    EXPECT_TRUE(page.truncated);
+    EXPECT_EQ(page.nextKeyMarker, "gw1/b");
+    EXPECT_EQ(page.nextUploadIdMarker, "u2");
+    // A multipart object's checksum is composite: kept as given, not read as a whole CRC.
+    auto info = objectInfoFromHeaders({{"x-amz-checksum-crc32c", "mnG7TA==-3"}});
+    EXPECT_EQ(info.checksumCrc32c, "mnG7TA==-3");
+    EXPECT_FALSE(info.crc32c);
+    EXPECT_EQ(objectInfoFromHeaders({{"x-amz-checksum-crc32c", "mnG7TA=="}}).crc32c, 0x9A71BB4Cu);
+}
+
 TEST(S3RequestsTest, Crc32cHeaderIsBase64OfBigEndianBytes) {
     EXPECT_EQ(crc32cHeaderValue(0xE3069283), "4waSgw==");   // crc32c("123456789")
     EXPECT_EQ(crc32cHeaderValue(0), "AAAAAA==");
