@@ -23,6 +23,7 @@ namespace {
 
 constexpr std::int64_t kNsPerSecond = 1'000'000'000;
 constexpr std::uint64_t kReadBackPiece = 64u << 20;  // a ranged GET's size when reading back
+constexpr std::uint64_t kMaxManifestBytes = 1u << 20;  // ours are a few hundred bytes
 
 UniqueFd openReadOnly(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -224,8 +225,37 @@ std::string Archiver::sameBytes(const ObjectRecord& local, const s3::ObjectInfo&
     return {};
 }
 
+std::optional<std::string> Archiver::manifestRetainUntil(const ObjectRecord& data) {
+    auto parsed = parseObjectKey(settings_.prefix, data.key);
+    if (!parsed) return std::nullopt;
+    auto key = manifestKey(settings_.prefix, parsed->id);
+    // A manifest that cannot be read here is not adopted from: the manifest's own step, later,
+    // meets the same error and fails the segment with it.
+    auto head = bucket_.head(key);
+    if (!head || head->size == 0 || head->size > kMaxManifestBytes) return std::nullopt;
+    auto bytes = bucket_.get(key, 0, head->size - 1);
+    if (!bytes) return std::nullopt;
+    constexpr std::string_view kField = "\"retain_until\":\"";
+    auto at = bytes->find(kField);
+    if (at == std::string::npos) return std::nullopt;
+    auto from = at + kField.size();
+    auto end = bytes->find('"', from);
+    if (end == std::string::npos) return std::nullopt;
+    auto ns = audittool::parseRfc3339(bytes->substr(from, end - from));
+    if (!ns) return std::nullopt;
+    return rfc3339(*ns);
+}
+
 void Archiver::adoptRetainUntil(SegmentUpload& state, const ObjectRecord& object,
                                 const s3::ObjectInfo& existing) {
+    // The manifest, where the first run got that far, records the retain-until the segment was
+    // shipped with; the data object's own lock may be later (radosgw gives a multipart upload
+    // the bucket's default retention, counted from its completion), and the manifest put again
+    // must be the same bytes to be adopted.
+    if (auto recorded = manifestRetainUntil(object)) {
+        state.retainUntil = *recorded;
+        return;
+    }
     auto until = existing.retainUntil;
     if (until.empty())
         if (auto retention = bucket_.getRetention(object.key, object.versionId))

@@ -23,6 +23,7 @@
 // message naming the segment and the object.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "archive/ObjectStore.h"
@@ -75,10 +76,13 @@ class Archiver {
     // Puts or adopts one object; returns the problem ("" when its version is known).
     std::string upload(SegmentUpload& state, ObjectRecord& object, const Body& body,
                        bool& conflict, std::uint64_t& bytesPut);
-    // The retain-until an adopted object's lock has (HEAD, else GET ?retention) becomes the
-    // segment's; unchanged when the server tells none.
+    // The retain-until the segment's manifest in the bucket records, else the one an adopted
+    // object's lock has (HEAD, else GET ?retention), becomes the segment's; unchanged when the
+    // server tells none.
     void adoptRetainUntil(SegmentUpload& state, const ObjectRecord& object,
                           const s3::ObjectInfo& existing);
+    // The retain_until of the manifest already in the bucket for `data`'s segment, if any.
+    std::optional<std::string> manifestRetainUntil(const ObjectRecord& data);
     std::string verify(const SegmentUpload& state, const ObjectRecord& object, const Body& body);
     // Whether `remote` holds `local`'s bytes: its size, then its checksum where the server gives
     // one that can be compared (the whole object's CRC-32C, or the composite of parts cut as

@@ -136,6 +136,15 @@ bool setMethod(CURL* h, const HttpRequest& request, Upload& upload, std::string&
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKDATA, &upload);
+    } else if (request.method == "POST") {
+        // The multipart calls: the body (the completion's XML, or none) through the same reader,
+        // with its Content-Length; the signed Content-Type replaces curl's form default.
+        code = ::curl_easy_setopt(h, CURLOPT_POST, 1L);
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(upload.size));
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READFUNCTION, &readBody);
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
+        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKDATA, &upload);
     } else {
         code = ::curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
     }

@@ -29,6 +29,7 @@
 #include "audit/Crc32c.h"
 #include "tests/s3/ArchiveTestSupport.h"
 #include "audit/Records.h"
+#include "tests/support/AuditSupport.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/HttpFetch.h"
@@ -340,6 +341,157 @@ TEST_F(ArchiveRadosgwTest, ShipsOverTlsVerifyingTheServerAndRefusesAnUnknownCa) 
     EXPECT_EQ(remote.out, local.out);
 }
 
+// Segments of about 14 MB in parts of 5 MiB: radosgw takes the multipart uploads but ignores
+// their lock headers, so the archiver's verification sets the retention on each version.
+class ArchiveMultipartRadosgwTest : public ArchiveRadosgwTest {
+  protected:
+    void SetUp() override {
+        ArchiveRadosgwTest::SetUp();
+        // One connection per run, 7 MB each way: one segment of 14 MB per run.
+        makeAuditLog(auditDir_, 1, 7'000'000, 2);
+        std::uint64_t largest = 0;
+        for (const auto& files : sealedSegments(auditDir_))
+            largest = std::max<std::uint64_t>(largest, std::filesystem::file_size(files.dataPath));
+        ASSERT_GE(largest, 12u << 20);
+    }
+    std::map<std::string, std::string> parts() const { return {{"--s3-part-mb", "5"}}; }
+    std::vector<s3::UploadEntry> unfinished(s3::S3Client& c, const std::string& bucket) {
+        auto uploads = c.listMultipartUploads(bucket, "gw-test/");
+        EXPECT_TRUE(uploads) << uploads.error.message;
+        return uploads ? *uploads : std::vector<s3::UploadEntry>{};
+    }
+};
+
+std::vector<std::string> withBucket(std::vector<std::string> args) {
+    args.insert(args.end(), {"--s3-endpoint", s3Endpoint(), "--s3-credentials-file",
+                             s3CredentialsFile()});
+    return args;
+}
+
+// --lock-days 2 on a bucket whose default is 1 day: radosgw gives the multipart objects the
+// default, shorter than asked, so the archiver must set the retention on their versions; the
+// single PUTs keep their headers' lock. Either way each version ends with the state's date.
+TEST_F(ArchiveMultipartRadosgwTest, ALargeSegmentGoesUpInPartsLockedAndReadsBackAsTheLocalOne) {
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto longer = parts();
+    longer["--lock-days"] = "2";
+    auto shipped = runProcess(archiveArgs(auditDir_, stateDir_, bucket, longer), milliseconds(120000));
+    ASSERT_TRUE(shipped.status && shipped.status->isExit(0)) << shipped.err;
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+    EXPECT_TRUE(unfinished(c, bucket).empty());
+    archive::UploadStateStore states(stateDir_);
+    unsigned inParts = 0;
+    for (const auto& files : sealedSegments(auditDir_)) {
+        auto state = states.load(files.worker, files.segment);
+        ASSERT_TRUE(state);
+        for (const auto& object : state->objects) {
+            auto head = c.head(bucket, object.key, object.versionId);
+            ASSERT_TRUE(head) << head.error.message;
+            // A multipart object's ETag is "MD5-N"; a PUT's is the MD5 alone.
+            bool multipart = head->etag.find('-') != std::string::npos;
+            EXPECT_EQ(multipart, object.size > (5u << 20)) << object.key << " " << head->etag;
+            if (multipart) {
+                ++inParts;
+                EXPECT_EQ(head->etag.substr(head->etag.find('-')), "-3") << object.key;  // 13.4 MiB
+            }
+            // The lock the verification set: COMPLIANCE until the state's date, not deletable.
+            auto retention = c.getRetention(bucket, object.key, object.versionId);
+            ASSERT_TRUE(retention) << retention.error.message;
+            EXPECT_EQ(retention->lockMode, "COMPLIANCE") << object.key;
+            EXPECT_EQ(retention->retainUntil.substr(0, 19), state->retainUntil.substr(0, 19))
+                << object.key;
+            auto removed = c.deleteObject(bucket, object.key, object.versionId);
+            EXPECT_FALSE(removed) << object.key;
+            EXPECT_EQ(removed.error.httpStatus, 403) << object.key << removed.error.message;
+        }
+    }
+    EXPECT_GE(inParts, 2u);
+    // The chain verifies from the bucket, and every connection extracts from it as locally.
+    const std::string url = "s3://" + bucket + "/gw-test";
+    auto verified = runProcess(withBucket({auditBinary(), "verify", url}), milliseconds(120000));
+    ASSERT_TRUE(verified.status && verified.status->isExit(0)) << verified.out << verified.err;
+    auto listing = auditList(auditDir_);
+    ASSERT_TRUE(listing.ok()) << listing.describe();
+    ASSERT_GE(listing.rows.size(), 2u);
+    for (const auto& row : listing.rows)
+        for (const char* direction : {"c2u", "u2c"}) {
+            std::vector<std::string> args = {"--connection", std::to_string(row.id), "--direction",
+                                             direction};
+            std::vector<std::string> local = {auditBinary(), "extract", auditDir_};
+            std::vector<std::string> remote = {auditBinary(), "extract", url};
+            local.insert(local.end(), args.begin(), args.end());
+            remote.insert(remote.end(), args.begin(), args.end());
+            auto here = runProcess(local, milliseconds(60000));
+            auto there = runProcess(withBucket(remote), milliseconds(60000));
+            ASSERT_TRUE(here.status && here.status->isExit(0)) << here.err;
+            ASSERT_TRUE(there.status && there.status->isExit(0)) << there.err;
+            EXPECT_GE(here.out.size(), 7'000'000u) << row.id << direction;
+            EXPECT_TRUE(there.out == here.out) << row.id << " " << direction;
+        }
+    // A lost state directory: the multipart objects are adopted (radosgw keeps no checksum:
+    // read back), none put again.
+    auto before = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(before);
+    std::filesystem::remove_all(stateDir_);
+    auto again = runProcess(archiveArgs(auditDir_, stateDir_, bucket, longer), milliseconds(120000));
+    ASSERT_TRUE(again.status && again.status->isExit(0)) << again.err;
+    auto after = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->size(), before->size());
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
+// --lock-days 1, the bucket's default too: radosgw locks each multipart object by the default,
+// counted from its completion, a few seconds later than the lock asked (accepted: longer). A
+// lost state directory must then adopt the manifest's retain-until, not the data object's, or
+// the manifest would differ: a false alarm.
+TEST_F(ArchiveMultipartRadosgwTest, ALostStateAdoptsSegmentsTheServerLockedLonger) {
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto first = runProcess(archiveArgs(auditDir_, stateDir_, bucket, parts()), milliseconds(120000));
+    ASSERT_TRUE(first.status && first.status->isExit(0)) << first.err;
+    auto before = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(before);
+    std::filesystem::remove_all(stateDir_);
+    auto again = runProcess(archiveArgs(auditDir_, stateDir_, bucket, parts()), milliseconds(120000));
+    ASSERT_TRUE(again.status && again.status->isExit(0)) << again.out << again.err;
+    auto after = c.listVersions(bucket, "gw-test/");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->size(), before->size());
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
+// kill -9 while parts are going up (slowed by the rate cap): the parts stay on the server until
+// the next run, which aborts them at its start and ships the segment again.
+TEST_F(ArchiveMultipartRadosgwTest, KillNineDuringAMultipartUploadLeavesNoPartsBehind) {
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto args = archiveArgs(auditDir_, stateDir_, bucket,
+                            {{"--s3-part-mb", "5"}, {"--max-rate-mbps", "40"}});
+    std::vector<char*> argv;
+    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    bool seen = eventually([&] { return !unfinished(c, bucket).empty(); }, milliseconds(30000));
+    if (seen) std::this_thread::sleep_for(milliseconds(300));  // a part under way
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(seen) << "no multipart upload was ever listed";
+    auto left = unfinished(c, bucket);
+    ASSERT_FALSE(left.empty()) << "the kill came after the upload completed";
+    auto last = runProcess(archiveArgs(auditDir_, stateDir_, bucket, parts()), milliseconds(120000));
+    ASSERT_TRUE(last.status && last.status->isExit(0)) << last.err;
+    auto said = last.out + last.err;
+    EXPECT_NE(said.find("aborted " + std::to_string(left.size()) + " unfinished multipart upload"),
+              std::string::npos)
+        << said;
+    EXPECT_TRUE(unfinished(c, bucket).empty());
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+}
+
 TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
     TempDir other;
     auto loose = other.write("credentials", "[default]\naws_access_key_id = a\naws_secret_access_key = b\n");
@@ -349,6 +501,7 @@ TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
         {{"--lock-days", "0"}},
         {{"--s3-endpoint", "ftp://127.0.0.1"}},
         {{"--unknown-option", ""}},
+        {{"--s3-part-mb", "4"}},
     };
     for (const auto& overrides : cases) {
         auto name = overrides.begin()->first;
@@ -358,6 +511,9 @@ TEST_F(ArchiveRadosgwTest, BadInputIsOneLineAndExitTwo) {
         EXPECT_TRUE(result.status->isExit(2)) << name << ": " << result.err;
         EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
         EXPECT_EQ(result.err.rfind("splicegate-archive: ", 0), 0u) << result.err;
+        if (name == "--s3-part-mb") {
+            EXPECT_NE(result.err.find("--s3-part-mb 4: must be 0"), std::string::npos) << result.err;
+        }
         if (name == "--s3-credentials-file") {
             EXPECT_NE(result.err.find(loose), std::string::npos) << result.err;
         }

@@ -40,10 +40,14 @@ class MemoryBucket : public ObjectStore {
     unsigned puts = 0;  // objects put, in one PUT or in parts
     unsigned multipartPuts = 0;
     unsigned gets = 0;
+    std::map<std::string, unsigned> getsOf;  // by key
     std::vector<std::vector<s3::PartRange>> partsPut;  // each multipart upload's parts
     std::map<std::string, std::vector<std::string>> uploads;  // unfinished: key -> upload ids
     std::vector<std::string> aborted;                         // upload ids
     unsigned failPart = 0;  // a part number whose upload fails once (500), 0 = none
+    // With !honoursLockHeaders: the lock a multipart upload gets (radosgw: the bucket's default
+    // retention, counted from the completion).
+    std::string multipartDefaultRetainUntil;
 
     s3::Result<s3::ObjectInfo> head(const std::string& key, const std::string& versionId) override {
         auto* version = find(key, versionId);
@@ -110,6 +114,10 @@ class MemoryBucket : public ObjectStore {
         auto& version = objects.at(lastKey_).back();
         version.crc32c.reset();
         version.composite = composite;
+        if (!honoursLockHeaders && !multipartDefaultRetainUntil.empty()) {
+            version.lockMode = "COMPLIANCE";
+            version.retainUntil = multipartDefaultRetainUntil;
+        }
         return result;
     }
     s3::Result<std::vector<s3::UploadEntry>> listUploads(const std::string& prefix) override {
@@ -127,6 +135,7 @@ class MemoryBucket : public ObjectStore {
     s3::Result<std::string> get(const std::string& key, std::uint64_t first,
                                 std::uint64_t last) override {
         ++gets;
+        ++getsOf[key];
         auto* version = find(key, {});
         if (!version) return s3::Result<std::string>::failure(notFound(key).error);
         return s3::Result<std::string>::success(version->bytes.substr(first, last - first + 1));
@@ -536,15 +545,38 @@ TEST_F(ArchiverMultipartTest, AMultipartObjectAlreadyThereIsAdopted) {
             ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
         }
         std::filesystem::remove_all(stateDir);
-        bucket.gets = 0;
+        bucket.getsOf.clear();
         UploadStateStore states(stateDir);
         Archiver archiver(bucket, states, parted(partBytes));
         auto outcome = archiver.ship(files_, kNow);
         EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
         EXPECT_EQ(bucket.puts, 4u);
-        EXPECT_EQ(bucket.gets > 0, readsBack);
+        EXPECT_EQ(bucket.getsOf[dataKey()] > 0, readsBack);
         expectArchived(bucket, states);
     }
+}
+
+// radosgw locks a multipart upload by the bucket's default, from its completion: later than the
+// lock asked for, so accepted as it is. A lost state then takes the manifest's retain-until,
+// not the data object's, and the manifest is adopted rather than a conflict.
+TEST_F(ArchiverMultipartTest, ALostStateAdoptsTheManifestsLockWhereTheServerChoseALaterOne) {
+    MemoryBucket bucket;
+    bucket.keepsChecksums = false;
+    bucket.honoursLockHeaders = false;
+    bucket.multipartDefaultRetainUntil = "2027-01-06T06:05:14Z";
+    {
+        UploadStateStore states(dir_.path() + "/state");
+        Archiver archiver(bucket, states, parted());
+        ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
+    }
+    EXPECT_EQ(bucket.objects.at(dataKey()).back().retainUntil, "2027-01-06T06:05:14Z");
+    std::filesystem::remove_all(dir_.path() + "/state");
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow + std::int64_t{3600} * 1'000'000'000);
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Shipped) << outcome.message;
+    EXPECT_EQ(bucket.puts, 4u);
+    EXPECT_EQ(states.load(1, 7)->retainUntil, "2027-01-06T06:05:09Z");
 }
 
 // The same object with one byte changed, put in parts: not adopted, an alarm.
