@@ -10,17 +10,19 @@
 # radosgw's OSD here is a memstore (RAM, sized here for RUNS × MIB): mind the machine's memory.
 #
 #   tools/bench/archive.sh [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256]
+#                          [--part-mb N]   (the archiver's --s3-part-mb; 0 = one PUT per object)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-MIB=256 RUNS=3 PARALLEL=2 PAYLOAD_HASH=crc32c
+MIB=256 RUNS=3 PARALLEL=2 PAYLOAD_HASH=crc32c PART_MB=64
 while (($#)); do
     case $1 in
         --mib) MIB=${2:?}; shift 2 ;;
         --runs) RUNS=${2:?}; shift 2 ;;
         --parallel) PARALLEL=${2:?}; shift 2 ;;
         --payload-hash) PAYLOAD_HASH=${2:?}; shift 2 ;;
-        *) echo "usage: $0 [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256]" >&2; exit 2 ;;
+        --part-mb) PART_MB=${2:?}; shift 2 ;;
+        *) echo "usage: $0 [--mib N] [--runs N] [--parallel N] [--payload-hash crc32c|sha256] [--part-mb N]" >&2; exit 2 ;;
     esac
 done
 # shellcheck source=tools/bench/common.sh
@@ -64,7 +66,8 @@ for run in $(seq "$RUNS"); do
     ${ARCHIVER_WRAPPER:-} "$BIN/splicegate-archive" --config /dev/null --once --audit-dir "$WORK/audit" \
         --state-dir "$WORK/state-$run" --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" \
         --s3-prefix bench --s3-credentials-file "$WORK/s3/credentials" --lock-days 1 \
-        --parallel "$PARALLEL" --s3-payload-hash "$PAYLOAD_HASH" --log-level warn &
+        --parallel "$PARALLEL" --s3-payload-hash "$PAYLOAD_HASH" --s3-part-mb "$PART_MB" \
+        --log-level warn &
     archiver=$!
     # The archiver's own CPU, read just before it exits (it is a child: /proc stays until wait).
     ticks=0
@@ -77,8 +80,8 @@ for run in $(seq "$RUNS"); do
     end=$(date +%s.%N)
     rgw1=$(cpu_ticks "$RGW_PID") osd1=$( [[ -n $OSD_PID ]] && cpu_ticks "$OSD_PID" || echo 0)
     awk -v b="$AUDIT_BYTES" -v s="$start" -v e="$end" -v t="$ticks" -v hz="$HZ" \
-        -v r=$((rgw1 - rgw0)) -v o=$((osd1 - osd0)) -v run="$run" 'BEGIN {
+        -v r=$((rgw1 - rgw0)) -v o=$((osd1 - osd0)) -v run="$run" -v pm="$PART_MB" 'BEGIN {
         secs = e - s; gib = b / 1073741824
-        printf "run=%d bytes=%d seconds=%.2f mb_per_s=%.1f archiver_cpu_s_per_gib=%.3f radosgw_cpu_s_per_gib=%.2f osd_cpu_s_per_gib=%.2f\n",
-            run, b, secs, b / 1e6 / secs, t / hz / gib, r / hz / gib, o / hz / gib }'
+        printf "run=%d part_mb=%d bytes=%d seconds=%.2f mb_per_s=%.1f archiver_cpu_s_per_gib=%.3f radosgw_cpu_s_per_gib=%.2f osd_cpu_s_per_gib=%.2f\n",
+            run, pm, b, secs, b / 1e6 / secs, t / hz / gib, r / hz / gib, o / hz / gib }'
 done
