@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 
 #include "archive/s3/FileRangeReader.h"
 #include "archive/s3/RateLimiter.h"
@@ -45,7 +47,8 @@ struct Upload {
 
 std::size_t readBody(char* buffer, std::size_t size, std::size_t count, void* user) {
     auto* up = static_cast<Upload*>(user);
-    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(size * count, up->size - up->pos));
+    std::size_t room = size * count;
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(room, up->size - up->pos));
     if (want == 0) return 0;
     if (up->limiter != nullptr) up->limiter->acquire(want);
     if (!up->file) {
@@ -152,21 +155,95 @@ bool setMethod(CURL* h, const HttpRequest& request, Upload& upload, std::string&
     return code == CURLE_OK;
 }
 
+// At most this many idle handles (and their connections) are kept: more than --parallel needs.
+constexpr std::size_t kMaxIdle = 8;
+
 }  // namespace
 
 void initCurlOnce() {
     static std::once_flag once;
-    std::call_once(once, [] { ::curl_global_init(CURL_GLOBAL_DEFAULT); });
+    std::call_once(once, [] {
+        ::curl_global_init(CURL_GLOBAL_DEFAULT);
+    });
 }
 
-HttpOutcome perform(const HttpRequest& request) {
+struct HttpConnections::Handle {
+    Easy easy;
+};
+
+// TLS sessions and the DNS cache, shared by the handles so that a handle's first connection
+// resumes a session another one made; curl locks each kind of data through these callbacks.
+struct HttpConnections::Share {
+    CURLSH* share = nullptr;
+    std::array<std::mutex, CURL_LOCK_DATA_LAST> locks;
+
+    Share() {
+        share = ::curl_share_init();
+        if (share == nullptr) throw std::runtime_error("curl_share_init failed");
+        auto check = [this](CURLSHcode code, const char* what) {
+            if (code != CURLSHE_OK)
+                throw std::runtime_error(std::string("curl share option ") + what + ": " +
+                                         ::curl_share_strerror(code));
+        };
+        check(::curl_share_setopt(share, CURLSHOPT_LOCKFUNC, &lock), "LOCKFUNC");
+        check(::curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, &unlock), "UNLOCKFUNC");
+        check(::curl_share_setopt(share, CURLSHOPT_USERDATA, this), "USERDATA");
+        check(::curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION), "SSL_SESSION");
+        check(::curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS), "DNS");
+    }
+    ~Share() { ::curl_share_cleanup(share); }
+    Share(const Share&) = delete;
+    Share& operator=(const Share&) = delete;
+
+    static void lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
+        static_cast<Share*>(user)->locks[static_cast<std::size_t>(data)].lock();
+    }
+    static void unlock(CURL*, curl_lock_data data, void* user) {
+        static_cast<Share*>(user)->locks[static_cast<std::size_t>(data)].unlock();
+    }
+};
+
+HttpConnections::HttpConnections() {
     initCurlOnce();
+    share_ = std::make_unique<Share>();
+}
+
+HttpConnections::~HttpConnections() {
+    idle_.clear();   // every handle leaves the share before it is cleaned up
+    share_.reset();
+}
+
+std::unique_ptr<HttpConnections::Handle> HttpConnections::take() {
+    {
+        std::lock_guard lock(idleMutex_);
+        if (!idle_.empty()) {
+            auto handle = std::move(idle_.back());
+            idle_.pop_back();
+            return handle;
+        }
+    }
+    auto handle = std::make_unique<Handle>();
+    handle->easy.reset(::curl_easy_init());
+    if (!handle->easy) return nullptr;
+    return handle;
+}
+
+void HttpConnections::giveBack(std::unique_ptr<Handle> handle) {
+    // The options pointed into the finished call (its header list, error buffer, body); the
+    // connection, the share and curl's buffers stay.
+    ::curl_easy_reset(handle->easy.get());
+    std::lock_guard lock(idleMutex_);
+    if (idle_.size() < kMaxIdle) idle_.push_back(std::move(handle));
+}
+
+HttpOutcome HttpConnections::perform(const HttpRequest& request) {
     HttpOutcome out;
-    Easy h(::curl_easy_init());
-    if (!h) {
+    auto handle = take();
+    if (!handle) {
         out.transportError = "curl_easy_init failed";
         return out;
     }
+    CURL* h = handle->easy.get();
     HeaderList headers;
     bool listOk = true;
     for (const auto& [name, value] : request.headers) listOk = listOk && append(headers, name + ": " + value);
@@ -182,18 +259,28 @@ HttpOutcome perform(const HttpRequest& request) {
     if (request.file) upload.file.emplace(*request.file);
     char errorBuffer[CURL_ERROR_SIZE] = {};
     std::string failure;
-    if (!setCommon(h.get(), request, errorBuffer, failure) || !setMethod(h.get(), request, upload, failure)) {
+    if (!setCommon(h, request, errorBuffer, failure) || !setMethod(h, request, upload, failure)) {
         out.transportError = "curl option " + failure;
         return out;
     }
-    ::curl_easy_setopt(h.get(), CURLOPT_HTTPHEADER, headers.get());
-    ::curl_easy_setopt(h.get(), CURLOPT_HEADERFUNCTION, &readHeader);
-    ::curl_easy_setopt(h.get(), CURLOPT_HEADERDATA, &out.response.headers);
-    ::curl_easy_setopt(h.get(), CURLOPT_WRITEFUNCTION, &writeBody);
-    ::curl_easy_setopt(h.get(), CURLOPT_WRITEDATA, &out.response.body);
+    if (CURLcode code = ::curl_easy_setopt(h, CURLOPT_SHARE, share_->share); code != CURLE_OK) {
+        out.transportError = std::string("curl option SHARE: ") + ::curl_easy_strerror(code);
+        return out;
+    }
+    ::curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+    ::curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &readHeader);
+    ::curl_easy_setopt(h, CURLOPT_HEADERDATA, &out.response.headers);
+    ::curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &writeBody);
+    ::curl_easy_setopt(h, CURLOPT_WRITEDATA, &out.response.body);
 
-    CURLcode code = ::curl_easy_perform(h.get());
+    CURLcode code = ::curl_easy_perform(h);
+    long connects = 0;
+    ::curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &connects);
+    connectionsOpened_ += static_cast<std::uint64_t>(connects);
+    ++requests_;
     if (code != CURLE_OK) {
+        // The handle goes with its connection (curl_easy_cleanup closes it): whatever failed, a
+        // timeout, a reset, a refused certificate, an aborted body, the retry connects afresh.
         out.transportError = errorBuffer[0] != '\0' ? errorBuffer : ::curl_easy_strerror(code);
         out.tlsRefused = code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
                          code == CURLE_SSL_CERTPROBLEM;
@@ -201,7 +288,8 @@ HttpOutcome perform(const HttpRequest& request) {
             out.transportError += std::string(" (reading the body: ") + std::strerror(upload.readErrno) + ")";
         return out;
     }
-    ::curl_easy_getinfo(h.get(), CURLINFO_RESPONSE_CODE, &out.response.status);
+    ::curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out.response.status);
+    giveBack(std::move(handle));
     return out;
 }
 

@@ -69,10 +69,13 @@ S3Client::S3Client(ClientOptions options, Credentials credentials)
     // Megabits to bytes; a burst of 100 ms (at least one curl buffer) keeps the pace smooth.
     double rate = options_.maxRateMbps * 1e6 / 8;
     limiter_ = std::make_unique<RateLimiter>(rate, std::max(rate / 10, 65536.0));
-    initCurlOnce();
+    http_ = std::make_unique<HttpConnections>();
 }
 
 S3Client::~S3Client() = default;
+
+std::uint64_t S3Client::connectionsOpened() const { return http_->connectionsOpened(); }
+std::uint64_t S3Client::requestsSent() const { return http_->requests(); }
 
 Result<Response> S3Client::send(const Operation& op) {
     const Endpoint endpoint{scheme_, authority_};
@@ -90,7 +93,7 @@ Result<Response> S3Client::send(const Operation& op) {
         request.timeoutMs = options_.timeoutMs;
         request.connectTimeoutMs = std::min(options_.connectTimeoutMs, options_.timeoutMs);
 
-        HttpOutcome outcome = perform(request);
+        HttpOutcome outcome = http_->perform(request);
         Error error;
         if (outcome.transportError.empty()) {
             if (outcome.response.status >= 200 && outcome.response.status < 300)

@@ -4,8 +4,9 @@
 // Retries 5xx, 429, SlowDown and transport errors with exponential backoff and full jitter; a 4xx
 // is the caller's to handle and comes back at once. One byte-rate cap (a token bucket) is shared
 // by every upload of one client.
-// Thread affinity: one S3Client may be used from any number of threads at once; each call uses
-// its own curl handle. Error contract: network and HTTP failures come back as Result's Error,
+// Connections are kept open between requests (archive/s3/Http.h, HttpConnections).
+// Thread affinity: one S3Client may be used from any number of threads at once; each call has a
+// curl handle to itself for its time. Error contract: network and HTTP failures come back as Result's Error,
 // never thrown; loadCredentials throws std::runtime_error (one line naming the file); the
 // constructor throws std::invalid_argument for an endpoint that is not http:// or https://.
 #include <cstdint>
@@ -138,6 +139,7 @@ struct VersionEntry {
     bool deleteMarker = false;
 };
 
+class HttpConnections;
 class RateLimiter;
 struct Operation;
 struct Response;
@@ -190,6 +192,10 @@ public:
     Result<bool> deleteBucket(const std::string& bucket);
 
     const ClientOptions& options() const { return options_; }
+    // TCP connections opened so far, and requests sent (every attempt counts): fewer
+    // connections than requests is the kept ones at work.
+    std::uint64_t connectionsOpened() const;
+    std::uint64_t requestsSent() const;
 
 private:
     Result<Response> send(const Operation& op);
@@ -199,6 +205,7 @@ private:
     std::string scheme_;      // of the endpoint, checked by the constructor
     std::string authority_;   // host[:port], the Host header
     std::unique_ptr<RateLimiter> limiter_;
+    std::unique_ptr<HttpConnections> http_;
 };
 
 }  // namespace splicegate::s3

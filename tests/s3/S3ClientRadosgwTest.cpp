@@ -355,5 +355,74 @@ TEST_F(S3ClientRadosgwTest, ParallelUploadsShareTheRateCap) {
     EXPECT_LT(seconds, 10.0);
 }
 
+// The requests of one client go over one kept connection: the archiver's HEAD, PUT, HEAD and
+// retention requests of a segment do not each connect.
+TEST_F(S3ClientRadosgwTest, RequestsInARowShareOneKeptConnection) {
+    S3Client c = client();
+    std::string bucket = bucketName("keep");
+    ASSERT_TRUE(c.createBucket(bucket, false));
+    std::string body = pattern(3u << 20, 5);   // more than curl's 2 MiB upload buffer
+    for (int i = 0; i < 4; ++i) {
+        PutRequest put;
+        put.bucket = bucket;
+        put.key = "k" + std::to_string(i);
+        put.body = body;
+        auto stored = c.put(put);
+        ASSERT_TRUE(stored) << stored.error.message;
+        auto head = c.head(bucket, put.key);
+        ASSERT_TRUE(head) << head.error.message;
+        EXPECT_EQ(head->size, body.size());
+    }
+    auto back = c.get(bucket, "k3");
+    ASSERT_TRUE(back) << back.error.message;
+    EXPECT_EQ(*back, body);
+    EXPECT_EQ(c.requestsSent(), 10u);
+    EXPECT_EQ(c.connectionsOpened(), 1u);
+}
+
+// Over TLS the kept connection carries the requests as well, a file body among them, and a client
+// without the fixture's CA is refused at once (no retry): keeping connections and sharing TLS
+// sessions within a client do not get past verification.
+TEST_F(S3ClientRadosgwTest, HttpsKeepsItsConnectionAndStillVerifiesTheServer) {
+    ClientOptions options = serverOptions();
+    options.endpoint = test::s3HttpsEndpoint();
+    options.caFile = test::s3CaFile();
+    S3Client c(options, loadCredentials(s3CredentialsFile()));
+    std::string bucket = bucketName("tls");
+    auto created = c.createBucket(bucket, false);
+    ASSERT_TRUE(created) << created.error.message;
+    std::string content = pattern((3u << 20) + 100, 6);
+    char path[] = "/var/tmp/splicegate-s3-tlsXXXXXX";
+    int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ::unlink(path);
+    ASSERT_EQ(::write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    PutRequest put;
+    put.bucket = bucket;
+    put.key = "file";
+    put.file = FileRange{fd, 0, content.size()};
+    auto stored = c.put(put);
+    ::close(fd);
+    ASSERT_TRUE(stored) << stored.error.message;
+    auto head = c.head(bucket, "file");
+    ASSERT_TRUE(head) << head.error.message;
+    auto back = c.get(bucket, "file");
+    ASSERT_TRUE(back) << back.error.message;
+    EXPECT_EQ(*back, content);
+    EXPECT_EQ(c.requestsSent(), 4u);
+    EXPECT_EQ(c.connectionsOpened(), 1u);
+
+    ClientOptions untrusting = options;
+    untrusting.caFile.clear();   // the system's store, which does not hold the fixture's CA
+    S3Client other(untrusting, loadCredentials(s3CredentialsFile()));
+    auto refused = other.head(bucket, "file");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error.code, "tls") << refused.error.message;
+    EXPECT_EQ(refused.error.attempts, 1u);
+    auto again = other.head(bucket, "file");
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error.code, "tls") << again.error.message;
+}
+
 }  // namespace
 }  // namespace splicegate::s3
