@@ -58,9 +58,30 @@ ssize_t FileRangeReader::fill() noexcept {
     return n;
 }
 
+std::optional<ssize_t> FileRangeReader::readInto(char* out, std::size_t max,
+                                                 std::size_t want) noexcept {
+    std::uint64_t at = range_.offset + position_;
+    std::size_t blocks = (want + kAlignment - 1) & ~(kAlignment - 1);
+    if (intoRefused_ || at % kAlignment != 0 || reinterpret_cast<std::uintptr_t>(out) % kAlignment != 0 ||
+        blocks > max)
+        return std::nullopt;
+    ssize_t n = preadFully(direct_.get(), out, blocks, at);
+    if (n == -EINVAL) {  // the device's alignment is stricter than ours: go through buffer_
+        intoRefused_ = true;
+        return std::nullopt;
+    }
+    if (n < 0) return n;
+    if (n == 0) return -ENODATA;  // the file is shorter
+    ssize_t got = static_cast<ssize_t>(std::min(want, static_cast<std::size_t>(n)));
+    position_ += static_cast<std::uint64_t>(got);
+    return got;
+}
+
 ssize_t FileRangeReader::read(char* out, std::size_t max) noexcept {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(max, range_.length - position_));
     if (want == 0) return 0;
+    if (direct_)
+        if (auto got = readInto(out, max, want)) return *got;
     std::uint64_t at = range_.offset + position_;
     if (direct_ && (at < bufferStart_ || at >= bufferStart_ + bufferBytes_)) {
         ssize_t n = fill();

@@ -47,7 +47,9 @@ struct HttpOutcome {
     bool tlsRefused = false;
 };
 
-// libcurl's global set-up, once per process (curl_global_init is not thread-safe).
+// libcurl's global set-up, once per process (curl_global_init is not thread-safe). It gives curl
+// an allocator that aligns large blocks, so the file reader can read a body straight into
+// curl's upload buffer with O_DIRECT (FileRangeReader::read).
 void initCurlOnce();
 
 class HttpConnections {

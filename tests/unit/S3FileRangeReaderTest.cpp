@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -61,6 +63,26 @@ TEST_P(FileRangeReaderTest, ReadsExactlyTheRangeAtAnyOffsetAndPieceSize) {
             FileRangeReader reader(FileRange{fd_.get(), offset, length});
             EXPECT_EQ(readAll(reader, piece), bytes_.substr(offset, length)) << offset << " " << piece;
             EXPECT_EQ(reader.position(), length);
+        }
+    }
+}
+
+// curl's upload buffer is 2 MiB-aligned (archive/s3/Http.cpp): the reader reads into it
+// directly, whole blocks past the range's end included, and returns only the range's bytes.
+TEST_P(FileRangeReaderTest, ReadsExactlyTheRangeIntoAnAlignedBuffer) {
+    struct Free {
+        void operator()(char* p) const { std::free(p); }
+    };
+    for (std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2u << 20}}) {
+        for (std::size_t piece : {std::size_t{10000}, std::size_t{3 * 4096}, std::size_t{2u << 20}}) {
+            std::unique_ptr<char, Free> buffer(static_cast<char*>(std::aligned_alloc(4096, 2u << 20)));
+            std::uint64_t length = bytes_.size() - offset - 7;
+            FileRangeReader reader(FileRange{fd_.get(), offset, length});
+            std::string out;
+            ssize_t n;
+            while ((n = reader.read(buffer.get(), piece)) > 0) out.append(buffer.get(), static_cast<std::size_t>(n));
+            EXPECT_EQ(n, 0);
+            EXPECT_EQ(out, bytes_.substr(offset, length)) << offset << " " << piece;
         }
     }
 }
