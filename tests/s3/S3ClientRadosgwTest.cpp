@@ -2,7 +2,8 @@
 // CTest fixture s3_server (tests/s3/radosgw.sh, on 127.0.0.1). Object Lock as the archive uses
 // it (COMPLIANCE default retention, per-object lock headers, refused deletes and shortening),
 // ranged reads, listings with pagination, a PUT streamed from a file range, signing of awkward
-// keys, a wrong secret, the retry bound on a closed port and the upload rate cap.
+// keys, a wrong secret, the retry bound on a closed port, the upload rate cap, and connections
+// kept between requests over http and https (the server still verified).
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
