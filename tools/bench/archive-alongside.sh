@@ -2,8 +2,12 @@
 # archive-alongside.sh: the relay's throughput and rr tail with and without splicegate-archive
 # shipping its audit log at the same time, how fast the archive keeps up with the audit, and the
 # time from a segment's seal to its verified objects. One box: radosgw (tests/s3/radosgw.sh, one
-# memstore OSD) runs on the same CPUs as the relay, so its own 3-4 CPU-s per GiB count against
-# the relay here; a real deployment's object store is elsewhere.
+# memstore OSD) runs on the same CPUs as the relay, and its own 3-4 CPU-s per GiB would count
+# against the relay here, where a real deployment's object store is elsewhere. So by default
+# (--store-priority idle) the store runs under SCHED_IDLE: it gets only the CPU the relay and the
+# archiver leave, as a remote store costs the box nothing; --store-priority normal runs it as any
+# process (the worst case: the object store on the gateway's own CPUs). The archiver runs as its
+# unit runs it (packaging/systemd/splicegate-archive.service: SCHED_BATCH, nice 10).
 # Per run, one relay with the audit on (two routes: bulk to a sink, rr to an echo server):
 #   phase off: a paced upload of RATE Mbit/s and 64 rr connections for DURATION s, no archiver;
 #   phase on:  the same load for DURATION s while `splicegate-archive` (scan every second) ships
@@ -13,18 +17,28 @@
 # write); verified time: the state file's mtime (its last move is to verified).
 #
 #   tools/bench/archive-alongside.sh [--rate-mbps N] [--duration S] [--runs N]
+#                                    [--store-priority idle|normal]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RATE=600 DURATION=30 RUNS=3
+RATE=600 DURATION=30 RUNS=3 STORE_PRIORITY=idle
+USAGE="usage: $0 [--rate-mbps N] [--duration S] [--runs N] [--store-priority idle|normal]"
 while (($#)); do
     case $1 in
         --rate-mbps) RATE=${2:?}; shift 2 ;;
         --duration) DURATION=${2:?}; shift 2 ;;
         --runs) RUNS=${2:?}; shift 2 ;;
-        *) echo "usage: $0 [--rate-mbps N] [--duration S] [--runs N]" >&2; exit 2 ;;
+        --store-priority) STORE_PRIORITY=${2:?}; shift 2 ;;
+        *) echo "$USAGE" >&2; exit 2 ;;
     esac
 done
+case $STORE_PRIORITY in
+    idle) STORE_SCHED=(chrt --idle 0) ;;
+    normal) STORE_SCHED=() ;;
+    *) echo "archive-alongside.sh: --store-priority is idle or normal, not '$STORE_PRIORITY'" >&2; exit 2 ;;
+esac
+# As the unit runs it: CPUSchedulingPolicy=batch, Nice=10.
+ARCHIVER_SCHED=(nice -n 10 chrt --batch 0)
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
 # Under /var/tmp, not /tmp: the relay's audit files want a disk file system (O_DIRECT).
@@ -65,7 +79,7 @@ load() {
 
 for run in $(seq "$RUNS"); do
     SPLICEGATE_RADOSGW_MEMSTORE_BYTES=$(( (PER_RUN_BYTES + (1 << 30)) * 5 / 4 )) \
-        "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
+        "${STORE_SCHED[@]}" "$ROOT/tests/s3/radosgw.sh" start "$WORK/s3" >/dev/null
     ENDPOINT=$(head -n1 "$WORK/s3/endpoint")
     audit=$WORK/audit-$run state=$WORK/state-$run bucket=alongside-$run-$$
     "$BIN/splicegate-bench-s3-bucket" --endpoint "$ENDPOINT" --credentials "$WORK/s3/credentials" \
@@ -77,8 +91,8 @@ for run in $(seq "$RUNS"); do
     "$BIN/splicegate-bench" waitport --connect 127.0.0.1:17201 --timeout 10
     read -r off_gbps off_p99 < <(load)
     audit_before=$(du -sb "$audit" | awk '{ print $1 }')
-    "$BIN/splicegate-archive" --config /dev/null --audit-dir "$audit" --state-dir "$state" \
-        --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" --s3-prefix alongside \
+    "${ARCHIVER_SCHED[@]}" "$BIN/splicegate-archive" --config /dev/null --audit-dir "$audit" \
+        --state-dir "$state" --s3-endpoint "$ENDPOINT" --s3-bucket "$bucket" --s3-prefix alongside \
         --s3-credentials-file "$WORK/s3/credentials" --lock-days 1 --scan-interval-ms 1000 \
         --log-level warn >"$WORK/archive-$run.log" 2>&1 &
     archiver=$!
