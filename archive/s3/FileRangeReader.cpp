@@ -44,11 +44,11 @@ void FileRangeReader::seek(std::uint64_t position) noexcept {
     position_ = std::min(position, range_.length);
 }
 
-ssize_t FileRangeReader::fill() noexcept {
+ssize_t FileRangeReader::fill(std::size_t size) noexcept {
     std::uint64_t at = range_.offset + position_;
     bufferStart_ = at & ~static_cast<std::uint64_t>(kAlignment - 1);
     bufferBytes_ = 0;
-    ssize_t n = preadFully(direct_.get(), buffer_.get(), kBlock, bufferStart_);
+    ssize_t n = preadFully(direct_.get(), buffer_.get(), size, bufferStart_);
     if (n == -EINVAL) {  // the file system or device refuses this alignment: read buffered
         direct_.reset();
         return 0;
@@ -80,11 +80,20 @@ std::optional<ssize_t> FileRangeReader::readInto(char* out, std::size_t max,
 ssize_t FileRangeReader::read(char* out, std::size_t max) noexcept {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(max, range_.length - position_));
     if (want == 0) return 0;
-    if (direct_)
-        if (auto got = readInto(out, max, want)) return *got;
     std::uint64_t at = range_.offset + position_;
+    std::size_t fillSize = kBlock;
+    if (direct_) {
+        if (auto got = readInto(out, max, want)) return *got;
+        // An aligned buffer at an unaligned position (a multipart upload's part starts where a
+        // chunk does): copy only up to the next block boundary, so that every read after this
+        // one lands in `out` itself.
+        if (!intoRefused_ && reinterpret_cast<std::uintptr_t>(out) % kAlignment == 0 && at % kAlignment != 0) {
+            want = std::min(want, static_cast<std::size_t>(kAlignment - at % kAlignment));
+            fillSize = kAlignment;
+        }
+    }
     if (direct_ && (at < bufferStart_ || at >= bufferStart_ + bufferBytes_)) {
-        ssize_t n = fill();
+        ssize_t n = fill(fillSize);
         if (n < 0) return n;
     }
     ssize_t got;

@@ -35,7 +35,8 @@ class FileRangeReader {
     bool direct() const noexcept { return direct_.valid(); }
 
   private:
-    ssize_t fill() noexcept;  // the block holding position_, into buffer_
+    // `size` bytes from the block boundary at or before position_ into buffer_ (at most kBlock).
+    ssize_t fill(std::size_t size) noexcept;
     // Aligned `out` and position: the blocks read into `out` itself; nullopt when they are not.
     std::optional<ssize_t> readInto(char* out, std::size_t max, std::size_t want) noexcept;
 

@@ -87,6 +87,28 @@ TEST_P(FileRangeReaderTest, ReadsExactlyTheRangeIntoAnAlignedBuffer) {
     }
 }
 
+// A multipart upload's part starts where a chunk does, anywhere: the first read stops at the
+// block boundary, so the reads after it are aligned and land in the buffer directly.
+TEST_P(FileRangeReaderTest, AnUnalignedStartIsCopiedOnlyUpToTheNextBlock) {
+    struct Free {
+        void operator()(char* p) const { std::free(p); }
+    };
+    std::unique_ptr<char, Free> buffer(static_cast<char*>(std::aligned_alloc(4096, 2u << 20)));
+    FileRangeReader reader(FileRange{fd_.get(), 4096 + 100, 3u << 20});
+    ssize_t first = reader.read(buffer.get(), 2u << 20);
+    if (reader.direct()) {
+        EXPECT_EQ(first, 4096 - 100);
+    } else {
+        EXPECT_EQ(first, 2 << 20);   // buffered (tmpfs without O_DIRECT): as much as asked
+    }
+    ASSERT_GT(first, 0);
+    EXPECT_EQ(std::string(buffer.get(), static_cast<std::size_t>(first)), bytes_.substr(4196, static_cast<std::size_t>(first)));
+    ssize_t second = reader.read(buffer.get(), 2u << 20);
+    EXPECT_EQ(second, 2 << 20);
+    EXPECT_EQ(std::string(buffer.get(), static_cast<std::size_t>(second)),
+              bytes_.substr(4196 + static_cast<std::size_t>(first), static_cast<std::size_t>(second)));
+}
+
 TEST_P(FileRangeReaderTest, SeekingBackReadsTheSameBytesAgain) {
     FileRangeReader reader(FileRange{fd_.get(), 10, 3u << 20});
     std::string first = readAll(reader, 1u << 20);
