@@ -131,6 +131,16 @@ bool setCommon(CURL* h, const HttpRequest& request, char* errorBuffer, std::stri
     return failure.empty();
 }
 
+// A PUT's and a POST's body comes from readBody (memory or file); seekBody rewinds it when
+// curl must send it again.
+CURLcode setBodyReader(CURL* h, Upload& upload) {
+    CURLcode code = ::curl_easy_setopt(h, CURLOPT_READFUNCTION, &readBody);
+    if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
+    if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
+    if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKDATA, &upload);
+    return code;
+}
+
 bool setMethod(CURL* h, const HttpRequest& request, Upload& upload, std::string& failure) {
     CURLcode code = CURLE_OK;
     if (request.method == "HEAD") {
@@ -142,19 +152,13 @@ bool setMethod(CURL* h, const HttpRequest& request, Upload& upload, std::string&
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.size));
         // curl's largest upload buffer: a segment goes out in 2 MiB reads and sends, not 64 KiB.
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READFUNCTION, &readBody);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKDATA, &upload);
+        if (code == CURLE_OK) code = setBodyReader(h, upload);
     } else if (request.method == "POST") {
         // The multipart calls: the body (the completion's XML, or none) through the same reader,
         // with its Content-Length; the signed Content-Type replaces curl's form default.
         code = ::curl_easy_setopt(h, CURLOPT_POST, 1L);
         if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(upload.size));
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READFUNCTION, &readBody);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_READDATA, &upload);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &seekBody);
-        if (code == CURLE_OK) code = ::curl_easy_setopt(h, CURLOPT_SEEKDATA, &upload);
+        if (code == CURLE_OK) code = setBodyReader(h, upload);
     } else {
         code = ::curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
     }

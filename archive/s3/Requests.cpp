@@ -90,18 +90,28 @@ Operation headOp(const std::string& bucket, const std::string& key, const std::s
     return op;
 }
 
-Operation putOp(const PutRequest& request, std::string payloadHash) {
-    Operation op = bucketOp("PUT", request.bucket, request.key);
-    op.payloadHash = std::move(payloadHash);
-    if (request.file) op.file = request.file;
-    else op.borrowedBody = request.body;
-    if (request.crc32c) op.headers.emplace_back("x-amz-checksum-crc32c", crc32cHeaderValue(*request.crc32c));
+namespace {
+
+// The new object's lock and content headers: the same on a single PUT and on the
+// CreateMultipartUpload that starts its parts.
+void addObjectHeaders(Operation& op, const PutRequest& request) {
     if (!request.lockMode.empty()) op.headers.emplace_back("x-amz-object-lock-mode", request.lockMode);
     if (!request.retainUntil.empty())
         op.headers.emplace_back("x-amz-object-lock-retain-until-date", request.retainUntil);
     if (!request.contentType.empty()) op.headers.emplace_back("Content-Type", request.contentType);
     if (!request.contentEncoding.empty())
         op.headers.emplace_back("Content-Encoding", request.contentEncoding);
+}
+
+}  // namespace
+
+Operation putOp(const PutRequest& request, std::string payloadHash) {
+    Operation op = bucketOp("PUT", request.bucket, request.key);
+    op.payloadHash = std::move(payloadHash);
+    if (request.file) op.file = request.file;
+    else op.borrowedBody = request.body;
+    if (request.crc32c) op.headers.emplace_back("x-amz-checksum-crc32c", crc32cHeaderValue(*request.crc32c));
+    addObjectHeaders(op, request);
     return op;
 }
 
@@ -110,12 +120,7 @@ Operation createMultipartOp(const PutRequest& request) {
     op.query.emplace_back("uploads", "");
     // Each part then carries its own x-amz-checksum-crc32c (AWS refuses one of another kind).
     op.headers.emplace_back("x-amz-checksum-algorithm", "CRC32C");
-    if (!request.lockMode.empty()) op.headers.emplace_back("x-amz-object-lock-mode", request.lockMode);
-    if (!request.retainUntil.empty())
-        op.headers.emplace_back("x-amz-object-lock-retain-until-date", request.retainUntil);
-    if (!request.contentType.empty()) op.headers.emplace_back("Content-Type", request.contentType);
-    if (!request.contentEncoding.empty())
-        op.headers.emplace_back("Content-Encoding", request.contentEncoding);
+    addObjectHeaders(op, request);
     return op;
 }
 
