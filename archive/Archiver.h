@@ -6,9 +6,11 @@
 //      its Object Lock headers; present and identical (size and CRC, read back when the server
 //      keeps no checksum) -> adopted; present and different -> Conflict, an alarm, never an
 //      overwrite. Each version id is saved as it is learnt, so a kill -9 anywhere resumes;
-//   3. Uploaded -> every object's HEAD must show its size, its CRC where the server keeps one,
-//      and its lock (mode and retain-until, read from ?retention where HEAD omits them); a
-//      server that ignored the lock headers gets the retention set on the version;
+//   3. Uploaded -> every object's HEAD must show its size, its CRC-32C (the whole object's,
+//      or the composite of its parts cut as its PUT cut them; where the server keeps neither,
+//      or the cut is not known, the version is read back), and its lock (mode and retain-until,
+//      read from ?retention where HEAD omits them); a server that ignored the lock headers gets
+//      the retention set on the version;
 //   4. the manifest (the objects with their versions, the seal, the times) goes last, the same
 //      way, and the segment is Verified: only then may its local copy be deleted.
 //
@@ -84,17 +86,30 @@ class Archiver {
     // The retain_until of the manifest already in the bucket for `data`'s segment, if any.
     std::optional<std::string> manifestRetainUntil(const ObjectRecord& data);
     std::string verify(const SegmentUpload& state, const ObjectRecord& object, const Body& body);
+    // What the server's checksum of `remote` says of `local`'s CRC-32C: Same, Differs (with
+    // `difference` saying how), or Unknown: none kept, or a composite of parts perhaps cut
+    // otherwise than `local.partBytes` or, where that is unknown, the current part size cuts.
+    enum class Checksum { Same, Differs, Unknown };
+    Checksum compareChecksum(const ObjectRecord& local, const s3::ObjectInfo& remote,
+                             const Body& body, std::string& difference) const;
+    // The CRC-32C of `size` bytes of `key`'s `versionId`, read back by ranged GETs.
+    std::string readBackCrc32c(const std::string& key, const std::string& versionId,
+                               std::uint64_t size, std::uint32_t& crc);
     // Whether `remote` holds `local`'s bytes: its size, then its checksum where the server gives
-    // one that can be compared (the whole object's CRC-32C, or the composite of parts cut as
-    // this archiver cuts them), else its CRC-32C read back by ranged GETs.
-    std::string sameBytes(const ObjectRecord& local, const s3::ObjectInfo& remote,
-                          const Body& body, bool& identical);
+    // one that can be compared, else (or where a composite differs) its CRC-32C read back.
+    // Sets `local.partBytes` to the cut the composite matched, or unknown after a read-back.
+    std::string sameBytes(ObjectRecord& local, const s3::ObjectInfo& remote, const Body& body,
+                          bool& identical);
     bool multipart(const ObjectRecord& object) const {
         return settings_.partBytes > 0 && object.size > settings_.partBytes;
     }
-    // The parts `object` goes up in, with their CRCs (Parts.h); throws std::runtime_error when
-    // they do not combine to the object's CRC (its file changed since the CRC was taken).
-    std::vector<s3::PartRange> partsOf(const ObjectRecord& object, const Body& body) const;
+    // The part size `object` goes up with under the current settings; 0 = one PUT.
+    std::uint64_t partBytesNow(const ObjectRecord& object) const;
+    // The parts `object` goes up in with `partBytes` (> 0), with their CRCs (Parts.h); throws
+    // std::runtime_error when they do not combine to the object's CRC (its file changed since
+    // the CRC was taken).
+    std::vector<s3::PartRange> partsOf(const ObjectRecord& object, const Body& body,
+                                       std::uint64_t partBytes) const;
     // Aborts the unfinished uploads under `prefix` for which `ours` holds.
     s3::Result<unsigned> abortUploads(const std::string& prefix,
                                       const std::function<bool(const std::string&)>& ours);

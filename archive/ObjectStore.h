@@ -23,8 +23,9 @@ class ObjectStore {
                                                     const std::vector<s3::PartRange>& parts) = 0;
     virtual s3::Result<std::vector<s3::UploadEntry>> listUploads(const std::string& prefix) = 0;
     virtual s3::Result<bool> abortUpload(const std::string& key, const std::string& uploadId) = 0;
-    virtual s3::Result<std::string> get(const std::string& key, std::uint64_t first,
-                                        std::uint64_t last) = 0;
+    // Bytes [first, last] of `versionId` ("" = the newest version).
+    virtual s3::Result<std::string> get(const std::string& key, const std::string& versionId,
+                                        std::uint64_t first, std::uint64_t last) = 0;
     virtual s3::Result<s3::ObjectInfo> getRetention(const std::string& key,
                                                     const std::string& versionId) = 0;
     virtual s3::Result<bool> putRetention(const std::string& key, const std::string& versionId,
@@ -56,9 +57,9 @@ class S3ObjectStore final : public ObjectStore {
     s3::Result<bool> abortUpload(const std::string& key, const std::string& uploadId) override {
         return client_.abortMultipartUpload(bucket_, key, uploadId);
     }
-    s3::Result<std::string> get(const std::string& key, std::uint64_t first,
-                                std::uint64_t last) override {
-        return client_.get(bucket_, key, std::make_pair(first, last));
+    s3::Result<std::string> get(const std::string& key, const std::string& versionId,
+                                std::uint64_t first, std::uint64_t last) override {
+        return client_.get(bucket_, key, std::make_pair(first, last), versionId);
     }
     s3::Result<s3::ObjectInfo> getRetention(const std::string& key,
                                             const std::string& versionId) override {

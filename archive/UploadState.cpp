@@ -89,6 +89,8 @@ class LineParser {
         object.size = number<std::uint64_t>(*size, line, "size");
         object.crc32c = number<std::uint32_t>(*crc, line, "crc32c", 16);
         if (auto version = field(rest, "version")) object.versionId = std::string(*version);
+        if (auto partBytes = field(rest, "part-bytes"))
+            object.partBytes = number<std::uint64_t>(*partBytes, line, "part-bytes");
         return object;
     }
 
@@ -141,6 +143,7 @@ std::string encode(const SegmentUpload& upload) {
         text += "object=kind=" + std::string(toString(object.kind)) + " key=" + object.key +
                 " size=" + std::to_string(object.size) + " crc32c=" + hex32(object.crc32c);
         if (!object.versionId.empty()) text += " version=" + object.versionId;
+        if (object.partBytes) text += " part-bytes=" + std::to_string(*object.partBytes);
         text += "\n";
     }
     if (!upload.problem.empty()) {

@@ -7,7 +7,8 @@
 //                 \-----------\-------> Conflict (an object under its key differs: an alarm)
 //
 // Uploaded records each object's version id, size and CRC-32C as the server answered them;
-// Verified means a HEAD confirmed size, CRC-32C, lock mode and retain-until of every object, and
+// Verified means a HEAD confirmed size, lock mode and retain-until of every object and its
+// CRC-32C was confirmed (the server's checksum, else the version read back), and
 // is the only state in which the local copy may be deleted. The file is replaced atomically
 // (written beside it, fsynced, renamed, directory fsynced) and carries a CRC-32C of its own, so
 // a kill -9 at any instant leaves either the old state or the new one, and a damaged file is
@@ -41,6 +42,10 @@ struct ObjectRecord {
     std::uint64_t size = 0;
     std::uint32_t crc32c = 0;
     std::string versionId;  // empty until the server answered the PUT (or the HEAD adopted it)
+    // The part size the object goes (or went) up with, which fixes where its parts are cut and
+    // so its composite checksum: 0 = one PUT. nullopt = not known (a state file written before
+    // this was recorded, or an object adopted by reading it back): verified by reading it back.
+    std::optional<std::uint64_t> partBytes;
 
     bool operator==(const ObjectRecord&) const = default;
 };
@@ -60,7 +65,8 @@ struct SegmentUpload {
 // The state file's name for a segment: "wWW-SSSSSSSSSS.upload" (the audit file's spelling).
 std::string stateFileName(unsigned worker, std::uint64_t segment);
 
-// Text form: "key=value" lines, then "crc32c=XXXXXXXX" over every byte before that line.
+// Text form: "key=value" lines, then "crc32c=XXXXXXXX" over every byte before that line. An
+// object line's "part-bytes" is optional (older files have none).
 std::string encode(const SegmentUpload& upload);
 // Throws std::runtime_error naming `origin` and the line for anything it cannot take: a
 // missing or wrong checksum, an unknown phase or kind, a bad number, a missing field.

@@ -187,8 +187,10 @@ UploadPage parseListMultipartUploads(std::string_view body) {
 }
 
 Operation getOp(const std::string& bucket, const std::string& key,
-                std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
+                std::optional<std::pair<std::uint64_t, std::uint64_t>> range,
+                const std::string& versionId) {
     Operation op = bucketOp("GET", bucket, key);
+    if (!versionId.empty()) op.query.emplace_back("versionId", versionId);
     if (range)
         op.headers.emplace_back("Range", "bytes=" + std::to_string(range->first) + '-' +
                                              std::to_string(range->second));

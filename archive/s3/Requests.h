@@ -77,7 +77,8 @@ struct UploadPage {
 UploadPage parseListMultipartUploads(std::string_view xmlBody);
 
 Operation getOp(const std::string& bucket, const std::string& key,
-                std::optional<std::pair<std::uint64_t, std::uint64_t>> range);
+                std::optional<std::pair<std::uint64_t, std::uint64_t>> range,
+                const std::string& versionId = {});
 Operation listOp(const std::string& bucket, const std::string& prefix, unsigned maxKeys,
                  const std::string& continuationToken);
 Operation listVersionsOp(const std::string& bucket, const std::string& prefix, unsigned maxKeys,

@@ -257,8 +257,9 @@ Result<bool> S3Client::abortMultipartUpload(const std::string& bucket, const std
 }
 
 Result<std::string> S3Client::get(const std::string& bucket, const std::string& key,
-                                  std::optional<std::pair<std::uint64_t, std::uint64_t>> range) {
-    auto r = send(getOp(bucket, key, range));
+                                  std::optional<std::pair<std::uint64_t, std::uint64_t>> range,
+                                  const std::string& versionId) {
+    auto r = send(getOp(bucket, key, range, versionId));
     if (!r) return failed<std::string>(r);
     // A server that ignores Range answers 200 with the whole object: cut the range out here.
     if (range && r->status == 200) {

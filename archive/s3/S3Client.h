@@ -168,9 +168,10 @@ public:
     // A 404 (NoSuchUpload: completed or aborted meanwhile) counts as done.
     Result<bool> abortMultipartUpload(const std::string& bucket, const std::string& key,
                                       const std::string& uploadId);
-    // range = {first, last} inclusive: "Range: bytes=first-last".
+    // range = {first, last} inclusive: "Range: bytes=first-last"; versionId "" = the newest.
     Result<std::string> get(const std::string& bucket, const std::string& key,
-                            std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {});
+                            std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {},
+                            const std::string& versionId = {});
     // ListObjectsV2, following continuation tokens; maxKeys is the page size (0 = server's).
     Result<std::vector<ListEntry>> list(const std::string& bucket, const std::string& prefix,
                                         unsigned maxKeys = 0);

@@ -462,6 +462,45 @@ TEST_F(ArchiveMultipartRadosgwTest, ALostStateAdoptsSegmentsTheServerLockedLonge
     expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
 }
 
+// Restarted with another --s3-part-mb between the upload and the verification (the states put
+// back to uploaded): radosgw keeps no checksum, so every version is read back and its CRC-32C
+// confirmed; a state whose recorded CRC is not the object's fails, naming the read back.
+TEST_F(ArchiveMultipartRadosgwTest, AnotherPartSizeBeforeVerificationStillConfirmsTheCrc) {
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    auto first = runProcess(archiveArgs(auditDir_, stateDir_, bucket, parts()), milliseconds(120000));
+    ASSERT_TRUE(first.status && first.status->isExit(0)) << first.err;
+    auto rewind = [&](bool damage) {
+        archive::UploadStateStore states(stateDir_);
+        for (const auto& files : sealedSegments(auditDir_)) {
+            auto state = states.load(files.worker, files.segment);
+            ASSERT_TRUE(state);
+            for (const auto& object : state->objects)  // the cut each went up with
+                EXPECT_EQ(object.partBytes,
+                          std::optional<std::uint64_t>(object.size > (5u << 20) ? 5u << 20 : 0))
+                    << object.key;
+            state->phase = archive::UploadPhase::Uploaded;
+            if (damage) state->objects.at(0).crc32c ^= 1;
+            std::ofstream(stateDir_ + "/" + archive::stateFileName(files.worker, files.segment),
+                          std::ios::trunc) << archive::encode(*state);
+        }
+    };
+    rewind(false);
+    auto other = runProcess(archiveArgs(auditDir_, stateDir_, bucket, {{"--s3-part-mb", "6"}}),
+                            milliseconds(120000));
+    ASSERT_TRUE(other.status && other.status->isExit(0)) << other.err;
+    expectBucketMatchesTheLog(c, bucket, auditDir_, stateDir_);
+    rewind(true);
+    auto damaged = runProcess(archiveArgs(auditDir_, stateDir_, bucket, {{"--s3-part-mb", "6"}}),
+                              milliseconds(120000));
+    auto said = damaged.out + damaged.err;
+    EXPECT_TRUE(damaged.status && damaged.status->isExit(1)) << said;
+    EXPECT_NE(said.find(": CRC-32C read back "), std::string::npos) << said;
+    archive::UploadStateStore states(stateDir_);
+    for (const auto& files : sealedSegments(auditDir_))
+        EXPECT_EQ(states.load(files.worker, files.segment)->phase, archive::UploadPhase::Uploaded);
+}
+
 // kill -9 while parts are going up (slowed by the rate cap): the parts stay on the server until
 // the next run, which aborts them at its start and ships the segment again.
 TEST_F(ArchiveMultipartRadosgwTest, KillNineDuringAMultipartUploadLeavesNoPartsBehind) {

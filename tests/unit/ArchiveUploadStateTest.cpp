@@ -27,10 +27,17 @@ SegmentUpload uploadedSegment() {
     upload.sealDigest = std::string(64, 'a');
     upload.retainUntil = "2027-12-07T06:00:00Z";
     upload.objects.push_back({ObjectKind::Data, "box/segments/20261207T060000Z-w03-0000000042.data",
-                              1u << 30, 0xdeadbeef, "v1.abc"});
+                              1u << 30, 0xdeadbeef, "v1.abc", 64u << 20});
     upload.objects.push_back(
-        {ObjectKind::Index, "box/segments/20261207T060000Z-w03-0000000042.index", 4096, 7, ""});
+        {ObjectKind::Index, "box/segments/20261207T060000Z-w03-0000000042.index", 4096, 7, "", 0});
     return upload;
+}
+
+// A valid checksum line after `body`, so that the parser, not the checksum, meets the body.
+std::string withChecksum(const std::string& body) {
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", audit::crc32c(0, body.data(), body.size()));
+    return body + "crc32c=" + crc + "\n";
 }
 
 using test::TempDir;
@@ -75,12 +82,7 @@ TEST(ArchiveUploadState, ATornFileIsRefused) {
 }
 
 TEST(ArchiveUploadState, UnknownKeysAndPhasesNameTheLine) {
-    // A body with a valid checksum, so that the parser, not the checksum, finds the fault.
-    auto withBody = [](const std::string& body) {
-        char crc[16];
-        std::snprintf(crc, sizeof crc, "%08x", audit::crc32c(0, body.data(), body.size()));
-        return body + "crc32c=" + crc + "\n";
-    };
+    auto withBody = withChecksum;
     try {
         decode(withBody("worker=1\nsegment=2\nphase=shipped\n"), "F");
         FAIL();
@@ -103,6 +105,28 @@ TEST(ArchiveUploadState, UnknownKeysAndPhasesNameTheLine) {
                  std::runtime_error);
 }
 
+// A state file written before part sizes were recorded: its objects' part size is unknown,
+// not 0 (which would claim a single PUT).
+TEST(ArchiveUploadState, AnObjectLineWithoutPartBytesIsReadAsUnknown) {
+    auto upload = decode(withChecksum("worker=1\nsegment=2\nphase=uploaded\n"
+                                      "object=kind=data key=k size=10 crc32c=0000000a version=v1\n"),
+                         "F");
+    ASSERT_EQ(upload.objects.size(), 1u);
+    EXPECT_EQ(upload.objects[0].versionId, "v1");
+    EXPECT_FALSE(upload.objects[0].partBytes);
+    auto single = uploadedSegment();
+    EXPECT_EQ(decode(encode(single), "F").objects[1].partBytes, std::optional<std::uint64_t>(0));
+    EXPECT_NE(encode(single).find(" part-bytes=67108864\n"), std::string::npos);
+    try {
+        decode(withChecksum("worker=1\nsegment=2\nphase=uploaded\n"
+                            "object=kind=data key=k size=10 crc32c=0000000a part-bytes=-1\n"),
+               "F");
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "F:4: bad part-bytes '-1'");
+    }
+}
+
 TEST(ArchiveUploadState, AKeyWithASpaceCannotBeWritten) {
     auto upload = uploadedSegment();
     upload.objects[0].key = "a key";
@@ -122,7 +146,7 @@ TEST(ArchiveUploadState, PhasesOnlyMoveForward) {
 }
 
 TEST(ArchiveUploadState, AnObjectAlreadyThereIsAdoptedOnlyWhenIdentical) {
-    ObjectRecord local{ObjectKind::Data, "k", 100, 0x1234, ""};
+    ObjectRecord local{ObjectKind::Data, "k", 100, 0x1234, "", std::nullopt};
     EXPECT_EQ(compareExisting(local, {false, 0, std::nullopt}), ExistingObject::Absent);
     EXPECT_EQ(compareExisting(local, {true, 100, 0x1234}), ExistingObject::Identical);
     EXPECT_EQ(compareExisting(local, {true, 100, 0x1235}), ExistingObject::Different);

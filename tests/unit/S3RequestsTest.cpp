@@ -77,6 +77,12 @@ TEST(S3RequestsTest, RangedGet) {
                   "\nx-amz-date:" + kDate + "\n\nhost;range;x-amz-content-sha256;x-amz-date\n" + kEmpty);
 }
 
+TEST(S3RequestsTest, AVersionedGetNamesTheVersion) {
+    SignedRequest r = signedOf(getOp("b", "k", std::nullopt, "v1/x"));
+    EXPECT_EQ(r.url, "http://127.0.0.1:7480/b/k?versionId=v1%2Fx");
+    EXPECT_EQ(signedOf(getOp("b", "k", std::nullopt)).url, "http://127.0.0.1:7480/b/k");
+}
+
 TEST(S3RequestsTest, ListQueriesAreSortedAndEncoded) {
     SignedRequest r = signedOf(listOp("b", "seg/", 2, "tok/en=="));
     EXPECT_EQ(r.signature.canonicalRequest,
