@@ -1,13 +1,18 @@
 // `rr`: C connections to an echo server, each with one SIZE-byte request in flight; a request is
 // complete when its SIZE-byte echo has arrived. Reports completed requests per second inside the
 // window and the latency distribution (send of the request to arrival of the last response byte).
+// With --rate, each connection sends on a fixed schedule instead of right after each reply (an
+// offered load, not a saturating one), and a request's latency counts from when it was due: a
+// request sent late because the previous reply was late counts its wait too.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <iostream>
 #include <memory>
+#include <queue>
 #include <thread>
 
 #include "tools/bench/BenchUtil.h"
@@ -21,7 +26,7 @@ constexpr std::size_t kMaxSamplesPerThread = 64u << 20;
 struct RrConn {
     UniqueFd fd;
     std::size_t received = 0;
-    Clock::time_point sentAt;
+    Clock::time_point sentAt;   // or, paced, when the request was due
     bool alive = true;
 };
 
@@ -32,8 +37,19 @@ struct RrThreadResult {
     std::vector<std::uint32_t> latenciesNs;
 };
 
-void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::time_point windowStart,
-            Clock::time_point windowEnd, RrThreadResult& result) {
+// The connections whose next request is not due yet, soonest first.
+using Due = std::pair<Clock::time_point, RrConn*>;
+using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<>>;
+
+timespec untilOrAtMost(Clock::time_point when, Clock::time_point now, std::chrono::milliseconds cap) {
+    auto wait = std::clamp<Clock::duration>(when - now, Clock::duration::zero(), cap);
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+    return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+// period: each connection's time between requests (--rate); zero sends on each reply.
+void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::duration period,
+            Clock::time_point windowStart, Clock::time_point windowEnd, RrThreadResult& result) {
     UniqueFd epoll(checkSys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     std::string request(size, 'r');
     std::string buffer(std::max<std::size_t>(size, 4096), '\0');
@@ -43,9 +59,10 @@ void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::time_point wind
         ++result.errors;
         epoll_ctl(epoll.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
     };
-    auto sendRequest = [&](RrConn* c) {
+    DueQueue waiting;
+    auto sendRequest = [&](RrConn* c, Clock::time_point due) {
         c->received = 0;
-        c->sentAt = Clock::now();
+        c->sentAt = due;
         // SIZE bytes always fit an empty socket buffer: one request is in flight per connection.
         ssize_t n = send(c->fd.get(), request.data(), size, MSG_NOSIGNAL);
         if (n != static_cast<ssize_t>(size)) fail(c);
@@ -56,12 +73,25 @@ void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::time_point wind
         ev.data.ptr = c;
         checkSys(epoll_ctl(epoll.get(), EPOLL_CTL_ADD, c->fd.get(), &ev), "epoll_ctl");
     }
-    for (RrConn* c : conns) sendRequest(c);
+    auto first = Clock::now();
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+        if (period == Clock::duration::zero())
+            sendRequest(conns[i], first);
+        else  // spread over one period, not all at once
+            waiting.emplace(first + period * static_cast<long>(i) / static_cast<long>(conns.size()), conns[i]);
+    }
     epoll_event events[256];
     while (!stopRequested()) {
         auto now = Clock::now();
         if (now >= windowEnd) break;
-        int n = epoll_wait(epoll.get(), events, 256, 10);
+        while (!waiting.empty() && waiting.top().first <= now) {
+            auto [due, c] = waiting.top();
+            waiting.pop();
+            if (c->alive) sendRequest(c, due);
+        }
+        auto next = waiting.empty() ? now + std::chrono::milliseconds(10) : waiting.top().first;
+        timespec timeout = untilOrAtMost(next, now, std::chrono::milliseconds(10));
+        int n = epoll_pwait2(epoll.get(), events, 256, &timeout, nullptr);
         for (int i = 0; i < n; ++i) {
             auto* c = static_cast<RrConn*>(events[i].data.ptr);
             if (!c->alive) continue;
@@ -83,13 +113,17 @@ void rrLoop(std::vector<RrConn*> conns, std::size_t size, Clock::time_point wind
                         static_cast<std::uint32_t>(std::min<long long>(ns, 0xffffffffLL)));
                 }
             }
-            sendRequest(c);
+            if (period == Clock::duration::zero())
+                sendRequest(c, Clock::now());
+            else
+                waiting.emplace(c->sentAt + period, c);
         }
     }
-    // A relay that loses a wake-up leaves a connection waiting forever; count those.
+    // A relay that loses a wake-up leaves a connection waiting forever; count those (a paced
+    // connection between requests has its whole reply).
     auto end = Clock::now();
     for (RrConn* c : conns)
-        if (c->alive && end - c->sentAt > std::chrono::seconds(1)) ++result.stalled;
+        if (c->alive && c->received < size && end - c->sentAt > std::chrono::seconds(1)) ++result.stalled;
 }
 
 }  // namespace
@@ -107,6 +141,8 @@ int runRequestResponse(int argc, char** argv) {
                      {"duration", "SECONDS", "5", "measuring window"},
                      {"warmup", "SECONDS", "0.5", "ping-pong before the window opens"},
                      {"watch-pid", "PID", "0", "relay process: report its CPU over the window"},
+                     {"rate", "REQ/S", "0", "offered requests per second in all, on a fixed "
+                                             "schedule (0: each connection sends on each reply)"},
                  },
                  argc, argv, 2);
     auto address = opts.address("connect");
@@ -117,6 +153,10 @@ int runRequestResponse(int argc, char** argv) {
     double duration = opts.number("duration", 0.1, 3600);
     double warmup = opts.number("warmup", 0, 600);
     auto pid = static_cast<pid_t>(opts.integer("watch-pid", 0, 1 << 30));
+    double rate = opts.number("rate", 0, 1e8);
+    auto period = rate > 0 ? std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(static_cast<double>(connCount) / rate))
+                           : Clock::duration::zero();
 
     installSignalHandlers();
     requireFds(connCount + 64, "rr");
@@ -138,7 +178,7 @@ int runRequestResponse(int argc, char** argv) {
         for (std::size_t i = t; i < connCount; i += threadCount) mine.push_back(conns[i].get());
         threads.emplace_back([&, t, mine] {
             try {
-                rrLoop(mine, size, windowStart, windowEnd, results[t]);
+                rrLoop(mine, size, period, windowStart, windowEnd, results[t]);
             } catch (const std::exception& e) {
                 std::cerr << "rr: " << e.what() << std::endl;
                 failures.fetch_add(1);
@@ -167,7 +207,7 @@ int runRequestResponse(int argc, char** argv) {
     double seconds = secondsBetween(windowStart, windowEnd);
     bool ok = failures.load() == 0 && errors == 0 && stalled == 0 && completed > 0;
     ResultLine line("rr");
-    line.add("conns", connCount).add("size", size).addFixed("seconds", seconds, 3);
+    line.add("conns", connCount).add("size", size).addFixed("rate", rate, 0).addFixed("seconds", seconds, 3);
     line.add("requests", completed).addFixed("rps", static_cast<double>(completed) / seconds, 0);
     line.addFixed("p50_us", percentile(all, 0.50) / 1000, 1);
     line.addFixed("p99_us", percentile(all, 0.99) / 1000, 1);

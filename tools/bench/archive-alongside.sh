@@ -16,19 +16,26 @@
 # Segments roll at 1 GiB per worker. Seal time: the index file's mtime (its seal is the last
 # write); verified time: the state file's mtime (its last move is to verified).
 #
-#   tools/bench/archive-alongside.sh [--rate-mbps N] [--duration S] [--runs N]
-#                                    [--store-priority idle|normal]
+# --rr-rate N offers the rr connections N requests/s in all on a fixed schedule (latency counted
+# from when each request was due) instead of saturating the CPUs: a gateway with headroom, where
+# the default (0) is one with none. --archiver-priority idle runs the archiver under SCHED_IDLE
+# instead of as its unit does, to tell its own CPU's share of the tail from the rest.
+#
+#   tools/bench/archive-alongside.sh [--rate-mbps N] [--duration S] [--runs N] [--rr-rate N]
+#                                    [--store-priority idle|normal] [--archiver-priority unit|idle]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-RATE=600 DURATION=30 RUNS=3 STORE_PRIORITY=idle
-USAGE="usage: $0 [--rate-mbps N] [--duration S] [--runs N] [--store-priority idle|normal]"
+RATE=600 DURATION=30 RUNS=3 STORE_PRIORITY=idle RR_RATE=0 ARCHIVER_PRIORITY=unit
+USAGE="usage: $0 [--rate-mbps N] [--duration S] [--runs N] [--rr-rate N] [--store-priority idle|normal] [--archiver-priority unit|idle]"
 while (($#)); do
     case $1 in
         --rate-mbps) RATE=${2:?}; shift 2 ;;
         --duration) DURATION=${2:?}; shift 2 ;;
         --runs) RUNS=${2:?}; shift 2 ;;
         --store-priority) STORE_PRIORITY=${2:?}; shift 2 ;;
+        --rr-rate) RR_RATE=${2:?}; shift 2 ;;
+        --archiver-priority) ARCHIVER_PRIORITY=${2:?}; shift 2 ;;
         *) echo "$USAGE" >&2; exit 2 ;;
     esac
 done
@@ -37,8 +44,11 @@ case $STORE_PRIORITY in
     normal) STORE_SCHED=() ;;
     *) echo "archive-alongside.sh: --store-priority is idle or normal, not '$STORE_PRIORITY'" >&2; exit 2 ;;
 esac
-# As the unit runs it: CPUSchedulingPolicy=batch, Nice=10.
-ARCHIVER_SCHED=(nice -n 10 chrt --batch 0)
+case $ARCHIVER_PRIORITY in
+    unit) ARCHIVER_SCHED=(nice -n 10 chrt --batch 0) ;;   # CPUSchedulingPolicy=batch, Nice=10
+    idle) ARCHIVER_SCHED=(chrt --idle 0) ;;
+    *) echo "archive-alongside.sh: --archiver-priority is unit or idle, not '$ARCHIVER_PRIORITY'" >&2; exit 2 ;;
+esac
 # shellcheck source=tools/bench/common.sh
 source "$HERE/common.sh"
 # Under /var/tmp, not /tmp: the relay's audit files want a disk file system (O_DIRECT).
@@ -71,7 +81,7 @@ load() {
     "$BIN/splicegate-bench" bulk --connect 127.0.0.1:17201 --direction up --streams 2 \
         --rate-mbps "$RATE" --duration "$DURATION" --warmup 1 >"$WORK/bulk.out" &
     bulk=$!
-    "$BIN/splicegate-bench" rr --connect 127.0.0.1:17204 --conns 64 --threads 1 \
+    "$BIN/splicegate-bench" rr --connect 127.0.0.1:17204 --conns 64 --threads 1 --rate "$RR_RATE" \
         --duration "$DURATION" --warmup 1 >"$WORK/rr.out"
     wait "$bulk"
     echo "$(value "$(cat "$WORK/bulk.out")" gbps) $(value "$(cat "$WORK/rr.out")" p99_us)"
