@@ -59,6 +59,44 @@ Result<T> failed(const Result<U>& r) {
     return Result<T>::failure(r.error);
 }
 
+// Where a paginated listing resumes: ListObjectsV2's continuation token (and ""), or a key
+// marker with its version-id or upload-id marker. Empty for the first page.
+using Markers = std::pair<std::string, std::string>;
+
+template <class Entry>
+struct PageOf {
+    std::vector<Entry> entries;
+    bool truncated = false;
+    Markers next;
+};
+
+// Every page of a listing, appended: `request(markers)` is a page's operation, `parse(body)` its
+// PageOf. A truncated page whose markers are empty or do not move on would loop forever: that is
+// a "BadListing" error, `METHOD target at endpoint: truncated what`.
+template <class Entry, class Send, class Request, class Parse>
+Result<std::vector<Entry>> listAllPages(Send&& send, Request&& request, Parse&& parse,
+                                        const std::string& endpoint, const std::string& target,
+                                        const std::string& what) {
+    std::vector<Entry> all;
+    Markers markers;
+    for (;;) {
+        Operation op = request(markers);
+        Result<Response> r = send(op);
+        if (!r) return failed<std::vector<Entry>>(r);
+        PageOf<Entry> page = parse(r->body);
+        all.insert(all.end(), page.entries.begin(), page.entries.end());
+        if (!page.truncated) break;
+        if (page.next.first.empty() || page.next == markers) {
+            Error e = httpError(op, endpoint, *r);
+            e.code = "BadListing";
+            e.message = op.method + " " + target + " at " + endpoint + ": truncated " + what;
+            return Result<std::vector<Entry>>::failure(std::move(e));
+        }
+        markers = std::move(page.next);
+    }
+    return Result<std::vector<Entry>>::success(std::move(all));
+}
+
 }  // namespace
 
 S3Client::S3Client(ClientOptions options, Credentials credentials)
@@ -226,27 +264,15 @@ Result<ObjectInfo> S3Client::putMultipart(const PutRequest& request,
 
 Result<std::vector<UploadEntry>> S3Client::listMultipartUploads(const std::string& bucket,
                                                                 const std::string& prefix) {
-    std::vector<UploadEntry> all;
-    std::string keyMarker, uploadMarker;
-    for (;;) {
-        Operation op = listMultipartUploadsOp(bucket, prefix, keyMarker, uploadMarker);
-        auto r = send(op);
-        if (!r) return failed<std::vector<UploadEntry>>(r);
-        UploadPage page = parseListMultipartUploads(r->body);
-        all.insert(all.end(), page.entries.begin(), page.entries.end());
-        if (!page.truncated) break;
-        if (page.nextKeyMarker.empty() ||
-            (page.nextKeyMarker == keyMarker && page.nextUploadIdMarker == uploadMarker)) {
-            Error e = httpError(op, options_.endpoint, *r);
-            e.code = "BadListing";
-            e.message = op.method + " s3://" + bucket + "?uploads at " + options_.endpoint +
-                        ": truncated upload listing without new markers";
-            return Result<std::vector<UploadEntry>>::failure(std::move(e));
-        }
-        keyMarker = page.nextKeyMarker;
-        uploadMarker = page.nextUploadIdMarker;
-    }
-    return Result<std::vector<UploadEntry>>::success(std::move(all));
+    return listAllPages<UploadEntry>(
+        [this](const Operation& op) { return send(op); },
+        [&](const Markers& m) { return listMultipartUploadsOp(bucket, prefix, m.first, m.second); },
+        [](std::string_view body) {
+            UploadPage page = parseListMultipartUploads(body);
+            return PageOf<UploadEntry>{std::move(page.entries), page.truncated,
+                                       {page.nextKeyMarker, page.nextUploadIdMarker}};
+        },
+        options_.endpoint, "s3://" + bucket + "?uploads", "upload listing without new markers");
 }
 
 Result<bool> S3Client::abortMultipartUpload(const std::string& bucket, const std::string& key,
@@ -273,52 +299,28 @@ Result<std::string> S3Client::get(const std::string& bucket, const std::string& 
 
 Result<std::vector<ListEntry>> S3Client::list(const std::string& bucket, const std::string& prefix,
                                               unsigned maxKeys) {
-    std::vector<ListEntry> all;
-    std::string token;
-    for (;;) {
-        Operation op = listOp(bucket, prefix, maxKeys, token);
-        auto r = send(op);
-        if (!r) return failed<std::vector<ListEntry>>(r);
-        ListPage page = parseListObjects(r->body);
-        all.insert(all.end(), page.entries.begin(), page.entries.end());
-        if (!page.truncated) break;
-        // A truncated page with no token (or the same one) would loop forever.
-        if (page.nextContinuationToken.empty() || page.nextContinuationToken == token) {
-            Response bad = std::move(*r);
-            Error e = httpError(op, options_.endpoint, bad);
-            e.code = "BadListing";
-            e.message = op.method + " s3://" + bucket + " at " + options_.endpoint +
-                        ": truncated listing without a new continuation token";
-            return Result<std::vector<ListEntry>>::failure(std::move(e));
-        }
-        token = page.nextContinuationToken;
-    }
-    return Result<std::vector<ListEntry>>::success(std::move(all));
+    return listAllPages<ListEntry>(
+        [this](const Operation& op) { return send(op); },
+        [&](const Markers& m) { return listOp(bucket, prefix, maxKeys, m.first); },
+        [](std::string_view body) {
+            ListPage page = parseListObjects(body);
+            return PageOf<ListEntry>{std::move(page.entries), page.truncated,
+                                     {page.nextContinuationToken, {}}};
+        },
+        options_.endpoint, "s3://" + bucket, "listing without a new continuation token");
 }
 
 Result<std::vector<VersionEntry>> S3Client::listVersions(const std::string& bucket,
                                                          const std::string& prefix, unsigned maxKeys) {
-    std::vector<VersionEntry> all;
-    std::string keyMarker, versionMarker;
-    for (;;) {
-        Operation op = listVersionsOp(bucket, prefix, maxKeys, keyMarker, versionMarker);
-        auto r = send(op);
-        if (!r) return failed<std::vector<VersionEntry>>(r);
-        VersionPage page = parseListVersions(r->body);
-        all.insert(all.end(), page.entries.begin(), page.entries.end());
-        if (!page.truncated) break;
-        if (page.nextKeyMarker.empty() ||
-            (page.nextKeyMarker == keyMarker && page.nextVersionIdMarker == versionMarker)) {
-            Error e = httpError(op, options_.endpoint, *r);
-            e.code = "BadListing";
-            e.message = op.method + " s3://" + bucket + " at " + options_.endpoint +
-                        ": truncated version listing without new markers";
-            return Result<std::vector<VersionEntry>>::failure(std::move(e));
-        }
-        keyMarker = page.nextKeyMarker;
-        versionMarker = page.nextVersionIdMarker;
-    }
-    return Result<std::vector<VersionEntry>>::success(std::move(all));
+    return listAllPages<VersionEntry>(
+        [this](const Operation& op) { return send(op); },
+        [&](const Markers& m) { return listVersionsOp(bucket, prefix, maxKeys, m.first, m.second); },
+        [](std::string_view body) {
+            VersionPage page = parseListVersions(body);
+            return PageOf<VersionEntry>{std::move(page.entries), page.truncated,
+                                        {page.nextKeyMarker, page.nextVersionIdMarker}};
+        },
+        options_.endpoint, "s3://" + bucket, "version listing without new markers");
 }
 
 namespace {
