@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "archive/Gzip.h"
+#include "archive/Manifest.h"
 #include "archive/ObjectKeys.h"
 #include "archive/Parts.h"
 #include "archive/s3/FileRangeReader.h"
@@ -277,13 +278,10 @@ std::optional<std::string> Archiver::manifestRetainUntil(const ObjectRecord& dat
     if (!head || head->size == 0 || head->size > kMaxManifestBytes) return std::nullopt;
     auto bytes = bucket_.get(key, {}, 0, head->size - 1);
     if (!bytes) return std::nullopt;
-    constexpr std::string_view kField = "\"retain_until\":\"";
-    auto at = bytes->find(kField);
-    if (at == std::string::npos) return std::nullopt;
-    auto from = at + kField.size();
-    auto end = bytes->find('"', from);
-    if (end == std::string::npos) return std::nullopt;
-    auto ns = audittool::parseRfc3339(bytes->substr(from, end - from));
+    std::string problem;
+    auto manifest = parseManifest(*bytes, problem);
+    if (!manifest) return std::nullopt;
+    auto ns = audittool::parseRfc3339(manifest->retain_until());
     if (!ns) return std::nullopt;
     return rfc3339(*ns);
 }

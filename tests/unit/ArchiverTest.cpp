@@ -583,6 +583,31 @@ TEST_F(ArchiverMultipartTest, ALostStateAdoptsTheManifestsLockWhereTheServerChos
     EXPECT_EQ(states.load(1, 7)->retainUntil, "2027-01-06T06:05:09Z");
 }
 
+// The manifest's retain_until is read by a JSON parser: not the first text that looks like it
+// (a field of the same name nested in an object), and escaped or after the objects all the same.
+TEST_F(ArchiverMultipartTest, ALostStateReadsTheManifestsRetainUntilAsJson) {
+    MemoryBucket bucket;
+    bucket.keepsChecksums = false;
+    bucket.honoursLockHeaders = false;
+    bucket.multipartDefaultRetainUntil = "2027-01-06T06:05:14Z";  // not the manifest's
+    {
+        UploadStateStore states(dir_.path() + "/state");
+        Archiver archiver(bucket, states, parted());
+        ASSERT_EQ(archiver.ship(files_, kNow).kind, ShipOutcome::Kind::Shipped);
+    }
+    auto& manifest = bucket.objects.at(manifestKey("gw1", {1, 7, test::kCraftedLogStartNs})).back();
+    manifest.bytes = R"({"objects":[{"kind":"data","retain_until":"2031-01-01T00:00:00Z"}],)"
+                     R"("newer_field":{"retain_until":"2032-01-01T00:00:00Z"},)"
+                     R"("retain_until":"2027-01-06T06:05:09Z","format":1,"worker":1})";
+    std::filesystem::remove_all(dir_.path() + "/state");
+    UploadStateStore states(dir_.path() + "/state");
+    Archiver archiver(bucket, states, parted());
+    auto outcome = archiver.ship(files_, kNow + std::int64_t{3600} * 1'000'000'000);
+    // The manifest in the bucket is not the bytes this archiver writes: that is an alarm anyway.
+    EXPECT_EQ(outcome.kind, ShipOutcome::Kind::Conflict) << outcome.message;
+    EXPECT_EQ(states.load(1, 7)->retainUntil, "2027-01-06T06:05:09Z");
+}
+
 // The same object with one byte changed, put in parts: not adopted, an alarm.
 TEST_F(ArchiverMultipartTest, AMultipartObjectWithOtherBytesIsAnAlarm) {
     MemoryBucket bucket;

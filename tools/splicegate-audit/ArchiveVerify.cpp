@@ -1,7 +1,6 @@
 #include "tools/splicegate-audit/ArchiveVerify.h"
 
 #include <fcntl.h>
-#include <google/protobuf/util/json_util.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "archive/Manifest.h"
 #include "archive/ObjectKeys.h"
 #include "archive/s3/S3Client.h"
 #include "audit/Crc32c.h"
@@ -164,21 +164,20 @@ std::optional<archive::ArchiveManifest> readManifest(s3::S3Client& s3, const std
         report(bytes.error.message);
         return std::nullopt;
     }
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;  // a newer archiver's extra fields
-    archive::ArchiveManifest manifest;
-    auto status = google::protobuf::util::JsonStringToMessage(*bytes, &manifest, options);
-    if (!status.ok()) {
-        report(where + ": not a manifest: " + std::string(status.message()));
+    std::string problem;
+    auto parsed = archive::parseManifest(*bytes, problem);
+    if (!parsed) {
+        report(where + ": not a manifest: " + problem);
         return std::nullopt;
     }
+    auto& manifest = *parsed;
     if (manifest.worker() != segment.first || manifest.segment() != segment.second) {
         report(where + ": names worker " + std::to_string(manifest.worker()) + " segment " +
                std::to_string(manifest.segment()) + ", but its key says worker " +
                std::to_string(segment.first) + " segment " + std::to_string(segment.second));
         return std::nullopt;
     }
-    return manifest;
+    return parsed;
 }
 
 // A directory of its own under $TMPDIR, removed with everything in it.
