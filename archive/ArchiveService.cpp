@@ -4,6 +4,7 @@
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <sys/stat.h>
@@ -98,8 +99,29 @@ void ArchiveMetrics::backlog(std::uint64_t bytes, double oldestSeconds, std::uin
     families_->auditDiskSize.Set(static_cast<double>(diskSize));
 }
 
+namespace {
+
+prometheus::MetricFamily counterFamily(std::string name, std::string help, std::uint64_t value) {
+    prometheus::ClientMetric sample;
+    sample.counter.value = static_cast<double>(value);
+    return {std::move(name), std::move(help), prometheus::MetricType::Counter, {sample}};
+}
+
+}  // namespace
+
 std::string ArchiveMetrics::exposition() const {
-    return prometheus::TextSerializer().Serialize(registry_->Collect());
+    auto families = registry_->Collect();
+    if (client_) {
+        // Read from the client rather than mirrored in registry counters: one count, no lag.
+        families.push_back(counterFamily(
+            "splicegate_archive_http_connections_opened_total",
+            "TCP connections the S3 client opened (fewer than requests: kept connections)",
+            client_->connectionsOpened()));
+        families.push_back(counterFamily("splicegate_archive_http_requests_total",
+                                         "HTTP requests the S3 client sent, every attempt",
+                                         client_->requestsSent()));
+    }
+    return prometheus::TextSerializer().Serialize(families);
 }
 
 ArchiveService::ArchiveService(Archiver& archiver, UploadStateStore& states,

@@ -26,12 +26,16 @@ class ArchiveMetrics {
     ~ArchiveMetrics();
     void counted(ShipOutcome::Kind kind, std::uint64_t bytes, double seconds);
     void backlog(std::uint64_t bytes, double oldestSeconds, std::uint64_t auditDiskSize);
+    // Serves `client`'s HTTP connections opened and requests sent, read at each scrape (the
+    // client keeps the counts); before the metrics are first scraped. `client` must outlive this.
+    void countHttp(const s3::S3Client& client) { client_ = &client; }
     std::string exposition() const;  // the Prometheus text format
 
   private:
     struct Families;
     std::shared_ptr<prometheus::Registry> registry_;
     std::unique_ptr<Families> families_;
+    const s3::S3Client* client_ = nullptr;
 };
 
 struct PassResult {

@@ -68,6 +68,7 @@ int run(const ArchiveOptions& options) {
         logInfo("archive: aborted ", *stale,
                 " unfinished multipart uploads a previous run left on this prefix");
     ArchiveMetrics metrics;
+    metrics.countHttp(client);
     std::unique_ptr<HttpServer> metricsServer;
     if (!options.metricsListen.empty()) {
         auto addresses = SocketAddress::resolve(options.metricsListen);  // UsageError if bad

@@ -30,6 +30,7 @@
 #include "tests/s3/ArchiveTestSupport.h"
 #include "audit/Records.h"
 #include "tests/support/AuditSupport.h"
+#include "tests/support/ChildProcess.h"
 #include "tests/support/ControlPlaneDaemon.h"
 #include "tests/support/Daemon.h"
 #include "tests/support/HttpFetch.h"
@@ -307,6 +308,35 @@ TEST_F(ArchiveRadosgwTest, FailOpenRetentionDeletesUnarchivedSegmentsAndCountsTh
 
 // TLS as in production: the server's certificate verified (against --s3-ca-file here, a CA the
 // fixture made), the payload UNSIGNED with the CRC header signed, and an unknown CA refused.
+// The archiver's own /metrics while it runs: its S3 client's requests and the connections it
+// opened for them, fewer once several objects went up over a kept connection.
+TEST_F(ArchiveRadosgwTest, ItsMetricsCountRequestsAndTheConnectionsKeptForThem) {
+    makeAuditLog(auditDir_, 3, 300'000);
+    const auto segments = static_cast<double>(sealedSegments(auditDir_).size());
+    auto c = client();
+    auto bucket = lockedBucket(c);
+    const std::uint16_t metricsPort = pickFreePort();
+    auto args = archiveArgs(auditDir_, stateDir_, bucket,
+                            {{"--metrics-listen", "127.0.0.1:" + std::to_string(metricsPort)}});
+    std::erase(args, "--once");  // serving: scraped while it runs
+    ChildProcess archiver(args, root_.path() + "/archive.log");
+    std::vector<MetricSample> page;
+    auto verifiedAll = [&] {
+        page = parseMetrics(httpGet(metricsPort, "/metrics").body);
+        auto verified = sampleValue(page, "splicegate_archive_segments_total", {{"result", "verified"}});
+        return verified && *verified >= segments;
+    };
+    ASSERT_TRUE(eventually(verifiedAll, milliseconds(60000))) << readFile(root_.path() + "/archive.log");
+    auto requests = sampleValue(page, "splicegate_archive_http_requests_total");
+    auto connections = sampleValue(page, "splicegate_archive_http_connections_opened_total");
+    ASSERT_TRUE(requests && connections);
+    // Each segment's four objects: a HEAD and a PUT each, then a HEAD and a read back.
+    EXPECT_GE(*requests, segments * 16);
+    EXPECT_GE(*connections, 1);
+    EXPECT_LT(*connections * 4, *requests) << "connections are not kept";
+    EXPECT_TRUE(archiver.stop());
+}
+
 TEST_F(ArchiveRadosgwTest, ShipsOverTlsVerifyingTheServerAndRefusesAnUnknownCa) {
     makeAuditLog(auditDir_, 2, 300'000, 1);
     auto c = client();
