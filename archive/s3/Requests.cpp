@@ -87,6 +87,9 @@ Endpoint parseEndpoint(const std::string& endpoint) {
 Operation headOp(const std::string& bucket, const std::string& key, const std::string& versionId) {
     Operation op = bucketOp("HEAD", bucket, key);
     if (!versionId.empty()) op.query.emplace_back("versionId", versionId);
+    // S3 returns an object's x-amz-checksum-* on HEAD only when asked: without it, verification
+    // would read every object back to confirm its CRC-32C.
+    op.headers.emplace_back("x-amz-checksum-mode", "ENABLED");
     return op;
 }
 

@@ -30,8 +30,9 @@ std::string headersBlock(const std::string& extra, const std::string& hash = kEm
 TEST(S3RequestsTest, HeadWithVersion) {
     SignedRequest r = signedOf(headOp("b", "dir/a b", "v 1"));
     EXPECT_EQ(r.signature.canonicalRequest,
-              "HEAD\n/b/dir/a%20b\nversionId=v%201\n" + headersBlock("") +
-                  "\nhost;x-amz-content-sha256;x-amz-date\n" + kEmpty);
+              "HEAD\n/b/dir/a%20b\nversionId=v%201\nhost:127.0.0.1:7480\nx-amz-checksum-mode:ENABLED\n"
+              "x-amz-content-sha256:" + kEmpty + "\nx-amz-date:" + kDate + "\n" +
+                  "\nhost;x-amz-checksum-mode;x-amz-content-sha256;x-amz-date\n" + kEmpty);
     EXPECT_EQ(r.url, "http://127.0.0.1:7480/b/dir/a%20b?versionId=v%201");
 }
 
