@@ -236,9 +236,9 @@ std::string Archiver::readBackCrc32c(const std::string& key, const std::string& 
     crc = 0;
     for (std::uint64_t first = 0; first < size; first += kReadBackPiece) {
         auto last = std::min(size, first + kReadBackPiece) - 1;
-        auto piece = bucket_.get(key, versionId, first, last);
-        if (!piece) return piece.error.message;
-        crc = audit::crc32c(crc, piece->data(), piece->size());
+        auto next = bucket_.crc32c(key, versionId, first, last, crc);
+        if (!next) return next.error.message;
+        crc = *next;
     }
     return {};
 }

@@ -84,8 +84,24 @@ int seekBody(void* user, curl_off_t offset, int origin) {
     return CURL_SEEKFUNC_OK;
 }
 
+struct Download {
+    std::string* body;
+    BodySink* sink;   // null: everything into body
+    CURL* handle;
+    std::optional<bool> toSink;   // decided at the first bytes, when the status is known
+};
+
 std::size_t writeBody(char* data, std::size_t size, std::size_t count, void* user) {
-    static_cast<std::string*>(user)->append(data, size * count);
+    auto* down = static_cast<Download*>(user);
+    if (down->sink != nullptr && !down->toSink) {
+        long status = 0;
+        ::curl_easy_getinfo(down->handle, CURLINFO_RESPONSE_CODE, &status);
+        down->toSink = status >= 200 && status < 300;   // an error's XML stays in the body
+    }
+    if (down->toSink.value_or(false))
+        down->sink->take(std::string_view(data, size * count));
+    else
+        down->body->append(data, size * count);
     return size * count;
 }
 
@@ -340,8 +356,14 @@ HttpOutcome HttpConnections::perform(const HttpRequest& request) {
     ::curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
     ::curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &readHeader);
     ::curl_easy_setopt(h, CURLOPT_HEADERDATA, &out.response.headers);
+    Download download{&out.response.body, request.sink, h, std::nullopt};
+    if (request.sink != nullptr) {
+        request.sink->restart();
+        // A streamed body arrives in 1 MiB reads, not curl's default 16 KiB.
+        ::curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
+    }
     ::curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &writeBody);
-    ::curl_easy_setopt(h, CURLOPT_WRITEDATA, &out.response.body);
+    ::curl_easy_setopt(h, CURLOPT_WRITEDATA, &download);
 
     CURLcode code = ::curl_easy_perform(h);
     long connects = 0;

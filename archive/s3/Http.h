@@ -27,6 +27,15 @@ namespace splicegate::s3 {
 
 class RateLimiter;
 
+// Takes a 2xx reply's body as it arrives, instead of the response keeping it (a read-back of a
+// whole object would otherwise sit in memory, copied as it grows).
+class BodySink {
+  public:
+    virtual ~BodySink() = default;
+    virtual void restart() = 0;   // an attempt begins: forget what an earlier one gave
+    virtual void take(std::string_view bytes) = 0;
+};
+
 struct HttpRequest {
     std::string method;   // HEAD, GET, PUT, DELETE
     std::string url;
@@ -34,6 +43,7 @@ struct HttpRequest {
     std::string_view body;
     std::optional<FileRange> file;
     RateLimiter* limiter = nullptr;   // paces the upload; null = no pacing
+    BodySink* sink = nullptr;         // a 2xx body goes here, not into Response::body
     std::string caFile;
     long timeoutMs = 60000;
     long connectTimeoutMs = 10000;

@@ -115,7 +115,7 @@ S3Client::~S3Client() = default;
 std::uint64_t S3Client::connectionsOpened() const { return http_->connectionsOpened(); }
 std::uint64_t S3Client::requestsSent() const { return http_->requests(); }
 
-Result<Response> S3Client::send(const Operation& op) {
+Result<Response> S3Client::send(const Operation& op, BodySink* sink) {
     const Endpoint endpoint{scheme_, authority_};
     for (unsigned attempt = 0;; ++attempt) {
         // Signed anew per attempt: x-amz-date must stay within the server's 15-minute window.
@@ -126,6 +126,7 @@ Result<Response> S3Client::send(const Operation& op) {
         request.headers = std::move(signedRequest.headers);
         request.body = op.body();
         request.file = op.file;
+        request.sink = sink;
         request.limiter = options_.maxRateMbps > 0 ? limiter_.get() : nullptr;
         request.caFile = options_.caFile;
         request.timeoutMs = options_.timeoutMs;
@@ -295,6 +296,22 @@ Result<std::string> S3Client::get(const std::string& bucket, const std::string& 
         return Result<std::string>::success(body.substr(range->first, count));
     }
     return Result<std::string>::success(std::move(r->body));
+}
+
+Result<bool> S3Client::getInto(const std::string& bucket, const std::string& key, std::uint64_t first,
+                              std::uint64_t last, const std::string& versionId, BodySink& sink) {
+    auto op = getOp(bucket, key, std::make_pair(first, last), versionId);
+    auto r = send(op, &sink);
+    if (!r) return failed<bool>(r);
+    if (r->status != 206) {
+        Error error;
+        error.code = "range";
+        error.message = "GET " + options_.endpoint + "/" + bucket + "/" + key + ": answered " +
+                        std::to_string(r->status) + " to a request for bytes " + std::to_string(first) +
+                        "-" + std::to_string(last) + " (206 expected)";
+        return Result<bool>::failure(std::move(error));
+    }
+    return Result<bool>::success(true);
 }
 
 Result<std::vector<ListEntry>> S3Client::list(const std::string& bucket, const std::string& prefix,

@@ -139,6 +139,7 @@ struct VersionEntry {
     bool deleteMarker = false;
 };
 
+class BodySink;
 class HttpConnections;
 class RateLimiter;
 struct Operation;
@@ -172,6 +173,10 @@ public:
     Result<std::string> get(const std::string& bucket, const std::string& key,
                             std::optional<std::pair<std::uint64_t, std::uint64_t>> range = {},
                             const std::string& versionId = {});
+    // Bytes [first, last] of versionId ("" = the newest) into `sink` as they arrive; a server
+    // that answers the range with the whole object (200) is an error here.
+    Result<bool> getInto(const std::string& bucket, const std::string& key, std::uint64_t first,
+                         std::uint64_t last, const std::string& versionId, BodySink& sink);
     // ListObjectsV2, following continuation tokens; maxKeys is the page size (0 = server's).
     Result<std::vector<ListEntry>> list(const std::string& bucket, const std::string& prefix,
                                         unsigned maxKeys = 0);
@@ -199,7 +204,7 @@ public:
     std::uint64_t requestsSent() const;
 
 private:
-    Result<Response> send(const Operation& op);
+    Result<Response> send(const Operation& op, BodySink* sink = nullptr);
 
     ClientOptions options_;
     Credentials credentials_;

@@ -51,8 +51,9 @@ bool readRequest(int fd, std::string& head, std::string& body) {
     return true;
 }
 
-// Paths: /slow answers after 1 s (past the client's timeout), /close answers and closes, any
-// other answers with its body's size and keeps the connection.
+// Paths: /slow answers after 1 s (past the client's timeout), /close answers and closes, /big
+// answers 3 MiB of 'b', /missing a 404 with an error document; any other answers with its
+// body's size and keeps the connection.
 void serve(int fd, std::size_t) {
     std::string head, body;
     while (readRequest(fd, head, body)) {
@@ -61,7 +62,13 @@ void serve(int fd, std::size_t) {
         if (path == "/slow") std::this_thread::sleep_for(1s);
         bool close = path == "/close";
         std::string reply = std::to_string(body.size());
-        std::string response = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(reply.size()) +
+        std::string status = "200 OK";
+        if (path == "/big") reply.assign(3u << 20, 'b');
+        if (path == "/missing") {
+            status = "404 Not Found";
+            reply = "<Error><Code>NoSuchKey</Code></Error>";
+        }
+        std::string response = "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(reply.size()) +
                                (close ? "\r\nConnection: close" : "") + "\r\n\r\n" + reply;
         int error = 0;
         if (!test::sendAll(fd, response.data(), response.size(), test::deadlineIn(5000ms), error)) return;
@@ -75,6 +82,43 @@ HttpRequest request(const test::TestServer& server, const std::string& method, c
     r.url = "http://" + server.address() + path;
     r.timeoutMs = 300;
     return r;
+}
+
+// Counts what a streamed body gave, and how often it started over.
+struct CountingSink final : BodySink {
+    std::size_t bytes = 0, restarts = 0;
+    bool allB = true;
+    void restart() override {
+        ++restarts;
+        bytes = 0;
+    }
+    void take(std::string_view data) override {
+        bytes += data.size();
+        allB = allB && data.find_first_not_of('b') == std::string_view::npos;
+    }
+};
+
+TEST(S3HttpConnectionsTest, ASinkTakesASuccessfulBodyAndNotAnErrorDocument) {
+    test::TestServer server(&serve);
+    HttpConnections http;
+    CountingSink sink;
+    auto big = request(server, "GET", "/big");
+    big.sink = &sink;
+    auto got = http.perform(big);
+    ASSERT_EQ(got.transportError, "");
+    EXPECT_EQ(got.response.status, 200);
+    EXPECT_EQ(sink.bytes, 3u << 20);
+    EXPECT_TRUE(sink.allB);
+    EXPECT_EQ(got.response.body, "");   // not kept as well
+
+    auto missing = request(server, "GET", "/missing");
+    missing.sink = &sink;
+    auto refused = http.perform(missing);
+    ASSERT_EQ(refused.transportError, "");
+    EXPECT_EQ(refused.response.status, 404);
+    EXPECT_EQ(sink.restarts, 2u);
+    EXPECT_EQ(sink.bytes, 0u);   // started over, and the error went to the body
+    EXPECT_EQ(refused.response.body, "<Error><Code>NoSuchKey</Code></Error>");
 }
 
 TEST(S3HttpConnectionsTest, RequestsInARowShareOneConnection) {
