@@ -304,11 +304,11 @@ Result<bool> S3Client::getInto(const std::string& bucket, const std::string& key
     auto r = send(op, &sink);
     if (!r) return failed<bool>(r);
     if (r->status != 206) {
-        Error error;
-        error.code = "range";
-        error.message = "GET " + options_.endpoint + "/" + bucket + "/" + key + ": answered " +
-                        std::to_string(r->status) + " to a request for bytes " + std::to_string(first) +
-                        "-" + std::to_string(last) + " (206 expected)";
+        // The sink has taken the whole object, not the range: no slice can be cut out as get() does.
+        Error error = httpError(op, options_.endpoint, *r);
+        error.code = "IgnoredRange";
+        error.message += " to a request for bytes " + std::to_string(first) + "-" +
+                         std::to_string(last) + " (206 expected)";
         return Result<bool>::failure(std::move(error));
     }
     return Result<bool>::success(true);
